@@ -1,0 +1,69 @@
+"""Typed settings shared by every service (env prefix RUBRICD_, nested with __).
+
+Per-agent LLM settings start from `llm` and override field by field from
+`agents.<name>`: e.g. RUBRICD_LLM__MODEL=gpt-4o-mini and
+RUBRICD_AGENTS__JUDGE__MODEL=gpt-4o. A bad value stops the service at start
+with the setting's name (see `load`).
+"""
+
+import sys
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OutputMode = Literal["json_schema", "json_object", "text"]
+
+
+class LLMSettings(BaseModel):
+    """How one agent reaches its OpenAI-compatible endpoint."""
+
+    base_url: str = "http://127.0.0.1:8099/v1"
+    api_key: SecretStr = SecretStr("not-needed")
+    model: str = "rubricd-simulator"
+    output_mode: OutputMode = "json_schema"
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=10)
+    backoff_s: float = Field(0.5, ge=0)
+    concurrency: int = Field(256, ge=1)
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_tokens: int | None = Field(None, ge=1)
+
+
+class ServiceSettings(BaseSettings):
+    """What every service shares: where Redis, Weaviate and the LLM are."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    namespace: str = Field("rubricd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    redis_url: str = Field("redis://127.0.0.1:6399/0", pattern=r"^rediss?://")
+    redis_max_connections: int = Field(512, ge=8)
+    weaviate_url: str = "http://127.0.0.1:8089"
+    weaviate_grpc_port: int = Field(50061, ge=1, le=65535)
+    llm: LLMSettings = LLMSettings()
+    agents: dict[str, dict[str, object]] = {}
+    consumer: str = Field("", description="consumer name in the group; default host-pid")
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    def agent(self, name: str) -> LLMSettings:
+        """The LLM settings of one agent: defaults from `llm`, overridden by `agents.<name>`."""
+        return LLMSettings.model_validate({**self.llm.model_dump(), **self.agents.get(name, {})})
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def load(cls: type[S]) -> S:
+    """Read settings from the environment, or exit naming every bad setting."""
+    try:
+        return cls()
+    except ValidationError as e:
+        prefix = cls.model_config.get("env_prefix", "")
+        lines = [
+            f"  {prefix}{'__'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+            for err in e.errors()
+        ]
+        sys.exit(f"{cls.__name__}: invalid settings\n" + "\n".join(lines))

@@ -1,0 +1,69 @@
+"""Every stream, consumer group and key name, built from one namespace.
+
+Nothing else in rubricd spells a Redis name. Names a message carries (its
+`reply_to`) are checked here, so a publisher can never make a service write
+outside the namespace.
+"""
+
+import re
+
+DEFAULT_NAMESPACE = "rubricd"
+GLOBAL = "_global"  # instance slot of a run's global rubric set
+
+# Consumer groups, one per service; a group name is scoped by its stream.
+SCORERS = "scorers"
+ANALYZERS = "analyzers"
+SUMMARIZERS = "summarizers"
+UPDATERS = "updaters"
+
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+class InvalidKey(ValueError):
+    """A name outside the namespace, or not of the expected form."""
+
+
+class Keys:
+    """The names of one rubricd deployment."""
+
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE) -> None:
+        if not _NAMESPACE.match(namespace):
+            raise InvalidKey(f"namespace {namespace!r} must match {_NAMESPACE.pattern}")
+        self.namespace = namespace
+        ns = namespace
+        # Streams
+        self.rollouts = f"{ns}:rollouts"  # Rollout, from trainers
+        self.steps = f"{ns}:steps"  # StepClosed, from trainers
+        self.scored = f"{ns}:scored"  # ScoredRollout, scorer -> analyzers
+        self.analyses = f"{ns}:analyses"  # RolloutAnalysis, analyzers -> summarizer
+        self.summaries = f"{ns}:summaries"  # StepSummary, summarizer -> updater
+        self.rubrics_updated = f"{ns}:rubrics-updated"  # RubricsUpdated, updater -> all
+        self.events = f"{ns}:events"  # Event, every service -> `tail`
+        self.dead_letters = f"{ns}:dead-letters"  # DeadLetter
+        self._replies = f"{ns}:replies:"
+
+    def replies(self, client_id: str) -> str:
+        """The reply stream of one trainer client."""
+        if not _CLIENT_ID.match(client_id):
+            raise InvalidKey(f"client id {client_id!r} must match {_CLIENT_ID.pattern}")
+        return self._replies + client_id
+
+    def check_reply_to(self, name: str) -> str:
+        """Return `name` if it is one of this namespace's reply streams."""
+        if not name.startswith(self._replies):
+            raise InvalidKey(f"reply_to {name!r} is not under {self._replies!r}")
+        self.replies(name.removeprefix(self._replies))
+        return name
+
+    def rubric_set(self, run_id: str, instance_key: str | None = None) -> str:
+        """Hash of a run's rubric set versions: field N -> RubricSet, `current` -> N."""
+        return f"{self.namespace}:rubric-set:{run_id}:{instance_key or GLOBAL}"
+
+    def rubric_step(self, run_id: str) -> str:
+        """The last step whose rubric update (or decision not to) is complete."""
+        return f"{self.namespace}:rubric-step:{run_id}"
+
+    def score(self, run_id: str, rollout_id: str) -> str:
+        """The Score given to a rollout; makes redelivery idempotent."""
+        return f"{self.namespace}:score:{run_id}:{rollout_id}"

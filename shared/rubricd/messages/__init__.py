@@ -1,0 +1,71 @@
+"""Every message of the loop, one module per family.
+
+All are frozen msgspec Structs tagged by a `type` field; schemas evolve only
+additively (new fields have defaults).
+"""
+
+from ._base import InstanceKey, Message, RolloutId, RunId
+from .analyses import (
+    HackingEvidence,
+    HackingPattern,
+    RolloutAnalysis,
+    RubricFinding,
+    Severity,
+    StepSummary,
+)
+from .events import DeadLetter, Event
+from .rollouts import Rollout, StepClosed, TrainingContext
+from .rubrics import (
+    Action,
+    Rubric,
+    RubricKind,
+    RubricModification,
+    RubricSet,
+    RubricsUpdated,
+    Strategy,
+)
+from .scores import JudgeStatus, RubricResult, Score, ScoredRollout
+
+# Every top-level message type, for schema export and docs.
+MESSAGES: tuple[type[Message], ...] = (
+    Rollout,
+    StepClosed,
+    Score,
+    ScoredRollout,
+    RolloutAnalysis,
+    StepSummary,
+    RubricSet,
+    RubricsUpdated,
+    Event,
+    DeadLetter,
+)
+
+__all__ = [
+    "MESSAGES",
+    "Action",
+    "DeadLetter",
+    "Event",
+    "HackingEvidence",
+    "HackingPattern",
+    "InstanceKey",
+    "JudgeStatus",
+    "Message",
+    "Rollout",
+    "RolloutAnalysis",
+    "RolloutId",
+    "Rubric",
+    "RubricFinding",
+    "RubricKind",
+    "RubricModification",
+    "RubricResult",
+    "RubricSet",
+    "RubricsUpdated",
+    "RunId",
+    "Score",
+    "ScoredRollout",
+    "Severity",
+    "StepClosed",
+    "StepSummary",
+    "Strategy",
+    "TrainingContext",
+]

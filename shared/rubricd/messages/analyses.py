@@ -1,0 +1,73 @@
+"""What the analyzer and summarizer produce (the evaluation memory's content)."""
+
+import enum
+
+import msgspec
+
+from ._base import InstanceKey, Message, RolloutId, RunId, Step, UnitInterval, Version
+
+
+class Severity(enum.StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+class HackingEvidence(msgspec.Struct, frozen=True, kw_only=True):
+    """One sign of reward hacking, quoted from the response."""
+
+    type: str  # e.g. padding, sycophancy, judge_addressing, format_gaming
+    evidence: str
+    severity: Severity = Severity.MEDIUM
+
+
+class RubricFinding(msgspec.Struct, frozen=True, kw_only=True):
+    """A rubric that was gamed or miscalibrated, or one that is missing."""
+
+    finding: str  # gamed | miscalibrated | missing
+    note: str
+    rubric_id: str | None = None
+
+
+class RolloutAnalysis(Message, tag="rollout_analysis", kw_only=True):
+    """A deep look at one scored rollout, stored in memory and announced."""
+
+    run_id: RunId
+    rollout_id: RolloutId
+    step: Step
+    rubric_version: Version
+    instance_key: InstanceKey | None = None
+    quality: str  # relative to this stage of training
+    quality_score: UnitInterval = 0.5
+    reward: float | None = None
+    reward_hacking: list[HackingEvidence] = []
+    rubric_findings: list[RubricFinding] = []
+    advancement: list[str] = []
+    observations: list[str] = []
+
+
+class HackingPattern(msgspec.Struct, frozen=True, kw_only=True):
+    """Reward hacking seen across a step."""
+
+    type: str
+    rollouts: int
+    description: str
+    severity: Severity = Severity.MEDIUM
+
+
+class StepSummary(Message, tag="step_summary", kw_only=True):
+    """A step's analyses, aggregated; announced to the updater."""
+
+    run_id: RunId
+    step: Step
+    instance_key: InstanceKey | None = None
+    executive_summary: str
+    systemic_patterns: list[str] = []
+    reward_hacking: list[HackingPattern] = []
+    rubric_evaluation: str = ""
+    advancement: list[str] = []
+    evolution_plan: list[str] = []
+    memory_entry: str = ""
+    analyses: int = 0
+    missing_rollouts: list[RolloutId] = []
+    chunks: int = 1

@@ -1,0 +1,43 @@
+"""What the trainer publishes: rollouts, and the end of a step."""
+
+import msgspec
+
+from ._base import InstanceKey, Message, RolloutId, RunId, Step
+
+
+class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
+    """Where training stands, so judges and analysts can grade for the stage."""
+
+    goal: str = ""
+    model_size: str = ""
+    total_steps: int | None = None
+
+
+class Rollout(Message, tag="rollout", kw_only=True):
+    """One sampled response to score.
+
+    `rollout_id` is chosen by the trainer and unique within the run; a rollout
+    published twice is scored once. `reply_to` names the stream the Score is
+    written to and must be one of the namespace's reply streams.
+    """
+
+    run_id: RunId
+    rollout_id: RolloutId
+    step: Step
+    prompt: str
+    response: str
+    reference: str | None = None
+    instance_key: InstanceKey | None = None
+    reply_to: str | None = None
+    context: TrainingContext = TrainingContext()
+    metadata: dict[str, str] = {}
+    published_at: float | None = None
+
+
+class StepClosed(Message, tag="step_closed", kw_only=True):
+    """The trainer published every rollout of `step`; `rollouts` says how many."""
+
+    run_id: RunId
+    step: Step
+    rollouts: int | None = None
+    closed_at: float | None = None

@@ -1,0 +1,79 @@
+"""Rubrics, versioned rubric sets, and their updates.
+
+Rubrics follow the HealthBench convention: a criterion with signed points
+(negative = undesirable behaviour) and a meta-class tag. Anchors never change;
+adaptive rubrics are what the updater evolves.
+"""
+
+import enum
+
+import msgspec
+
+from ._base import InstanceKey, Message, Points, RunId, Step, Version
+
+
+class RubricKind(enum.StrEnum):
+    ANCHOR = "anchor"
+    ADAPTIVE = "adaptive"
+
+
+class Rubric(msgspec.Struct, frozen=True, kw_only=True):
+    """One criterion the judge checks."""
+
+    id: str
+    criterion: str
+    points: Points
+    meta_class: str = "accuracy"
+    kind: RubricKind = RubricKind.ADAPTIVE
+    rationale: str = ""
+
+
+class RubricSet(Message, tag="rubric_set", kw_only=True):
+    """The rubrics of a run (and instance) at one version.
+
+    `step` is the training step whose evidence produced this version (None for
+    the seed set).
+    """
+
+    run_id: RunId
+    version: Version
+    rubrics: list[Rubric]
+    instance_key: InstanceKey | None = None
+    step: Step | None = None
+    created_at: float | None = None
+
+
+class Strategy(enum.StrEnum):
+    MAINTENANCE = "maintenance"
+    CORRECTIVE = "corrective"
+    ADVANCEMENT = "advancement"
+
+
+class Action(enum.StrEnum):
+    ADD = "add"
+    MODIFY = "modify"
+    REMOVE = "remove"
+    REWEIGHT = "reweight"
+
+
+class RubricModification(msgspec.Struct, frozen=True, kw_only=True):
+    """One change the updater proposes, with why."""
+
+    action: Action
+    rationale: str
+    rubric_id: str | None = None  # for modify, remove, reweight
+    rubric: Rubric | None = None  # for add and modify
+    points: float | None = None  # for reweight
+
+
+class RubricsUpdated(Message, tag="rubrics_updated", kw_only=True):
+    """A new rubric set version is in place; scorers reload it."""
+
+    run_id: RunId
+    version: Version
+    previous_version: Version
+    instance_key: InstanceKey | None = None
+    step: Step | None = None
+    strategy: Strategy = Strategy.MAINTENANCE
+    modifications: list[RubricModification] = []
+    updated_at: float | None = None

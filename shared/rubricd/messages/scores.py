@@ -1,0 +1,54 @@
+"""What the scorer produces."""
+
+import enum
+
+import msgspec
+
+from ._base import InstanceKey, Message, RolloutId, RunId, Step, Version
+from .rollouts import Rollout
+
+
+class JudgeStatus(enum.StrEnum):
+    """How a score came about. Only `ok` carries a reward."""
+
+    OK = "ok"
+    JUDGE_FAILED = "judge_failed"  # the LLM call failed after its retries
+    REJECTED = "rejected"  # the rollout broke a limit (size, reply_to, ...)
+
+
+class RubricResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The judge's verdict on one rubric of the set."""
+
+    rubric_id: str
+    met: bool
+    points: float
+    explanation: str = ""
+
+
+class Score(Message, tag="score", kw_only=True):
+    """The reward for one rollout, and how it was reached.
+
+    `reward` is None unless `status` is ok: a failed judge is never a silent 0.
+    `meta_class_scores` holds the same policy applied to each meta-class alone.
+    """
+
+    run_id: RunId
+    rollout_id: RolloutId
+    step: Step
+    status: JudgeStatus
+    reward: float | None
+    rubric_version: Version
+    instance_key: InstanceKey | None = None
+    results: list[RubricResult] = []
+    meta_class_scores: dict[str, float] = {}
+    policy: str = "weighted_sum"
+    error: str | None = None
+    judge_ms: float | None = None
+    scored_at: float | None = None
+
+
+class ScoredRollout(Message, tag="scored_rollout", kw_only=True):
+    """A rollout with its score, handed to the analyzers."""
+
+    rollout: Rollout
+    score: Score

@@ -1,0 +1,36 @@
+"""The wire format: one stream entry, one field, one JSON message.
+
+Every entry on every rubricd stream has a single field `__data__` whose value
+is the UTF-8 JSON of one message (the field FastStream reads natively). Any
+language can publish with `XADD <stream> * __data__ <json>`.
+"""
+
+from typing import TypeVar
+
+import msgspec
+
+from .messages import Message
+
+FIELD = "__data__"
+M = TypeVar("M", bound=Message)
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+def entry(message: Message) -> dict[str, bytes]:
+    """The fields of the stream entry that carries `message`."""
+    return {FIELD: _encoder.encode(message)}
+
+
+def decode(data: bytes | str, type_: type[M]) -> M:
+    """Decode and validate one message; raises msgspec.ValidationError/DecodeError."""
+    return msgspec.json.decode(data, type=type_)
+
+
+def payload(fields: dict[bytes, bytes]) -> bytes:
+    """The message body of a raw stream entry as redis-py returns it."""
+    return fields.get(FIELD.encode(), b"")
