@@ -64,6 +64,10 @@ class Keys:
         """The last step whose rubric update (or decision not to) is complete."""
         return f"{self.namespace}:rubric-step:{run_id}"
 
+    def failure(self, stream: str, entry_id: str) -> str:
+        """The last error a stream entry's handler raised, kept for its dead letter."""
+        return f"{self.namespace}:failure:{stream}:{entry_id}"
+
     def score(self, run_id: str, rollout_id: str) -> str:
         """The Score given to a rollout; makes redelivery idempotent."""
         return f"{self.namespace}:score:{run_id}:{rollout_id}"

@@ -14,7 +14,7 @@ from .analyses import (
     StepSummary,
 )
 from .events import DeadLetter, Event
-from .rollouts import Rollout, StepClosed, TrainingContext
+from .rollouts import Rollout, StepClosed, TrainingContext, instance_key
 from .rubrics import (
     Action,
     Rubric,
@@ -68,4 +68,5 @@ __all__ = [
     "StepSummary",
     "Strategy",
     "TrainingContext",
+    "instance_key",
 ]

@@ -1,5 +1,7 @@
 """What the trainer publishes: rollouts, and the end of a step."""
 
+import hashlib
+
 import msgspec
 
 from ._base import InstanceKey, Message, RolloutId, RunId, Step
@@ -41,3 +43,8 @@ class StepClosed(Message, tag="step_closed", kw_only=True):
     step: Step
     rollouts: int | None = None
     closed_at: float | None = None
+
+
+def instance_key(rollout: Rollout) -> str:
+    """The rollout's instance key: its own, or a hash of its prompt."""
+    return rollout.instance_key or hashlib.sha256(rollout.prompt.encode()).hexdigest()[:16]

@@ -1,0 +1,84 @@
+"""Stream upkeep every consuming service shares: dead letters and trimming.
+
+Both lean on Redis itself: a dead letter is written and acked in one MULTI, and
+a stream is trimmed only below what every consumer group has finished with
+(XINFO GROUPS + XPENDING), so trimming never drops unprocessed work.
+"""
+
+import time
+
+from faststream.redis.message import RedisStreamMessage
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import DeadLetter, Event
+
+
+def event(service: str, kind: str, **fields: object) -> Event:
+    """An Event for the events stream; known fields go to their slots, the rest to `fields`."""
+    slots = {k: fields.pop(k) for k in ("run_id", "step", "rollout_id", "detail") if k in fields}
+    return Event(service=service, kind=kind, at=time.time(), fields=fields, **slots)  # type: ignore[arg-type]
+
+
+async def dead_letter(
+    redis: Redis,
+    keys: Keys,
+    msg: RedisStreamMessage,
+    *,
+    service: str,
+    reason: str,
+    deliveries: int = 1,
+    maxlen: int = 100_000,
+) -> None:
+    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically."""
+    stream = msg.raw_message["channel"]
+    entry_id = msg.raw_message["message_ids"][0]
+    group = msg.group or ""
+    letter = DeadLetter(
+        stream=stream,
+        entry_id=entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id),
+        group=group,
+        service=service,
+        reason=reason,
+        deliveries=deliveries,
+        payload=msg.body,
+        at=time.time(),
+    )
+    note = event(service, "dead_lettered", detail=reason, stream=stream, entry_id=letter.entry_id)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xadd(keys.dead_letters, wire.entry(letter), maxlen=maxlen, approximate=True)
+        pipe.xadd(keys.events, wire.entry(note), maxlen=maxlen, approximate=True)
+        pipe.xack(stream, group, entry_id)
+        await pipe.execute()
+
+
+async def trim_consumed(redis: Redis, stream: str) -> int:
+    """Drop entries every consumer group has acked; return how many went."""
+    try:
+        groups = await redis.xinfo_groups(stream)
+    except ResponseError:  # no such stream yet
+        return 0
+    if not groups:
+        return 0
+    floors = []
+    for group in groups:
+        pending = await redis.xpending(stream, group["name"])
+        oldest = pending["min"] if pending["pending"] else None
+        floors.append(_id(oldest) if oldest else _next(_id(group["last-delivered-id"])))
+    return await redis.xtrim(stream, minid=_fmt(min(floors)), approximate=False)
+
+
+def _id(raw: bytes | str) -> tuple[int, int]:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _next(entry_id: tuple[int, int]) -> tuple[int, int]:
+    return entry_id[0], entry_id[1] + 1
+
+
+def _fmt(entry_id: tuple[int, int]) -> str:
+    return f"{entry_id[0]}-{entry_id[1]}"

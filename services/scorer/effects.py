@@ -1,0 +1,65 @@
+"""Writing a score's effects, and acking its rollout, as one atomic step.
+
+One Lua script stores the score (only if the rollout has none yet), replies to
+the trainer, hands the rollout to the analyzers, logs the event and acks the
+entry. Either all of that happens or none of it, and a rollout scored twice
+(redelivered, or published again) always replies with its first score.
+"""
+
+from redis.asyncio import Redis
+
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Event, Rollout, Score, ScoredRollout
+
+# KEYS: score, scored stream, events stream, rollouts stream, reply stream ('' = none)
+# ARGV: score, scored, event, score ttl, group, entry id, maxlen, reply ttl
+_COMMIT = """
+local stored = redis.call('GET', KEYS[1])
+local score = stored or ARGV[1]
+if not stored then
+  redis.call('SET', KEYS[1], score, 'EX', ARGV[4])
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', '__data__', ARGV[2])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', '__data__', ARGV[3])
+end
+if KEYS[5] ~= '' then
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[7], '*', '__data__', score)
+  redis.call('EXPIRE', KEYS[5], ARGV[8])
+end
+redis.call('XACK', KEYS[4], ARGV[5], ARGV[6])
+return stored
+"""
+
+
+class Effects:
+    def __init__(self, redis: Redis, keys: Keys, group: str, *, score_ttl_s: int, maxlen: int, reply_ttl_s: int) -> None:
+        self.keys = keys
+        self.group = group
+        self.score_ttl_s = score_ttl_s
+        self.maxlen = maxlen
+        self.reply_ttl_s = reply_ttl_s
+        self._commit = redis.register_script(_COMMIT)
+
+    async def commit(self, entry_id: bytes, rollout: Rollout, score: Score, event: Event) -> bool:
+        """Write the effects of scoring `rollout`; False if it already had a score."""
+        scored = ScoredRollout(rollout=rollout, score=score)
+        stored = await self._commit(
+            keys=[
+                self.keys.score(rollout.run_id, rollout.rollout_id),
+                self.keys.scored,
+                self.keys.events,
+                self.keys.rollouts,
+                rollout.reply_to or "",
+            ],
+            args=[
+                wire.encode(score),
+                wire.encode(scored),
+                wire.encode(event),
+                self.score_ttl_s,
+                self.group,
+                entry_id,
+                self.maxlen,
+                self.reply_ttl_s,
+            ],
+        )
+        return stored is None

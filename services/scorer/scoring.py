@@ -1,0 +1,116 @@
+"""Scoring one rollout: the rubric set in force, one judge call, the reward.
+
+Plain async Python: a test hands in a rubric store and a judge function and
+needs no broker.
+"""
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricResult, RubricSet, Score, instance_key
+from rubricd.reward import Policy
+from rubricd.store import RubricStore
+
+from . import judge
+
+Judge = Callable[[list[dict[str, str]]], Awaitable[judge.JudgeVerdict]]
+
+
+class JudgeFailed(Exception):
+    """The judge gave no usable verdict (after its own retries)."""
+
+
+@dataclass(frozen=True)
+class Rubrics:
+    """A rubric set ready to judge with: the set and its system message."""
+
+    set: RubricSet
+    system: str
+    step: int  # the newest rollout step this entry was checked against Redis for
+
+
+class RubricCache:
+    """The rubric set in force for each run (and instance), read from Redis once.
+
+    An entry is re-read when a RubricsUpdated names it (`invalidate`) and when
+    a rollout of a later step arrives, so a trainer that waits for step s's
+    rubrics before publishing step s+1 always gets them. A run without rubrics
+    is seeded from configuration.
+    """
+
+    def __init__(self, store: RubricStore, seed: list[Rubric], template: str, per_instance: bool) -> None:
+        self.store = store
+        self.seed = seed
+        self.template = template
+        self.per_instance = per_instance
+        self._entries: dict[tuple[str, str | None], asyncio.Future[Rubrics]] = {}
+
+    def key(self, rollout: Rollout) -> tuple[str, str | None]:
+        return rollout.run_id, instance_key(rollout) if self.per_instance else None
+
+    async def get(self, rollout: Rollout) -> Rubrics:
+        key = self.key(rollout)
+        entry = self._entries.get(key)
+        if entry is not None and entry.done() and (entry.exception() or entry.result().step < rollout.step):
+            entry = None
+        if entry is None:
+            entry = self._entries[key] = asyncio.ensure_future(self._load(*key, rollout.step))
+        return await asyncio.shield(entry)
+
+    def invalidate(self, run_id: str, instance: str | None) -> None:
+        self._entries.pop((run_id, instance), None)
+
+    async def _load(self, run_id: str, instance: str | None, step: int) -> Rubrics:
+        current = await self.store.current(run_id, instance)
+        if current is None:
+            seed = RubricSet(run_id=run_id, instance_key=instance, version=1, rubrics=self.seed)
+            current = await self.store.seed(seed)
+        return Rubrics(current, judge.system_message(self.template, current), step)
+
+
+async def score_rollout(rollout: Rollout, rubrics: Rubrics, call_judge: Judge, policy: Policy, policy_name: str) -> Score:
+    """Judge `rollout` against `rubrics` and turn the verdict into a Score.
+
+    A judge that fails yields status judge_failed and no reward, never a 0.
+    """
+    started = time.perf_counter()
+    base = dict(
+        run_id=rollout.run_id,
+        rollout_id=rollout.rollout_id,
+        step=rollout.step,
+        instance_key=rubrics.set.instance_key,
+        rubric_version=rubrics.set.version,
+        policy=policy_name,
+    )
+    try:
+        verdict = await call_judge(judge.messages(rubrics.system, rollout))
+    except JudgeFailed as e:
+        return Score(**base, status=JudgeStatus.JUDGE_FAILED, reward=None, error=str(e), judge_ms=_ms(started), scored_at=time.time())
+    met = judge.met_by_id(verdict, rubrics.set.rubrics)
+    explanations = {v.rubric_id: v.explanation for v in verdict.results}
+    reward = policy(rubrics.set.rubrics, met)
+    skipped = [r.id for r in rubrics.set.rubrics if r.id not in met]
+    return Score(
+        **base,
+        status=JudgeStatus.OK,
+        reward=reward.total,
+        meta_class_scores=reward.meta_class_scores,
+        results=[
+            RubricResult(
+                rubric_id=r.id,
+                met=met.get(r.id, False),
+                points=r.points,
+                explanation=explanations.get(r.id, "the judge gave no verdict; counted as not met"),
+            )
+            for r in rubrics.set.rubrics
+        ],
+        error=f"judge gave no verdict for: {', '.join(skipped)}" if skipped else None,
+        judge_ms=_ms(started),
+        scored_at=time.time(),
+    )
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

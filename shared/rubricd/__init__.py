@@ -1,0 +1,23 @@
+"""rubricd: rubric-based rewards whose rubrics evolve from an evaluation memory.
+
+This package is the shared contract (message schemas, stream names, the wire
+format, reward policies, the rubric store) and the trainer client. It depends
+only on msgspec and redis, so a training environment can install it alone.
+"""
+
+from .client import RubricdClient, ScoreTimeout, SyncRubricdClient
+from .keys import Keys
+from .messages import JudgeStatus, Rollout, Rubric, RubricSet, Score, TrainingContext
+
+__all__ = [
+    "JudgeStatus",
+    "Keys",
+    "Rollout",
+    "Rubric",
+    "RubricSet",
+    "RubricdClient",
+    "Score",
+    "ScoreTimeout",
+    "SyncRubricdClient",
+    "TrainingContext",
+]

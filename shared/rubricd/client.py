@@ -1,0 +1,202 @@
+"""The trainer's side: publish rollouts, read scores, close steps, wait for rubrics.
+
+Each client has its own reply stream (`<namespace>:replies:<client_id>`); one
+background task reads it and hands each Score to whoever is waiting for it, so
+any number of `score` calls (a batch, or many per-sample calls at once) share
+one connection's worth of reads. The stream is deleted when the client closes.
+
+    async with RubricdClient("redis://127.0.0.1:6399/0") as client:
+        scores = await client.score(rollouts)
+
+`SyncRubricdClient` offers the same calls to synchronous code (and to many
+threads at once).
+"""
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+from redis.asyncio import Redis
+
+from . import wire
+from .keys import DEFAULT_NAMESPACE, Keys
+from .messages import Rollout, Score, StepClosed
+from .store import RubricStore
+
+T = TypeVar("T")
+_score_decoder = msgspec.json.Decoder(Score)
+
+
+class ScoreTimeout(TimeoutError):
+    """Some rollouts got no score in time; `missing` names their rollout ids."""
+
+    def __init__(self, missing: list[str], timeout: float) -> None:
+        self.missing = missing
+        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        super().__init__(f"{len(missing)} rollout(s) not scored within {timeout:g} s: {shown}")
+
+
+class RubricdClient:
+    def __init__(
+        self,
+        redis_url: str = "redis://127.0.0.1:6399/0",
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        client_id: str | None = None,
+        timeout: float = 600.0,
+        redis: Redis | None = None,
+    ) -> None:
+        self.keys = Keys(namespace)
+        self.client_id = client_id or f"c-{uuid.uuid4().hex[:16]}"
+        self.reply_stream = self.keys.replies(self.client_id)
+        self.timeout = timeout
+        self._owns_redis = redis is None
+        self.redis = redis or Redis.from_url(redis_url, max_connections=64)
+        self.rubrics = RubricStore(self.redis, self.keys)
+        self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> "RubricdClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def score(self, rollouts: Sequence[Rollout], *, timeout: float | None = None) -> list[Score]:
+        """Publish every rollout at once and return their scores, in order."""
+        self._ensure_reader()
+        now = time.time()
+        futures = [self._future(r.run_id, r.rollout_id) for r in rollouts]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for r in rollouts:
+                sent = msgspec.structs.replace(r, reply_to=self.reply_stream, published_at=now)
+                pipe.xadd(self.keys.rollouts, wire.entry(sent))
+            await pipe.execute()
+        limit = self.timeout if timeout is None else timeout
+        done, pending = await asyncio.wait(set(futures), timeout=limit)
+        if pending:
+            missing = [r.rollout_id for r, f in zip(rollouts, futures) if f in pending]
+            for r, f in zip(rollouts, futures):
+                if f in pending:
+                    self._waiting.pop((r.run_id, r.rollout_id), None)
+            raise ScoreTimeout(missing, limit)
+        return [f.result() for f in futures]
+
+    async def score_one(self, rollout: Rollout, *, timeout: float | None = None) -> Score:
+        return (await self.score([rollout], timeout=timeout))[0]
+
+    async def close_step(self, run_id: str, step: int, rollouts: int | None = None) -> None:
+        """Say that every rollout of `step` has been published (`rollouts` of them)."""
+        closed = StepClosed(run_id=run_id, step=step, rollouts=rollouts, closed_at=time.time())
+        await self.redis.xadd(self.keys.steps, wire.entry(closed))
+
+    async def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:
+        """Return once the rubric update that follows `step` is in place."""
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        last = await self._last_id(self.keys.rubrics_updated)
+        while (done := await self.rubrics.step(run_id)) is None or done < step:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"rubrics for run {run_id!r} step {step} not in place after {limit:g} s")
+            # Woken by the next RubricsUpdated, or re-checks at least once a second.
+            block_ms = max(1, int(min(remaining, 1.0) * 1000))
+            for _, entries in await self.redis.xread({self.keys.rubrics_updated: last}, block=block_ms) or []:
+                last = entries[-1][0]
+
+    async def close(self) -> None:
+        """Stop reading, delete this client's reply stream, release the connection."""
+        if self._reader:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        for future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+        await self.redis.delete(self.reply_stream)
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    def _future(self, run_id: str, rollout_id: str) -> asyncio.Future[Score]:
+        key = (run_id, rollout_id)
+        if key not in self._waiting:
+            self._waiting[key] = asyncio.get_running_loop().create_future()
+        return self._waiting[key]
+
+    def _ensure_reader(self) -> None:
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read_replies(), name="rubricd-replies")
+
+    async def _read_replies(self) -> None:
+        last: bytes | str = "0-0"
+        while True:
+            response = await self.redis.xread({self.reply_stream: last}, count=1000, block=1000)
+            for _, entries in response or []:
+                for entry_id, fields in entries:
+                    self._deliver(_score_decoder.decode(wire.payload(fields)))
+                last = entries[-1][0]
+                # Read replies are ours alone: drop them so the stream stays small.
+                await self.redis.xdel(self.reply_stream, *(e[0] for e in entries))
+
+    def _deliver(self, score: Score) -> None:
+        future = self._waiting.pop((score.run_id, score.rollout_id), None)
+        if future is not None and not future.done():
+            future.set_result(score)
+
+    async def _last_id(self, stream: str) -> bytes | str:
+        newest = await self.redis.xrevrange(stream, count=1)
+        return newest[0][0] if newest else "0-0"
+
+
+class SyncRubricdClient:
+    """RubricdClient for synchronous code: its event loop runs in a daemon thread.
+
+    Safe to call from many threads at once (e.g. a reward manager that scores
+    samples concurrently): every call is handed to the one loop.
+    """
+
+    def __init__(self, redis_url: str = "redis://127.0.0.1:6399/0", **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rubricd-client", daemon=True)
+        self._thread.start()
+        self._client = self._run(self._make(redis_url, kwargs))
+
+    async def _make(self, redis_url: str, kwargs: dict[str, Any]) -> RubricdClient:
+        return RubricdClient(redis_url, **kwargs)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def reply_stream(self) -> str:
+        return self._client.reply_stream
+
+    def score(self, rollouts: Sequence[Rollout], *, timeout: float | None = None) -> list[Score]:
+        return self._run(self._client.score(rollouts, timeout=timeout))
+
+    def score_one(self, rollout: Rollout, *, timeout: float | None = None) -> Score:
+        return self._run(self._client.score_one(rollout, timeout=timeout))
+
+    def close_step(self, run_id: str, step: int, rollouts: int | None = None) -> None:
+        self._run(self._client.close_step(run_id, step, rollouts))
+
+    def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:
+        self._run(self._client.wait_for_rubrics(run_id, step, timeout=timeout))
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self._client.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "SyncRubricdClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,84 @@
+"""Rubric sets in Redis: versioned per run (and instance), written atomically.
+
+One hash per run and instance: field `v<N>` holds version N, field `current`
+holds a copy of the newest one, so reading the current set is one HGET. A new
+version is written only if it directly follows the current one (a Lua
+compare-and-set), so two writers can never race on one rubric set.
+"""
+
+import time
+
+import msgspec
+from redis.asyncio import Redis
+
+from .keys import Keys
+from .messages import RubricSet
+
+_PUBLISH = """
+local cur = redis.call('HGET', KEYS[1], 'current')
+local expected = tonumber(ARGV[1])
+if cur then
+  if cjson.decode(cur)['version'] ~= expected then return 0 end
+elseif expected ~= 0 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'v' .. ARGV[2], ARGV[3], 'current', ARGV[3])
+return 1
+"""
+
+_ADVANCE = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
+return math.max(cur, tonumber(ARGV[1]))
+"""
+
+_decoder = msgspec.json.Decoder(RubricSet)
+
+
+class RubricStore:
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._publish = redis.register_script(_PUBLISH)
+        self._advance = redis.register_script(_ADVANCE)
+
+    async def current(self, run_id: str, instance_key: str | None = None) -> RubricSet | None:
+        raw = await self.redis.hget(self.keys.rubric_set(run_id, instance_key), "current")
+        return _decoder.decode(raw) if raw else None
+
+    async def version(self, run_id: str, instance_key: str | None, version: int) -> RubricSet | None:
+        raw = await self.redis.hget(self.keys.rubric_set(run_id, instance_key), f"v{version}")
+        return _decoder.decode(raw) if raw else None
+
+    async def history(self, run_id: str, instance_key: str | None = None) -> list[RubricSet]:
+        """Every version of a rubric set, oldest first."""
+        fields = await self.redis.hgetall(self.keys.rubric_set(run_id, instance_key))
+        sets = [_decoder.decode(v) for k, v in fields.items() if k.startswith(b"v")]
+        return sorted(sets, key=lambda s: s.version)
+
+    async def publish(self, rubric_set: RubricSet) -> bool:
+        """Write `rubric_set` as the new current version; False if it does not follow."""
+        written = await self._publish(
+            keys=[self.keys.rubric_set(rubric_set.run_id, rubric_set.instance_key)],
+            args=[rubric_set.version - 1, rubric_set.version, msgspec.json.encode(rubric_set)],
+        )
+        return bool(written)
+
+    async def seed(self, rubric_set: RubricSet) -> RubricSet:
+        """Install `rubric_set` as version 1 unless the run already has rubrics; return the current set."""
+        if rubric_set.version != 1:
+            raise ValueError("a seed rubric set is version 1")
+        seeded = msgspec.structs.replace(rubric_set, created_at=rubric_set.created_at or time.time())
+        await self.publish(seeded)
+        current = await self.current(rubric_set.run_id, rubric_set.instance_key)
+        assert current is not None
+        return current
+
+    async def advance_step(self, run_id: str, step: int) -> int:
+        """Record that the rubrics for `step` are in place (monotonic)."""
+        return int(await self._advance(keys=[self.keys.rubric_step(run_id)], args=[step]))
+
+    async def step(self, run_id: str) -> int | None:
+        """The last step whose rubrics are in place, or None."""
+        raw = await self.redis.get(self.keys.rubric_step(run_id))
+        return int(raw) if raw is not None else None

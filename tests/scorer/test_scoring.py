@@ -1,0 +1,53 @@
+"""Scoring without a broker: a verdict becomes a Score; a failed judge is visible."""
+
+from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
+from rubricd.reward import weighted_sum
+from scorer import judge
+from scorer.scoring import JudgeFailed, Rubrics, score_rollout
+
+SET = RubricSet(
+    run_id="run",
+    version=4,
+    rubrics=[
+        Rubric(id="correct", criterion="correct", points=5, meta_class="accuracy", kind="anchor"),
+        Rubric(id="pads", criterion="pads", points=-5, meta_class="communication"),
+        Rubric(id="steps", criterion="steps", points=5, meta_class="completeness"),
+    ],
+)
+RUBRICS = Rubrics(SET, judge.system_message(judge.default_template(), SET), step=0)
+ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=2, prompt="q", response="a")
+
+
+def judge_saying(**met: bool):
+    async def call(messages):
+        return judge.JudgeVerdict(
+            results=[judge.RubricVerdict(rubric_id=k, explanation=f"{k} decided", met=v) for k, v in met.items()]
+        )
+
+    return call
+
+
+async def test_a_verdict_becomes_reward_results_and_meta_class_scores():
+    score = await score_rollout(ROLLOUT, RUBRICS, judge_saying(correct=True, pads=False, steps=True), weighted_sum, "weighted_sum")
+    assert score.status is JudgeStatus.OK and score.reward == 1.0
+    assert score.rubric_version == 4 and score.step == 2 and score.rollout_id == "r1"
+    assert [(r.rubric_id, r.met) for r in score.results] == [("correct", True), ("pads", False), ("steps", True)]
+    assert score.meta_class_scores == {"accuracy": 1.0, "communication": 1.0, "completeness": 1.0}
+    assert score.error is None
+
+
+async def test_a_rubric_the_judge_skipped_counts_as_not_met_and_is_reported():
+    score = await score_rollout(ROLLOUT, RUBRICS, judge_saying(correct=True), weighted_sum, "weighted_sum")
+    assert score.reward == 0.5
+    assert score.error == "judge gave no verdict for: pads, steps"
+
+
+async def test_a_failed_judge_gives_no_reward_and_says_why():
+    async def failing(messages):
+        raise JudgeFailed("LLM agent 'judge' failed after 4 attempt(s): HTTP 500")
+
+    score = await score_rollout(ROLLOUT, RUBRICS, failing, weighted_sum, "weighted_sum")
+    assert score.status is JudgeStatus.JUDGE_FAILED
+    assert score.reward is None
+    assert "HTTP 500" in score.error
+    assert score.rubric_version == 4

@@ -1,0 +1,53 @@
+"""Messages validate on decode, evolve additively, and export JSON Schema."""
+
+import msgspec
+import pytest
+
+from rubricd import wire
+from rubricd.messages import MESSAGES, Rollout, Score, instance_key
+
+
+def test_a_minimal_rollout_from_any_language_decodes():
+    raw = b'{"run_id":"run-1","rollout_id":"s0-r1","step":0,"prompt":"2+2?","response":"4"}'
+    rollout = wire.decode(raw, Rollout)
+    assert rollout.reference is None and rollout.context.goal == ""
+
+
+@pytest.mark.parametrize(
+    "raw, where",
+    [
+        (b'{"run_id":"run 1","rollout_id":"a","step":0,"prompt":"p","response":"r"}', "run_id"),
+        (b'{"run_id":"r","rollout_id":"a","step":-1,"prompt":"p","response":"r"}', "step"),
+        (b'{"run_id":"r","rollout_id":"a","step":0,"prompt":"p"}', "response"),
+        (b'{"type":"score","run_id":"r","rollout_id":"a","step":0,"prompt":"p","response":"r"}', "type"),
+    ],
+)
+def test_invalid_rollouts_name_the_field(raw, where):
+    with pytest.raises(msgspec.ValidationError, match=where):
+        wire.decode(raw, Rollout)
+
+
+def test_unknown_fields_are_ignored_so_schemas_can_grow():
+    raw = b'{"run_id":"r","rollout_id":"a","step":0,"prompt":"p","response":"r","future_field":1}'
+    assert wire.decode(raw, Rollout).rollout_id == "a"
+
+
+def test_instance_key_defaults_to_a_hash_of_the_prompt():
+    a = Rollout(run_id="r", rollout_id="1", step=0, prompt="same", response="x")
+    b = Rollout(run_id="r", rollout_id="2", step=0, prompt="same", response="y")
+    c = Rollout(run_id="r", rollout_id="3", step=0, prompt="other", response="y", instance_key="mine")
+    assert instance_key(a) == instance_key(b) != instance_key(c) == "mine"
+
+
+def test_every_message_has_a_json_schema_and_round_trips():
+    for message in MESSAGES:
+        schema = msgspec.json.schema(message)
+        assert message.__name__ in schema["$defs"]
+    score = Score(run_id="r", rollout_id="a", step=1, status="ok", reward=0.5, rubric_version=2)
+    assert wire.decode(wire.encode(score), Score) == score
+
+
+def test_messages_have_no_top_level_data_field():
+    # FastStream would read a top-level string "data" as its own envelope.
+    for message in MESSAGES:
+        assert "data" not in message.__struct_fields__
