@@ -1,0 +1,193 @@
+"""Benchmark: scoring through rubricd vs calling the judge directly.
+
+    make bench            # R=2000 C=256 L=0.5 s, then L=0, then a long run for memory
+    .venv/bin/python tests/bench/scoring.py --rollouts 2000 --concurrency 256 --latency-ms 500
+
+Starts its own Redis and LLM simulator (stack dir .stack/bench, own ports) and
+one scorer process. For each judge latency L, in the same run:
+  - direct: a trainer makes R judge calls itself with the openai client, C at once;
+  - rubricd: a trainer scores the same R rollouts through the scorer, C in flight.
+It prints throughput, p50/p99 trainer-visible latency, the ratio of wall times
+(rubricd / direct), the scorer's peak RSS, and Redis memory and stream lengths
+over a long run (streams are trimmed, so they must plateau).
+"""
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import openai
+import psutil
+import redis as redis_sync
+
+from rubricd import RubricdClient
+from rubricd.keys import Keys
+from rubricd.messages import Rollout, RubricSet
+from scorer import judge
+from scorer.app import load_seed
+from scorer.settings import ScorerSettings
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = REPO / "deploy/local/stack.sh"
+ENV = {
+    "RUBRICD_STACK_DIR": str(REPO / ".stack/bench"),
+    "RUBRICD_REDIS_PORT": "6397",
+    "RUBRICD_SIMULATOR_PORT": "8097",
+}
+REDIS_URL = f"redis://127.0.0.1:{ENV['RUBRICD_REDIS_PORT']}/0"
+LLM_URL = f"http://127.0.0.1:{ENV['RUBRICD_SIMULATOR_PORT']}/v1"
+NAMESPACE = "bench"
+
+
+def rollouts(run_id: str, n: int) -> list[Rollout]:
+    return [
+        Rollout(run_id=run_id, rollout_id=f"r{i}", step=0, prompt=f"What is {i} + {i}?",
+                response=f"Adding {i} and {i} gives {2 * i}." + (" Let me explain at length." * (i % 3)),
+                reference=str(2 * i))  # fmt: skip
+        for i in range(n)
+    ]
+
+
+async def set_latency(ms: float) -> None:
+    import httpx
+
+    async with httpx.AsyncClient() as http:
+        (await http.post(LLM_URL.removesuffix("/v1") + "/admin/config", json={"latency_ms": ms})).raise_for_status()
+
+
+async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[float]]:
+    """Run `call(item)` over items with `concurrency` workers; return wall time and latencies."""
+    queue: asyncio.Queue = asyncio.Queue()
+    for item in items:
+        queue.put_nowait(item)
+    latencies: list[float] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            item = queue.get_nowait()
+            started = time.perf_counter()
+            await call(item)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started, latencies
+
+
+async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
+    """The same judge calls, made by the trainer itself with the openai client."""
+    seed = RubricSet(run_id="direct", version=1, rubrics=load_seed(ScorerSettings()))
+    system = judge.system_message(judge.default_template(), seed)
+    schema = msgspec.json.schema(judge.JudgeVerdict)
+    fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}
+    client = openai.AsyncOpenAI(base_url=LLM_URL, api_key="bench", max_retries=0, timeout=60,
+                                http_client=openai.DefaultAsyncHttpxClient(limits=type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)))  # fmt: skip
+
+    async def call(rollout: Rollout) -> None:
+        resp = await client.chat.completions.create(model="rubricd-simulator", messages=judge.messages(system, rollout), response_format=fmt)
+        msgspec.json.decode(resp.choices[0].message.content, type=judge.JudgeVerdict)
+
+    try:
+        return await run_pool(batch, concurrency, call)
+    finally:
+        await client.close()
+
+
+async def through_rubricd(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
+    async with RubricdClient(REDIS_URL, namespace=NAMESPACE) as client:
+        return await run_pool(batch, concurrency, lambda r: client.score_one(r, timeout=300))
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+class PeakRSS:
+    """Samples a process's resident memory every 50 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.peak = 0
+        self._task: asyncio.Task | None = None
+
+    async def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            await asyncio.sleep(0.05)
+
+    def __enter__(self) -> "PeakRSS":
+        self._task = asyncio.get_running_loop().create_task(self._sample())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+async def compare(label: str, batch_of, n: int, concurrency: int, latency_ms: float, scorer: psutil.Process) -> None:
+    await set_latency(latency_ms)
+    d_wall, d_lat = await direct(batch_of(f"d-{label}", n), concurrency)
+    with PeakRSS(scorer.pid) as rss:
+        r_wall, r_lat = await through_rubricd(batch_of(f"run-{label}", n), concurrency)
+    print(f"\n== R={n} C={concurrency} L={latency_ms / 1000:g} s")
+    print(f"{'':10} {'wall s':>8} {'rollouts/s':>11} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, wall, lat in (("direct", d_wall, d_lat), ("rubricd", r_wall, r_lat)):
+        print(f"{name:10} {wall:8.2f} {n / wall:11.1f} {pct(lat, 50) * 1000:8.1f} {pct(lat, 99) * 1000:8.1f}")
+    print(f"ratio rubricd/direct (wall time): {r_wall / d_wall:.3f}")
+    print(f"per-rollout overhead p50: {(pct(r_lat, 50) - pct(d_lat, 50)) * 1000:.1f} ms")
+    print(f"scorer peak RSS: {rss.peak / 2**20:.0f} MB")
+
+
+async def long_run(rounds: int, n: int, concurrency: int) -> None:
+    """Score rounds x n rollouts; Redis memory and stream lengths must level off."""
+    await set_latency(0)
+    r = redis_sync.Redis.from_url(REDIS_URL)
+    keys = Keys(NAMESPACE)
+    print(f"\n== long run: {rounds} rounds x {n} rollouts, stream cap 5000 (score keys expire after score_ttl_s)")
+    print(f"{'round':>5} {'used MB':>8} {'rollouts':>9} {'scored':>7} {'events':>7} {'score keys':>10}")
+    for i in range(rounds):
+        await through_rubricd(rollouts(f"long-{i}", n), concurrency)
+        await asyncio.sleep(1.5)  # one trim interval
+        info = r.info("memory")
+        score_keys = sum(1 for _ in r.scan_iter(match=f"{NAMESPACE}:score:*", count=10_000))
+        print(f"{i + 1:5} {info['used_memory'] / 2**20:8.1f} {r.xlen(keys.rollouts):9} {r.xlen(keys.scored):7} "
+              f"{r.xlen(keys.events):7} {score_keys:10}")  # fmt: skip
+
+
+async def main(args: argparse.Namespace) -> None:
+    env = {**os.environ, **ENV}
+    subprocess.run([str(STACK), "up", "redis", "simulator"], env=env, check=True)
+    scorer_env = {
+        **env, "RUBRICD_REDIS_URL": REDIS_URL, "RUBRICD_LLM__BASE_URL": LLM_URL, "RUBRICD_NAMESPACE": NAMESPACE,
+        "RUBRICD_MAX_IN_FLIGHT": str(args.concurrency), "RUBRICD_STREAM_MAXLEN": "5000", "RUBRICD_TRIM_INTERVAL_S": "1",
+        "RUBRICD_LOG_LEVEL": "WARNING",
+    }  # fmt: skip
+    redis_sync.Redis.from_url(REDIS_URL).flushdb()
+    scorer = subprocess.Popen([sys.executable, "-m", "scorer"], env=scorer_env)
+    try:
+        await asyncio.sleep(3)
+        await through_rubricd(rollouts("warmup", 50), 50)
+        proc = psutil.Process(scorer.pid)
+        await compare("L", rollouts, args.rollouts, args.concurrency, args.latency_ms, proc)
+        await compare("zero", rollouts, args.rollouts, args.concurrency, 0, proc)
+        await compare("zero-serial", rollouts, min(args.rollouts, 300), 1, 0, proc)
+        await long_run(args.rounds, args.rollouts, args.concurrency)
+    finally:
+        scorer.terminate()
+        scorer.wait(timeout=30)
+        subprocess.run([str(STACK), "down"], env=env, check=False)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rollouts", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--latency-ms", type=float, default=500)
+    parser.add_argument("--rounds", type=int, default=4)
+    asyncio.run(main(parser.parse_args()))

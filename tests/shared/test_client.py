@@ -1,0 +1,118 @@
+"""The trainer client against the real Redis (no scorer needed for these)."""
+
+import asyncio
+import threading
+
+import msgspec
+import pytest
+
+from rubricd import RubricdClient, ScoreTimeout, SyncRubricdClient, wire
+from rubricd.keys import Keys
+from rubricd.messages import JudgeStatus, Rollout, Score, StepClosed
+from rubricd.store import RubricStore
+
+pytestmark = pytest.mark.integration
+
+
+def rollout(i: int) -> Rollout:
+    return Rollout(run_id="run", rollout_id=f"r{i}", step=0, prompt="p", response="r")
+
+
+async def fake_scorer(redis, keys: Keys, count: int, skip: set[str] = frozenset()) -> None:
+    """Answer `count` rollouts the way the scorer's commit does (a plain XADD to reply_to)."""
+    last = "0-0"
+    answered = 0
+    while answered < count:
+        for _, entries in await redis.xread({keys.rollouts: last}, block=1000) or []:
+            for entry_id, fields in entries:
+                last = entry_id
+                answered += 1
+                r = wire.decode(wire.payload(fields), Rollout)
+                if r.rollout_id in skip:
+                    continue
+                score = Score(run_id=r.run_id, rollout_id=r.rollout_id, step=r.step, status=JudgeStatus.OK, reward=0.5, rubric_version=1)
+                await redis.xadd(r.reply_to, wire.entry(score))
+
+
+async def test_scores_come_back_in_order_and_the_reply_stream_is_cleaned_up(stack, redis):
+    keys = Keys("tclient")
+    client = RubricdClient(stack.redis_url, namespace=keys.namespace)
+    answering = asyncio.create_task(fake_scorer(redis, keys, 5))
+    scores = await client.score([rollout(i) for i in range(5)], timeout=10)
+    await answering
+    assert [s.rollout_id for s in scores] == [f"r{i}" for i in range(5)]
+    assert await redis.xlen(client.reply_stream) == 0  # read replies are dropped
+    published = await redis.xrange(keys.rollouts)
+    assert all(wire.decode(f[b"__data__"], Rollout).reply_to == client.reply_stream for _, f in published)
+    await redis.xadd(client.reply_stream, {"x": "1"})
+    await client.close()
+    assert not await redis.exists(client.reply_stream)
+
+
+async def test_a_timeout_names_the_missing_rollouts(stack, redis):
+    keys = Keys("tclient")
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        answering = asyncio.create_task(fake_scorer(redis, keys, 3, skip={"r1"}))
+        with pytest.raises(ScoreTimeout) as raised:
+            await client.score([rollout(i) for i in range(3)], timeout=1.5)
+        await answering
+    assert raised.value.missing == ["r1"]
+    assert "r1" in str(raised.value)
+
+
+async def test_close_step_publishes_a_step_closed(stack, redis):
+    keys = Keys("tclient")
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        await client.close_step("run", 3, rollouts=64)
+    ((_, fields),) = await redis.xrange(keys.steps)
+    closed = wire.decode(fields[b"__data__"], StepClosed)
+    assert (closed.run_id, closed.step, closed.rollouts) == ("run", 3, 64)
+
+
+async def test_wait_for_rubrics_returns_once_the_step_is_in_place(stack, redis):
+    keys = Keys("tclient")
+    store = RubricStore(redis, keys)
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        waiting = asyncio.create_task(client.wait_for_rubrics("run", 2, timeout=10))
+        await asyncio.sleep(0.3)
+        await store.advance_step("run", 1)
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await store.advance_step("run", 2)
+        await asyncio.wait_for(waiting, 5)
+        with pytest.raises(TimeoutError, match="step 3"):
+            await client.wait_for_rubrics("run", 3, timeout=0.5)
+    assert await store.advance_step("run", 1) == 2  # never goes back
+
+
+def test_the_sync_client_serves_many_threads_at_once(stack):
+    import redis as redis_sync
+
+    keys = Keys("tsync")
+    plain = redis_sync.Redis.from_url(stack.redis_url)
+    plain.delete(keys.rollouts)
+    stop = threading.Event()
+
+    def answer() -> None:  # a synchronous stand-in scorer
+        last = "0-0"
+        while not stop.is_set():
+            for _, entries in plain.xread({keys.rollouts: last}, block=200) or []:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    r = wire.decode(fields[b"__data__"], Rollout)
+                    score = Score(run_id=r.run_id, rollout_id=r.rollout_id, step=0, status="ok", reward=1.0, rubric_version=1)
+                    plain.xadd(r.reply_to, {"__data__": msgspec.json.encode(score)})
+
+    threading.Thread(target=answer, daemon=True).start()
+    results: dict[int, float] = {}
+    with SyncRubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        def one(i: int) -> None:
+            results[i] = client.score_one(rollout(i), timeout=10).reward
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    stop.set()
+    assert results == {i: 1.0 for i in range(16)}
