@@ -1,0 +1,3 @@
+from common.skeleton import idle
+
+idle("analyzer", arrives_with="the memory loop")
