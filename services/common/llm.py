@@ -1,0 +1,398 @@
+"""The one way services talk to an LLM: typed structured output with bounded retries.
+
+Every agent (judge, analyzer, summarizer, ...) has its own `LLMSettings`, so one
+service can point agents at different endpoints and models. The gateway turns a
+msgspec Struct into a JSON Schema, asks the endpoint for it in the agent's
+`output_mode`, validates the answer with msgspec, and retries what a retry can
+fix (timeouts, connection errors, 429, 5xx, invalid or truncated output). It
+counts retries itself (the openai client's own retries are off) so usage and
+failures are visible per agent.
+"""
+
+import asyncio
+import itertools
+import json
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
+
+import json_repair
+import msgspec
+import openai
+
+from .settings import LLMSettings, ServiceSettings
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# httpx.Limits under openai 1.x, httpx2.Limits under 3.x: take it from the SDK.
+_Limits = type(openai.DEFAULT_CONNECTION_LIMITS)
+_MAX_BACKOFF_S = 30.0
+_SHARD = 64  # connections per HTTP client (see LLMGateway._client)
+_USERINFO = re.compile(r"//[^/@\s]+@")
+_KEYLIKE = re.compile(r"\b(sk|key|api[-_]?key)[-_][A-Za-z0-9_*.\-]{4,}", re.I)
+# Keywords OpenAI strict mode rejects; msgspec still checks them on decode.
+_STRICT_DROP = {"default", "discriminator", "minLength", "maxLength", "minProperties",
+                "maxProperties", "uniqueItems", "examples"}  # fmt: skip
+
+
+class LLMError(Exception):
+    """An agent's call failed after its retries. The text is short and safe to log."""
+
+    def __init__(self, agent: str, attempts: int, reason: str) -> None:
+        self.agent, self.attempts, self.reason = agent, attempts, reason
+        super().__init__(f"LLM agent {agent!r} failed after {attempts} attempt(s): {reason}")
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    """What one agent has used since the gateway started."""
+
+    calls: int = 0
+    failures: int = 0  # calls that raised LLMError
+    retries: int = 0  # attempts beyond each call's first
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the provider served from its prefix cache
+    elapsed_s: float = 0.0  # wall time of successful calls, retries included
+
+
+@dataclass(frozen=True, slots=True)
+class Completion(Generic[T]):
+    """A decoded answer, with what it cost (tokens summed over its attempts)."""
+
+    value: T
+    attempts: int
+    elapsed_s: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+# Just the fields of a reply the gateway reads; msgspec skips the rest.
+class _TokenDetails(msgspec.Struct):
+    cached_tokens: int | None = 0
+
+
+class _TokenUsage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_details: _TokenDetails | None = None
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _Message
+    finish_reason: str | None = None
+
+
+class _ChatReply(msgspec.Struct):
+    choices: list[_Choice]
+    usage: _TokenUsage | None = None
+
+
+class _Embedding(msgspec.Struct):
+    index: int
+    embedding: list[float]
+
+
+class _EmbeddingReply(msgspec.Struct):
+    data: list[_Embedding]
+    usage: _TokenUsage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    name: str
+    plain: dict[str, Any]  # as msgspec writes it, root inlined
+    strict: dict[str, Any] | None  # fit for OpenAI strict mode, or None if impossible
+    instruction: str  # the sentence json_object / text modes add to the system message
+
+
+class LLMGateway:
+    """Typed LLM calls for a set of named agents; one HTTP client per endpoint and key."""
+
+    def __init__(self, agents: Mapping[str, LLMSettings]) -> None:
+        self._settings = dict(agents)
+        self._usage = {name: Usage() for name in self._settings}
+        self._slots = {name: asyncio.Semaphore(s.concurrency) for name, s in self._settings.items()}
+        self._pool: dict[tuple[str, str], int] = {}
+        for s in self._settings.values():
+            self._pool[_endpoint(s)] = self._pool.get(_endpoint(s), 0) + s.concurrency
+        self._clients: dict[tuple[str, str], list[openai.AsyncOpenAI]] = {}
+        self._turn = itertools.count()
+
+    @classmethod
+    def from_settings(cls, settings: ServiceSettings, agents: Iterable[str]) -> "LLMGateway":
+        return cls({name: settings.agent(name) for name in agents})
+
+    async def start(self) -> None:
+        """Create the clients now rather than on first use (nothing connects yet)."""
+        for s in self._settings.values():
+            self._client(s)
+
+    async def aclose(self) -> None:
+        clients, self._clients = [c for group in self._clients.values() for c in group], {}
+        for client in clients:
+            await client.close()
+
+    async def __aenter__(self) -> "LLMGateway":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def usage(self, agent: str) -> Usage:
+        return msgspec.structs.replace(self._usage[agent])
+
+    def usage_all(self) -> dict[str, Usage]:
+        return {name: self.usage(name) for name in self._usage}
+
+    async def structured(self, agent: str, messages: list[dict], type_: type[T]) -> Completion[T]:
+        """Ask `agent` for one `type_` instance; raise LLMError when every attempt failed."""
+        s, schema, tokens = self._agent(agent), _schema_of(type_), [0, 0, 0]
+        body: dict[str, Any] = {"model": s.model, "temperature": s.temperature}
+        if s.max_tokens:
+            body["max_tokens"] = s.max_tokens
+        if s.output_mode == "json_schema":
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": schema.name, "schema": schema.strict or schema.plain,
+                "strict": schema.strict is not None}}  # fmt: skip
+        else:
+            messages = _with_instruction(messages, schema.instruction)
+            if s.output_mode == "json_object":
+                body["response_format"] = {"type": "json_object"}
+        body["messages"] = messages
+
+        async def once(client: openai.AsyncOpenAI) -> T:
+            reply = await self._post(client, "/chat/completions", body, s, _ChatReply, tokens, agent)
+            if not reply.choices:
+                raise _Retryable("reply without choices")
+            if reply.choices[0].finish_reason == "length":
+                raise _Retryable("truncated output (finish_reason=length)")
+            content = reply.choices[0].message.content or ""
+            return _decode(content, type_, tolerant=s.output_mode != "json_schema")
+
+        value, attempts, elapsed = await self._run(agent, once)
+        return Completion(value, attempts, elapsed, *tokens)
+
+    async def embed(self, agent: str, texts: list[str]) -> Completion[list[list[float]]]:
+        """Embed `texts` with `agent`'s model (memory objects: Weaviate runs without a vectorizer)."""
+        s, tokens = self._agent(agent), [0, 0, 0]
+        body = {"model": s.model, "input": texts, "encoding_format": "float"}
+
+        async def once(client: openai.AsyncOpenAI) -> list[list[float]]:
+            reply = await self._post(client, "/embeddings", body, s, _EmbeddingReply, tokens, agent)
+            if len(reply.data) != len(texts):
+                raise _Retryable(f"{len(reply.data)} embeddings for {len(texts)} texts")
+            return [d.embedding for d in sorted(reply.data, key=lambda d: d.index)]
+
+        value, attempts, elapsed = await self._run(agent, once)
+        return Completion(value, attempts, elapsed, *tokens)
+
+    async def _post(self, client: openai.AsyncOpenAI, path: str, body: dict[str, Any], s: LLMSettings,
+                    reply_type: type[R], tokens: list[int], agent: str) -> R:  # fmt: skip
+        """POST through the client (auth, timeout, error mapping) and decode the reply with msgspec.
+
+        The typed `create()` methods walk every request through the SDK's transform
+        (milliseconds of CPU for a judge call with a schema); the hot path skips it.
+        """
+        raw = await client.post(path, cast_to=bytes, body=body, options={"timeout": s.timeout_s})
+        try:
+            reply = msgspec.json.decode(raw, type=reply_type)
+        except msgspec.DecodeError as e:
+            raise _Retryable(f"unreadable reply: {_clip(e, 80)}") from None
+        self._count(agent, getattr(reply, "usage", None), tokens)
+        return reply
+
+    async def _run(self, agent: str, once: Callable[[openai.AsyncOpenAI], Awaitable[R]]) -> tuple[R, int, float]:
+        """Attempt `once` up to 1 + max_retries times; each attempt holds one concurrency slot."""
+        s, usage = self._settings[agent], self._usage[agent]
+        usage.calls += 1
+        start, reason, wait_s = time.perf_counter(), "", 0.0
+        for attempt in range(1, s.max_retries + 2):
+            if attempt > 1:
+                usage.retries += 1
+                await asyncio.sleep(max(wait_s, _backoff(s.backoff_s, attempt - 1)))
+            wait_s = 0.0
+            try:
+                async with self._slots[agent]:
+                    value = await once(self._client(s))
+                elapsed = time.perf_counter() - start
+                usage.elapsed_s += elapsed
+                return value, attempt, elapsed
+            except _Retryable as e:
+                reason = e.reason
+            except openai.APITimeoutError:
+                reason = f"timed out after {s.timeout_s:g}s"
+            except openai.APIConnectionError:
+                reason = f"cannot connect to {s.base_url}"
+            except openai.APIStatusError as e:
+                reason = f"HTTP {e.status_code}: {_clip(e.message)}"
+                if e.status_code not in (408, 429) and e.status_code < 500:
+                    break  # the request itself is wrong: retrying cannot help
+                wait_s = _retry_after(e.response.headers)
+        usage.failures += 1
+        raise LLMError(agent, attempt, _redact(reason, s.api_key.get_secret_value()))
+
+    def _agent(self, agent: str) -> LLMSettings:
+        try:
+            return self._settings[agent]
+        except KeyError:
+            raise KeyError(f"no LLM settings for agent {agent!r}") from None
+
+    def _client(self, s: LLMSettings) -> openai.AsyncOpenAI:
+        """One of the endpoint's clients, in turn.
+
+        httpcore scans its whole pool on every request, so one pool of hundreds of
+        connections costs CPU per call that grows with concurrency; several clients
+        of about _SHARD connections each keep that cost flat. Each may open twice its
+        share, so round-robin imbalance never queues a request inside a pool.
+        """
+        key = _endpoint(s)
+        if key not in self._clients:
+            shards = -(-self._pool[key] // _SHARD)
+            size = -(-self._pool[key] // shards)
+            self._clients[key] = [
+                openai.AsyncOpenAI(base_url=s.base_url, api_key=key[1], max_retries=0, timeout=s.timeout_s,
+                                   http_client=openai.DefaultAsyncHttpxClient(
+                                       limits=_Limits(max_connections=2 * size, max_keepalive_connections=size)))
+                for _ in range(shards)
+            ]  # fmt: skip
+        group = self._clients[key]
+        return group[next(self._turn) % len(group)]
+
+    def _count(self, agent: str, usage: "_TokenUsage | None", tokens: list[int]) -> None:
+        if usage is None:
+            return
+        cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
+        got = (usage.prompt_tokens, usage.completion_tokens, cached or 0)
+        u = self._usage[agent]
+        u.prompt_tokens, u.completion_tokens, u.cached_tokens = (
+            u.prompt_tokens + got[0], u.completion_tokens + got[1], u.cached_tokens + got[2])  # fmt: skip
+        tokens[:] = [a + b for a, b in zip(tokens, got)]
+
+
+def _endpoint(s: LLMSettings) -> tuple[str, str]:
+    return s.base_url, s.api_key.get_secret_value()
+
+
+def _backoff(base_s: float, retry: int) -> float:
+    return min(_MAX_BACKOFF_S, base_s * 2 ** (retry - 1)) * random.uniform(0.5, 1.5)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float:
+    """Honour a provider's Retry-After (ms or s), capped so one reply cannot stall a call."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return min(_MAX_BACKOFF_S, float(headers.get(name, "")) * scale)
+        except ValueError:
+            continue
+    return 0.0
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _redact(text: str, api_key: str) -> str:
+    """No key in an error, even one a provider echoes back (or in a URL's userinfo)."""
+    if len(api_key) >= 4:
+        text = text.replace(api_key, "***")
+    return _USERINFO.sub("//***@", _KEYLIKE.sub("***", text))
+
+
+def _decode(content: str, type_: type[T], *, tolerant: bool) -> T:
+    """Validate `content` as `type_`; tolerant mode digs JSON out of fences, prose and near-JSON."""
+    try:
+        return msgspec.json.decode(content, type=type_)
+    except msgspec.ValidationError as e:
+        raise _Retryable(f"invalid output: {_clip(e, 120)}") from None
+    except msgspec.DecodeError:
+        if not tolerant:
+            raise _Retryable("malformed output: not JSON") from None
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", content, re.S)
+    text = fenced.group(1) if fenced else content
+    start, end = text.find("{"), text.rfind("}")
+    text = text[start : end + 1] if 0 <= start < end else text
+    try:
+        return msgspec.convert(json_repair.loads(text), type_)
+    except (msgspec.ValidationError, ValueError, TypeError) as e:
+        raise _Retryable(f"malformed output: {_clip(e, 120)}") from None
+
+
+def _with_instruction(messages: list[dict], instruction: str) -> list[dict]:
+    """Append the schema to the (first) system message, keeping the cacheable prefix stable."""
+    out = [dict(m) for m in messages]
+    for m in out:
+        if m.get("role") == "system":
+            m["content"] = f"{m.get('content') or ''}\n\n{instruction}"
+            return out
+    return [{"role": "system", "content": instruction}, *out]
+
+
+@lru_cache(maxsize=256)
+def _schema_of(type_: type) -> _Schema:
+    name = type_.__name__
+    raw = msgspec.json.schema(type_)
+    defs = dict(raw.get("$defs", {}))
+    plain = dict(defs.pop(name)) if raw.get("$ref") == f"#/$defs/{name}" else dict(raw)
+    plain.pop("$ref", None)
+    if f'"#/$defs/{name}"' in json.dumps(defs) or f'"#/$defs/{name}"' in json.dumps(plain):
+        defs[name] = dict(plain)  # recursive: keep the root reachable by its ref
+    if defs:
+        plain["$defs"] = defs
+    strict = _strict(plain) if plain.get("type") == "object" else None
+    instruction = (f"Respond with one JSON object matching the JSON Schema named {name}, "
+                   f"and nothing else:\n{json.dumps(plain, separators=(',', ':'))}")  # fmt: skip
+    return _Schema(name, plain, strict, instruction)
+
+
+class _NotStrict(Exception):
+    pass
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy of `schema` fit for OpenAI strict mode, or None where strict cannot express it.
+
+    Strict mode wants every object closed (`additionalProperties: false`) with all
+    properties required; optional fields stay nullable through their own anyOf.
+    A free-form mapping (dict field) cannot be closed, so such schemas go non-strict.
+    """
+    try:
+        return _close(schema)
+    except _NotStrict:
+        return None
+
+
+def _close(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_close(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("properties", "$defs"):
+            out[key] = {k: _close(v) for k, v in value.items()}
+        elif key == "additionalProperties" and value is not False:
+            raise _NotStrict(key)
+        elif key not in _STRICT_DROP:
+            out[key] = _close(value)
+    if node.get("type") == "object":
+        out["properties"] = out.get("properties", {})
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out

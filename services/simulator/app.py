@@ -1,0 +1,264 @@
+"""The simulator's HTTP app (test/demo tool, not a model): an OpenAI-compatible surface.
+
+Routes: POST /v1/chat/completions, POST /v1/embeddings, GET /v1/models,
+GET /health, GET|POST /admin/config, GET /admin/stats, POST /admin/reset.
+Everything per request is cheap (an async sleep for latency, one JSON decode,
+a few regexes), so one process keeps hundreds of slow requests in flight.
+"""
+
+import asyncio
+import hashlib
+import itertools
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import msgspec
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from . import BANNER, answers, embeddings
+from .faults import FaultPlan, SimConfig, directive
+
+MODEL = "rubricd-simulator"
+MALFORMED = "Simulated malformed output: this is prose, not JSON. Sorry about that."
+INVALID = '{"unexpected": "simulated output that does not match the schema"}'
+_MAX_PREFIXES = 4096
+log = logging.getLogger("simulator")
+
+
+class Simulator:
+    """One simulator's state: its config, fault plan, prefix cache and counters."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.initial = config
+        self.config = config
+        self.faults = FaultPlan()
+        self.prefixes: OrderedDict[bytes, float] = OrderedDict()
+        self.outcomes: Counter[str] = Counter()
+        self.schemas: Counter[str] = Counter()
+        self.embeddings = self.in_flight = self.max_in_flight = 0
+        self.ids = itertools.count(1)
+
+    def reset(self) -> None:
+        """Back to the startup config, with no history (for tests and benchmarks)."""
+        self.config = self.initial
+        self.faults.reset()
+        self.prefixes.clear()
+        self.outcomes.clear()
+        self.schemas.clear()
+        self.embeddings, self.max_in_flight = 0, self.in_flight
+
+    def cached_tokens(self, system: str) -> int:
+        """Simulated prefix caching: a system message seen within the TTL is cached."""
+        if not system:
+            return 0
+        key, now = hashlib.blake2b(system.encode(), digest_size=16).digest(), time.monotonic()
+        seen = self.prefixes.pop(key, None)
+        self.prefixes[key] = now
+        if len(self.prefixes) > _MAX_PREFIXES:
+            self.prefixes.popitem(last=False)
+        return tokens(system) if seen is not None and now - seen <= self.config.cache_ttl_s else 0
+
+    def stats(self) -> dict[str, Any]:
+        return {"requests": sum(self.outcomes.values()), "outcomes": dict(self.outcomes),
+                "schemas": dict(self.schemas), "embeddings": self.embeddings,
+                "in_flight": self.in_flight, "max_in_flight": self.max_in_flight}  # fmt: skip
+
+
+def tokens(text: str) -> int:
+    """A rough token count (4 characters a token), enough for usage accounting."""
+    return len(text) // 4 + 1
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(obj), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, request: Request | None = None) -> Response:
+    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+            429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")  # fmt: skip
+    if status == 401 and request is not None:
+        # Echo the key the way providers do (here in full), so tests prove callers redact it.
+        message = f"Incorrect API key provided: {request.headers.get('authorization', '').removeprefix('Bearer ')}"
+    return _json({"error": {"message": message, "type": kind, "param": None, "code": str(status)}}, status)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    body = msgspec.json.decode(await request.body())
+    if not isinstance(body, dict):
+        raise ValueError("the request body must be a JSON object")
+    return body
+
+
+async def _client_left(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _wait(request: Request, seconds: float) -> bool:
+    """Sleep `seconds` unless the client goes away first; True if it stayed."""
+    try:
+        await asyncio.wait_for(_client_left(request), seconds)
+        return False
+    except TimeoutError:
+        return True
+
+
+async def chat_completions(request: Request) -> Response:
+    sim: Simulator = request.app.state.sim
+    try:
+        body = await _body(request)
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        d = directive(request.headers, [answers.text_of(m) for m in messages])
+    except (ValueError, msgspec.DecodeError) as e:
+        return _error(400, str(e))
+    fault = sim.faults.decide(sim.config, d, hashlib.blake2b(msgspec.json.encode(messages)).digest())
+    sim.in_flight += 1
+    sim.max_in_flight = max(sim.max_in_flight, sim.in_flight)
+    try:
+        delay = d.latency_ms / 1000 if d.latency_ms is not None else sim.config.latency_s()
+        # A `timeout` holds the request until the client gives up, as a hung endpoint does.
+        stayed = await _wait(request, delay) if delay else True
+        if stayed and fault == "timeout":
+            stayed = await _wait(request, sim.config.timeout_hold_s)
+        if not stayed and fault != "timeout":
+            sim.outcomes["client_left"] += 1
+            return Response(status_code=499)  # nobody to answer
+        sim.outcomes[fault or "ok"] += 1
+        if fault == "timeout" or (fault and fault.isdigit()):
+            return _error(504 if fault == "timeout" else int(fault), f"simulated failure: {fault}", request)
+        return _json(_completion(sim, body, messages, fault))
+    finally:
+        sim.in_flight -= 1
+
+
+def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, Any]], fault: str | None) -> dict:
+    content, schema = answers.answer(body)
+    sim.schemas[schema] += 1
+    finish = "stop"
+    if fault == "malformed":
+        content = MALFORMED
+    elif fault == "invalid":
+        content = INVALID
+    elif fault == "truncated":
+        content, finish = content[: len(content) // 2], "length"
+    system = answers.text_of(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    prompt = sum(tokens(answers.text_of(m)) + 4 for m in messages)
+    completion = tokens(content)
+    return {
+        "id": f"chatcmpl-sim-{next(sim.ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model") or MODEL,
+        "system_fingerprint": MODEL,
+        "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
+                     "message": {"role": "assistant", "content": content, "refusal": None}}],  # fmt: skip
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                  "prompt_tokens_details": {"cached_tokens": sim.cached_tokens(system)}},  # fmt: skip
+    }
+
+
+async def create_embeddings(request: Request) -> Response:
+    sim: Simulator = request.app.state.sim
+    try:
+        body = await _body(request)
+    except (ValueError, msgspec.DecodeError) as e:
+        return _error(400, str(e))
+    texts = body.get("input", "")
+    texts = [texts] if isinstance(texts, str) else [t if isinstance(t, str) else str(t) for t in texts]
+    dims = min(max(int(body.get("dimensions") or embeddings.DIMS), 1), 4096)
+    as_b64 = body.get("encoding_format") == "base64"
+    data = []
+    for i, text in enumerate(texts):
+        vec = embeddings.embed(text, dims)
+        data.append({"object": "embedding", "index": i, "embedding": embeddings.as_base64(vec) if as_b64 else vec})
+    sim.embeddings += len(texts)
+    used = sum(tokens(t) for t in texts)
+    return _json({"object": "list", "data": data, "model": body.get("model") or MODEL,
+                  "usage": {"prompt_tokens": used, "total_tokens": used}})  # fmt: skip
+
+
+async def models(request: Request) -> Response:
+    return _json({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "rubricd"}]})
+
+
+async def health(request: Request) -> Response:
+    return _json({"status": "ok", "tool": BANNER})
+
+
+async def admin_config(request: Request) -> Response:
+    """GET the config, or POST a partial one (e.g. {"latency_ms": 500}) to change it live."""
+    sim: Simulator = request.app.state.sim
+    if request.method == "POST":
+        try:
+            patch = await _body(request)
+            sim.config = msgspec.convert({**msgspec.to_builtins(sim.config), **patch}, SimConfig)
+        except (ValueError, msgspec.DecodeError) as e:
+            return _error(400, str(e))
+        log.info("config changed: %s", msgspec.json.encode(sim.config).decode())
+    return _json(sim.config)
+
+
+async def admin_stats(request: Request) -> Response:
+    return _json(request.app.state.sim.stats())
+
+
+async def admin_reset(request: Request) -> Response:
+    request.app.state.sim.reset()
+    return _json(request.app.state.sim.stats())
+
+
+def create_app(config: SimConfig | None = None) -> Starlette:
+    sim = Simulator(config or SimConfig.from_env())
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        log.warning("%s; config %s", BANNER, msgspec.json.encode(sim.config).decode())
+        yield
+
+    app = Starlette(lifespan=lifespan, routes=[
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/embeddings", create_embeddings, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/admin/config", admin_config, methods=["GET", "POST"]),
+        Route("/admin/stats", admin_stats, methods=["GET"]),
+        Route("/admin/reset", admin_reset, methods=["POST"]),
+    ])  # fmt: skip
+    app.state.sim = sim
+    return app
+
+
+def server_config(app: Starlette, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
+    """uvicorn tuned for many slow concurrent requests (uvloop/httptools when installed)."""
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, loop="auto",
+                          http="auto", limit_concurrency=100_000, backlog=2048, timeout_keep_alive=60,
+                          timeout_graceful_shutdown=2)  # fmt: skip
+
+
+@contextmanager
+def serve_in_background(config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> Iterator[tuple[str, Simulator]]:
+    """Run a simulator in a thread (port 0: a free one); yields (base_url ending in /v1, state)."""
+    app = create_app(config or SimConfig())
+    server = uvicorn.Server(server_config(app, host, port))
+    thread = threading.Thread(target=server.run, name="rubricd-simulator", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the simulator did not start")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}/v1", app.state.sim
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,120 @@
+"""Latency and failure injection for the simulator (test/demo tool).
+
+Three ways to make a request fail, strongest first:
+- a `[sim:fail=KIND,times=N,latency_ms=MS]` marker anywhere in the chat messages,
+  or the same as headers (`X-Sim-Fail`, `X-Sim-Fail-Times`, `X-Sim-Latency-Ms`);
+  with `times=N` only the first N attempts of that exact conversation fail, so a
+  test can prove that retries work;
+- a random failure with probability `fail_rate`, of a kind drawn from `failures`.
+
+KIND is `timeout` (hold the request until the client gives up), `malformed`
+(content that is not JSON), `invalid` (JSON that does not match the schema),
+`truncated` (content cut in half, finish_reason "length"), or an HTTP status
+from 400 to 599 (`429`, `500`, `503`, `401`, ...).
+"""
+
+import os
+import random
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+
+import msgspec
+
+CONTENT_KINDS = ("timeout", "malformed", "invalid", "truncated")
+MARKER = re.compile(r"\[sim:([^\]\n]{1,200})\]")
+_MAX_TRACKED = 100_000
+
+
+class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What the simulator does to every request; changeable at runtime via /admin/config."""
+
+    latency_ms: float = 0.0  # mean added latency of a chat completion
+    latency_jitter_ms: float = 0.0  # latency is uniform in mean ± jitter
+    fail_rate: float = 0.0  # probability that a request fails at random
+    failures: list[str] = msgspec.field(default_factory=lambda: ["429", "500", "malformed", "truncated"])
+    timeout_hold_s: float = 600.0  # how long a `timeout` holds a request whose client stays
+    cache_ttl_s: float = 300.0  # a system message seen this recently counts as cached
+
+    def __post_init__(self) -> None:
+        if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.timeout_hold_s < 0:
+            raise ValueError("latencies must be >= 0")
+        if not 0 <= self.fail_rate <= 1:
+            raise ValueError("fail_rate must be within [0, 1]")
+        for kind in self.failures:
+            check_kind(kind)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> "SimConfig":
+        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FAILURES (comma list)."""
+        fields = {"latency_ms": "RUBRICD_SIM_LATENCY_MS", "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
+                  "fail_rate": "RUBRICD_SIM_FAIL_RATE", "timeout_hold_s": "RUBRICD_SIM_TIMEOUT_HOLD_S",
+                  "cache_ttl_s": "RUBRICD_SIM_CACHE_TTL_S"}  # fmt: skip
+        values: dict[str, object] = {k: float(env[v]) for k, v in fields.items() if env.get(v)}
+        if env.get("RUBRICD_SIM_FAILURES"):
+            values["failures"] = kinds(env["RUBRICD_SIM_FAILURES"])
+        return cls(**values)  # type: ignore[arg-type]
+
+    def latency_s(self) -> float:
+        jitter = random.uniform(-self.latency_jitter_ms, self.latency_jitter_ms)
+        return max(0.0, self.latency_ms + jitter) / 1000
+
+
+class Directive(msgspec.Struct, kw_only=True):
+    """A request's own instructions to the simulator (marker or headers)."""
+
+    fail: str | None = None
+    times: int | None = None  # fail only the first `times` attempts of this conversation
+    latency_ms: float | None = None
+
+
+def check_kind(kind: str) -> str:
+    if kind in CONTENT_KINDS or (kind.isdigit() and 400 <= int(kind) <= 599):
+        return kind
+    raise ValueError(f"unknown failure kind {kind!r}: use {', '.join(CONTENT_KINDS)} or a 4xx/5xx status")
+
+
+def kinds(text: str) -> list[str]:
+    return [check_kind(k.strip()) for k in text.split(",") if k.strip()]
+
+
+def directive(headers: Mapping[str, str], texts: list[str]) -> Directive:
+    """Read `[sim:...]` markers (the last one wins per key), then headers over them."""
+    found: dict[str, str] = {}
+    for text in texts:
+        for match in MARKER.finditer(text):
+            for part in match.group(1).split(","):
+                key, _, value = part.partition("=")
+                found[key.strip().lower()] = value.strip()
+    for key in ("fail", "times", "latency_ms"):
+        header = headers.get("x-sim-" + ("fail-times" if key == "times" else key.replace("_", "-")))
+        if header:
+            found[key] = header.strip()
+    return Directive(
+        fail=check_kind(found["fail"]) if found.get("fail") else None,
+        times=int(found["times"]) if found.get("times") else None,
+        latency_ms=float(found["latency_ms"]) if found.get("latency_ms") else None,
+    )
+
+
+class FaultPlan:
+    """Decides each request's fault; remembers attempts per conversation for `times=N`."""
+
+    def __init__(self) -> None:
+        self._attempts: OrderedDict[bytes, int] = OrderedDict()
+
+    def reset(self) -> None:
+        self._attempts.clear()
+
+    def decide(self, config: SimConfig, d: Directive, conversation: bytes) -> str | None:
+        if d.fail is not None:
+            if d.times is None:
+                return d.fail
+            n = self._attempts.pop(conversation, 0) + 1
+            self._attempts[conversation] = n
+            if len(self._attempts) > _MAX_TRACKED:
+                self._attempts.popitem(last=False)
+            return d.fail if n <= d.times else None
+        if config.fail_rate and config.failures and random.random() < config.fail_rate:
+            return random.choice(config.failures)
+        return None
