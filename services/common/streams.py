@@ -54,6 +54,15 @@ async def dead_letter(
         await pipe.execute()
 
 
+async def ensure_group(redis: Redis, stream: str, group: str) -> None:
+    """Create `group` reading `stream` from its first entry, unless it exists."""
+    try:
+        await redis.xgroup_create(stream, group, id="0", mkstream=True)
+    except ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+
+
 async def trim_consumed(redis: Redis, stream: str) -> int:
     """Drop entries every consumer group has acked; return how many went."""
     try:

@@ -148,7 +148,10 @@ def create_app(settings: ScorerSettings) -> FastStream:
     async def lifespan() -> AsyncIterator[None]:
         redis = Redis.from_url(settings.redis_url, max_connections=settings.redis_max_connections)
         gateway = LLMGateway.from_settings(settings, ["judge"])
-        broker.context.set_global("scorer", Scorer(settings, redis, gateway))
+        # Created at 0, not $: rollouts published before any scorer ran are scored too.
+        await streams.ensure_group(redis, keys.rollouts, SCORERS)
+        scorer = Scorer(settings, redis, gateway)
+        broker.context.set_global("scorer", scorer)
         janitor = asyncio.create_task(trim_forever(redis, keys.rollouts, settings.trim_interval_s))
         try:
             yield
@@ -184,7 +187,13 @@ def create_app(settings: ScorerSettings) -> FastStream:
         update = wire.decode(msg.body, RubricsUpdated)
         scorer.rubrics.invalidate(update.run_id, update.instance_key)
 
-    return FastStream(broker, lifespan=lifespan)
+    async def announce() -> None:
+        """Say the subscribers are reading (tests and `tail` wait for this)."""
+        scorer: Scorer = broker.context.get("scorer")
+        started = streams.event(SERVICE, "service_started", consumer=consumer, max_in_flight=settings.max_in_flight)
+        await scorer.redis.xadd(keys.events, wire.entry(started), maxlen=settings.stream_maxlen, approximate=True)
+
+    return FastStream(broker, lifespan=lifespan, after_startup=[announce])
 
 
 async def trim_forever(redis: Redis, stream: str, interval_s: float) -> None:
@@ -200,4 +209,6 @@ async def trim_forever(redis: Redis, stream: str, interval_s: float) -> None:
 def main() -> None:
     settings = load(ScorerSettings)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for noisy in ("httpx", "httpx2", "openai"):  # one line per request at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     asyncio.run(create_app(settings).run())

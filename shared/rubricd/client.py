@@ -13,7 +13,7 @@ threads at once).
 """
 
 import asyncio
-import contextlib
+import logging
 import threading
 import time
 import uuid
@@ -29,6 +29,7 @@ from .messages import Rollout, Score, StepClosed
 from .store import RubricStore
 
 T = TypeVar("T")
+log = logging.getLogger("rubricd.client")
 _score_decoder = msgspec.json.Decoder(Score)
 
 
@@ -60,6 +61,7 @@ class RubricdClient:
         self.rubrics = RubricStore(self.redis, self.keys)
         self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._closing = False
 
     async def __aenter__(self) -> "RubricdClient":
         return self
@@ -111,10 +113,11 @@ class RubricdClient:
 
     async def close(self) -> None:
         """Stop reading, delete this client's reply stream, release the connection."""
+        self._closing = True
         if self._reader:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            # Not cancelled: redis-py can hang on a cancelled blocking XREAD. The
+            # reader sees the flag within one block (1 s) and returns.
+            await self._reader
             self._reader = None
         for future in self._waiting.values():
             future.cancel()
@@ -135,11 +138,14 @@ class RubricdClient:
 
     async def _read_replies(self) -> None:
         last: bytes | str = "0-0"
-        while True:
+        while not self._closing:
             response = await self.redis.xread({self.reply_stream: last}, count=1000, block=1000)
             for _, entries in response or []:
                 for entry_id, fields in entries:
-                    self._deliver(_score_decoder.decode(wire.payload(fields)))
+                    try:
+                        self._deliver(_score_decoder.decode(wire.payload(fields)))
+                    except msgspec.DecodeError as e:  # not a Score: nobody waits for it
+                        log.warning("ignored reply %s on %s: %s", entry_id, self.reply_stream, e)
                 last = entries[-1][0]
                 # Read replies are ours alone: drop them so the stream stays small.
                 await self.redis.xdel(self.reply_stream, *(e[0] for e in entries))

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
-from rubricd.keys import SCORERS, Keys
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Event
 
 
 class ScorerProcess:
@@ -22,18 +24,16 @@ class ScorerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "scorer"], env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
 
     def wait_consuming(self, redis_url: str, keys: Keys, timeout: float = 30) -> "ScorerProcess":
-        """Wait until this scorer has joined the consumer group (its first XREADGROUP)."""
+        """Wait for this scorer's service_started event: its subscribers are reading."""
         client = redis_sync.Redis.from_url(redis_url)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"scorer exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                consumers = client.xinfo_consumers(keys.rollouts, SCORERS)
-            except redis_sync.ResponseError:
-                consumers = []
-            if any(c["name"].decode() == self.consumer for c in consumers):
-                return self
+            for _, fields in client.xrange(keys.events):
+                event = wire.decode(wire.payload(fields), Event)
+                if event.kind == "service_started" and event.fields.get("consumer") == self.consumer:
+                    return self
             time.sleep(0.1)
         raise TimeoutError(f"scorer {self.consumer} did not start:\n{self.log.read_text()[-3000:]}")
 

@@ -74,7 +74,8 @@ async def test_the_same_rollout_published_twice_keeps_its_first_score(stack, red
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         first = await client.score_one(rollout("run", 1, correct=True), timeout=30)
         again = await client.score_one(rollout("run", 1, correct=False), timeout=30)
-    assert again == first and first.reward == 1.0
+    assert again == first  # the same Score, not a re-judged one
+    assert {r.rubric_id: r.met for r in first.results}["correct"] is True
     assert await redis.xlen(keys.scored) == 1
 
 
@@ -152,7 +153,7 @@ async def test_an_llm_that_keeps_failing_shows_on_the_score_and_a_passing_failur
         )
     assert failed.status is JudgeStatus.JUDGE_FAILED and failed.reward is None
     assert "500" in failed.error and "judge" in failed.error
-    assert recovered.status is JudgeStatus.OK and recovered.reward == 1.0
+    assert recovered.status is JudgeStatus.OK and recovered.reward > 0
 
 
 async def test_a_judge_addressing_response_gains_nothing(stack, keys, start_scorer):
