@@ -24,7 +24,7 @@ from faststream import Context, FastStream
 from faststream.middlewares import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
 from faststream.redis.annotations import RedisStreamMessage
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from common import streams
 from common.llm import LLMError, LLMGateway
@@ -146,7 +146,8 @@ def create_app(settings: ScorerSettings) -> FastStream:
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        redis = Redis.from_url(settings.redis_url, max_connections=settings.redis_max_connections)
+        pool = BlockingConnectionPool.from_url(settings.redis_url, max_connections=settings.redis_max_connections, timeout=None)
+        redis = Redis.from_pool(pool)
         gateway = LLMGateway.from_settings(settings, ["judge"])
         # Created at 0, not $: rollouts published before any scorer ran are scored too.
         await streams.ensure_group(redis, keys.rollouts, SCORERS)

@@ -21,7 +21,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import msgspec
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from . import wire
 from .keys import DEFAULT_NAMESPACE, Keys
@@ -57,7 +57,9 @@ class RubricdClient:
         self.reply_stream = self.keys.replies(self.client_id)
         self.timeout = timeout
         self._owns_redis = redis is None
-        self.redis = redis or Redis.from_url(redis_url, max_connections=64)
+        # A blocking pool: a thousand concurrent score_one() calls wait for a
+        # connection instead of failing with "Too many connections".
+        self.redis = redis or Redis.from_pool(BlockingConnectionPool.from_url(redis_url, max_connections=64, timeout=None))
         self.rubrics = RubricStore(self.redis, self.keys)
         self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
         self._reader: asyncio.Task[None] | None = None
