@@ -19,7 +19,7 @@ class ScorerSettings(ServiceSettings):
     rubrics_mode: Literal["global", "per_instance"] = "global"
     seed_rubrics: Path | None = Field(None, description="JSON list of rubrics; default: the built-in seed")
     judge_prompt: Path | None = Field(None, description="judge instructions; default: prompts/judge.md")
-    score_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="how long a score is kept for redelivery")
+    score_ttl_s: int = Field(3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB")
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of output streams (scored, events, replies)")
     reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
     trim_interval_s: float = Field(5.0, gt=0)
