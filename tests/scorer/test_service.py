@@ -164,3 +164,19 @@ async def test_a_judge_addressing_response_gains_nothing(stack, keys, start_scor
     assert hacked.reward <= honest.reward
     met = {r.rubric_id: r.met for r in hacked.results}
     assert met["addresses_grader"] is True and met["correct"] is False
+
+
+async def test_per_instance_mode_keeps_one_rubric_set_per_instance(stack, redis, keys, start_scorer):
+    start_scorer(rubrics_mode="per_instance")
+    store = RubricStore(redis, keys)
+    other = msgspec.structs.replace(rollout("run", 2), prompt="What is 2 + 2?", reference="4", response="4")
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        first, second = await client.score([rollout("run", 1), other], timeout=30)
+        assert first.instance_key != second.instance_key and first.instance_key and second.instance_key
+        evolved = [Rubric(id="correct", criterion="The response states the correct final answer, matching the reference.", points=5, kind="anchor")]
+        assert await store.publish(RubricSet(run_id="run", instance_key=first.instance_key, version=2, rubrics=evolved))
+        await redis.xadd(keys.rubrics_updated, wire.entry(RubricsUpdated(run_id="run", instance_key=first.instance_key, version=2, previous_version=1)))
+        await asyncio.sleep(0.5)
+        again = await client.score([rollout("run", 3), msgspec.structs.replace(other, rollout_id="s0-r4")], timeout=30)
+    assert [s.rubric_version for s in again] == [2, 1]
+    assert (await store.current("run")) is None  # no global set in per-instance mode

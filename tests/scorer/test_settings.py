@@ -1,0 +1,21 @@
+"""A bad setting stops the scorer at start, naming the setting."""
+
+import os
+import subprocess
+import sys
+
+
+def test_a_bad_setting_stops_the_scorer_with_its_name():
+    env = {**os.environ, "RUBRICD_MAX_IN_FLIGHT": "0", "RUBRICD_REWARD_POLICY": "median", "RUBRICD_LLM__TIMEOUT_S": "soon"}
+    done = subprocess.run([sys.executable, "-m", "scorer"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    for name in ("RUBRICD_MAX_IN_FLIGHT", "RUBRICD_REWARD_POLICY", "RUBRICD_LLM__TIMEOUT_S"):
+        assert name in done.stderr, done.stderr
+    assert "unknown reward policy 'median'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_missing_seed_file_is_named():
+    env = {**os.environ, "RUBRICD_SEED_RUBRICS": "/nonexistent/rubrics.json"}
+    done = subprocess.run([sys.executable, "-m", "scorer"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "RUBRICD_SEED_RUBRICS" in done.stderr and "/nonexistent/rubrics.json" in done.stderr
