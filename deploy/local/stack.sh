@@ -1,0 +1,362 @@
+#!/usr/bin/env bash
+# rubricd's local stack as plain processes on loopback: Redis, Weaviate, the
+# LLM simulator (a test and demo tool, never production) and the services.
+# The Makefile, the test suite, the demo and CI all start it through here.
+#
+#   deploy/local/stack.sh up [redis weaviate simulator services]   (default: all)
+#   deploy/local/stack.sh down [components]                         (default: all)
+#   deploy/local/stack.sh status
+#   deploy/local/stack.sh env            # export lines that point a shell at this stack
+#   deploy/local/stack.sh build-weaviate # go install the pinned server into the cache
+#
+# State (data, logs, pid files) lives under $RUBRICD_STACK_DIR (default
+# <repo>/.stack). Every process started here carries RUBRICD_STACK_OWNER=<that
+# dir> in its environment, so `down` finds it even when a pid file is stale.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+STACK=$(realpath -m "${RUBRICD_STACK_DIR:-$REPO/.stack}")
+PY=${RUBRICD_PYTHON:-$REPO/.venv/bin/python}
+
+REDIS_PORT=${RUBRICD_REDIS_PORT:-6399}
+WEAVIATE_PORT=${RUBRICD_WEAVIATE_PORT:-8089}
+WEAVIATE_GRPC_PORT=${RUBRICD_WEAVIATE_GRPC_PORT:-50061}
+SIMULATOR_PORT=${RUBRICD_SIMULATOR_PORT:-8099}
+# Weaviate also binds cluster ports: gossip, data, raft, raft rpc. Four per
+# HTTP port, in 20000-23999, so a demo stack and a test stack never collide.
+# A local cluster reaches its raft rpc at raft + 1 (and data at gossip + 1).
+_CLUSTER_BASE=$((20000 + WEAVIATE_PORT % 1000 * 4))
+WEAVIATE_GOSSIP_PORT=${RUBRICD_WEAVIATE_GOSSIP_PORT:-$_CLUSTER_BASE}
+WEAVIATE_DATA_PORT=$((WEAVIATE_GOSSIP_PORT + 1))
+WEAVIATE_RAFT_PORT=${RUBRICD_WEAVIATE_RAFT_PORT:-$((_CLUSTER_BASE + 2))}
+WEAVIATE_RAFT_RPC_PORT=$((WEAVIATE_RAFT_PORT + 1))
+ANALYZER_WORKERS=${RUBRICD_ANALYZER_WORKERS:-2}
+STOP_TIMEOUT=${RUBRICD_STACK_STOP_TIMEOUT:-20}
+
+WEAVIATE_VERSION=v1.36.15
+WEAVIATE_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/weaviate-$WEAVIATE_VERSION/weaviate-server
+# A Weaviate the user points at (compose, a cluster) is used, not started.
+EXTERNAL_WEAVIATE=${RUBRICD_WEAVIATE_URL:-${WEAVIATE_URL:-}}
+
+COMPONENTS=(redis weaviate simulator services)
+SERVICES=(scorer summarizer updater)
+
+say() { echo "stack: $*"; }
+die() { echo "stack: $*" >&2; exit 1; }
+
+# --- processes -------------------------------------------------------------
+
+pidfile() { echo "$STACK/run/$1.pid"; }
+logfile() { echo "$STACK/logs/$1.log"; }
+
+# True when PID is a live process (not a zombie) started by this stack.
+ours() {
+  local state
+  state=$(sed -E 's/.*\) ([A-Z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ $state != Z ]] && grep -qzxF "RUBRICD_STACK_OWNER=$STACK" "/proc/$1/environ" 2>/dev/null
+}
+
+# The pid of NAME if its pid file names a live process of ours.
+live_pid() {
+  local f pid
+  f=$(pidfile "$1")
+  [[ -s $f ]] || return 1
+  pid=$(<"$f")
+  ours "$pid" || return 1
+  echo "$pid"
+}
+
+# Every live process of ours whose RUBRICD_STACK_PROCESS matches GLOB.
+marked_pids() {
+  local glob=$1 f pid name
+  for f in $(grep -lzxF "RUBRICD_STACK_OWNER=$STACK" /proc/[0-9]*/environ 2>/dev/null || true); do
+    pid=${f#/proc/} && pid=${pid%/environ}
+    [[ $pid == "$$" ]] && continue
+    name=$(tr '\0' '\n' <"$f" 2>/dev/null | sed -n 's/^RUBRICD_STACK_PROCESS=//p') || continue
+    # shellcheck disable=SC2053  # GLOB is a pattern on purpose
+    [[ $name == $glob ]] && ours "$pid" && echo "$pid"
+  done
+  return 0
+}
+
+# Run CMD detached (own session, so a Ctrl-C in the caller's terminal does not
+# reach it), marked as ours, with NAME's pid file and log.
+spawn() {
+  local name=$1 pidf
+  shift
+  pidf=$(pidfile "$name")
+  mkdir -p "$STACK/run" "$STACK/logs"
+  rm -f "$pidf"
+  RUBRICD_STACK_OWNER=$STACK RUBRICD_STACK_PROCESS=$name \
+    setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidf" "$@" \
+    >>"$(logfile "$name")" 2>&1 </dev/null &
+  for _ in {1..50}; do [[ -s $pidf ]] && return 0; sleep 0.1; done
+  die "$name: no pid file after 5s"
+}
+
+# SIGTERM the pid-file process of NAME and every process marked with GLOB,
+# wait up to STOP_TIMEOUT seconds, then SIGKILL what is left.
+stop() {
+  local name=$1 glob=${2:-$1} pids=() pid
+  pid=$(live_pid "$name") && pids+=("$pid")
+  for pid in $(marked_pids "$glob"); do [[ " ${pids[*]} " == *" $pid "* ]] || pids+=("$pid"); done
+  if ((${#pids[@]})); then
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    local deadline=$((SECONDS + STOP_TIMEOUT)) left
+    while :; do
+      left=()
+      for pid in "${pids[@]}"; do ours "$pid" && left+=("$pid"); done
+      ((${#left[@]})) || break
+      if ((SECONDS >= deadline)); then
+        say "$name: ${left[*]} still running after ${STOP_TIMEOUT}s, sending SIGKILL"
+        kill -KILL "${left[@]}" 2>/dev/null || true
+        sleep 0.5
+        break
+      fi
+      sleep 0.2
+    done
+    say "$name: stopped"
+  fi
+  rm -f "$(pidfile "$name")"
+}
+
+# Show NAME's log tail, stop what is left of it, and fail.
+fail_with_log() {
+  local name=$1
+  echo "stack: $name $2; last lines of $(logfile "$name"):" >&2
+  tail -n 40 "$(logfile "$name")" >&2 2>/dev/null || true
+  stop "$name" >/dev/null
+  exit 1
+}
+
+# Poll CMD until it succeeds; fail with NAME's log if NAME dies or SECS pass.
+wait_until() {
+  local name=$1 secs=$2 deadline
+  shift 2
+  deadline=$((SECONDS + secs))
+  until "$@"; do
+    if [[ -s $(pidfile "$name") ]] && ! live_pid "$name" >/dev/null; then
+      fail_with_log "$name" "exited during startup"
+    fi
+    ((SECONDS < deadline)) || fail_with_log "$name" "not ready after ${secs}s"
+    sleep 0.5
+  done
+}
+
+# --- network (bash's /dev/tcp: no curl needed) -----------------------------
+
+port_open() { (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# True when GET PATH on loopback PORT answers 200.
+http_ok() (
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+  printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
+  read -r -t 5 _ status _ <&3 && [[ $status == 200 ]]
+) 2>/dev/null
+
+# Fail unless each of NAME's PORTS is free (a port taken by someone else would
+# make us talk to a server this stack does not own).
+ports_free() {
+  local name=$1 var port setting
+  shift
+  for var in "$@"; do
+    port=${!var}
+    case $var in
+      WEAVIATE_DATA_PORT) setting="RUBRICD_WEAVIATE_GOSSIP_PORT + 1" ;;
+      WEAVIATE_RAFT_RPC_PORT) setting="RUBRICD_WEAVIATE_RAFT_PORT + 1" ;;
+      *) setting=RUBRICD_$var ;;
+    esac
+    if port_open "$port"; then
+      die "$name: port $port ($setting) is taken by a process this stack did not start; choose another port"
+    fi
+  done
+}
+
+# --- components ------------------------------------------------------------
+
+redis_ping() { [[ $(redis-cli -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
+
+up_redis() {
+  live_pid redis >/dev/null && { say "redis: already up on $REDIS_PORT"; return; }
+  command -v redis-server >/dev/null || die "redis: redis-server not found; install it with: apt-get install redis-server (or: make system-deps)"
+  ports_free redis REDIS_PORT
+  mkdir -p "$STACK/redis" "$STACK/run" "$STACK/logs"
+  echo "$REDIS_PORT" >"$STACK/run/redis.port"
+  # appendonly: a rubric set must survive a Redis restart. No proc title:
+  # Redis would write it over its environment, and with it our marker.
+  RUBRICD_STACK_OWNER=$STACK RUBRICD_STACK_PROCESS=redis redis-server \
+    --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$STACK/redis" \
+    --appendonly yes --appendfsync everysec \
+    --set-proc-title no --daemonize yes --pidfile "$(pidfile redis)" --logfile "$(logfile redis)"
+  wait_until redis 30 redis_ping
+  echo "127.0.0.1:$REDIS_PORT" >"$STACK/run/redis.addr"
+  say "redis: up on 127.0.0.1:$REDIS_PORT"
+}
+
+down_redis() {
+  local port
+  port=$(cat "$STACK/run/redis.port" 2>/dev/null || echo "$REDIS_PORT")
+  # SHUTDOWN fsyncs the append-only file; only ask the Redis we started.
+  if live_pid redis >/dev/null; then
+    redis-cli -p "$port" shutdown >/dev/null 2>&1 || true
+    say "redis: shut down"
+  fi
+  stop redis # waits for the exit; kills it if SHUTDOWN failed
+}
+
+build_weaviate() {
+  if [[ -x $WEAVIATE_BIN ]]; then say "weaviate: $WEAVIATE_BIN (cached)"; return; fi
+  command -v go >/dev/null || die "weaviate: Go (>= 1.26) is needed to build the Weaviate server ($WEAVIATE_VERSION).
+  Install Go from https://go.dev/dl/, or use a Weaviate you already have:
+    RUBRICD_WEAVIATE_URL=http://HOST:8080 RUBRICD_WEAVIATE_GRPC_PORT=50051 (this script then starts none), or
+    docker compose up -d weaviate   (publishes 127.0.0.1:8089 and gRPC 50061)"
+  say "weaviate: building $WEAVIATE_VERSION into $(dirname "$WEAVIATE_BIN") (several minutes, once)"
+  mkdir -p "$(dirname "$WEAVIATE_BIN")"
+  CGO_ENABLED=0 GOBIN=$(dirname "$WEAVIATE_BIN") \
+    go install "github.com/weaviate/weaviate/cmd/weaviate-server@$WEAVIATE_VERSION"
+  say "weaviate: built $WEAVIATE_BIN"
+}
+
+up_weaviate() {
+  if [[ -n $EXTERNAL_WEAVIATE ]]; then say "weaviate: using $EXTERNAL_WEAVIATE, not starting one"; return; fi
+  live_pid weaviate >/dev/null && { say "weaviate: already up on $WEAVIATE_PORT"; return; }
+  [[ -x $WEAVIATE_BIN ]] || build_weaviate
+  ports_free weaviate WEAVIATE_PORT WEAVIATE_GRPC_PORT WEAVIATE_GOSSIP_PORT WEAVIATE_DATA_PORT WEAVIATE_RAFT_PORT WEAVIATE_RAFT_RPC_PORT
+  mkdir -p "$STACK/weaviate"
+  # A single node on loopback: fixed node name (raft state is keyed by it),
+  # no modules (vectors come from rubricd), no telemetry, profiling or metrics
+  # listeners beyond the ports above.
+  spawn weaviate env \
+    PERSISTENCE_DATA_PATH="$STACK/weaviate" \
+    DEFAULT_VECTORIZER_MODULE=none ENABLE_MODULES= \
+    AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=true QUERY_DEFAULTS_LIMIT=25 \
+    CLUSTER_HOSTNAME=node1 CLUSTER_BIND_ADDR=127.0.0.1 CLUSTER_IN_LOCALHOST=true \
+    CLUSTER_GOSSIP_BIND_PORT="$WEAVIATE_GOSSIP_PORT" CLUSTER_DATA_BIND_PORT="$WEAVIATE_DATA_PORT" \
+    RAFT_PORT="$WEAVIATE_RAFT_PORT" RAFT_INTERNAL_RPC_PORT="$WEAVIATE_RAFT_RPC_PORT" \
+    RAFT_JOIN="node1:$WEAVIATE_RAFT_PORT" RAFT_BOOTSTRAP_EXPECT=1 \
+    GRPC_PORT="$WEAVIATE_GRPC_PORT" \
+    DISABLE_TELEMETRY=true GO_PROFILING_DISABLE=true PROMETHEUS_MONITORING_ENABLED=false \
+    "$WEAVIATE_BIN" --scheme http --host 127.0.0.1 --port "$WEAVIATE_PORT"
+  wait_until weaviate 120 http_ok "$WEAVIATE_PORT" /v1/.well-known/ready
+  wait_until weaviate 30 port_open "$WEAVIATE_GRPC_PORT"
+  echo "127.0.0.1:$WEAVIATE_PORT gRPC $WEAVIATE_GRPC_PORT" >"$STACK/run/weaviate.addr"
+  say "weaviate: up on 127.0.0.1:$WEAVIATE_PORT (gRPC $WEAVIATE_GRPC_PORT)"
+}
+
+# A real endpoint is configured when RUBRICD_LLM__BASE_URL points elsewhere.
+llm_is_external() {
+  local url=${RUBRICD_LLM__BASE_URL:-}
+  [[ -n $url && ! $url =~ ^https?://(127\.0\.0\.1|localhost):$SIMULATOR_PORT(/|$) ]]
+}
+
+up_simulator() {
+  if llm_is_external; then say "simulator: not started, the LLM endpoint is $RUBRICD_LLM__BASE_URL"; return; fi
+  live_pid simulator >/dev/null && { say "simulator: already up on $SIMULATOR_PORT"; return; }
+  ports_free simulator SIMULATOR_PORT
+  # RUBRICD_SIM_* settings (latency, failure injection) pass through the environment.
+  spawn simulator "$PY" -m simulator --host 127.0.0.1 --port "$SIMULATOR_PORT"
+  wait_until simulator 30 http_ok "$SIMULATOR_PORT" /health
+  echo "127.0.0.1:$SIMULATOR_PORT" >"$STACK/run/simulator.addr"
+  say "simulator: up on 127.0.0.1:$SIMULATOR_PORT (offline LLM simulator, for tests and the demo)"
+}
+
+# Where the services find Redis, Weaviate and the LLM.
+service_env() {
+  echo "RUBRICD_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0"
+  echo "RUBRICD_WEAVIATE_URL=${EXTERNAL_WEAVIATE:-http://127.0.0.1:$WEAVIATE_PORT}"
+  echo "RUBRICD_WEAVIATE_GRPC_PORT=$WEAVIATE_GRPC_PORT"
+  echo "RUBRICD_LLM__BASE_URL=${RUBRICD_LLM__BASE_URL:-http://127.0.0.1:$SIMULATOR_PORT/v1}"
+}
+
+service_names() {
+  local i
+  printf '%s\n' "${SERVICES[@]}"
+  for ((i = 1; i <= ANALYZER_WORKERS; i++)); do echo "analyzer-$i"; done
+}
+
+up_services() {
+  local name started=() env=()
+  mapfile -t env < <(service_env)
+  for name in $(service_names); do
+    live_pid "$name" >/dev/null && continue
+    spawn "$name" env "${env[@]}" "$PY" -m "${name%-*}"
+    started+=("$name")
+  done
+  ((${#started[@]})) || { say "services: already up"; return; }
+  sleep 2
+  for name in "${started[@]}"; do live_pid "$name" >/dev/null || fail_with_log "$name" "exited at start"; done
+  say "services: up (${started[*]})"
+}
+
+down_services() {
+  local f name
+  for f in "$STACK"/run/{scorer,summarizer,updater,analyzer-*}.pid; do
+    [[ -e $f ]] || continue
+    name=$(basename "$f" .pid)
+    stop "$name"
+  done
+  # Strays whose pid file was lost (e.g. a scaled-down analyzer).
+  for name in "${SERVICES[@]}" 'analyzer-*'; do stop "$name" "$name"; done
+}
+
+# --- commands --------------------------------------------------------------
+
+components() {
+  local c
+  (($#)) || set -- "${COMPONENTS[@]}"
+  for c in "$@"; do
+    [[ " ${COMPONENTS[*]} " == *" $c "* ]] || die "unknown component '$c' (known: ${COMPONENTS[*]})"
+  done
+  echo "$@"
+}
+
+cmd_up() {
+  local c list
+  list=$(components "$@")
+  for c in $list; do "up_$c"; done
+}
+
+cmd_down() {
+  local c list
+  list=" $(components "$@") "
+  # Reverse dependency order: services, simulator, weaviate, redis.
+  for c in services simulator weaviate redis; do
+    if [[ $list == *" $c "* ]]; then "down_$c"; fi
+  done
+}
+down_simulator() { stop simulator; }
+down_weaviate() { stop weaviate; }
+
+# NAME up|down, with the address it was started on and its pid.
+row() {
+  local pid addr
+  if pid=$(live_pid "$1"); then
+    addr=$(cat "$STACK/run/$1.addr" 2>/dev/null || true)
+    printf '%-11s %-5s %s\n' "$1" up "${addr:+$addr }pid $pid"
+  else
+    printf '%-11s %s\n' "$1" down
+  fi
+}
+
+cmd_status() {
+  local name
+  echo "stack dir: $STACK"
+  row redis
+  if [[ -n $EXTERNAL_WEAVIATE ]]; then printf '%-11s %-5s %s\n' weaviate ext "$EXTERNAL_WEAVIATE"; else row weaviate; fi
+  if llm_is_external; then printf '%-11s %-5s %s\n' simulator ext "$RUBRICD_LLM__BASE_URL"; else row simulator; fi
+  # Configured services, and any analyzer started with another worker count.
+  for name in $({ service_names; ls "$STACK/run" 2>/dev/null | sed -n 's/^\(analyzer-[0-9]*\)\.pid$/\1/p'; } | awk '!seen[$0]++'); do
+    row "$name"
+  done
+}
+
+cmd_env() { service_env | sed 's/^/export /'; }
+
+case ${1:-} in
+  up) shift && cmd_up "$@" ;;
+  down) shift && cmd_down "$@" ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  build-weaviate) build_weaviate ;;
+  *) die "usage: $0 up|down [redis weaviate simulator services] | status | env | build-weaviate" ;;
+esac

@@ -1,0 +1,179 @@
+"""The real servers, started by the suite: Redis, Weaviate and the LLM simulator.
+
+`stack` brings them up once per session with deploy/local/stack.sh (the script
+behind `make up`) in its own directory and on its own ports, so it never
+touches a demo stack, and takes them down when the session ends. Only tests
+that ask for it (directly or through `redis`) start it; they are marked
+`integration` automatically, so `pytest -m "not integration"` needs no server.
+"""
+
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import pytest
+from redis.asyncio import Redis
+
+REPO = Path(__file__).resolve().parents[1]
+STACK_SH = REPO / "deploy" / "local" / "stack.sh"
+TEST_STACK_DIR = REPO / ".stack" / "test"
+# All below the kernel's ephemeral range (32768-60999): a busy client can hold
+# any port in it for a moment, and a server that starts then cannot bind it.
+TEST_PORTS = {
+    "RUBRICD_REDIS_PORT": 6398,
+    "RUBRICD_WEAVIATE_PORT": 8088,
+    "RUBRICD_WEAVIATE_GRPC_PORT": 30062,
+    "RUBRICD_SIMULATOR_PORT": 8098,
+}
+# A second pytest session running at the same time (another checkout, another
+# terminal) takes the next slot: .stack/test-1 on the ports above + 100, ...
+SLOTS = 4
+# Settings that would send the script or the services to someone else's server.
+FOREIGN_SETTINGS = ("RUBRICD_REDIS_URL", "RUBRICD_WEAVIATE_URL", "WEAVIATE_URL", "RUBRICD_LLM__BASE_URL")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Where one running stack is, and how to drive it with stack.sh."""
+
+    stack_dir: Path
+    ports: dict[str, int]
+    script_env: dict[str, str] = field(repr=False)
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports['RUBRICD_REDIS_PORT']}/0"
+
+    @property
+    def weaviate_port(self) -> int:
+        return self.ports["RUBRICD_WEAVIATE_PORT"]
+
+    @property
+    def weaviate_url(self) -> str:
+        return f"http://127.0.0.1:{self.weaviate_port}"
+
+    @property
+    def weaviate_grpc_port(self) -> int:
+        return self.ports["RUBRICD_WEAVIATE_GRPC_PORT"]
+
+    @property
+    def simulator_port(self) -> int:
+        return self.ports["RUBRICD_SIMULATOR_PORT"]
+
+    @property
+    def llm_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.simulator_port}/v1"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The RUBRICD_* settings that point a service subprocess at this stack."""
+        return {
+            "RUBRICD_REDIS_URL": self.redis_url,
+            "RUBRICD_WEAVIATE_URL": self.weaviate_url,
+            "RUBRICD_WEAVIATE_GRPC_PORT": str(self.weaviate_grpc_port),
+            "RUBRICD_LLM__BASE_URL": self.llm_base_url,
+        }
+
+    def sh(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run `deploy/local/stack.sh ARGS` on this stack; fail the test with its output if it fails."""
+        done = subprocess.run(
+            ["bash", str(STACK_SH), *args],
+            env=self.script_env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=600,  # a first `up weaviate` on a machine without the cached binary builds it
+        )
+        if check and done.returncode != 0:
+            pytest.fail(f"stack.sh {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}", pytrace=False)
+        return done
+
+
+def make_stack(stack_dir: Path, ports: dict[str, int]) -> Stack:
+    """A Stack in STACK_DIR on PORTS (any RUBRICD_*_PORT stack.sh reads), always self-started."""
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_SETTINGS}
+    env |= {k: str(v) for k, v in ports.items()}
+    stack_dir = stack_dir.resolve()  # the marker stack.sh puts on its processes is the real path
+    env |= {"RUBRICD_STACK_DIR": str(stack_dir), "RUBRICD_PYTHON": sys.executable}
+    return Stack(stack_dir=stack_dir, ports=dict(ports), script_env=env)
+
+
+def _claim_slot() -> tuple[Path, dict[str, int], IO[str]]:
+    """The first test-stack slot no other live pytest session holds (the lock dies with its holder)."""
+    TEST_STACK_DIR.parent.mkdir(parents=True, exist_ok=True)
+    for slot in range(SLOTS):
+        name = TEST_STACK_DIR.name + (f"-{slot}" if slot else "")
+        lock = open(TEST_STACK_DIR.parent / f"{name}.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return TEST_STACK_DIR.parent / name, {k: p + 100 * slot for k, p in TEST_PORTS.items()}, lock
+    pytest.fail(f"all {SLOTS} test stack slots are held by other pytest sessions", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def stack(request: pytest.FixtureRequest) -> Stack:
+    """Redis, Weaviate and the simulator for this session, on fresh data; taken down at the end."""
+    stack_dir, ports, lock = _claim_slot()
+    stack = make_stack(stack_dir, ports)
+
+    def down() -> None:
+        stack.sh("down", check=False)
+        lock.close()
+
+    request.addfinalizer(down)
+    stack.sh("down")  # what a killed session left in this slot
+    shutil.rmtree(stack_dir, ignore_errors=True)
+    stack.sh("up", "redis", "weaviate", "simulator")
+    return stack
+
+
+@pytest.fixture
+def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
+    """Start extra stacks: `start_stack(ports, *components)` in a temporary dir; all go down after the test."""
+    started: list[Stack] = []
+
+    def start(ports: dict[str, int], *components: str) -> Stack:
+        extra = make_stack(tmp_path_factory.mktemp("stack"), ports)
+        started.append(extra)
+        extra.sh("up", *components)
+        return extra
+
+    yield start
+    for extra in started:
+        extra.sh("down", check=False)
+
+
+@pytest.fixture
+async def redis(stack: Stack) -> AsyncIterator[Redis]:
+    """A client of the test Redis (bytes in, bytes out) on an empty database."""
+    client = Redis.from_url(stack.redis_url, decode_responses=False)
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A SIGTERM (a CI timeout, `kill`) ends the session like Ctrl-C does, so
+    # the session's finalizers still take the stack down.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
