@@ -37,14 +37,17 @@ status:
 test: install weaviate
 	$(PY) -m pytest -q
 
+# Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory.
 bench: install
-	$(PY) tests/bench/bench_scoring.py
+	$(PY) tests/bench/scoring.py
 
 schemas: install
-	$(PY) -m rubricd.schema docs/schemas
+	$(PY) -m rubricd.schema shared/schemas
 
-demo:
-	@echo "the demo comes with issue 4"; exit 1
+# The main job: the whole stack, a short simulated training run, then everything stopped.
+demo: install weaviate
+	$(STACK) up
+	$(PY) -m demo --steps 3 --rollouts 32; status=$$?; $(STACK) down; exit $$status
 
 # Stops the demo stack and any test stack before deleting their data.
 clean:
