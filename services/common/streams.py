@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 
 from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import DeadLetter, Event
+from rubricd.messages import DeadLetter, Event, Message
 
 
 def event(service: str, kind: str, **fields: object) -> Event:
@@ -31,8 +31,13 @@ async def dead_letter(
     reason: str,
     deliveries: int = 1,
     maxlen: int = 100_000,
+    notify: tuple[str, Message] | None = None,
 ) -> None:
-    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically."""
+    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically.
+
+    `notify` = (stream, message) is written in the same step: the scorer uses it
+    to tell a waiting trainer its rollout was rejected.
+    """
     stream = msg.raw_message["channel"]
     entry_id = msg.raw_message["message_ids"][0]
     group = msg.group or ""
@@ -50,6 +55,8 @@ async def dead_letter(
     async with redis.pipeline(transaction=True) as pipe:
         pipe.xadd(keys.dead_letters, wire.entry(letter), maxlen=maxlen, approximate=True)
         pipe.xadd(keys.events, wire.entry(note), maxlen=maxlen, approximate=True)
+        if notify:
+            pipe.xadd(notify[0], wire.entry(notify[1]), maxlen=maxlen, approximate=True)
         pipe.xack(stream, group, entry_id)
         await pipe.execute()
 

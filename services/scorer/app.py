@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from importlib import resources
 
@@ -73,7 +74,8 @@ class Scorer:
         try:
             rollout = self.validate(msg.body)
         except Rejected as e:
-            await streams.dead_letter(self.redis, self.keys, msg, service=SERVICE, reason=str(e))
+            notify = self.rejection(msg.body, str(e))
+            await streams.dead_letter(self.redis, self.keys, msg, service=SERVICE, reason=str(e), notify=notify)
             return
         try:
             rubrics = await self.rubrics.get(rollout)
@@ -108,6 +110,19 @@ class Scorer:
                 raise Rejected(str(e)) from None
         return rollout
 
+    def rejection(self, body: bytes, reason: str) -> tuple[str, Score] | None:
+        """A rejected Score for the trainer, if the entry says where to send it."""
+        try:
+            addressed = msgspec.json.decode(body, type=_Addressed)
+            reply_to = self.keys.check_reply_to(addressed.reply_to or "")
+        except (msgspec.DecodeError, msgspec.ValidationError, InvalidKey):
+            return None
+        score = Score(
+            run_id=addressed.run_id, rollout_id=addressed.rollout_id, step=addressed.step,
+            status=JudgeStatus.REJECTED, reward=None, rubric_version=0, error=reason, scored_at=time.time(),
+        )  # fmt: skip
+        return reply_to, score
+
     async def call_judge(self, messages: list[dict[str, str]]) -> judge.JudgeVerdict:
         try:
             return (await self.gateway.structured("judge", messages, judge.JudgeVerdict)).value
@@ -128,6 +143,15 @@ class Scorer:
             rubric_version=score.rubric_version,
             judge_ms=score.judge_ms,
         )
+
+
+class _Addressed(msgspec.Struct):
+    """The fields a rejection needs, read leniently from an entry that failed validation."""
+
+    run_id: str
+    rollout_id: str
+    step: int = 0
+    reply_to: str | None = None
 
 
 class Rejected(Exception):

@@ -109,19 +109,23 @@ async def test_malformed_and_oversized_messages_are_dead_lettered_and_the_scorer
     good = rollout("run", 1)
     await redis.xadd(keys.rollouts, {"__data__": b"{not json"})
     await redis.xadd(keys.rollouts, {"__data__": b'{"run_id":"run","rollout_id":"x","step":"two","prompt":"p","response":"r"}'})
-    await redis.xadd(keys.rollouts, wire.entry(msgspec.structs.replace(good, rollout_id="big", response="x" * 10_000)))
-    await redis.xadd(keys.rollouts, wire.entry(msgspec.structs.replace(good, rollout_id="evil", reply_to=keys.rollouts)))
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
-        score = await client.score_one(good, timeout=30)
+        big = msgspec.structs.replace(good, rollout_id="big", response="x" * 10_000)
+        await redis.xadd(keys.rollouts, wire.entry(msgspec.structs.replace(big, reply_to=client.reply_stream)))
+        await redis.xadd(keys.rollouts, wire.entry(msgspec.structs.replace(good, rollout_id="evil", reply_to=keys.rollouts)))
+        score, rejected = await client.score([good, big], timeout=30)  # `big` is published again, rejected again
     assert score.status is JudgeStatus.OK
+    assert rejected.status is JudgeStatus.REJECTED and rejected.reward is None
+    assert "oversized rollout" in rejected.error
     letters = [msgspec.json.decode(f[b"__data__"], type=DeadLetter) for _, f in await redis.xrange(keys.dead_letters)]
     letters.sort(key=lambda letter: tuple(map(int, letter.entry_id.split("-"))))  # in publish order
     reasons = [letter.reason for letter in letters]
-    assert len(letters) == 4, reasons
+    assert len(letters) == 5, reasons
     assert reasons[0].startswith("malformed rollout") and reasons[1].startswith("malformed rollout")
     assert "`$.step`" in reasons[1]
     assert reasons[2].startswith("oversized rollout") and "max_rollout_bytes=5000" in reasons[2]
     assert "reply_to" in reasons[3]
+    assert reasons[4].startswith("oversized rollout")
     assert letters[0].payload == b"{not json" and letters[2].stream == keys.rollouts
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 
