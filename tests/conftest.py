@@ -21,6 +21,9 @@ from typing import IO
 import pytest
 from redis.asyncio import Redis
 
+from simulator.app import Simulator, serve_in_background
+from simulator.faults import SimConfig
+
 REPO = Path(__file__).resolve().parents[1]
 STACK_SH = REPO / "deploy" / "local" / "stack.sh"
 TEST_STACK_DIR = REPO / ".stack" / "test"
@@ -151,6 +154,20 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     yield start
     for extra in started:
         extra.sh("down", check=False)
+
+
+@pytest.fixture(scope="module")
+def simulator() -> Iterator[tuple[str, Simulator]]:
+    """An in-process LLM simulator on a free port: (base url, the simulator to configure)."""
+    with serve_in_background(SimConfig()) as running:
+        yield running
+
+
+@pytest.fixture
+def sim(simulator: tuple[str, Simulator]) -> Iterator[Simulator]:
+    """The in-process simulator, reset to its defaults after the test."""
+    yield simulator[1]
+    simulator[1].reset()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 
 from rubricd.messages import Rollout, RolloutAnalysis, Rubric, RubricSet
 from scorer import judge
-from simulator.app import Simulator, serve_in_background
+from simulator.app import Simulator
 from simulator.faults import SimConfig
 
 RUBRICS = [
@@ -32,18 +32,6 @@ RUBRICS = [
 ]
 SYSTEM = judge.system_message(judge.default_template(), RubricSet(run_id="run", version=1, rubrics=RUBRICS))
 VERDICT_FORMAT = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": msgspec.json.schema(judge.JudgeVerdict)}}
-
-
-@pytest.fixture(scope="module")
-def simulator() -> Iterator[tuple[str, Simulator]]:
-    with serve_in_background(SimConfig()) as running:
-        yield running
-
-
-@pytest.fixture
-def sim(simulator: tuple[str, Simulator]) -> Iterator[Simulator]:
-    yield simulator[1]
-    simulator[1].reset()
 
 
 @pytest.fixture
