@@ -11,9 +11,16 @@ strings taken from the conversation.
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from . import judging
+
+# Agents with content-dependent answers: schema name -> fn(system text, user text) -> JSON value.
+# Every other schema gets a generic valid instance.
+AGENTS: dict[str, Callable[[str, str], Any]] = {
+    "JudgeVerdict": judging.verdict,
+}
 
 _NAMED = re.compile(r"JSON Schema named ([A-Za-z0-9_-]{1,64})")
 _WORD = re.compile(r"[A-Za-z0-9']+")
@@ -53,8 +60,8 @@ def answer(body: dict[str, Any]) -> tuple[str, str]:
     system = "\n".join(text_of(m) for m in messages if m.get("role") in ("system", "developer"))
     user = "\n".join(text_of(m) for m in messages if m.get("role") == "user")
     name, schema = requested_schema(body, system)
-    if name == "JudgeVerdict":
-        return json.dumps(judging.verdict(system, user)), name
+    if name in AGENTS:
+        return json.dumps(AGENTS[name](system, user)), name
     words = _WORD.findall(re.sub(r"</?\w+>|\\u003c", " ", user))[:8] or ["simulated"]
     if schema is not None:
         return json.dumps(instance(schema, words)), name or "schema"
