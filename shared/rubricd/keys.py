@@ -68,6 +68,23 @@ class Keys:
         """The last error a stream entry's handler raised, kept for its dead letter."""
         return f"{self.namespace}:failure:{stream}:{entry_id}"
 
+    def step(self, run_id: str, step: int, instance_key: str | None = None) -> str:
+        """Hash of one step's accounting (expected rollouts, deadline, summarized) for the summarizer."""
+        return f"{self.namespace}:step:{run_id}:{step}:{instance_key or GLOBAL}"
+
+    def step_analyses(self, run_id: str, step: int) -> str:
+        """Set of the rollout ids of a step whose analysis is in memory."""
+        return f"{self.namespace}:step-analyses:{run_id}:{step}"
+
+    @property
+    def open_steps(self) -> str:
+        """Sorted set of open steps ('run_id|step'), scored by their summary deadline."""
+        return f"{self.namespace}:open-steps"
+
+    def update_lock(self, run_id: str, instance_key: str | None = None) -> str:
+        """Serializes rubric updates of one run (and instance)."""
+        return f"{self.namespace}:update-lock:{run_id}:{instance_key or GLOBAL}"
+
     def score(self, run_id: str, rollout_id: str) -> str:
         """The Score given to a rollout; makes redelivery idempotent."""
         return f"{self.namespace}:score:{run_id}:{rollout_id}"
