@@ -14,6 +14,10 @@ import weaviate
 from redis.asyncio import Redis
 from weaviate.classes.config import Configure, DataType, Property
 
+from rubricd.keys import Keys
+from rubricd.messages import Rubric, RubricSet
+from rubricd.store import RubricStore
+
 pytestmark = pytest.mark.integration
 
 
@@ -69,8 +73,11 @@ async def test_redis_answers_with_append_only_file(redis: Redis) -> None:
     assert (name, value) in {("appendonly", "yes"), (b"appendonly", b"yes")}
 
 
-async def test_a_hash_survives_a_redis_restart(stack, redis: Redis) -> None:
-    await redis.hset("rubricd:test:rubrics", mapping={b"version": b"7", b"set": b"\x00{json}"})
+async def test_a_rubric_set_survives_a_redis_restart(stack, redis: Redis) -> None:
+    keys = Keys("restart")
+    rubrics = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
+    for version in (1, 2):
+        assert await RubricStore(redis, keys).publish(RubricSet(run_id="run", version=version, rubrics=rubrics))
     await redis.aclose()
 
     stack.sh("down", "redis")
@@ -79,7 +86,9 @@ async def test_a_hash_survives_a_redis_restart(stack, redis: Redis) -> None:
 
     restarted = Redis.from_url(stack.redis_url, decode_responses=False)
     try:
-        assert await restarted.hgetall("rubricd:test:rubrics") == {b"version": b"7", b"set": b"\x00{json}"}
+        store = RubricStore(restarted, keys)
+        assert (await store.current("run")).version == 2
+        assert [s.version for s in await store.history("run")] == [1, 2]
     finally:
         await restarted.aclose()
 
