@@ -42,6 +42,10 @@ class ServiceSettings(BaseSettings):
     redis_max_connections: int = Field(512, ge=8)
     weaviate_url: str = "http://127.0.0.1:8089"
     weaviate_grpc_port: int = Field(50061, ge=1, le=65535)
+    # Vectors of the evaluation memory. `minilm`: all-MiniLM-L6-v2 in-process, offline.
+    # `openai`: the gateway's agent named `embedder` (base_url/api_key from `llm` and
+    # `agents.embedder`), e.g. RUBRICD_AGENTS__EMBEDDER__MODEL=text-embedding-3-small.
+    embedder: Literal["openai", "minilm"] = "minilm"
     llm: LLMSettings = LLMSettings()
     agents: dict[str, dict[str, object]] = {}
     consumer: str = Field("", description="consumer name in the group; default host-pid")
