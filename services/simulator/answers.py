@@ -14,12 +14,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import judging
+from . import judging, updates
 
 # Agents with content-dependent answers: schema name -> fn(system text, user text) -> JSON value.
 # Every other schema gets a generic valid instance.
 AGENTS: dict[str, Callable[[str, str], Any]] = {
     "JudgeVerdict": judging.verdict,
+    "MemoryQueries": updates.queries,
+    "UpdateProposal": updates.proposal,
 }
 
 _NAMED = re.compile(r"JSON Schema named ([A-Za-z0-9_-]{1,64})")

@@ -1,4 +1,6 @@
-"""The updater service: retrieves static and dynamic memory and evolves the run's adaptive rubrics into a new version.
+"""The updater service: evolves a run's adaptive rubrics from its evaluation memory into new versions.
 
-Skeleton for now; the memory loop brings its work.
+`app` wires it (broker, subscribers, lifespan); `update` is the domain (static
+and dynamic memory, the proposal, validation, the new version); `prompts/`
+holds the query writer's and the updater's instructions.
 """
