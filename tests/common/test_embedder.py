@@ -41,6 +41,14 @@ async def test_minilm_vectors_are_384_unit_deterministic_and_batch_independent()
     assert await embedder.embed([]) == []
 
 
+async def test_minilm_matches_sentence_transformers() -> None:
+    """The first coordinates sentence-transformers 6.2 (torch 2.15) gives for the same model."""
+    pad, cat = await MiniLMEmbedder().embed(["The response is padded with filler to look thorough.",
+                                             "A cat sits on the mat."])  # fmt: skip
+    assert pad[:8] == pytest.approx([-0.05059, 0.059388, 0.017297, 0.045355, 0.017868, -0.080798, 0.017849, 0.047332], abs=2e-6)
+    assert cat[:8] == pytest.approx([0.126535, -0.032851, -0.02906, 0.044407, -0.043445, 0.032097, 0.048111, 0.027675], abs=2e-6)
+
+
 async def test_openai_embedder_asks_the_gateways_embedder_agent(simulator: tuple[str, Simulator], sim: Simulator) -> None:
     settings = ServiceSettings(embedder="openai", agents={"embedder": {"base_url": simulator[0], "model": "emb"}})
     async with LLMGateway.from_settings(settings, ["embedder"]) as gateway:
