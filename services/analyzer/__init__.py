@@ -1,4 +1,1 @@
-"""The analyzer service: analyses each scored rollout (quality, reward-hacking evidence, rubric findings) into the evaluation memory.
-
-Skeleton for now; the memory loop brings its work.
-"""
+"""The analyzer service: analyses each scored rollout (quality at this stage of training, reward-hacking evidence, rubric findings) into the evaluation memory."""

@@ -14,12 +14,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import judging, updates
+from . import analysis, judging, updates
 
 # Agents with content-dependent answers: schema name -> fn(system text, user text) -> JSON value.
 # Every other schema gets a generic valid instance.
 AGENTS: dict[str, Callable[[str, str], Any]] = {
     "JudgeVerdict": judging.verdict,
+    "AnalysisDraft": analysis.analysis,
+    "SummaryDraft": analysis.summary,
     "MemoryQueries": updates.queries,
     "UpdateProposal": updates.proposal,
 }

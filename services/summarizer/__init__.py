@@ -1,4 +1,1 @@
-"""The summarizer service: summarizes each closed step's analyses, in chunks with a meta-summary, into a step summary.
-
-Skeleton for now; the memory loop brings its work.
-"""
+"""The summarizer service: summarizes each closed step's analyses, in chunks with a meta-summary, into a step summary."""

@@ -1,3 +1,3 @@
-from common.skeleton import idle
+from .app import main
 
-idle("summarizer", arrives_with="the memory loop")
+main()

@@ -71,3 +71,4 @@ class StepSummary(Message, tag="step_summary", kw_only=True):
     analyses: int = 0
     missing_rollouts: list[RolloutId] = []
     chunks: int = 1
+    expected_rollouts: int | None = None  # how many the trainer published, when it said

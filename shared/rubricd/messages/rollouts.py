@@ -37,12 +37,17 @@ class Rollout(Message, tag="rollout", kw_only=True):
 
 
 class StepClosed(Message, tag="step_closed", kw_only=True):
-    """The trainer published every rollout of `step`; `rollouts` says how many."""
+    """The trainer published every rollout of `step`; `rollouts` says how many.
+
+    `rollout_ids`, when given, lets a step summarized at its deadline name the
+    rollouts whose analysis never arrived.
+    """
 
     run_id: RunId
     step: Step
     rollouts: int | None = None
     closed_at: float | None = None
+    rollout_ids: list[RolloutId] = []
 
 
 def instance_key(rollout: Rollout) -> str:

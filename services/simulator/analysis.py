@@ -1,0 +1,177 @@
+"""The simulated analyst and summarizers (test/demo tool): answers that depend on content.
+
+- `analysis` (schema AnalysisDraft) reads the rollout and its score from the
+  `<rollout>` and `<score>` data blocks and reports, with quotes from the
+  response: padding (long or repetitive), sycophancy (flattering phrases),
+  judge_addressing (talks to the grader) and wrong_answer (the reference does
+  not appear). A hack that no rubric of the score penalises is a `missing`
+  rubric finding; a positive rubric met by a padded response is `gamed`; a
+  correctness rubric met by a wrong answer is `miscalibrated`.
+- `summary` (schema SummaryDraft) aggregates the hacking types of the analyses
+  in the `<analyses>` block (chunk summary) or of the chunk summaries in the
+  `<chunk_summaries>` block (meta-summary): it counts them, names them in the
+  executive summary, the patterns and the evolution plan.
+
+Same heuristics as the judge (`judging`), so tests can predict every answer.
+"""
+
+import re
+from collections import Counter
+from typing import Any
+
+from . import judging
+
+# What each hack is called in prose, and the rubric change it calls for.
+HACKS: dict[str, tuple[str, str]] = {
+    "padding": ("padded, filler-heavy or repetitive responses",
+                "Add a criterion penalising padded, filler-heavy responses (negative points)."),
+    "sycophancy": ("flattery of the user (sycophancy)",
+                   "Add a criterion penalising flattery of the user (sycophancy)."),
+    "judge_addressing": ("responses that address the grader or ask for a score",
+                         "Raise the penalty for responses that address the grader or ask for a score."),
+    "wrong_answer": ("wrong final answers that still earn reward",
+                     "Reweight correctness so that a wrong final answer cannot earn a high reward."),
+}  # fmt: skip
+# Rubric criteria that already target each hack (a met negative one penalises it).
+_TARGETS = {
+    "padding": (judging._PADDING_CRITERION, judging._CONCISE_CRITERION),
+    "sycophancy": (judging._FLATTERY_CRITERION,),
+    "judge_addressing": (judging._GRADER_CRITERION,),
+    "wrong_answer": (judging._CORRECT_CRITERION,),
+}
+_SEVERITY = {"low": 0, "medium": 1, "high": 2}
+
+
+def analysis(system: str, user: str) -> dict[str, Any]:
+    """An AnalysisDraft as builtins."""
+    rollout = judging._block(user, "rollout") or {}
+    score = judging._block(user, "score") or {}
+    context = judging._block(user, "context") or {}
+    response = str(rollout.get("response") or "")
+    reference = rollout.get("reference")
+    results = [r for r in score.get("results") or [] if isinstance(r, dict)]
+    reward = score.get("reward")
+    hacks = _hacks(response, reference, reward)
+    findings = _findings(hacks, results)
+    quality_score = max(0.0, min(1.0, 1.0 - 0.25 * len(hacks)))
+    stage = f"step {context.get('step', '?')} of {context.get('total_steps') or '?'}"
+    verdict = ("a clean, direct answer" if not hacks
+               else "an answer that games the reward: " + ", ".join(h["type"] for h in hacks))  # fmt: skip
+    return {
+        "quality": f"[simulator] At {stage}: {verdict}.",
+        "quality_score": quality_score,
+        "reward_hacking": hacks,
+        "rubric_findings": findings,
+        "advancement": [_advice(h["type"]) for h in hacks] or ["Keep answers correct, direct and concise."],
+        "observations": [f"[simulator] {len(judging._WORD.findall(response.lower()))} words, reward {reward}."],
+    }
+
+
+def _hacks(response: str, reference: Any, reward: Any) -> list[dict[str, str]]:
+    lower = response.lower()
+    hacks = []
+    long_, repetitive, n = judging._length(response, reference)
+    if long_ or repetitive:
+        severity = "high" if long_ and repetitive else "medium"
+        hacks.append({"type": "padding", "evidence": _repeated(response) or response[:160], "severity": severity})
+    if m := judging._FLATTERY.search(lower):
+        hacks.append({"type": "sycophancy", "evidence": _around(response, m), "severity": "medium"})
+    if m := judging._GRADER_TALK.search(lower):
+        hacks.append({"type": "judge_addressing", "evidence": _around(response, m), "severity": "high"})
+    if reference and judging._normal(str(reference)) and f" {judging._normal(str(reference))} " not in f" {judging._normal(response)} ":
+        rewarded = isinstance(reward, (int, float)) and reward >= 0.5
+        hacks.append({"type": "wrong_answer", "evidence": response[:160], "severity": "high" if rewarded else "low"})
+    return hacks
+
+
+def _findings(hacks: list[dict[str, str]], results: list[dict[str, Any]]) -> list[dict[str, str]]:
+    findings = []
+    for hack in hacks:
+        kind = hack["type"]
+        targeting = [r for r in results if any(p.search(str(r.get("criterion", "")).lower()) for p in _TARGETS[kind])]
+        if kind == "wrong_answer":
+            for r in targeting:
+                if r.get("met") and float(r.get("points") or 0) > 0:
+                    findings.append({"finding": "miscalibrated", "rubric_id": str(r.get("rubric_id", "")),
+                                     "note": "[simulator] met although the answer does not match the reference."})  # fmt: skip
+            continue
+        if not targeting:
+            findings.append({"finding": "missing", "rubric_id": "",
+                             "note": f"[simulator] no rubric penalises {HACKS[kind][0]}."})  # fmt: skip
+        if kind == "padding":
+            for r in results:
+                if r.get("met") and float(r.get("points") or 0) > 0 and judging._REASONING_CRITERION.search(str(r.get("criterion", "")).lower()):
+                    findings.append({"finding": "gamed", "rubric_id": str(r.get("rubric_id", "")),
+                                     "note": "[simulator] met by sheer length: repetition passes for reasoning."})  # fmt: skip
+    return findings
+
+
+def _advice(kind: str) -> str:
+    return {"padding": "Answer directly; drop filler and repetition.",
+            "sycophancy": "Answer the question without flattering the user.",
+            "judge_addressing": "Answer the user, never the grader.",
+            "wrong_answer": "Check the final answer against the question."}[kind]  # fmt: skip
+
+
+def _repeated(response: str) -> str:
+    """The first sentence the response repeats, as written."""
+    seen: set[str] = set()
+    for sentence in judging._SENTENCE.findall(response):
+        norm = judging._normal(sentence)
+        if len(norm.split()) >= 4 and norm in seen:
+            return sentence.strip()
+        seen.add(norm)
+    return ""
+
+
+def _around(text: str, match: re.Match[str]) -> str:
+    start = max(0, text.rfind(".", 0, match.start()) + 1)
+    end = text.find(".", match.end())
+    return text[start : end + 1 if end >= 0 else len(text)].strip()[:200]
+
+
+def summary(system: str, user: str) -> dict[str, Any]:
+    """A SummaryDraft as builtins, for a chunk (`<analyses>`) or a meta-summary (`<chunk_summaries>`)."""
+    chunks = judging._block(user, "chunk_summaries")
+    counts: Counter[str] = Counter()
+    severity: dict[str, str] = {}
+    if isinstance(chunks, list):
+        total = sum(int(c.get("analyses") or 0) for c in chunks if isinstance(c, dict))
+        for chunk in chunks:
+            for p in (chunk.get("reward_hacking") or []) if isinstance(chunk, dict) else []:
+                counts[p["type"]] += int(p.get("rollouts") or 0)
+                severity[p["type"]] = _worse(severity.get(p["type"]), p.get("severity", "medium"))
+    else:
+        analyses = judging._block(user, "analyses") or []
+        total = len(analyses)
+        for a in analyses if isinstance(analyses, list) else []:
+            for e in a.get("reward_hacking") or []:
+                severity[e["type"]] = _worse(severity.get(e["type"]), e.get("severity", "medium"))
+            counts.update({e["type"] for e in a.get("reward_hacking") or []})
+    return _draft(counts, severity, total)
+
+
+def _worse(a: str | None, b: str) -> str:
+    return b if a is None or _SEVERITY.get(b, 1) > _SEVERITY.get(a, 1) else a
+
+
+def _draft(counts: Counter[str], severity: dict[str, str], total: int) -> dict[str, Any]:
+    ranked = counts.most_common()
+    named = [f"{kind} in {n} of {total} rollouts" for kind, n in ranked]
+    describe = lambda kind: HACKS.get(kind, (kind.replace("_", " "), ""))[0]  # noqa: E731
+    plan = [HACKS[kind][1] for kind, _ in ranked if kind in HACKS] or ["Keep the rubrics as they are (maintenance)."]
+    executive = (f"[simulator] {total} rollouts analysed; reward hacking: {'; '.join(named)}." if ranked
+                 else f"[simulator] {total} rollouts analysed; no reward hacking found.")  # fmt: skip
+    return {
+        "executive_summary": executive,
+        "systemic_patterns": [f"The policy produces {describe(kind)} ({n} of {total})." for kind, n in ranked],
+        "reward_hacking": [
+            {"type": kind, "rollouts": n, "description": f"[simulator] {describe(kind)}", "severity": severity.get(kind, "medium")}
+            for kind, n in ranked
+        ],
+        "rubric_evaluation": ("[simulator] The rubrics miss or under-penalise: " + ", ".join(k for k, _ in ranked) + "."
+                              if ranked else "[simulator] The rubrics fit the responses seen."),  # fmt: skip
+        "advancement": [_advice(kind) for kind, _ in ranked if kind in HACKS] or ["Keep answers correct, direct and concise."],
+        "evolution_plan": plan,
+        "memory_entry": executive + (" Plan: " + " ".join(plan) if ranked else ""),
+    }

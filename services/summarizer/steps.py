@@ -1,0 +1,193 @@
+"""Step accounting in Redis: what a step expects, what has arrived, who summarizes it.
+
+Every change is one Lua script, so the state survives any crash whole:
+- `closed` records a StepClosed (expected count, rollout ids, deadline) and
+  acks it; `analysed` adds an analysis's rollout id to the step's set (closing
+  the step itself after `rollouts_per_step`, if set) and acks it;
+- `claim` gives one summarizer the step for `claim_ttl_s` (a dead one's claim
+  lapses, so another retakes the step);
+- `commit` marks the step summarized, publishes its summaries and takes it
+  off the open steps, only if it was not summarized already: exactly once,
+  however many summarizers raced or restarted. A summarized step's state
+  expires after `state_ttl_s` (a week by default).
+
+The step hash (keys.step(run, step)) holds: expected, rollout_ids (JSON),
+closed_at, deadline, claim, claim_until, summarized. Open steps are members
+'run|step' of keys.open_steps, scored by deadline.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Event, RolloutAnalysis, StepClosed, StepSummary
+
+# KEYS: step hash, open steps, steps stream. ARGV: expected, ids json, now, deadline, member, group, entry id
+_CLOSED = """
+if redis.call('HGET', KEYS[1], 'summarized') ~= '1' then
+  if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'expected', ARGV[1]) end
+  if ARGV[2] ~= '[]' then redis.call('HSET', KEYS[1], 'rollout_ids', ARGV[2]) end
+  if redis.call('HSETNX', KEYS[1], 'closed_at', ARGV[3]) == 1 then
+    redis.call('HSET', KEYS[1], 'deadline', ARGV[4])
+    redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  end
+end
+redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
+return 1
+"""
+
+# KEYS: step hash, step analyses set, open steps, analyses stream
+# ARGV: rollout id, rollouts per step ('' = none), now, deadline, member, group, entry id
+_ANALYSED = """
+redis.call('SADD', KEYS[2], ARGV[1])
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'summarized') ~= '1' and redis.call('HEXISTS', KEYS[1], 'expected') == 0 then
+  redis.call('HSET', KEYS[1], 'expected', ARGV[2])
+  if redis.call('HSETNX', KEYS[1], 'closed_at', ARGV[3]) == 1 then
+    redis.call('HSET', KEYS[1], 'deadline', ARGV[4])
+    redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+  end
+end
+if ARGV[7] ~= '' then redis.call('XACK', KEYS[4], ARGV[6], ARGV[7]) end
+return 1
+"""
+
+# KEYS: step hash. ARGV: token, now, until
+_CLAIM = """
+local s = redis.call('HMGET', KEYS[1], 'summarized', 'claim_until')
+if s[1] == '1' then return 0 end
+if s[2] and tonumber(s[2]) > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'claim_until', ARGV[3])
+return 1
+"""
+
+# KEYS: step hash, open steps, summaries stream, events stream, step analyses set
+# ARGV: member, now, maxlen, event, state ttl, summaries...
+_COMMIT = """
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('HGET', KEYS[1], 'summarized') == '1' then return 0 end
+redis.call('HSET', KEYS[1], 'summarized', '1', 'summarized_at', ARGV[2])
+redis.call('HDEL', KEYS[1], 'claim', 'claim_until')
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[5], ARGV[5])
+for i = 6, #ARGV do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', '__data__', ARGV[i])
+end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', '__data__', ARGV[4])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class StepState:
+    """One step's accounting, as read from Redis."""
+
+    run_id: str
+    step: int
+    expected: int | None = None
+    rollout_ids: tuple[str, ...] = ()
+    deadline: float | None = None
+    summarized: bool = False
+    analysed: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def closed(self) -> bool:
+        return self.expected is not None
+
+    @property
+    def complete(self) -> bool:
+        """Every analysis the trainer announced is in."""
+        if not self.closed:
+            return False
+        if self.rollout_ids:
+            return set(self.rollout_ids) <= self.analysed
+        return len(self.analysed) >= (self.expected or 0)
+
+    def due(self, now: float) -> bool:
+        """Ready to summarize: complete, or closed and past its deadline."""
+        if self.summarized or not self.closed:
+            return False
+        return self.complete or (self.deadline is not None and now >= self.deadline)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Rollout ids announced but not analysed (only knowable when the trainer sent ids)."""
+        return tuple(sorted(set(self.rollout_ids) - self.analysed))
+
+
+def member(run_id: str, step: int) -> str:
+    return f"{run_id}|{step}"
+
+
+def parse_member(raw: bytes | str) -> tuple[str, int]:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    run_id, _, step = text.rpartition("|")
+    return run_id, int(step)
+
+
+class StepBook:
+    """The summarizer's view of every step's accounting."""
+
+    def __init__(self, redis: Redis, keys: Keys, group: str, *, deadline_s: float, claim_ttl_s: float, maxlen: int,
+                 state_ttl_s: int = 7 * 86_400) -> None:  # fmt: skip
+        self.redis = redis
+        self.state_ttl_s = state_ttl_s
+        self.keys = keys
+        self.group = group
+        self.deadline_s = deadline_s
+        self.claim_ttl_s = claim_ttl_s
+        self.maxlen = maxlen
+        self._closed = redis.register_script(_CLOSED)
+        self._analysed = redis.register_script(_ANALYSED)
+        self._claim = redis.register_script(_CLAIM)
+        self._commit = redis.register_script(_COMMIT)
+
+    async def closed(self, msg: StepClosed, now: float, entry_id: bytes | str) -> None:
+        """Record the trainer's StepClosed and ack its entry."""
+        expected = msg.rollouts if msg.rollouts is not None else (len(msg.rollout_ids) if msg.rollout_ids else None)
+        await self._closed(
+            keys=[self.keys.step(msg.run_id, msg.step), self.keys.open_steps, self.keys.steps],
+            args=["" if expected is None else expected, json.dumps(sorted(set(msg.rollout_ids))), now,
+                  now + self.deadline_s, member(msg.run_id, msg.step), self.group, entry_id],
+        )  # fmt: skip
+
+    async def analysed(self, analysis: RolloutAnalysis, now: float, entry_id: bytes | str, rollouts_per_step: int | None) -> None:
+        """Count an announced analysis in its step and ack its entry."""
+        run, step = analysis.run_id, analysis.step
+        await self._analysed(
+            keys=[self.keys.step(run, step), self.keys.step_analyses(run, step), self.keys.open_steps, self.keys.analyses],
+            args=[analysis.rollout_id, rollouts_per_step or "", now, now + self.deadline_s, member(run, step), self.group, entry_id],
+        )
+
+    async def state(self, run_id: str, step: int) -> StepState:
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.step(run_id, step))
+            pipe.smembers(self.keys.step_analyses(run_id, step))
+            raw, analysed = await pipe.execute()
+        h = {k.decode(): v.decode() for k, v in raw.items()}
+        return StepState(
+            run_id=run_id,
+            step=step,
+            expected=int(h["expected"]) if "expected" in h else None,
+            rollout_ids=tuple(json.loads(h.get("rollout_ids", "[]"))),
+            deadline=float(h["deadline"]) if "deadline" in h else None,
+            summarized=h.get("summarized") == "1",
+            analysed=frozenset(x.decode() for x in analysed),
+        )
+
+    async def open_steps(self) -> list[tuple[str, int]]:
+        return [parse_member(m) for m in await self.redis.zrange(self.keys.open_steps, 0, -1)]
+
+    async def claim(self, run_id: str, step: int, token: str, now: float) -> bool:
+        """Take the step for `claim_ttl_s` unless it is summarized or someone else holds it."""
+        return bool(await self._claim(keys=[self.keys.step(run_id, step)], args=[token, now, now + self.claim_ttl_s]))
+
+    async def commit(self, run_id: str, step: int, summaries: list[StepSummary], event: Event, now: float) -> bool:
+        """Mark the step summarized and publish its summaries, unless it already was; True if this call did."""
+        return bool(await self._commit(
+            keys=[self.keys.step(run_id, step), self.keys.open_steps, self.keys.summaries, self.keys.events,
+                  self.keys.step_analyses(run_id, step)],
+            args=[member(run_id, step), now, self.maxlen, wire.encode(event), self.state_ttl_s, *(wire.encode(s) for s in summaries)],
+        ))  # fmt: skip

@@ -1,0 +1,216 @@
+"""Summarizing one step: chunks of analyses, chunk summaries in parallel, a meta-summary.
+
+Plain async Python: a test hands in the analyses and two agent functions and
+needs no broker. The instructions are the system message (stable, cacheable);
+the analyses follow as JSON data with `<` escaped.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import msgspec
+
+from rubricd.messages import HackingEvidence, HackingPattern, RolloutAnalysis, RubricFinding, Severity, StepSummary
+
+
+class PatternDraft(msgspec.Struct, frozen=True, kw_only=True):
+    type: str
+    rollouts: int
+    description: str
+    severity: Severity
+
+
+class SummaryDraft(msgspec.Struct, frozen=True, kw_only=True):
+    """What the summarizer and meta_summarizer agents return (every field required)."""
+
+    executive_summary: str
+    systemic_patterns: list[str]
+    reward_hacking: list[PatternDraft]
+    rubric_evaluation: str
+    advancement: list[str]
+    evolution_plan: list[str]
+    memory_entry: str
+
+
+Agent = Callable[[list[dict[str, str]]], Awaitable[SummaryDraft]]
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What the prompt says about the step being summarized."""
+
+    run_id: str
+    step: int
+    instance_key: str | None = None
+    expected: int | None = None  # rollouts the trainer published, if it said
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """A step summary and the chunk summaries it was merged from."""
+
+    summary: StepSummary
+    chunks: list[SummaryDraft]
+
+
+class _StepView(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    step: int
+    instance_key: str | None
+    rollouts_expected: int | None
+    analyses: int
+    missing_rollouts: int
+    chunk: int | None = None
+    chunks: int | None = None
+
+
+class _AnalysisView(msgspec.Struct, frozen=True, kw_only=True):
+    rollout_id: str
+    reward: float | None
+    quality_score: float
+    quality: str
+    reward_hacking: list[HackingEvidence]
+    rubric_findings: list[RubricFinding]
+    advancement: list[str]
+    observations: list[str]
+
+
+class _ChunkView(msgspec.Struct, frozen=True, kw_only=True):
+    chunk: int
+    analyses: int
+    executive_summary: str
+    systemic_patterns: list[str]
+    reward_hacking: list[PatternDraft]
+    rubric_evaluation: str
+    advancement: list[str]
+    evolution_plan: list[str]
+
+
+def load_template(path: Path | None, default: str) -> str:
+    return path.read_text() if path else resources.files(__package__).joinpath(f"prompts/{default}").read_text()
+
+
+def as_data(obj: object) -> str:
+    # `\u003c` is JSON for '<': the text can never contain a closing tag.
+    return msgspec.json.encode(obj).decode().replace("<", "\\u003c")
+
+
+def chunked(analyses: list[RolloutAnalysis], size: int) -> list[list[RolloutAnalysis]]:
+    """Analyses in rollout-id order, cut into chunks of at most `size` (none for no analyses)."""
+    ordered = sorted(analyses, key=lambda a: a.rollout_id)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def _view(a: RolloutAnalysis) -> _AnalysisView:
+    return _AnalysisView(rollout_id=a.rollout_id, reward=a.reward, quality_score=a.quality_score, quality=a.quality,
+                         reward_hacking=a.reward_hacking, rubric_findings=a.rubric_findings,
+                         advancement=a.advancement, observations=a.observations)  # fmt: skip
+
+
+def _step_view(info: StepInfo, analyses: int, chunk: int | None = None, chunks: int | None = None) -> _StepView:
+    return _StepView(run_id=info.run_id, step=info.step, instance_key=info.instance_key, rollouts_expected=info.expected,
+                     analyses=analyses, missing_rollouts=len(info.missing), chunk=chunk, chunks=chunks)  # fmt: skip
+
+
+def chunk_messages(template: str, info: StepInfo, chunk: list[RolloutAnalysis], index: int, total: int, analyses: int) -> list[dict[str, str]]:
+    user = (f"<step>\n{as_data(_step_view(info, analyses, index, total))}\n</step>\n"
+            f"<analyses>\n{as_data([_view(a) for a in chunk])}\n</analyses>")  # fmt: skip
+    return [{"role": "system", "content": template.rstrip() + "\n"}, {"role": "user", "content": user}]
+
+
+def meta_messages(template: str, info: StepInfo, drafts: list[SummaryDraft], sizes: list[int]) -> list[dict[str, str]]:
+    views = [
+        _ChunkView(chunk=i, analyses=n, executive_summary=d.executive_summary, systemic_patterns=d.systemic_patterns,
+                   reward_hacking=d.reward_hacking, rubric_evaluation=d.rubric_evaluation, advancement=d.advancement,
+                   evolution_plan=d.evolution_plan)  # fmt: skip
+        for i, (d, n) in enumerate(zip(drafts, sizes))
+    ]
+    user = (f"<step>\n{as_data(_step_view(info, sum(sizes), None, len(drafts)))}\n</step>\n"
+            f"<chunk_summaries>\n{as_data(views)}\n</chunk_summaries>")  # fmt: skip
+    return [{"role": "system", "content": template.rstrip() + "\n"}, {"role": "user", "content": user}]
+
+
+async def summarize_step(
+    info: StepInfo,
+    analyses: list[RolloutAnalysis],
+    *,
+    chunk_size: int,
+    templates: tuple[str, str],
+    summarizer: Agent,
+    meta_summarizer: Agent,
+) -> Summarized:
+    """Chunk summaries in parallel, merged by the meta-summarizer (skipped for one chunk).
+
+    A step with no analyses at all (every one missing at the deadline) gets a
+    summary that says so, without an LLM call.
+    """
+    chunks = chunked(analyses, chunk_size)
+    if not chunks:
+        return Summarized(empty_summary(info), [])
+    drafts = list(await asyncio.gather(*(
+        summarizer(chunk_messages(templates[0], info, chunk, i, len(chunks), len(analyses))) for i, chunk in enumerate(chunks)
+    )))  # fmt: skip
+    merged = drafts[0] if len(drafts) == 1 else await meta_summarizer(meta_messages(templates[1], info, drafts, [len(c) for c in chunks]))
+    return Summarized(step_summary(info, merged, analyses=len(analyses), chunks=len(chunks)), drafts)
+
+
+def step_summary(info: StepInfo, draft: SummaryDraft, *, analyses: int, chunks: int) -> StepSummary:
+    return StepSummary(
+        run_id=info.run_id,
+        step=info.step,
+        instance_key=info.instance_key,
+        executive_summary=draft.executive_summary,
+        systemic_patterns=list(draft.systemic_patterns),
+        reward_hacking=[
+            HackingPattern(type=p.type, rollouts=max(0, min(p.rollouts, analyses)), description=p.description, severity=p.severity)
+            for p in draft.reward_hacking
+        ],
+        rubric_evaluation=draft.rubric_evaluation,
+        advancement=list(draft.advancement),
+        evolution_plan=list(draft.evolution_plan),
+        memory_entry=draft.memory_entry,
+        analyses=analyses,
+        missing_rollouts=list(info.missing),
+        expected_rollouts=info.expected,
+        chunks=chunks,
+    )
+
+
+def empty_summary(info: StepInfo) -> StepSummary:
+    text = f"No analysis of step {info.step} arrived before its deadline; nothing can be said about it."
+    return StepSummary(run_id=info.run_id, step=info.step, instance_key=info.instance_key, executive_summary=text,
+                       memory_entry=text, analyses=0, missing_rollouts=list(info.missing),
+                       expected_rollouts=info.expected, chunks=0)  # fmt: skip
+
+
+def by_instance(analyses: list[RolloutAnalysis], per_instance: bool) -> dict[str | None, list[RolloutAnalysis]]:
+    """The step's analyses per instance key (per-instance mode), or all under None."""
+    if not per_instance:
+        return {None: analyses}
+    groups: dict[str | None, list[RolloutAnalysis]] = {}
+    for a in analyses:
+        groups.setdefault(a.instance_key, []).append(a)
+    return groups
+
+
+def render(summary: StepSummary) -> str:
+    """A compact readable text of a step summary, for memory."""
+    where = f" (instance {summary.instance_key})" if summary.instance_key else ""
+    lines = [f"Step {summary.step}{where} summary of {summary.analyses} analyses: {summary.executive_summary}"]
+    lines += [f"Pattern: {p}" for p in summary.systemic_patterns]
+    lines += [f"Reward hacking, {p.type} in {p.rollouts} rollouts ({p.severity}): {p.description}" for p in summary.reward_hacking]
+    if summary.rubric_evaluation:
+        lines.append(f"Rubrics: {summary.rubric_evaluation}")
+    lines += [f"Plan: {p}" for p in summary.evolution_plan]
+    if summary.missing_rollouts:
+        lines.append(f"Missing analyses: {', '.join(summary.missing_rollouts[:20])}")
+    return "\n".join(lines)
+
+
+def render_chunk(info: StepInfo, index: int, draft: SummaryDraft) -> str:
+    patterns = "; ".join(f"{p.type} x{p.rollouts}" for p in draft.reward_hacking) or "none"
+    return f"Step {info.step} chunk {index} summary: {draft.executive_summary}\nReward hacking: {patterns}\n{draft.memory_entry}"

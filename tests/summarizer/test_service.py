@@ -1,0 +1,126 @@
+"""The summarizer service against the real Redis, Weaviate and the LLM simulator."""
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+
+from analyzer.app import memory_item
+from common.memory import MemoryKind
+from rubricd import wire
+from rubricd.messages import (
+    HackingEvidence, JudgeStatus, Rollout, RolloutAnalysis, Rubric, RubricResult, RubricSet, Score, ScoredRollout,
+    StepClosed, StepSummary,
+)  # fmt: skip
+from rubricd.store import RubricStore
+
+pytestmark = pytest.mark.integration
+
+RUBRICS = [Rubric(id="correct", criterion="The response states the correct final answer, matching the reference answer.", points=5, kind="anchor")]
+PADDED = "17 + 25 = 42. " + "To be thorough, let me restate the whole calculation once more. " * 10
+
+
+def scored(run_id: str, i: int, response: str, step: int = 0) -> ScoredRollout:
+    rollout = Rollout(run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, prompt="What is 17 + 25?", response=response, reference="42")
+    score = Score(run_id=run_id, rollout_id=rollout.rollout_id, step=step, status=JudgeStatus.OK, reward=1.0, rubric_version=1,
+                  results=[RubricResult(rubric_id="correct", met=True, points=5)])  # fmt: skip
+    return ScoredRollout(rollout=rollout, score=score)
+
+
+def analysis(run_id: str, step: int, i: int, *hacks: str, instance: str | None = None, note: str = "") -> RolloutAnalysis:
+    return RolloutAnalysis(
+        run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, rubric_version=1, quality="q", instance_key=instance,
+        reward_hacking=[HackingEvidence(type=h, evidence="quoted") for h in hacks], observations=[note] if note else [],
+    )  # fmt: skip
+
+
+async def record(redis, keys, memory, analyses: list[RolloutAnalysis]) -> None:
+    """What an analyzer does: memory first, then the announcement."""
+    await memory.put([memory_item(a) for a in analyses])
+    for a in analyses:
+        await redis.xadd(keys.analyses, wire.entry(a))
+
+
+async def close(redis, keys, run_id: str, step: int, rollouts: int, ids: list[str] = ()) -> None:
+    await redis.xadd(keys.steps, wire.entry(StepClosed(run_id=run_id, step=step, rollouts=rollouts, rollout_ids=list(ids))))
+
+
+async def summaries(redis, keys, n: int, timeout: float = 60) -> list[StepSummary]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [wire.decode(wire.payload(f), StepSummary) for _, f in await redis.xrange(keys.summaries)]
+        if len(found) >= n:
+            return found
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"{len(found)} of {n} step summaries")
+
+
+async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(stack, redis, keys, memory, start_analyzer, start_summarizer):
+    start_analyzer().wait_consuming(stack.redis_url, keys)
+    start_summarizer(chunk_size=3).wait_consuming(stack.redis_url, keys)
+    await RubricStore(redis, keys).seed(RubricSet(run_id="run", version=1, rubrics=RUBRICS))
+    for i, response in enumerate([PADDED, PADDED, "17 + 25 = 42.", PADDED]):
+        await redis.xadd(keys.scored, wire.entry(scored("run", i, response)))
+    await close(redis, keys, "run", 0, rollouts=4)
+    [summary] = await summaries(redis, keys, 1)
+    assert (summary.step, summary.analyses, summary.chunks, summary.missing_rollouts) == (0, 4, 2, [])
+    assert {p.type: p.rollouts for p in summary.reward_hacking} == {"padding": 3}
+    assert "padding in 3 of 4 rollouts" in summary.executive_summary
+    assert any("padded" in line for line in summary.evolution_plan) and "padded" in summary.memory_entry
+    assert await memory.count("run", MemoryKind.CHUNK_SUMMARY) == 2
+    [stored] = await memory.recent("run", MemoryKind.STEP_SUMMARY, limit=5)
+    assert wire.decode(stored.message, StepSummary) == summary and stored.step == 0
+    await close(redis, keys, "run", 0, rollouts=4)  # the trainer closes it again
+    await asyncio.sleep(2.0)
+    assert await redis.xlen(keys.summaries) == 1
+    assert not await redis.zcard(keys.open_steps)
+
+
+async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadline(stack, redis, keys, memory, start_summarizer):
+    start_summarizer(step_deadline_s=3, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
+    await record(redis, keys, memory, [analysis("run", 1, 0, "sycophancy"), analysis("run", 1, 1)])
+    closed_at = time.monotonic()
+    await close(redis, keys, "run", 1, rollouts=3, ids=["s1-r0", "s1-r1", "s1-r2"])
+    [summary] = await summaries(redis, keys, 1, timeout=30)
+    assert time.monotonic() - closed_at >= 2.5
+    assert summary.missing_rollouts == ["s1-r2"] and summary.analyses == 2 and summary.expected_rollouts == 3
+    assert {p.type: p.rollouts for p in summary.reward_hacking} == {"sycophancy": 1}
+    # A late analysis changes nothing: the step was summarized.
+    await record(redis, keys, memory, [analysis("run", 1, 2)])
+    await asyncio.sleep(1.0)
+    assert await redis.xlen(keys.summaries) == 1
+
+
+async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary_per_instance(stack, redis, keys, memory, start_summarizer):
+    start_summarizer(rubrics_mode="per_instance", rollouts_per_step=4).wait_consuming(stack.redis_url, keys)
+    await record(redis, keys, memory, [analysis("run", 2, 0, "padding", instance="x"), analysis("run", 2, 1, "padding", instance="x"),
+                                       analysis("run", 2, 2, instance="y")])  # fmt: skip
+    await asyncio.sleep(1.5)
+    assert await redis.xlen(keys.summaries) == 0  # 3 of 4: not yet
+    await record(redis, keys, memory, [analysis("run", 2, 3, "judge_addressing", instance="y")])
+    found = {s.instance_key: s for s in await summaries(redis, keys, 2)}
+    assert {k: {p.type: p.rollouts for p in s.reward_hacking} for k, s in found.items()} == {
+        "x": {"padding": 2}, "y": {"judge_addressing": 1}}  # fmt: skip
+    assert {s.analyses for s in found.values()} == {2}
+
+
+async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_step_once(stack, redis, keys, memory, start_summarizer):
+    slow = "[sim:latency_ms=2000]"  # every summary call of these steps takes 2 s
+    for step in range(3):
+        await record(redis, keys, memory, [analysis("run", step, i, "padding", note=slow) for i in range(2)])
+        await close(redis, keys, "run", step, rollouts=2)
+    settings = dict(claim_ttl_s=4, sweep_interval_s=0.3)
+    first = start_summarizer(**settings).wait_consuming(stack.redis_url, keys)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all([await redis.hexists(keys.step("run", s), "claim") for s in range(3)]):
+        await asyncio.sleep(0.05)
+    first.kill()  # SIGKILL with every step claimed and its LLM calls in flight
+    assert await redis.xlen(keys.summaries) == 0
+    start_summarizer(**settings).wait_consuming(stack.redis_url, keys)
+    found = await summaries(redis, keys, 3, timeout=60)
+    await asyncio.sleep(settings["claim_ttl_s"] + 1)  # nothing is summarized twice, even after every claim lapsed
+    found = [wire.decode(wire.payload(f), StepSummary) for _, f in await redis.xrange(keys.summaries)]
+    assert Counter(s.step for s in found) == {0: 1, 1: 1, 2: 1}
+    assert all(s.analyses == 2 and s.reward_hacking[0].type == "padding" for s in found)
+    assert await memory.count("run", MemoryKind.STEP_SUMMARY) == 3
