@@ -16,6 +16,9 @@ overwriting. A summary redelivered after a crash finds the version its step
 already produced and only re-announces it: every step makes at most one
 version. After every summary, updated or not, the run's step marker advances:
 a trainer in synchronous mode waits on it (`RubricdClient.wait_for_rubrics`).
+An LLM that fails after its retries leaves the rubrics as they are (event
+`update_failed`) rather than holding that trainer up; a summary that fails
+otherwise is retried by reclaim, then dead-lettered (and its step advanced).
 """
 
 import asyncio
