@@ -7,7 +7,8 @@ lifespan, and the sweeper. The accounting is in `steps`, the summarizing in
 Handlers only record what arrived (a StepClosed, an analysis's rollout id) in
 Redis, acking in the same script, then try the step: nothing is held in
 memory, so a summarizer killed at any point loses nothing. A step is
-summarized by whoever claims it (a claim lapses after `claim_ttl_s`), and its
+summarized by whoever claims it (a claim lapses after `claim_ttl_s`; a failed
+attempt, e.g. an LLM outage, is retried after `retry_after_s`), and its
 summaries are published together with its `summarized` flag, once. The
 sweeper looks at every open step each `sweep_interval_s`: it finishes steps a
 dead summarizer left claimed, and summarizes steps whose deadline passed with
@@ -87,16 +88,18 @@ class Summarizer:
             self.try_later(run_id, step)
 
     async def try_step(self, run_id: str, step: int) -> None:
+        token = uuid.uuid4().hex
         try:
             state = await self.book.state(run_id, step)
             now = time.time()
-            if not state.due(now) or not await self.book.claim(run_id, step, uuid.uuid4().hex, now):
+            if not state.due(now) or not await self.book.claim(run_id, step, token, now):
                 return
             await self.summarize(await self.book.state(run_id, step))
         except Exception as e:
-            # The claim lapses after claim_ttl_s; the sweeper then tries again.
+            # Our claim now ends at the retry time; the sweeper then tries again.
             log.exception("summarizing %s step %s failed", run_id, step)
             with contextlib.suppress(Exception):
+                await self.book.retry_at(run_id, step, token, time.time() + self.settings.retry_after_s)
                 failed = streams.event(SERVICE, "summary_failed", run_id=run_id, step=step, detail=repr(e)[:500])
                 await self.redis.xadd(self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True)
 

@@ -5,7 +5,8 @@ Every change is one Lua script, so the state survives any crash whole:
   acks it; `analysed` adds an analysis's rollout id to the step's set (closing
   the step itself after `rollouts_per_step`, if set) and acks it;
 - `claim` gives one summarizer the step for `claim_ttl_s` (a dead one's claim
-  lapses, so another retakes the step);
+  lapses, so another retakes the step; a failed attempt moves its own claim's
+  end to when the step should be retried);
 - `commit` marks the step summarized, publishes its summaries and takes it
   off the open steps, only if it was not summarized already: exactly once,
   however many summarizers raced or restarted. A summarized step's state
@@ -60,6 +61,12 @@ local s = redis.call('HMGET', KEYS[1], 'summarized', 'claim_until')
 if s[1] == '1' then return 0 end
 if s[2] and tonumber(s[2]) > tonumber(ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'claim_until', ARGV[3])
+return 1
+"""
+
+# KEYS: step hash. ARGV: token, until
+_RETRY = """
+if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then redis.call('HSET', KEYS[1], 'claim_until', ARGV[2]) end
 return 1
 """
 
@@ -143,6 +150,7 @@ class StepBook:
         self._analysed = redis.register_script(_ANALYSED)
         self._claim = redis.register_script(_CLAIM)
         self._commit = redis.register_script(_COMMIT)
+        self._retry = redis.register_script(_RETRY)
 
     async def closed(self, msg: StepClosed, now: float, entry_id: bytes | str) -> None:
         """Record the trainer's StepClosed and ack its entry."""
@@ -183,6 +191,10 @@ class StepBook:
     async def claim(self, run_id: str, step: int, token: str, now: float) -> bool:
         """Take the step for `claim_ttl_s` unless it is summarized or someone else holds it."""
         return bool(await self._claim(keys=[self.keys.step(run_id, step)], args=[token, now, now + self.claim_ttl_s]))
+
+    async def retry_at(self, run_id: str, step: int, token: str, at: float) -> None:
+        """Shorten (or lengthen) our own claim after a failure, so the step is retried at `at`."""
+        await self._retry(keys=[self.keys.step(run_id, step)], args=[token, at])
 
     async def commit(self, run_id: str, step: int, summaries: list[StepSummary], event: Event, now: float) -> bool:
         """Mark the step summarized and publish its summaries, unless it already was; True if this call did."""

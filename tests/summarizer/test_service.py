@@ -10,7 +10,7 @@ from analyzer.app import memory_item
 from common.memory import MemoryKind
 from rubricd import wire
 from rubricd.messages import (
-    HackingEvidence, JudgeStatus, Rollout, RolloutAnalysis, Rubric, RubricResult, RubricSet, Score, ScoredRollout,
+    Event, HackingEvidence, JudgeStatus, Rollout, RolloutAnalysis, Rubric, RubricResult, RubricSet, Score, ScoredRollout,
     StepClosed, StepSummary,
 )  # fmt: skip
 from rubricd.store import RubricStore
@@ -124,3 +124,17 @@ async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_s
     assert Counter(s.step for s in found) == {0: 1, 1: 1, 2: 1}
     assert all(s.analyses == 2 and s.reward_hacking[0].type == "padding" for s in found)
     assert await memory.count("run", MemoryKind.STEP_SUMMARY) == 3
+
+
+async def test_a_failed_summary_is_retried_and_then_published_once(stack, redis, keys, memory, start_summarizer):
+    # The first 2 attempts of this conversation fail with 500: with one retry, the whole first try fails.
+    flaky = "[sim:fail=500,times=2]"
+    start_summarizer(retry_after_s=1, sweep_interval_s=0.2, llm__max_retries=1).wait_consuming(stack.redis_url, keys)
+    await record(redis, keys, memory, [analysis("run", 5, 0, "padding", note=flaky)])
+    await close(redis, keys, "run", 5, rollouts=1)
+    [summary] = await summaries(redis, keys, 1, timeout=30)
+    assert summary.step == 5 and summary.reward_hacking[0].type == "padding"
+    events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+    assert [e.kind for e in events if e.kind in ("summary_failed", "step_summarized")] == ["summary_failed", "step_summarized"]
+    await asyncio.sleep(1.5)
+    assert await redis.xlen(keys.summaries) == 1
