@@ -94,9 +94,15 @@ class RubricdClient:
     async def score_one(self, rollout: Rollout, *, timeout: float | None = None) -> Score:
         return (await self.score([rollout], timeout=timeout))[0]
 
-    async def close_step(self, run_id: str, step: int, rollouts: int | None = None) -> None:
-        """Say that every rollout of `step` has been published (`rollouts` of them)."""
-        closed = StepClosed(run_id=run_id, step=step, rollouts=rollouts, closed_at=time.time())
+    async def close_step(
+        self, run_id: str, step: int, rollouts: int | None = None, rollout_ids: Sequence[str] = ()
+    ) -> None:
+        """Say that every rollout of `step` has been published (`rollouts` of them).
+
+        With `rollout_ids`, a step summarized at its deadline names the rollouts it missed.
+        """
+        count = rollouts if rollouts is not None else (len(rollout_ids) or None)
+        closed = StepClosed(run_id=run_id, step=step, rollouts=count, rollout_ids=list(rollout_ids), closed_at=time.time())
         await self.redis.xadd(self.keys.steps, wire.entry(closed))
 
     async def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:
@@ -191,8 +197,8 @@ class SyncRubricdClient:
     def score_one(self, rollout: Rollout, *, timeout: float | None = None) -> Score:
         return self._run(self._client.score_one(rollout, timeout=timeout))
 
-    def close_step(self, run_id: str, step: int, rollouts: int | None = None) -> None:
-        self._run(self._client.close_step(run_id, step, rollouts))
+    def close_step(self, run_id: str, step: int, rollouts: int | None = None, rollout_ids: Sequence[str] = ()) -> None:
+        self._run(self._client.close_step(run_id, step, rollouts, rollout_ids))
 
     def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:
         self._run(self._client.wait_for_rubrics(run_id, step, timeout=timeout))

@@ -64,9 +64,10 @@ async def test_close_step_publishes_a_step_closed(stack, redis):
     keys = Keys("tclient")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         await client.close_step("run", 3, rollouts=64)
-    ((_, fields),) = await redis.xrange(keys.steps)
-    closed = wire.decode(fields[b"__data__"], StepClosed)
-    assert (closed.run_id, closed.step, closed.rollouts) == ("run", 3, 64)
+        await client.close_step("run", 4, rollout_ids=["a", "b"])
+    first, second = [wire.decode(f[b"__data__"], StepClosed) for _, f in await redis.xrange(keys.steps)]
+    assert (first.run_id, first.step, first.rollouts) == ("run", 3, 64)
+    assert (second.rollouts, second.rollout_ids) == (2, ["a", "b"])
 
 
 async def test_wait_for_rubrics_returns_once_the_step_is_in_place(stack, redis):
