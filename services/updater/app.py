@@ -79,7 +79,7 @@ class UpdaterService:
             ),  # fmt: skip
         )
 
-    async def handle(self, msg: RedisStreamMessage) -> None:
+    async def handle(self, msg: RedisStreamMessage, consumer: str) -> None:
         entry_id = msg.raw_message["message_ids"][0]
         try:
             summary = wire.decode(msg.body, StepSummary)
@@ -87,7 +87,8 @@ class UpdaterService:
             await streams.dead_letter(self.redis, self.keys, msg, service=SERVICE, reason=f"malformed step summary: {e}", maxlen=self.settings.stream_maxlen)
             return
         try:
-            events, announcement = await self.process(summary)
+            async with self.keep_claimed(entry_id, consumer):
+                events, announcement = await self.process(summary)
             await self.commit(entry_id, summary, events, announcement)
         except Exception as e:
             # Left pending: a reclaiming updater retries it, then dead-letters it.
@@ -109,10 +110,31 @@ class UpdaterService:
         return [self.outcome_event(summary, outcome)], wire.encode(outcome.update) if outcome.update else None
 
     @contextlib.asynccontextmanager
+    async def keep_claimed(self, entry_id: bytes, consumer: str) -> AsyncIterator[None]:
+        """Keep a live update's entry from looking idle: an update can outlast `reclaim_idle_ms`
+        (a slow model, a wait for the run's lock), and a reclaimer must only take entries of dead updaters.
+        XCLAIM ... JUSTID resets the idle time without counting a delivery."""
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(self.settings.reclaim_idle_ms / 3000)
+                try:
+                    await self.redis.xclaim(self.keys.summaries, UPDATERS, consumer, 0, [entry_id], justid=True)
+                except Exception:
+                    log.exception("could not keep summary entry %s claimed", entry_id)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    @contextlib.asynccontextmanager
     async def lock(self, run_id: str, instance: str | None) -> AsyncIterator[None]:
         """Hold the run's update lock; it expires on its own if its holder dies."""
+        # thread_local=False: the token is this coroutine's own, not shared by every handler on the thread.
         lock = self.redis.lock(self.keys.update_lock(run_id, instance), timeout=self.settings.lock_timeout_s,
-                               blocking_timeout=self.settings.lock_timeout_s + 5)  # fmt: skip
+                               blocking_timeout=self.settings.lock_timeout_s + 5, thread_local=False)  # fmt: skip
         if not await lock.acquire():
             raise LockError(f"update lock of {run_id}/{instance} not free after {self.settings.lock_timeout_s + 5:g} s")
         try:
@@ -163,8 +185,7 @@ class UpdaterService:
         detail = outcome.proposal.rationale if outcome.proposal else ""
         if outcome.rejected:
             detail += " | dropped: " + "; ".join(f"{r.action} {r.rubric_id}: {r.reason}" for r in outcome.rejected)
-        kind = {"updated": "rubrics_updated", "unchanged": "rubrics_unchanged", "already_applied": "rubrics_reannounced",
-                "superseded": "update_superseded"}[outcome.kind]  # fmt: skip
+        kind = {"updated": "rubrics_updated", "unchanged": "rubrics_unchanged", "already_applied": "rubrics_reannounced"}[outcome.kind]
         return self.event(kind, summary, detail=detail, **fields)
 
     @staticmethod
@@ -202,7 +223,7 @@ def create_app(settings: UpdaterSettings) -> FastStream:
         ack_policy=AckPolicy.MANUAL,
     )
     async def on_summary(msg: RedisStreamMessage, updater: UpdaterService = Context("updater")) -> None:
-        await updater.handle(msg)
+        await updater.handle(msg, consumer)
 
     @broker.subscriber(
         stream=StreamSub(keys.summaries, group=UPDATERS, consumer=f"{consumer}-reclaim", min_idle_time=settings.reclaim_idle_ms),
@@ -213,7 +234,7 @@ def create_app(settings: UpdaterSettings) -> FastStream:
         if deliveries > settings.max_deliveries:
             await updater.give_up(msg, deliveries)
         else:
-            await updater.handle(msg)
+            await updater.handle(msg, f"{consumer}-reclaim")
 
     async def announce() -> None:
         """Say the subscribers are reading (tests and `tail` wait for this)."""

@@ -14,6 +14,11 @@ store and an `ask` function (the LLM) and needs no broker.
 5. The new set (version = current + 1, step = the summary's step) is written
    with the store's compare-and-set; a version already made from this step is
    never made again.
+
+Summaries of one run are applied in the order the updater gets them. One that
+arrives late (reclaimed from a dead updater after a later step was applied)
+is still applied on top of the current set: its evidence is not thrown away,
+and versions stay strictly increasing.
 """
 
 import re
@@ -275,7 +280,7 @@ async def dynamic_memory(
 class Outcome:
     """What handling one step summary did."""
 
-    kind: str  # updated | unchanged | skipped | already_applied | superseded
+    kind: str  # updated | unchanged | already_applied
     current: RubricSet
     update: RubricsUpdated | None = None
     proposal: UpdateProposal | None = None
@@ -318,8 +323,6 @@ class Updater:
         done = await applied_for(self.store, summary, instance)
         if done is not None:
             return Outcome("already_applied", current, update=await self.recorded(done))
-        if current.step is not None and current.step > summary.step:
-            return Outcome("superseded", current)
         static = await static_memory(self.memory, summary, instance, self.budget)
         queries, dynamic = await dynamic_memory(self.memory, summary, self.ask, self.prompts.query_writer, self.budget)
         messages = updater_messages(self.prompts.updater, summary, current, static, dynamic, self.limits)

@@ -208,3 +208,13 @@ async def test_ablation_switches_change_what_the_updater_sees():
     await updater.update(SUMMARY, None)
     assert [agent for agent, _ in calls] == ["query_writer", "updater"]
     assert "step one summary text" in calls[1][1] and "id-1" in calls[1][1]
+
+
+async def test_a_summary_that_arrives_after_a_later_step_is_still_applied_once():
+    updater, store, _ = make_updater([])
+    later = msgspec.structs.replace(SUMMARY, step=5, executive_summary="Responses flatter the user with sycophantic praise.")
+    assert (await updater.update(later, None)).kind == "updated"
+    late = await updater.update(SUMMARY, None)  # step 2, reclaimed after step 5 was applied
+    assert late.kind == "updated" and late.current.version == 3 and late.current.step == 2
+    assert (await updater.update(SUMMARY, None)).kind == "already_applied"
+    assert [v.step for v in store.versions.values()] == [None, 5, 2]
