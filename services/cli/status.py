@@ -1,0 +1,131 @@
+"""`rubricd status`: stream lengths, consumer groups (consumers, pending, lag, oldest pending) and rubric versions."""
+
+import argparse
+import time
+
+import msgspec
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from rubricd.keys import GLOBAL, Keys
+from rubricd.messages import RubricSet
+
+from .context import Context, ago, entry_ms, table
+
+HELP = """\
+For each stream of the namespace: its length; for each consumer group reading it:
+its consumers (pending entries, idle time), the group's pending entries (delivered,
+not acked), its lag (entries not yet delivered to the group) and the age of its
+oldest pending entry; and the rubric version in force for each run.
+
+Lag or pending that keeps growing on the `analyzers` group (stream `scored`) means
+the analyzers fall behind the scorers: add analyzer workers
+(`python -m analyzer --workers N`, or more analyzer replicas). Lag on `scorers`
+means the same for scorers, and it is on the trainer's path.
+"""
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("status", help="streams, consumer groups (pending, lag) and rubric versions; growing lag on analyzers: add analyzer workers",
+                            description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--json", action="store_true", help="the same as one JSON object")
+    p.set_defaults(handler=run)
+
+
+def streams(keys: Keys) -> list[str]:
+    return [keys.rollouts, keys.steps, keys.scored, keys.analyses, keys.summaries,
+            keys.rubrics_updated, keys.events, keys.dead_letters]  # fmt: skip
+
+
+async def run(args: argparse.Namespace, ctx: Context) -> int:
+    async with ctx.redis() as redis:
+        report = {
+            "namespace": ctx.keys.namespace,
+            "streams": [await stream_status(redis, name) for name in streams(ctx.keys)],
+            "rubrics": await rubric_versions(redis, ctx.keys),
+        }
+    print(msgspec.json.encode(report).decode() if args.json else render(report, ctx.keys.namespace))
+    return 0
+
+
+async def stream_status(redis: Redis, stream: str) -> dict:
+    length = await redis.xlen(stream)
+    try:
+        groups = await redis.xinfo_groups(stream)
+    except ResponseError:  # no such stream (yet)
+        groups = []
+    return {"stream": stream, "length": length, "groups": [await group_status(redis, stream, g) for g in groups]}
+
+
+async def group_status(redis: Redis, stream: str, info: dict) -> dict:
+    name = _text(info["name"])
+    consumers = await redis.xinfo_consumers(stream, name)
+    oldest_age = oldest_idle = None
+    if info["pending"]:
+        [first] = await redis.xpending_range(stream, name, min="-", max="+", count=1)
+        oldest_age = max(0.0, time.time() - entry_ms(first["message_id"]) / 1000)
+        oldest_idle = first["time_since_delivered"] / 1000
+    return {
+        "group": name,
+        "consumers": [{"name": _text(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers],
+        "pending": info["pending"],
+        "lag": await lag(redis, stream, info),
+        "last_delivered": _text(info["last-delivered-id"]),
+        "oldest_pending_age_s": oldest_age,
+        "oldest_pending_idle_s": oldest_idle,
+    }
+
+
+async def lag(redis: Redis, stream: str, info: dict) -> int:
+    """Entries not yet delivered to the group: Redis's own count, or counted when it cannot tell."""
+    if info.get("lag") is not None:
+        return int(info["lag"])
+    after = "(" + _text(info["last-delivered-id"])
+    return len(await redis.xrange(stream, min=after, max="+", count=100_000))
+
+
+async def rubric_versions(redis: Redis, keys: Keys) -> list[dict]:
+    """The current version of each run's global set; per-instance sets counted per run."""
+    prefix = keys.rubric_set("", None).removesuffix(f":{GLOBAL}")  # "<ns>:rubric-set:"
+    runs: dict[str, dict] = {}
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        run_id, _, instance = _text(key).removeprefix(prefix).rpartition(":")
+        raw = await redis.hget(key, "current")
+        if not raw:
+            continue
+        current = msgspec.json.decode(raw, type=RubricSet)
+        row = runs.setdefault(run_id, {"run_id": run_id, "version": None, "step": None, "rubrics": None,
+                                       "updated_at": None, "instance_sets": 0, "max_instance_version": None})  # fmt: skip
+        if instance == GLOBAL:
+            row |= {"version": current.version, "step": current.step, "rubrics": len(current.rubrics),
+                    "updated_at": current.created_at}  # fmt: skip
+        else:
+            row["instance_sets"] += 1
+            row["max_instance_version"] = max(row["max_instance_version"] or 0, current.version)
+    for run_id, row in runs.items():
+        marker = await redis.get(keys.rubric_step(run_id))
+        row["rubrics_ready_for_step"] = int(marker) if marker is not None else None
+    return sorted(runs.values(), key=lambda r: r["run_id"])
+
+
+def render(report: dict, namespace: str) -> str:
+    short = lambda s: s.removeprefix(namespace + ":")  # noqa: E731
+    rows = []
+    for s in report["streams"]:
+        groups = [[g["group"], len(g["consumers"]), g["pending"], g["lag"], ago(g["oldest_pending_age_s"])] for g in s["groups"]]
+        rows += [[short(s["stream"]), s["length"], *g] for g in groups or [["-", "", "", "", ""]]]
+    out = [f"namespace {namespace}", "", table(rows, ["STREAM", "LENGTH", "GROUP", "CONSUMERS", "PENDING", "LAG", "OLDEST PENDING"])]
+    consumers = [[short(s["stream"]), g["group"], c["name"], c["pending"], ago(c["idle_s"])]
+                 for s in report["streams"] for g in s["groups"] for c in g["consumers"]]  # fmt: skip
+    if consumers:
+        out += ["", table(consumers, ["STREAM", "GROUP", "CONSUMER", "PENDING", "IDLE"])]
+    runs = [[r["run_id"], r["version"] or "-", "-" if r["step"] is None else r["step"], r["rubrics"] or "-",
+             r["rubrics_ready_for_step"] if r["rubrics_ready_for_step"] is not None else "-",
+             f"{r['instance_sets']} (max v{r['max_instance_version']})" if r["instance_sets"] else "-"]
+            for r in report["rubrics"]]  # fmt: skip
+    out += ["", table(runs, ["RUN", "VERSION", "FROM STEP", "RUBRICS", "READY FOR STEP", "INSTANCE SETS"]) if runs else "no rubric sets"]
+    return "\n".join(out)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

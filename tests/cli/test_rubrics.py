@@ -1,0 +1,123 @@
+"""`rubricd rubrics show | history | diff`: versions written by the store, explained by their announcements or memory."""
+
+import asyncio
+import json
+import time
+
+from common.memory import Memory, MemoryItem, MemoryKind
+from rubricd import wire
+from rubricd.messages import (
+    Action,
+    HackingPattern,
+    Rubric,
+    RubricKind,
+    RubricModification,
+    RubricSet,
+    RubricsUpdated,
+    StepSummary,
+    Strategy,
+)
+from rubricd.store import RubricStore
+
+ANCHOR = Rubric(id="correct", criterion="The final answer is correct.", points=5, kind=RubricKind.ANCHOR)
+CONCISE = Rubric(id="concise", criterion="The answer is short.", points=1, meta_class="style")
+OLD = Rubric(id="old_rule", criterion="Mentions units.", points=1)
+PADDING = Rubric(id="no_padding", criterion="The response pads with filler.", points=-3, meta_class="style")
+CONCISE_2 = Rubric(id="concise", criterion="The answer is short and direct.", points=2, meta_class="style")
+
+
+def v1(run: str = "run") -> RubricSet:
+    return RubricSet(run_id=run, version=1, rubrics=[ANCHOR, CONCISE, OLD], created_at=time.time())
+
+
+def v2(run: str = "run") -> RubricSet:
+    return RubricSet(run_id=run, version=2, step=3, rubrics=[ANCHOR, CONCISE_2, PADDING], created_at=time.time())
+
+
+def update_2(run: str = "run") -> RubricsUpdated:
+    return RubricsUpdated(run_id=run, version=2, previous_version=1, step=3, strategy=Strategy.CORRECTIVE, modifications=[
+        RubricModification(action=Action.ADD, rubric=PADDING, rationale="padding seen in 7 of 8 rollouts at step 3"),
+        RubricModification(action=Action.MODIFY, rubric_id="concise", rubric=CONCISE_2, rationale="short but evasive answers"),
+        RubricModification(action=Action.REMOVE, rubric_id="old_rule", rationale="no task here has units"),
+    ])  # fmt: skip
+
+
+async def publish_two_versions(redis, keys) -> None:
+    store = RubricStore(redis, keys)
+    assert await store.publish(v1()) and await store.publish(v2())
+    await redis.xadd(keys.rubrics_updated, wire.entry(update_2()))
+    await redis.xadd(keys.rubrics_updated, wire.entry(RubricsUpdated(run_id="other", version=2, previous_version=1)))
+
+
+async def test_show_prints_the_current_set_or_one_version(stack, redis, keys, cli):
+    await publish_two_versions(redis, keys)
+    current = cli("rubrics", "show", "run").stdout
+    assert "version 2" in current and "from step 3" in current
+    [row] = [ln for ln in current.splitlines() if ln.startswith("no_padding")]
+    assert row.split()[:4] == ["no_padding", "adaptive", "style", "-3"] and row.endswith("The response pads with filler.")
+    assert "old_rule" in cli("rubrics", "show", "run", "--version", "1").stdout
+    shown = wire.decode(cli("rubrics", "show", "run", "--json").stdout, RubricSet)
+    assert (shown.version, shown.step, shown.rubrics) == (2, 3, v2().rubrics)
+    missing = cli("rubrics", "show", "nobody", check=False)
+    assert missing.returncode == 1 and "no rubric set" in missing.stderr
+
+
+async def test_history_lists_versions_with_strategy_and_changes(stack, redis, keys, cli):
+    await publish_two_versions(redis, keys)
+    rows = [json.loads(ln) for ln in cli("rubrics", "history", "run", "--json").stdout.splitlines()]
+    assert [(r["version"], r["step"], r["rubrics"], r["strategy"]) for r in rows] == [(1, None, 3, None), (2, 3, 3, "corrective")]
+    assert rows[0]["changes"] == "seed"
+    assert rows[1]["changes"] == "-old_rule ~concise(criterion,points) +no_padding"
+    text = cli("rubrics", "history", "run").stdout.splitlines()
+    assert text[0].split() == ["VERSION", "STEP", "TIME", "RUBRICS", "STRATEGY", "CHANGES"]
+    assert text[2].split()[0:2] == ["2", "3"] and "corrective" in text[2] and "+no_padding" in text[2]
+
+
+async def test_diff_names_each_change_with_its_rationale(stack, redis, keys, cli):
+    await publish_two_versions(redis, keys)
+    text = cli("rubrics", "diff", "run", "1", "2").stdout
+    assert "version 1 -> 2 (v2: corrective after step 3)" in text
+    assert "+ no_padding (adaptive, style, -3): The response pads with filler.\n    why: padding seen in 7 of 8 rollouts at step 3" in text
+    assert "~ concise: criterion 'The answer is short.' -> 'The answer is short and direct.'; points +1 -> +2\n    why: short but evasive answers" in text
+    assert "- old_rule (adaptive, accuracy, +1): Mentions units.\n    why: no task here has units" in text
+    assert "correct" not in text.replace("(v2: corrective", "")  # the anchor did not change
+    changes = [json.loads(ln) for ln in cli("rubrics", "diff", "run", "1", "2", "--json").stdout.splitlines()]
+    assert {(c["change"], c["rubric_id"]) for c in changes} == {("added", "no_padding"), ("modified", "concise"), ("removed", "old_rule")}
+    assert "no difference" in cli("rubrics", "diff", "run", "2", "2").stdout
+
+
+async def test_a_version_whose_announcement_was_trimmed_is_explained_from_memory(stack, redis, keys, cli, memory: Memory):
+    await publish_two_versions(redis, keys)
+    louder = Rubric(id="no_padding", criterion="The response pads with filler.", points=-6, meta_class="style")
+    v3 = RubricSet(run_id="run", version=3, step=5, rubrics=[ANCHOR, CONCISE_2, louder], created_at=time.time())
+    update = RubricsUpdated(run_id="run", version=3, previous_version=2, step=5, strategy=Strategy.MAINTENANCE, modifications=[
+        RubricModification(action=Action.REWEIGHT, rubric_id="no_padding", points=-6, rationale="padding persists at -3")])  # fmt: skip
+    assert await RubricStore(redis, keys).publish(v3)
+    await memory.put([MemoryItem(kind=MemoryKind.RUBRIC_UPDATE, run_id="run", step=5, ref="3", text="v3", message=wire.encode(update))])
+    text = cli("rubrics", "diff", "run", "2", "3").stdout
+    assert "(v3: maintenance after step 5)" in text
+    assert "~ no_padding: points -3 -> -6\n    why: padding persists at -3" in text
+    rows = [json.loads(ln) for ln in cli("rubrics", "history", "run", "--json").stdout.splitlines()]
+    assert [r["strategy"] for r in rows] == [None, "corrective", "maintenance"]
+
+
+async def test_diff_shows_a_change_the_updater_made_with_its_rationale(stack, redis, keys, cli, memory: Memory, start_service):
+    start_service("updater")
+    summary = StepSummary(run_id="run", step=0, executive_summary="Most rollouts were padded, filler-heavy or repetitive responses.",
+                          reward_hacking=[HackingPattern(type="padding", rollouts=5, description="Most rollouts were padded.")],
+                          memory_entry="Step 0: most rollouts were padded", analyses=12)  # fmt: skip
+    await memory.put([MemoryItem(kind=MemoryKind.STEP_SUMMARY, run_id="run", step=0, text=summary.memory_entry, message=wire.encode(summary))])
+    await redis.xadd(keys.summaries, wire.entry(summary))
+    store = RubricStore(redis, keys)
+    for _ in range(600):
+        if (await store.step("run")) is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert (await store.current("run")).version == 2
+
+    text = cli("rubrics", "diff", "run", "1", "2").stdout
+    assert "(v2: corrective after step 0)" in text
+    added = text[text.index("+ no_padding"):]
+    assert "why: " in added and "summary reports padding" in added.splitlines()[1]
+    history = cli("rubrics", "history", "run").stdout
+    assert "corrective" in history and "+no_padding" in history

@@ -1,0 +1,86 @@
+"""`rubricd status`: its numbers match what was published, delivered and acked."""
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from common.streams import ensure_group
+from rubricd import wire
+from rubricd.keys import ANALYZERS, SCORERS
+from rubricd.messages import Rollout
+
+
+def rollout(run: str, i: int, step: int = 0) -> Rollout:
+    return Rollout(run_id=run, rollout_id=f"r{i}", step=step, prompt="What is 2 + 2?", response=f"4 (answer {i})")
+
+
+def stream(report: dict, name: str) -> dict:
+    [found] = [s for s in report["streams"] if s["stream"] == name]
+    return found
+
+
+async def wait_len(redis, name: str, n: int, timeout: float = 60) -> None:
+    for _ in range(int(timeout * 10)):
+        if await redis.xlen(name) >= n:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{name} did not reach {n} entries")
+
+
+async def test_status_matches_what_was_published_and_then_scored(stack, redis, keys, cli, start_service):
+    await ensure_group(redis, keys.rollouts, SCORERS)
+    for i in range(10):
+        await redis.xadd(keys.rollouts, wire.entry(rollout("run", i)))
+
+    before = json.loads(cli("status", "--json").stdout)
+    rollouts = stream(before, keys.rollouts)
+    assert rollouts["length"] == 10
+    [group] = rollouts["groups"]
+    assert (group["group"], group["pending"], group["lag"], group["consumers"]) == (SCORERS, 0, 10, [])
+    assert before["rubrics"] == []
+
+    start_service("scorer", trim_interval_s=3600)  # no trimming: the length stays what was published
+    await wait_len(redis, keys.scored, 10)
+    for _ in range(100):  # the last ack lands with the last score, in one script
+        after = json.loads(cli("status", "--json").stdout)
+        [group] = stream(after, keys.rollouts)["groups"]
+        if group["pending"] == 0 and group["lag"] == 0:
+            break
+        await asyncio.sleep(0.2)
+    assert stream(after, keys.rollouts)["length"] == 10
+    assert (group["pending"], group["lag"], group["oldest_pending_age_s"]) == (0, 0, None)
+    assert {c["name"] for c in group["consumers"]} >= {"scorer-0"}
+    assert stream(after, keys.scored)["length"] == 10 and stream(after, keys.scored)["groups"] == []
+    [run] = after["rubrics"]
+    assert (run["run_id"], run["version"]) == ("run", 1)  # the scorer seeded the run's rubrics
+
+    text = cli("status").stdout
+    assert f"namespace {keys.namespace}" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("rollouts "))  # the streams table comes first
+    assert line.split()[:6] == ["rollouts", "10", "scorers", str(len(group["consumers"])), "0", "0"]
+
+
+async def test_pending_entries_and_their_age_per_group_and_consumer(stack, redis, keys, cli):
+    for i in range(5):
+        await redis.xadd(keys.scored, {wire.FIELD: b"{}"})
+    await ensure_group(redis, keys.scored, ANALYZERS)
+    await redis.xreadgroup(ANALYZERS, "analyzer-a", {keys.scored: ">"}, count=3)  # delivered, never acked
+    await asyncio.sleep(0.3)
+
+    report = json.loads(cli("status", "--json").stdout)
+    [group] = stream(report, keys.scored)["groups"]
+    assert (group["group"], group["pending"], group["lag"]) == (ANALYZERS, 3, 2)
+    assert group["consumers"][0]["name"] == "analyzer-a" and group["consumers"][0]["pending"] == 3
+    assert group["oldest_pending_age_s"] >= 0.3 and group["oldest_pending_idle_s"] >= 0.3
+    assert "analyzer-a" in cli("status").stdout
+
+
+def test_the_installed_entry_point_runs_and_says_when_to_add_analyzers(stack, redis, env):
+    rubricd = Path(sys.executable).parent / "rubricd"  # from `pip install -e .`'s [project.scripts]
+    done = subprocess.run([str(rubricd), "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "rollouts" in done.stdout and "no rubric sets" in done.stdout
+    help_text = subprocess.run([str(rubricd), "status", "--help"], capture_output=True, text=True, timeout=60).stdout
+    assert "analyzers" in help_text and "add analyzer workers" in " ".join(help_text.split())
