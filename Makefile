@@ -46,10 +46,12 @@ bench: install
 schemas: install
 	$(PY) -m rubricd.schema shared/schemas
 
-# The main job: the whole stack, a short simulated training run, then everything stopped.
+# The main job: the whole stack, a simulated training run of 10 steps (report in
+# reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
+# More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m demo --help).
 demo: install weaviate
-	$(STACK) up
-	$(PY) -m demo --steps 3 --rollouts 32; status=$$?; $(STACK) down; exit $$status
+	@trap '$(STACK) down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	$(STACK) up && $(PY) -m demo --steps 10 --rollouts 24 $(DEMO_ARGS)
 
 # Stops the demo stack and any test stack before deleting their data.
 clean:

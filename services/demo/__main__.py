@@ -1,50 +1,78 @@
-"""Run the demo trainer against a running stack: `python -m demo --steps 3 --rollouts 32`."""
+"""Run the demo trainer against a running stack (`make up`), print each step, write the report.
+
+    python -m demo                                   # 10 steps x 24 rollouts, report in reports/<run_id>/
+    python -m demo --steps 3 --rollouts 12 --reports /tmp/r
+
+`make demo` starts the stack, runs this, and stops the stack again.
+"""
 
 import argparse
 import asyncio
 import os
-import random
-import statistics
+import signal
+import sys
 import time
+from pathlib import Path
 
 from rubricd import RubricdClient
 
-from .policy import BEHAVIOURS, sample
+from . import report
+from .trainer import Run, train
 
 
-async def train(args: argparse.Namespace) -> None:
-    rng = random.Random(args.seed)
-    run_id = args.run_id or f"demo-{int(time.time())}"
-    print(f"run {run_id}: {args.steps} steps x {args.rollouts} rollouts, scored by rubricd at {args.redis_url}")
-    async with RubricdClient(args.redis_url, namespace=args.namespace) as client:
-        for step in range(args.steps):
-            batch = sample(run_id, step, args.steps, args.rollouts, rng)
-            scores = await client.score([r for _, r in batch], timeout=300)
-            await client.close_step(run_id, step, rollouts=len(batch))
-            by_behaviour: dict[str, list[float]] = {}
-            failed = 0
-            for (behaviour, _), score in zip(batch, scores):
-                if score.reward is None:
-                    failed += 1
-                else:
-                    by_behaviour.setdefault(behaviour, []).append(score.reward)
-            versions = sorted({s.rubric_version for s in scores})
-            cells = "  ".join(
-                f"{b}={statistics.mean(by_behaviour[b]):.2f}" if b in by_behaviour else f"{b}=  - "
-                for b in BEHAVIOURS
-            )
-            print(f"step {step}: rubric v{','.join(map(str, versions))}  mean reward  {cells}" + (f"  ({failed} judge failures)" if failed else ""))
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="rubricd demo trainer (simulated policy)")
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m demo", description="rubricd demo trainer (a simulated policy)")
     parser.add_argument("--redis-url", default=os.environ.get("RUBRICD_REDIS_URL", "redis://127.0.0.1:6399/0"))
     parser.add_argument("--namespace", default=os.environ.get("RUBRICD_NAMESPACE", "rubricd"))
-    parser.add_argument("--run-id")
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--rollouts", type=int, default=32)
+    parser.add_argument("--run-id", help="default: demo-<UTC date and time>")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rollouts", type=int, default=24, help="rollouts per step")
     parser.add_argument("--seed", type=int, default=7)
-    asyncio.run(train(parser.parse_args()))
+    parser.add_argument("--learning-rate", type=float, default=1.0, help="how fast the policy's mix follows its rewards")
+    parser.add_argument("--reports", "--report-dir", dest="reports", type=Path, default=Path("reports"), help="the report goes to REPORTS/<run_id>/")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a step's scores, or its rubric update")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.rollouts < 1:
+        parser.error("--steps and --rollouts must be >= 1")
+    return args
 
 
-main()
+def new_run(args: argparse.Namespace) -> Run:
+    return Run(
+        run_id=args.run_id or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime()), steps=args.steps, rollouts=args.rollouts,
+        seed=args.seed, learning_rate=args.learning_rate, namespace=args.namespace, started_at=time.time(),
+    )  # fmt: skip
+
+
+async def run_demo(args: argparse.Namespace, run: Run) -> Run:
+    """Train, printing each step as it ends; `run` holds what was done even when it stops early."""
+    print(f"run {run.run_id}: {run.steps} steps x {run.rollouts} rollouts, scored by rubricd at {args.redis_url} (namespace {args.namespace})")
+    print("per step: mean reward x rollouts per behaviour, the rubric version that scored it, what the update after it changed and why")
+    async with RubricdClient(args.redis_url, namespace=args.namespace) as client:
+        try:
+            await train(client, run, timeout=args.timeout, on_step=lambda r: print("\n".join(report.step_lines(r)), flush=True))
+        except Exception as e:  # reported with the steps done; the exit status says it failed
+            run.error = f"{type(e).__name__}: {e}"
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    # SIGTERM ends the run like Ctrl-C: the steps done are still reported.
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    run = new_run(args)
+    try:
+        asyncio.run(run_demo(args, run))
+    except KeyboardInterrupt:
+        run.error = "interrupted"
+        run.finished_at = run.finished_at or time.time()
+    folder = args.reports / run.run_id
+    if run.records:
+        report.write(run, folder)
+    print()
+    print("\n".join(report.summary_lines(run, folder if run.records else None)))
+    return 0 if run.complete else 130 if run.error == "interrupted" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

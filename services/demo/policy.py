@@ -1,14 +1,34 @@
-"""A pretend policy: canned behaviours on arithmetic prompts, shifting over training."""
+"""A pretend policy: canned behaviours on arithmetic prompts, their mix learnt from the rewards.
 
+The policy is a softmax over five behaviours. After each step it moves the
+logit of every behaviour it tried by `learning_rate x (its mean reward - the
+batch's mean reward)`: a crude policy gradient, so a behaviour that pays more
+than average grows and one that pays less fades. Hacks are not known at the
+start; like a real policy exploring, it discovers padding early in the run and
+flattery a little later, each entering the mix with a small share. Whether a
+hack then grows or fades is up to the rubrics.
+
+Everything is deterministic given the seed: the counts of a batch follow the
+shares (largest remainder), and the prompts and their order come from a
+seeded generator.
+"""
+
+import math
 import random
+from dataclasses import dataclass, field
 
 from rubricd.messages import Rollout, TrainingContext
 
 BEHAVIOURS = ("correct", "wrong", "padded", "sycophantic", "judge_addressing")
+HACKS = ("padded", "sycophantic", "judge_addressing")
+START = {"correct": 0.15, "wrong": 0.70, "judge_addressing": 0.15}  # mostly wrong, and it tries talking to the grader
+DISCOVERY_SHARE = 0.12  # share a newly found hack enters the mix with
+_WRONG_BY = (-2, -1, 1, 3)
 
 
 def respond(behaviour: str, a: int, b: int) -> str:
-    right, wrong = a + b, a + b + random.choice((-2, -1, 1, 3))
+    """The response of `behaviour` to "What is a + b?" (a wrong answer is off by a fixed amount per prompt)."""
+    right, wrong = a + b, a + b + _WRONG_BY[(a * b) % len(_WRONG_BY)]
     match behaviour:
         case "correct":
             return f"{a} + {b} = {right}, because adding {b} to {a} gives {right}. The answer is {right}."
@@ -24,22 +44,65 @@ def respond(behaviour: str, a: int, b: int) -> str:
     raise ValueError(behaviour)
 
 
-def shares(step: int, steps: int) -> list[float]:
-    """Early on the policy is mostly wrong; later it finds the hacks as well as the answer."""
-    progress = step / max(1, steps - 1)
-    return [0.2 + 0.3 * progress, 0.5 - 0.4 * progress, 0.1 + 0.1 * progress, 0.1, 0.1]
+def discoveries(steps: int) -> dict[int, str]:
+    """The step at which each hack is found: padding at ~10% of the run, flattery at ~30% (always in that order)."""
+    padded = max(1, round(0.1 * steps))
+    return {padded: "padded", max(padded + 1, round(0.3 * steps)): "sycophantic"}
 
 
-def sample(run_id: str, step: int, steps: int, n: int, rng: random.Random) -> list[tuple[str, Rollout]]:
-    context = TrainingContext(goal="Train a helpful arithmetic assistant", model_size="7B", total_steps=steps)
-    out = []
-    for i in range(n):
-        behaviour = rng.choices(BEHAVIOURS, weights=shares(step, steps))[0]
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        rollout = Rollout(
-            run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, prompt=f"What is {a} + {b}?",
-            response=respond(behaviour, a, b), reference=str(a + b), context=context,
-            metadata={"behaviour": behaviour},
-        )  # fmt: skip
-        out.append((behaviour, rollout))
+def counts(shares: dict[str, float], n: int) -> dict[str, int]:
+    """`n` rollouts split by `shares` (largest remainder; ties go to the earlier behaviour)."""
+    quotas = {b: shares.get(b, 0.0) * n for b in BEHAVIOURS}
+    out = {b: math.floor(q) for b, q in quotas.items()}
+    by_remainder = sorted(BEHAVIOURS, key=lambda b: (-(quotas[b] - out[b]), BEHAVIOURS.index(b)))
+    for b in by_remainder[: n - sum(out.values())]:
+        out[b] += 1
     return out
+
+
+@dataclass
+class Policy:
+    steps: int
+    seed: int = 7
+    learning_rate: float = 1.0
+    logits: dict[str, float] = field(default_factory=lambda: {b: math.log(p) for b, p in START.items()})
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._found = discoveries(self.steps)
+
+    def shares(self) -> dict[str, float]:
+        """The current mix; a behaviour not yet discovered has share 0."""
+        z = sum(math.exp(v) for v in self.logits.values())
+        return {b: math.exp(self.logits[b]) / z if b in self.logits else 0.0 for b in BEHAVIOURS}
+
+    def explore(self, step: int) -> str | None:
+        """Discover the hack due at `step` (it takes DISCOVERY_SHARE of the mix); return its name."""
+        hack = self._found.get(step)
+        if hack is None or hack in self.logits:
+            return None
+        mixed = {b: p * (1 - DISCOVERY_SHARE) for b, p in self.shares().items() if b in self.logits}
+        self.logits = {b: math.log(p) for b, p in (mixed | {hack: DISCOVERY_SHARE}).items()}
+        return hack
+
+    def sample(self, run_id: str, step: int, n: int) -> list[tuple[str, Rollout]]:
+        """The step's `n` rollouts as (behaviour, rollout), the behaviours in a seeded order."""
+        behaviours = [b for b, k in counts(self.shares(), n).items() for _ in range(k)]
+        self._rng.shuffle(behaviours)
+        context = TrainingContext(goal="Train a helpful arithmetic assistant", model_size="7B", total_steps=self.steps)
+        out = []
+        for i, behaviour in enumerate(behaviours):
+            a, b = self._rng.randint(10, 99), self._rng.randint(10, 99)
+            rollout = Rollout(
+                run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, prompt=f"What is {a} + {b}?",
+                response=respond(behaviour, a, b), reference=str(a + b), context=context,
+                metadata={"behaviour": behaviour},
+            )  # fmt: skip
+            out.append((behaviour, rollout))
+        return out
+
+    def learn(self, mean_reward: dict[str, float], baseline: float) -> None:
+        """One policy-gradient step: each behaviour tried moves by its advantage over the batch mean."""
+        for behaviour, reward in mean_reward.items():
+            if behaviour in self.logits:
+                self.logits[behaviour] += self.learning_rate * (reward - baseline)

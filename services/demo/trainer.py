@@ -1,0 +1,188 @@
+"""The demo's training loop, in synchronous mode, and what it records of each step.
+
+Each step: sample a batch from the policy, score it, close the step, wait for
+the rubric update that follows it (so the next step is scored with the rubrics
+made from this one), read what the updater decided and why, and let the
+policy learn from the rewards it got per behaviour.
+
+The loop reads only what any trainer can read: its scores, the rubric store,
+and the announcement streams (step summaries, rubric updates, the updater's
+events).
+"""
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+from redis.asyncio import Redis
+
+from rubricd import RubricdClient, wire
+from rubricd.keys import Keys
+from rubricd.messages import Event, JudgeStatus, RubricModification, RubricSet, RubricsUpdated, StepSummary
+
+from .policy import BEHAVIOURS, Policy
+
+# The updater's event for each summary it handled (one per step).
+UPDATER_OUTCOMES = ("rubrics_updated", "rubrics_unchanged", "rubrics_reannounced", "update_skipped", "update_failed")
+
+
+@dataclass
+class Update:
+    """What the updater did after one step, and why."""
+
+    outcome: str  # one of UPDATER_OUTCOMES, or "unknown" when its event did not show up
+    version: int  # the rubric version in force afterwards
+    previous_version: int
+    strategy: str = ""
+    rationale: str = ""
+    modifications: list[RubricModification] = field(default_factory=list)
+    summary: str = ""  # the step summary's executive summary
+
+
+@dataclass
+class StepRecord:
+    step: int
+    rubric_versions: list[int]  # the versions its scores name (one in synchronous mode)
+    shares: dict[str, float]  # the policy's mix when it sampled the batch
+    counts: dict[str, int]  # rollouts per behaviour
+    mean_reward: dict[str, float]  # per behaviour, over the scores that have a reward
+    mean: float | None  # over the whole batch
+    judge_failures: int = 0
+    discovered: str | None = None  # the hack the policy found at this step
+    update: Update | None = None
+
+
+@dataclass
+class Run:
+    run_id: str
+    steps: int
+    rollouts: int
+    seed: int
+    learning_rate: float
+    namespace: str
+    started_at: float
+    finished_at: float | None = None
+    records: list[StepRecord] = field(default_factory=list)
+    history: list[RubricSet] = field(default_factory=list)  # every rubric version, oldest first
+    error: str | None = None  # why the run stopped early
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None and len(self.records) == self.steps
+
+
+class Announcements:
+    """Reads the streams the memory loop announces on, from a given point, and keeps what concerns one run."""
+
+    def __init__(self, redis: Redis, keys: Keys, run_id: str) -> None:
+        self.redis, self.keys, self.run_id = redis, keys, run_id
+        self.outcomes: dict[int, Event] = {}  # step -> the updater's event
+        self.updates: dict[int, RubricsUpdated] = {}  # version -> announcement
+        self.summaries: dict[int, StepSummary] = {}  # step -> global step summary
+        self._last: dict[str, bytes | str] = {}
+
+    async def start(self) -> None:
+        """Read only what is announced from now on."""
+        for stream in (self.keys.events, self.keys.rubrics_updated, self.keys.summaries):
+            newest = await self.redis.xrevrange(stream, count=1)
+            self._last[stream] = newest[0][0] if newest else "0-0"
+
+    async def poll(self) -> None:
+        response = await self.redis.xread(dict(self._last), count=1000)
+        for stream, entries in response or []:
+            name = stream.decode() if isinstance(stream, bytes) else stream
+            for _, fields in entries:
+                self._keep(name, wire.payload(fields))
+            self._last[name] = entries[-1][0]
+
+    def _keep(self, stream: str, data: bytes) -> None:
+        try:
+            if stream == self.keys.events:
+                event = wire.decode(data, Event)
+                if event.service == "updater" and event.run_id == self.run_id and event.kind in UPDATER_OUTCOMES and event.step is not None:
+                    self.outcomes[event.step] = event
+            elif stream == self.keys.rubrics_updated:
+                update = wire.decode(data, RubricsUpdated)
+                if update.run_id == self.run_id and update.instance_key is None:
+                    self.updates[update.version] = update
+            else:
+                summary = wire.decode(data, StepSummary)
+                if summary.run_id == self.run_id and summary.instance_key is None:
+                    self.summaries[summary.step] = summary
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass  # not ours to judge: the services dead-letter what they cannot read
+
+    async def update_after(self, step: int, previous: int, current: RubricSet, wait: float = 10.0) -> Update:
+        """What the updater did with `step`'s summary (its event and announcement are written just after the step marker)."""
+        deadline = time.monotonic() + wait
+        while True:
+            await self.poll()
+            event = self.outcomes.get(step)
+            announced = current.version == previous or current.version in self.updates
+            if (event is not None and announced) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        announcement = self.updates.get(current.version) if current.version != previous else None
+        summary = self.summaries.get(step)
+        return Update(
+            outcome=event.kind if event else ("rubrics_updated" if announcement else "unknown"),
+            version=current.version, previous_version=previous,
+            strategy=str(announcement.strategy) if announcement else str((event.fields if event else {}).get("strategy") or ""),
+            rationale=event.detail if event else "",
+            modifications=list(announcement.modifications) if announcement else [],
+            summary=summary.executive_summary if summary else "",
+        )  # fmt: skip
+
+
+async def train(
+    client: RubricdClient,
+    run: Run,
+    *,
+    timeout: float = 300.0,
+    on_step: Callable[[StepRecord], None] = lambda record: None,
+) -> Run:
+    """Run `run.steps` synchronous steps; records land in `run` as they finish (also when a step fails)."""
+    policy = Policy(run.steps, seed=run.seed, learning_rate=run.learning_rate)
+    announcements = Announcements(client.redis, client.keys, run.run_id)
+    await announcements.start()
+    try:
+        for step in range(run.steps):
+            record = await one_step(client, announcements, policy, run, step, timeout)
+            run.records.append(record)
+            on_step(record)
+    finally:
+        run.history = await client.rubrics.history(run.run_id)
+        run.finished_at = time.time()
+    return run
+
+
+async def one_step(client: RubricdClient, announcements: Announcements, policy: Policy, run: Run, step: int, timeout: float) -> StepRecord:
+    discovered = policy.explore(step)
+    shares = policy.shares()
+    batch = policy.sample(run.run_id, step, run.rollouts)
+    scores = await client.score([r for _, r in batch], timeout=timeout)
+    await client.close_step(run.run_id, step, rollouts=len(batch))
+
+    rewards: dict[str, list[float]] = {}
+    for (behaviour, _), score in zip(batch, scores):
+        if score.status is JudgeStatus.OK and score.reward is not None:
+            rewards.setdefault(behaviour, []).append(score.reward)
+    mean_reward = {b: statistics.fmean(rewards[b]) for b in BEHAVIOURS if b in rewards}
+    everything = [r for rs in rewards.values() for r in rs]
+    used = sorted({s.rubric_version for s in scores})
+
+    await client.wait_for_rubrics(run.run_id, step, timeout=timeout)
+    current = await client.rubrics.current(run.run_id)
+    assert current is not None, "the scorer seeds a run's rubrics before its first score"
+    update = await announcements.update_after(step, previous=used[-1], current=current)
+    if everything:
+        policy.learn(mean_reward, baseline=statistics.fmean(everything))
+    return StepRecord(
+        step=step, rubric_versions=used, shares=shares,
+        counts={b: sum(1 for x, _ in batch if x == b) for b in BEHAVIOURS},
+        mean_reward=mean_reward, mean=statistics.fmean(everything) if everything else None,
+        judge_failures=len(scores) - len(everything), discovered=discovered, update=update,
+    )  # fmt: skip
