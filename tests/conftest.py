@@ -9,8 +9,10 @@ that ask for it (directly or through `redis`) start it; they are marked
 
 import fcntl
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -34,6 +36,7 @@ TEST_PORTS = {
     "RUBRICD_WEAVIATE_PORT": 8088,
     "RUBRICD_WEAVIATE_GRPC_PORT": 30062,
     "RUBRICD_SIMULATOR_PORT": 8098,
+    "RUBRICD_METRICS_BASE_PORT": 9200,  # services' /health and /metrics: 9201-9203, 9211+
 }
 # A second pytest session running at the same time (another checkout, another
 # terminal) takes the next slot: .stack/test-1 on the ports above + 100, ...
@@ -99,10 +102,11 @@ class Stack:
         return done
 
 
-def make_stack(stack_dir: Path, ports: dict[str, int]) -> Stack:
-    """A Stack in STACK_DIR on PORTS (any RUBRICD_*_PORT stack.sh reads), always self-started."""
+def make_stack(stack_dir: Path, ports: dict[str, int], settings: dict[str, str] | None = None) -> Stack:
+    """A Stack in STACK_DIR on PORTS (any RUBRICD_*_PORT stack.sh reads), always self-started;
+    SETTINGS (RUBRICD_*) reach every process it starts."""
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_SETTINGS}
-    env |= {k: str(v) for k, v in ports.items()}
+    env |= {k: str(v) for k, v in ports.items()} | (settings or {})
     stack_dir = stack_dir.resolve()  # the marker stack.sh puts on its processes is the real path
     env |= {"RUBRICD_STACK_DIR": str(stack_dir), "RUBRICD_PYTHON": sys.executable}
     return Stack(stack_dir=stack_dir, ports=dict(ports), script_env=env)
@@ -140,13 +144,47 @@ def stack(request: pytest.FixtureRequest) -> Stack:
     return stack
 
 
+def free_port_block(n: int) -> int:
+    """The first of N consecutive free loopback ports (Weaviate wants some in pairs), below the
+    ephemeral range and away from the ports stack.sh derives (20000-23999)."""
+    for base in random.sample(range(24000, 30000, n), 50):
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            for i, s in enumerate(socks):
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def stack_ports(base: int) -> dict[str, int]:
+    """Every port a whole stack (services too) binds, from BASE on: 8 for the servers, the services' above."""
+    return {
+        "RUBRICD_REDIS_PORT": base, "RUBRICD_WEAVIATE_PORT": base + 1, "RUBRICD_WEAVIATE_GRPC_PORT": base + 2,
+        "RUBRICD_WEAVIATE_GOSSIP_PORT": base + 3,  # data: + 1
+        "RUBRICD_WEAVIATE_RAFT_PORT": base + 5,  # raft rpc: + 1
+        "RUBRICD_SIMULATOR_PORT": base + 7,
+        "RUBRICD_METRICS_BASE_PORT": base + 8,  # scorer + 1, summarizer + 2, updater + 3, analyzer-i + 10 + i
+    }  # fmt: skip
+
+
+@pytest.fixture
+def fresh_ports() -> dict[str, int]:
+    """Free ports for one more whole stack (servers, and services with two analyzers)."""
+    return stack_ports(free_port_block(21))
+
+
 @pytest.fixture
 def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
-    """Start extra stacks: `start_stack(ports, *components)` in a temporary dir; all go down after the test."""
+    """Start extra stacks: `start_stack(ports, *components, env={...})` in a temporary dir; all go down after the test."""
     started: list[Stack] = []
 
-    def start(ports: dict[str, int], *components: str) -> Stack:
-        extra = make_stack(tmp_path_factory.mktemp("stack"), ports)
+    def start(ports: dict[str, int], *components: str, env: dict[str, str] | None = None) -> Stack:
+        extra = make_stack(tmp_path_factory.mktemp("stack"), ports, env)
         started.append(extra)
         extra.sh("up", *components)
         return extra

@@ -1,8 +1,9 @@
 """The stack the suite starts is the real thing: Redis with an append-only file,
-a Weaviate that stores and searches vectors, the LLM simulator, and a `down`
-that leaves nothing behind."""
+a Weaviate that stores and searches vectors, the LLM simulator, services that
+run the whole loop and report their health and metrics, and a `down` that
+leaves nothing behind."""
 
-import random
+import json
 import socket
 import uuid
 from pathlib import Path
@@ -11,11 +12,13 @@ import httpx
 import psutil
 import pytest
 import weaviate
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 from weaviate.classes.config import Configure, DataType, Property
 
+from rubricd import Rollout, RubricdClient, wire
 from rubricd.keys import Keys
-from rubricd.messages import Rubric, RubricSet
+from rubricd.messages import Rubric, RubricSet, StepSummary
 from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
@@ -48,23 +51,6 @@ def up_in_status(stack) -> list[str]:
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def free_port_block(n: int) -> int:
-    """The first of N consecutive free loopback ports (Weaviate wants some in pairs), below the
-    ephemeral range and away from the ports stack.sh derives (20000-23999)."""
-    for base in random.sample(range(24000, 30000, n), 50):
-        socks = [socket.socket() for _ in range(n)]
-        try:
-            for i, s in enumerate(socks):
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 async def test_redis_answers_with_append_only_file(redis: Redis) -> None:
@@ -118,17 +104,9 @@ def test_up_is_idempotent(stack) -> None:
     assert {p.pid for p in processes_of(stack.stack_dir)} == before
 
 
-def test_down_leaves_nothing_running(start_stack) -> None:
-    base = free_port_block(8)
-    ports = {
-        "RUBRICD_REDIS_PORT": base,
-        "RUBRICD_WEAVIATE_PORT": base + 1,
-        "RUBRICD_WEAVIATE_GRPC_PORT": base + 2,
-        "RUBRICD_WEAVIATE_GOSSIP_PORT": base + 3,  # data: + 1
-        "RUBRICD_WEAVIATE_RAFT_PORT": base + 5,  # raft rpc: + 1
-        "RUBRICD_SIMULATOR_PORT": base + 7,
-    }
-    extra = start_stack(ports, "redis", "weaviate", "simulator")
+def test_down_leaves_nothing_running(start_stack, fresh_ports) -> None:
+    base = fresh_ports["RUBRICD_REDIS_PORT"]
+    extra = start_stack(fresh_ports, "redis", "weaviate", "simulator")
     started = processes_of(extra.stack_dir)
     assert len(started) >= 3, started
     assert up_in_status(extra) == ["redis", "weaviate", "simulator"]
@@ -144,3 +122,63 @@ def test_down_leaves_nothing_running(start_stack) -> None:
 def test_simulator_is_healthy(stack) -> None:
     response = httpx.get(f"http://127.0.0.1:{stack.simulator_port}/health", timeout=5)
     assert response.status_code == 200
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of NAME whose labels include LABELS, in a /metrics page."""
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == name and labels.items() <= s.labels.items())  # fmt: skip
+
+
+async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(start_stack, fresh_ports) -> None:
+    """`stack.sh up` (what `make up` runs): analyzer workers and the summarizer turn a closed step into a summary,
+    every service answers /health and counts what it did on /metrics, and no log holds the API key or rollout text."""
+    secret = "sk-stacktest-0123456789abcdef"
+    local = start_stack(fresh_ports, "redis", "weaviate", "simulator", "services", env={"RUBRICD_LLM__API_KEY": secret})
+    status = local.sh("status").stdout
+    for name in ("scorer", "summarizer", "updater", "analyzer-1", "analyzer-2"):
+        assert any(line.split()[:2] == [name, "up"] for line in status.splitlines()), status
+    marker = "Zanzibar-quokka"  # rollout text that must not reach a log
+    padded = f"17 + 25 = 42. {marker}. " + "Let me restate the whole calculation once more to be thorough. " * 10
+    rollouts = [Rollout(run_id="stack", rollout_id=f"s0-r{i}", step=0, prompt=f"What is 17 + 25? {marker}", reference="42",
+                        response=padded if i % 2 else "17 + 25 = 42.") for i in range(4)]  # fmt: skip
+    keys = Keys()
+    async with RubricdClient(local.redis_url) as client:
+        scores = await client.score(rollouts, timeout=120)
+        await client.close_step("stack", 0, rollouts=len(rollouts))
+        await client.wait_for_rubrics("stack", 0, timeout=120)
+        [(_, fields)] = await client.redis.xrange(keys.summaries)
+    summary = wire.decode(wire.payload(fields), StepSummary)
+    assert summary.analyses == 4 and {p.type: p.rollouts for p in summary.reward_hacking}.get("padding") == 2
+    assert all(s.status == "ok" for s in scores)
+
+    base = fresh_ports["RUBRICD_METRICS_BASE_PORT"]
+    ports = {"scorer": base + 1, "summarizer": base + 2, "updater": base + 3, "analyzer-1": base + 11, "analyzer-2": base + 12}
+    pages = {}
+    async with httpx.AsyncClient(timeout=10) as http:
+        for name, port in ports.items():
+            assert (await http.get(f"http://127.0.0.1:{port}/health")).status_code == 204, name
+            pages[name] = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    scorer = pages["scorer"]
+    assert metric(scorer, "rubricd_scores_total", status="ok") == 4
+    assert metric(scorer, "rubricd_judge_seconds_count") == 4
+    assert metric(scorer, "rubricd_reward_count") == 4
+    assert metric(scorer, "rubricd_llm_calls_total", agent="judge") == 4
+    assert metric(scorer, "rubricd_llm_tokens_total", agent="judge", kind="prompt") > 0
+    assert metric(scorer, "rubricd_rubric_version", run_id="stack") == 1
+    assert metric(scorer, "faststream_received_messages_total", app_name="scorer") >= 4
+    analyzers = [pages["analyzer-1"], pages["analyzer-2"]]
+    assert sum(metric(p, "rubricd_analyses_total", outcome="announced") for p in analyzers) == 4
+    assert sum(metric(p, "rubricd_analyses_flagging_hacking_total") for p in analyzers) >= 2
+    assert "rubricd_group_pending{" in analyzers[0] and "rubricd_group_lag{" in analyzers[0]
+    assert metric(pages["summarizer"], "rubricd_step_summaries_total", outcome="published") == 1
+    assert metric(pages["updater"], "rubricd_step_updates_total") == 1
+
+    logs = {path.name: path.read_text() for path in (local.stack_dir / "logs").glob("*.log")}
+    for name in ports:
+        lines = [line for line in logs[f"{name}.log"].splitlines() if line.strip()]
+        assert lines, name
+        assert all(json.loads(line)["level"] for line in lines), name  # structured: one JSON object per line
+    for name, text in logs.items():
+        assert secret not in text, name
+        assert marker not in text, name

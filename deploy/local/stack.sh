@@ -31,6 +31,9 @@ WEAVIATE_DATA_PORT=$((WEAVIATE_GOSSIP_PORT + 1))
 WEAVIATE_RAFT_PORT=${RUBRICD_WEAVIATE_RAFT_PORT:-$((_CLUSTER_BASE + 2))}
 WEAVIATE_RAFT_RPC_PORT=$((WEAVIATE_RAFT_PORT + 1))
 ANALYZER_WORKERS=${RUBRICD_ANALYZER_WORKERS:-2}
+# Each service serves /health and /metrics: scorer B+1, summarizer B+2,
+# updater B+3, analyzer-i B+10+i (B = this base port).
+METRICS_BASE_PORT=${RUBRICD_METRICS_BASE_PORT:-9100}
 STOP_TIMEOUT=${RUBRICD_STACK_STOP_TIMEOUT:-20}
 
 WEAVIATE_VERSION=v1.36.15
@@ -164,6 +167,7 @@ ports_free() {
     case $var in
       WEAVIATE_DATA_PORT) setting="RUBRICD_WEAVIATE_GOSSIP_PORT + 1" ;;
       WEAVIATE_RAFT_RPC_PORT) setting="RUBRICD_WEAVIATE_RAFT_PORT + 1" ;;
+      SERVICE_METRICS_PORT) setting="from RUBRICD_METRICS_BASE_PORT=$METRICS_BASE_PORT" ;;
       *) setting=RUBRICD_$var ;;
     esac
     if port_open "$port"; then
@@ -274,12 +278,24 @@ service_names() {
   for ((i = 1; i <= ANALYZER_WORKERS; i++)); do echo "analyzer-$i"; done
 }
 
+metrics_port() {
+  case $1 in
+    scorer) echo $((METRICS_BASE_PORT + 1)) ;;
+    summarizer) echo $((METRICS_BASE_PORT + 2)) ;;
+    updater) echo $((METRICS_BASE_PORT + 3)) ;;
+    analyzer-*) echo $((METRICS_BASE_PORT + 10 + ${1#analyzer-})) ;;
+  esac
+}
+
 up_services() {
   local name started=() env=()
   mapfile -t env < <(service_env)
   for name in $(service_names); do
     live_pid "$name" >/dev/null && continue
-    spawn "$name" env "${env[@]}" "$PY" -m "${name%-*}"
+    SERVICE_METRICS_PORT=$(metrics_port "$name")
+    ports_free "$name" SERVICE_METRICS_PORT
+    spawn "$name" env "${env[@]}" RUBRICD_METRICS_PORT="$SERVICE_METRICS_PORT" "$PY" -m "${name%-*}"
+    echo "127.0.0.1:$SERVICE_METRICS_PORT (/health, /metrics)" >"$STACK/run/$name.addr"
     started+=("$name")
   done
   ((${#started[@]})) || { say "services: already up"; return; }

@@ -9,12 +9,19 @@ import sys
 
 
 def supervise(workers: int) -> int:
-    """Run `workers` analyzer processes, each its own consumer; stop them all on SIGTERM/SIGINT."""
+    """Run `workers` analyzer processes, each its own consumer; stop them all on SIGTERM/SIGINT.
+
+    With RUBRICD_METRICS_PORT=P, worker i serves /health and /metrics on P + i.
+    """
     base = os.environ.get("RUBRICD_CONSUMER") or f"{socket.gethostname()}-{os.getpid()}"
+    port = os.environ.get("RUBRICD_METRICS_PORT")
+    if port and not port.isdigit():
+        sys.exit(f"RUBRICD_METRICS_PORT: not a port number: {port!r}")
     procs = [
-        subprocess.Popen([sys.executable, "-m", "analyzer"], env={**os.environ, "RUBRICD_CONSUMER": f"{base}-w{i}"})
+        subprocess.Popen([sys.executable, "-m", "analyzer"], env={**os.environ, "RUBRICD_CONSUMER": f"{base}-w{i}",
+                                                                  **({"RUBRICD_METRICS_PORT": str(int(port) + i)} if port else {})})
         for i in range(workers)
-    ]
+    ]  # fmt: skip
 
     def stop(signum: int, frame: object) -> None:
         for p in procs:

@@ -22,22 +22,20 @@ step without it and lists the rollout as missing.
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator
 
 import msgspec
 from faststream import Context, FastStream
 from faststream.middlewares import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
+from faststream.redis import StreamSub
 from faststream.redis.annotations import RedisStreamMessage
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 
-from common import streams
+from common import service, streams
 from common.embedder import make_embedder
 from common.llm import LLMError, LLMGateway
 from common.memory import Memory, MemoryItem, MemoryKind
-from common.settings import load
+from common.metrics import Metrics
 from rubricd import wire
 from rubricd.keys import ANALYZERS, Keys
 from rubricd.messages import RolloutAnalysis, Rubric, ScoredRollout
@@ -67,8 +65,11 @@ return first
 class Analyzer:
     """Turns one scored-stream entry into one stored and announced analysis (or a dead letter)."""
 
-    def __init__(self, settings: AnalyzerSettings, redis: Redis, gateway: LLMGateway, memory: Memory, consumer: str = "") -> None:
+    def __init__(self, settings: AnalyzerSettings, redis: Redis, gateway: LLMGateway, memory: Memory, metrics: Metrics,
+                 consumer: str = "") -> None:  # fmt: skip
         self.settings = settings
+        self.analysed = metrics.counter("rubricd_analyses", "rollouts analysed: announced, or a repeat acked silently", ["outcome"])
+        self.flagged = metrics.counter("rubricd_analyses_flagging_hacking", "analyses that report reward-hacking evidence")
         self.consumer = consumer
         self.keys = Keys(settings.namespace)
         self.redis = redis
@@ -91,11 +92,14 @@ class Analyzer:
             analysis = await analyze_rollout(scored, rubrics, self.template, self.call_analyst,
                                              max_chars=self.settings.max_text_chars)  # fmt: skip
             await self.memory.put([memory_item(analysis)])
-            await self.announce(entry_id, analysis)
+            first = await self.announce(entry_id, analysis)
         except Exception as e:
             # Left pending: a reclaiming analyzer retries it, then dead-letters it.
             await self.redis.set(self.keys.failure(self.keys.scored, entry_id.decode()), repr(e), ex=86_400)
             raise
+        self.analysed.labels("announced" if first else "repeat").inc()
+        if first and analysis.reward_hacking:
+            self.flagged.inc()
 
     async def announce(self, entry_id: bytes, analysis: RolloutAnalysis) -> bool:
         """Publish the analysis (unless announced before), log it and ack its entry, all or nothing."""
@@ -147,23 +151,27 @@ def memory_item(analysis: RolloutAnalysis) -> MemoryItem:
     )
 
 
-def create_app(settings: AnalyzerSettings) -> FastStream:
+def create_app(settings: AnalyzerSettings, metrics: Metrics | None = None) -> FastStream:
     keys = Keys(settings.namespace)
-    consumer = settings.consumer or f"{socket.gethostname()}-{os.getpid()}"
-    broker = RedisBroker(settings.redis_url, max_connections=settings.redis_max_connections, log_level=logging.DEBUG)
+    consumer = service.consumer_name(settings)
+    metrics = metrics or Metrics(SERVICE)
+    broker = service.make_broker(settings, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        pool = BlockingConnectionPool.from_url(settings.redis_url, max_connections=settings.redis_max_connections, timeout=None)
-        redis = Redis.from_pool(pool)
+        redis = service.make_redis(settings)
         gateway = LLMGateway.from_settings(settings, ["analyzer", "embedder"])
+        metrics.watch_gateway(gateway)
         memory = await Memory.connect(settings, make_embedder(settings, gateway))
         # Created at 0: rollouts scored before any analyzer ran are analysed too.
         await streams.ensure_group(redis, keys.scored, ANALYZERS)
-        broker.context.set_global("analyzer", Analyzer(settings, redis, gateway, memory, consumer))
+        broker.context.set_global("analyzer", Analyzer(settings, redis, gateway, memory, metrics, consumer))
+        # The analyses waiting: what tells an operator (or KEDA) to add analyzer workers.
+        backlog = asyncio.create_task(metrics.watch_groups(redis, [(keys.scored, ANALYZERS)]))
         try:
             yield
         finally:
+            backlog.cancel()
             await memory.close()
             await gateway.aclose()
             await redis.aclose()
@@ -189,17 +197,12 @@ def create_app(settings: AnalyzerSettings) -> FastStream:
             await analyzer.handle(msg)
 
     async def announce() -> None:
-        """Say the subscribers are reading (tests and `tail` wait for this)."""
         analyzer: Analyzer = broker.context.get("analyzer")
-        started = streams.event(SERVICE, "service_started", consumer=consumer, max_in_flight=settings.max_in_flight)
-        await analyzer.redis.xadd(keys.events, wire.entry(started), maxlen=settings.stream_maxlen, approximate=True)
+        await service.announce_started(analyzer.redis, keys, SERVICE, settings.stream_maxlen, consumer=consumer,
+                                       max_in_flight=settings.max_in_flight)  # fmt: skip
 
     return FastStream(broker, lifespan=lifespan, after_startup=[announce])
 
 
 def main() -> None:
-    settings = load(AnalyzerSettings)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("httpx", "httpx2", "openai"):  # one line per request at INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    asyncio.run(create_app(settings).run())
+    service.run(SERVICE, AnalyzerSettings, create_app)

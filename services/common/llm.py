@@ -245,7 +245,7 @@ class LLMGateway:
                     break  # the request itself is wrong: retrying cannot help
                 wait_s = _retry_after(e.response.headers)
         usage.failures += 1
-        raise LLMError(agent, attempt, _redact(reason, s.api_key.get_secret_value()))
+        raise LLMError(agent, attempt, redact(reason, s.api_key.get_secret_value()))
 
     def _agent(self, agent: str) -> LLMSettings:
         try:
@@ -308,10 +308,11 @@ def _clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _redact(text: str, api_key: str) -> str:
-    """No key in an error, even one a provider echoes back (or in a URL's userinfo)."""
-    if len(api_key) >= 4:
-        text = text.replace(api_key, "***")
+def redact(text: str, *secrets: str) -> str:
+    """No key in a text, even one a provider echoes back: the given secrets, key-like words, a URL's userinfo."""
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
     return _USERINFO.sub("//***@", _KEYLIKE.sub("***", text))
 
 

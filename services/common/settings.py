@@ -49,8 +49,12 @@ class ServiceSettings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     agents: dict[str, dict[str, object]] = {}
     consumer: str = Field("", description="consumer name in the group; default host-pid")
-    metrics_port: int | None = Field(None, ge=0, le=65535)
+    # Health and metrics: with a port, GET /health (204 when the broker answers) and GET /metrics (Prometheus).
+    metrics_port: int | None = Field(None, ge=1, le=65535, description="serve /health and /metrics here; unset: no HTTP listener")
+    metrics_host: str = Field("127.0.0.1", description="address of that listener (0.0.0.0 in a container)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] = Field("json", description="json: one object per line; text: for a terminal")
+    log_rollout_text: bool = Field(False, description="log each rollout's prompt and response (off: logs name rollouts by id only)")
 
     def agent(self, name: str) -> LLMSettings:
         """The LLM settings of one agent: defaults from `llm`, overridden by `agents.<name>`."""

@@ -14,8 +14,6 @@ Three subscribers share the rollouts stream's consumer group:
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
@@ -23,13 +21,13 @@ from importlib import resources
 import msgspec
 from faststream import Context, FastStream
 from faststream.middlewares import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
+from faststream.redis import StreamSub
 from faststream.redis.annotations import RedisStreamMessage
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 
-from common import streams
+from common import service, streams
 from common.llm import LLMError, LLMGateway
-from common.settings import load
+from common.metrics import Metrics
 from rubricd import wire
 from rubricd.keys import SCORERS, InvalidKey, Keys
 from rubricd.messages import Event, JudgeStatus, Rollout, Rubric, RubricsUpdated, Score
@@ -45,11 +43,35 @@ SERVICE = "scorer"
 log = logging.getLogger("rubricd.scorer")
 
 
+JUDGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+REWARD_BUCKETS = tuple(i / 10 for i in range(11))
+
+
+class ScorerMetrics:
+    """The scorer's own figures, beside FastStream's and the LLM gateway's."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.scores = metrics.counter("rubricd_scores", "rollouts scored, by status (ok, judge_failed, rejected)", ["status"])
+        self.judge_seconds = metrics.histogram("rubricd_judge_seconds", "judge latency, retries included", JUDGE_BUCKETS)
+        self.reward = metrics.histogram("rubricd_reward", "rewards given (status ok)", REWARD_BUCKETS)
+        self.rubric_version = metrics.gauge("rubricd_rubric_version", "rubric version of the run's latest score (global sets)", ["run_id"])
+
+    def observe(self, score: Score) -> None:
+        self.scores.labels(score.status).inc()
+        if score.judge_ms is not None:
+            self.judge_seconds.observe(score.judge_ms / 1000)
+        if score.reward is not None:
+            self.reward.observe(score.reward)
+        if score.instance_key is None:  # per-instance sets would make one series per prompt
+            self.rubric_version.labels(score.run_id).set(score.rubric_version)
+
+
 class Scorer:
     """Turns one stream entry into one committed Score (or a dead letter)."""
 
-    def __init__(self, settings: ScorerSettings, redis: Redis, gateway: LLMGateway) -> None:
+    def __init__(self, settings: ScorerSettings, redis: Redis, gateway: LLMGateway, metrics: Metrics) -> None:
         self.settings = settings
+        self.metrics = ScorerMetrics(metrics)
         self.keys = Keys(settings.namespace)
         self.redis = redis
         self.gateway = gateway
@@ -76,6 +98,7 @@ class Scorer:
         except Rejected as e:
             notify = self.rejection(msg.body, str(e))
             await streams.dead_letter(self.redis, self.keys, msg, service=SERVICE, reason=str(e), notify=notify)
+            self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
             return
         try:
             rubrics = await self.rubrics.get(rollout)
@@ -87,6 +110,11 @@ class Scorer:
             raise
         if not first:
             log.info("rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id)
+            return
+        self.metrics.observe(score)
+        if self.settings.log_rollout_text:
+            log.info("scored %s/%s: reward %s (%s)\nprompt: %s\nresponse: %s", rollout.run_id, rollout.rollout_id,
+                     score.reward, score.status, rollout.prompt, rollout.response)  # fmt: skip
 
     async def give_up(self, msg: RedisStreamMessage, deliveries: int) -> None:
         entry_id = msg.raw_message["message_ids"][0].decode()
@@ -163,25 +191,28 @@ def load_seed(settings: ScorerSettings) -> list[Rubric]:
     return msgspec.json.decode(raw, type=list[Rubric])
 
 
-def create_app(settings: ScorerSettings) -> FastStream:
+def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> FastStream:
     keys = Keys(settings.namespace)
-    consumer = settings.consumer or f"{socket.gethostname()}-{os.getpid()}"
-    broker = RedisBroker(settings.redis_url, max_connections=settings.redis_max_connections, log_level=logging.DEBUG)
+    consumer = service.consumer_name(settings)
+    metrics = metrics or Metrics(SERVICE)
+    broker = service.make_broker(settings, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        pool = BlockingConnectionPool.from_url(settings.redis_url, max_connections=settings.redis_max_connections, timeout=None)
-        redis = Redis.from_pool(pool)
+        redis = service.make_redis(settings)
         gateway = LLMGateway.from_settings(settings, ["judge"])
+        metrics.watch_gateway(gateway)
         # Created at 0, not $: rollouts published before any scorer ran are scored too.
         await streams.ensure_group(redis, keys.rollouts, SCORERS)
-        scorer = Scorer(settings, redis, gateway)
+        scorer = Scorer(settings, redis, gateway, metrics)
         broker.context.set_global("scorer", scorer)
-        janitor = asyncio.create_task(trim_forever(redis, keys.rollouts, settings.trim_interval_s))
+        chores = [asyncio.create_task(trim_forever(redis, keys.rollouts, settings.trim_interval_s)),
+                  asyncio.create_task(metrics.watch_groups(redis, [(keys.rollouts, SCORERS)]))]  # fmt: skip
         try:
             yield
         finally:
-            janitor.cancel()
+            for chore in chores:
+                chore.cancel()
             await gateway.aclose()
             await redis.aclose()
 
@@ -213,10 +244,9 @@ def create_app(settings: ScorerSettings) -> FastStream:
         scorer.rubrics.invalidate(update.run_id, update.instance_key)
 
     async def announce() -> None:
-        """Say the subscribers are reading (tests and `tail` wait for this)."""
         scorer: Scorer = broker.context.get("scorer")
-        started = streams.event(SERVICE, "service_started", consumer=consumer, max_in_flight=settings.max_in_flight)
-        await scorer.redis.xadd(keys.events, wire.entry(started), maxlen=settings.stream_maxlen, approximate=True)
+        await service.announce_started(scorer.redis, keys, SERVICE, settings.stream_maxlen, consumer=consumer,
+                                       max_in_flight=settings.max_in_flight)  # fmt: skip
 
     return FastStream(broker, lifespan=lifespan, after_startup=[announce])
 
@@ -232,8 +262,4 @@ async def trim_forever(redis: Redis, stream: str, interval_s: float) -> None:
 
 
 def main() -> None:
-    settings = load(ScorerSettings)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("httpx", "httpx2", "openai"):  # one line per request at INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    asyncio.run(create_app(settings).run())
+    service.run(SERVICE, ScorerSettings, create_app)

@@ -18,8 +18,6 @@ the analyses that did arrive, naming the missing rollouts.
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -27,15 +25,15 @@ from collections.abc import AsyncIterator
 import msgspec
 from faststream import Context, FastStream
 from faststream.middlewares import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
+from faststream.redis import StreamSub
 from faststream.redis.annotations import RedisStreamMessage
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 
-from common import streams
+from common import service, streams
 from common.embedder import make_embedder
 from common.llm import LLMGateway
 from common.memory import Memory, MemoryItem, MemoryKind
-from common.settings import load
+from common.metrics import Metrics
 from rubricd import wire
 from rubricd.keys import SUMMARIZERS, Keys
 from rubricd.messages import RolloutAnalysis, StepClosed, StepSummary
@@ -51,8 +49,10 @@ log = logging.getLogger("rubricd.summarizer")
 class Summarizer:
     """Keeps the step accounting and summarizes steps that are due."""
 
-    def __init__(self, settings: SummarizerSettings, redis: Redis, gateway: LLMGateway, memory: Memory) -> None:
+    def __init__(self, settings: SummarizerSettings, redis: Redis, gateway: LLMGateway, memory: Memory, metrics: Metrics) -> None:
         self.settings = settings
+        self.summaries = metrics.counter("rubricd_step_summaries", "step summaries: published, or failed (retried later)", ["outcome"])
+        self.open = metrics.gauge("rubricd_open_steps", "steps closed or counting analyses, not yet summarized")
         self.keys = Keys(settings.namespace)
         self.redis = redis
         self.gateway = gateway
@@ -84,7 +84,9 @@ class Summarizer:
             task.add_done_callback(lambda _: self._running.pop(key, None))
 
     async def sweep(self) -> None:
-        for run_id, step in await self.book.open_steps():
+        steps = await self.book.open_steps()
+        self.open.set(len(steps))
+        for run_id, step in steps:
             self.try_later(run_id, step)
 
     async def try_step(self, run_id: str, step: int) -> None:
@@ -98,6 +100,7 @@ class Summarizer:
         except Exception as e:
             # Our claim now ends at the retry time; the sweeper then tries again.
             log.exception("summarizing %s step %s failed", run_id, step)
+            self.summaries.labels("failed").inc()
             with contextlib.suppress(Exception):
                 await self.book.retry_at(run_id, step, token, time.time() + self.settings.retry_after_s)
                 failed = streams.event(SERVICE, "summary_failed", run_id=run_id, step=step, detail=repr(e)[:500])
@@ -124,6 +127,8 @@ class Summarizer:
         )  # fmt: skip
         if not await self.book.commit(state.run_id, state.step, summaries, event, time.time()):
             log.info("%s step %s was summarized by another summarizer meanwhile", state.run_id, state.step)
+            return
+        self.summaries.labels("published").inc()
 
     async def analyses(self, state: StepState) -> list[RolloutAnalysis]:
         """The step's analyses from memory, one per rollout (memory filters by step below; this by equality)."""
@@ -166,26 +171,29 @@ async def handle(msg: RedisStreamMessage, summarizer: Summarizer, on: str) -> No
         await streams.dead_letter(summarizer.redis, summarizer.keys, msg, service=SERVICE, reason=f"malformed message: {e}")
 
 
-def create_app(settings: SummarizerSettings) -> FastStream:
+def create_app(settings: SummarizerSettings, metrics: Metrics | None = None) -> FastStream:
     keys = Keys(settings.namespace)
-    consumer = settings.consumer or f"{socket.gethostname()}-{os.getpid()}"
-    broker = RedisBroker(settings.redis_url, max_connections=settings.redis_max_connections, log_level=logging.DEBUG)
+    consumer = service.consumer_name(settings)
+    metrics = metrics or Metrics(SERVICE)
+    broker = service.make_broker(settings, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        pool = BlockingConnectionPool.from_url(settings.redis_url, max_connections=settings.redis_max_connections, timeout=None)
-        redis = Redis.from_pool(pool)
+        redis = service.make_redis(settings)
         gateway = LLMGateway.from_settings(settings, ["summarizer", "meta_summarizer", "embedder"])
+        metrics.watch_gateway(gateway)
         memory = await Memory.connect(settings, make_embedder(settings, gateway))
         for stream in (keys.steps, keys.analyses):
             await streams.ensure_group(redis, stream, SUMMARIZERS)
-        summarizer = Summarizer(settings, redis, gateway, memory)
+        summarizer = Summarizer(settings, redis, gateway, memory, metrics)
         broker.context.set_global("summarizer", summarizer)
-        sweeper = asyncio.create_task(sweep_forever(summarizer, settings.sweep_interval_s))
+        chores = [asyncio.create_task(sweep_forever(summarizer, settings.sweep_interval_s)),
+                  asyncio.create_task(metrics.watch_groups(redis, [(keys.steps, SUMMARIZERS), (keys.analyses, SUMMARIZERS)]))]  # fmt: skip
         try:
             yield
         finally:
-            sweeper.cancel()
+            for chore in chores:
+                chore.cancel()
             for task in list(summarizer._running.values()):
                 task.cancel()
             await memory.close()
@@ -216,10 +224,8 @@ def create_app(settings: SummarizerSettings) -> FastStream:
     subscribe(keys.analyses, "on_analysis")
 
     async def announce() -> None:
-        """Say the subscribers are reading (tests and `tail` wait for this)."""
         summarizer: Summarizer = broker.context.get("summarizer")
-        started = streams.event(SERVICE, "service_started", consumer=consumer)
-        await summarizer.redis.xadd(keys.events, wire.entry(started), maxlen=settings.stream_maxlen, approximate=True)
+        await service.announce_started(summarizer.redis, keys, SERVICE, settings.stream_maxlen, consumer=consumer)
 
     return FastStream(broker, lifespan=lifespan, after_startup=[announce])
 
@@ -235,8 +241,4 @@ async def sweep_forever(summarizer: Summarizer, interval_s: float) -> None:
 
 
 def main() -> None:
-    settings = load(SummarizerSettings)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("httpx", "httpx2", "openai"):  # one line per request at INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    asyncio.run(create_app(settings).run())
+    service.run(SERVICE, SummarizerSettings, create_app)

@@ -24,24 +24,22 @@ otherwise is retried by reclaim, then dead-lettered (and its step advanced).
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
 import msgspec
 from faststream import Context, FastStream
 from faststream.middlewares import AckPolicy
-from faststream.redis import RedisBroker, StreamSub
+from faststream.redis import StreamSub
 from faststream.redis.annotations import RedisStreamMessage
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.exceptions import LockError
 
-from common import streams
+from common import service, streams
 from common.embedder import EMBEDDER_AGENT, make_embedder
 from common.llm import LLMError, LLMGateway
 from common.memory import Memory
-from common.settings import load
+from common.metrics import Metrics
 from rubricd import wire
 from rubricd.keys import UPDATERS, Keys
 from rubricd.messages import Event, Rubric, StepSummary
@@ -59,8 +57,10 @@ T = TypeVar("T")
 class UpdaterService:
     """Turns one summaries entry into its effects: at most one new version, an announcement, the step marker."""
 
-    def __init__(self, settings: UpdaterSettings, redis: Redis, gateway: LLMGateway, memory: Memory) -> None:
+    def __init__(self, settings: UpdaterSettings, redis: Redis, gateway: LLMGateway, memory: Memory, metrics: Metrics) -> None:
         self.settings = settings
+        self.outcomes = metrics.counter("rubricd_step_updates", "step summaries handled, by outcome (the updater's event kind)", ["outcome"])
+        self.rubric_version = metrics.gauge("rubricd_rubric_version", "the run's current rubric version (global sets)", ["run_id"])
         self.keys = Keys(settings.namespace)
         self.redis = redis
         self.gateway = gateway
@@ -94,6 +94,10 @@ class UpdaterService:
             # Left pending: a reclaiming updater retries it, then dead-letters it.
             await self.redis.set(self.keys.failure(self.keys.summaries, entry_id.decode()), repr(e), ex=86_400)
             raise
+        for event in events:
+            self.outcomes.labels(event.kind).inc()
+            if "version" in event.fields and event.fields.get("instance_key") is None:
+                self.rubric_version.labels(summary.run_id).set(event.fields["version"])  # type: ignore[arg-type]
 
     async def process(self, summary: StepSummary) -> tuple[list[Event], bytes | None]:
         """The events to log and the RubricsUpdated to announce (if any) for one summary."""
@@ -198,22 +202,25 @@ def seed_rubrics(settings: UpdaterSettings) -> list[Rubric]:
     return load_seed(settings)  # type: ignore[arg-type]  # reads only `seed_rubrics`
 
 
-def create_app(settings: UpdaterSettings) -> FastStream:
+def create_app(settings: UpdaterSettings, metrics: Metrics | None = None) -> FastStream:
     keys = Keys(settings.namespace)
-    consumer = settings.consumer or f"{socket.gethostname()}-{os.getpid()}"
-    broker = RedisBroker(settings.redis_url, max_connections=settings.redis_max_connections, log_level=logging.DEBUG)
+    consumer = service.consumer_name(settings)
+    metrics = metrics or Metrics(SERVICE)
+    broker = service.make_broker(settings, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        pool = BlockingConnectionPool.from_url(settings.redis_url, max_connections=settings.redis_max_connections, timeout=None)
-        redis = Redis.from_pool(pool)
+        redis = service.make_redis(settings)
         gateway = LLMGateway.from_settings(settings, [QUERY_WRITER, UPDATER, EMBEDDER_AGENT])
+        metrics.watch_gateway(gateway)
         memory = await Memory.connect(settings, make_embedder(settings, gateway))
         await streams.ensure_group(redis, keys.summaries, UPDATERS)
-        broker.context.set_global("updater", UpdaterService(settings, redis, gateway, memory))
+        broker.context.set_global("updater", UpdaterService(settings, redis, gateway, memory, metrics))
+        backlog = asyncio.create_task(metrics.watch_groups(redis, [(keys.summaries, UPDATERS)]))
         try:
             yield
         finally:
+            backlog.cancel()
             await memory.close()
             await gateway.aclose()
             await redis.aclose()
@@ -237,18 +244,13 @@ def create_app(settings: UpdaterSettings) -> FastStream:
             await updater.handle(msg, f"{consumer}-reclaim")
 
     async def announce() -> None:
-        """Say the subscribers are reading (tests and `tail` wait for this)."""
         updater: UpdaterService = broker.context.get("updater")
-        started = streams.event(SERVICE, "service_started", consumer=consumer, update_frequency=settings.update_frequency,
-                                static_memory=settings.static_memory, dynamic_memory=settings.dynamic_memory)  # fmt: skip
-        await updater.redis.xadd(keys.events, wire.entry(started), maxlen=settings.stream_maxlen, approximate=True)
+        await service.announce_started(updater.redis, keys, SERVICE, settings.stream_maxlen, consumer=consumer,
+                                       update_frequency=settings.update_frequency, static_memory=settings.static_memory,
+                                       dynamic_memory=settings.dynamic_memory)  # fmt: skip
 
     return FastStream(broker, lifespan=lifespan, after_startup=[announce])
 
 
 def main() -> None:
-    settings = load(UpdaterSettings)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for noisy in ("httpx", "httpx2", "openai"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    asyncio.run(create_app(settings).run())
+    service.run(SERVICE, UpdaterSettings, create_app)

@@ -1,0 +1,108 @@
+"""A service's Prometheus metrics: FastStream's own, the LLM gateway's, its backlog, and its domain's.
+
+Every service gets one registry holding
+- FastStream's Redis middleware metrics (messages received, processed, their
+  duration and outcome, per stream);
+- the LLM gateway's usage per agent (calls, failures, retries, tokens, seconds),
+  read from the gateway when scraped, so counting costs nothing per call;
+- the pending entries and lag of each consumer group the service reads
+  (`rubricd_group_pending`, `rubricd_group_lag`), refreshed in the background:
+  on the analyzers' group this is the number of analyses waiting, the figure
+  to scale analyzer workers on;
+- whatever the service declares itself with `counter`, `histogram`, `gauge`.
+
+`common.service.run` serves the registry on /metrics and a broker ping on
+/health when RUBRICD_METRICS_PORT is set.
+"""
+
+import asyncio
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+
+from faststream.redis.prometheus import RedisPrometheusMiddleware
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from .llm import LLMGateway
+
+log = logging.getLogger("rubricd.metrics")
+
+
+class Metrics:
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.registry = CollectorRegistry()
+        self.middleware = RedisPrometheusMiddleware(registry=self.registry, app_name=service)
+        self.group_pending = self.gauge("rubricd_group_pending", "entries delivered to the group and not yet acked", ["stream", "group"])
+        self.group_lag = self.gauge("rubricd_group_lag", "entries of the stream not yet delivered to the group", ["stream", "group"])
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def histogram(self, name: str, doc: str, buckets: Sequence[float], labels: Sequence[str] = ()) -> Histogram:
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(name, doc, labels, registry=self.registry)
+
+    def watch_gateway(self, gateway: LLMGateway) -> None:
+        self.registry.register(GatewayCollector(gateway))
+
+    async def watch_groups(self, redis: Redis, groups: Iterable[tuple[str, str]], interval_s: float = 5.0) -> None:
+        """Refresh pending and lag of each (stream, group) every `interval_s`, until cancelled."""
+        groups = list(groups)
+        while True:
+            for stream, group in groups:
+                try:
+                    pending, lag = await backlog(redis, stream, group)
+                except Exception:
+                    log.exception("reading the backlog of %s/%s failed", stream, group)
+                    continue
+                self.group_pending.labels(stream, group).set(pending)
+                self.group_lag.labels(stream, group).set(lag)
+            await asyncio.sleep(interval_s)
+
+
+async def backlog(redis: Redis, stream: str, group: str) -> tuple[int, int]:
+    """(pending, lag) of one consumer group, as XINFO GROUPS reports them (0, 0 if there is none yet)."""
+    try:
+        infos = await redis.xinfo_groups(stream)
+    except ResponseError:  # no such stream yet
+        return 0, 0
+    for info in infos:
+        name = info["name"].decode() if isinstance(info["name"], bytes) else info["name"]
+        if name == group:
+            return int(info["pending"]), int(info.get("lag") or 0)
+    return 0, 0
+
+
+class GatewayCollector(Collector):
+    """The gateway's usage per agent, as Prometheus counters, read when scraped."""
+
+    FIELDS = (
+        ("rubricd_llm_calls", "LLM calls, each counted once however many attempts it took", "calls"),
+        ("rubricd_llm_failures", "LLM calls that failed after their retries", "failures"),
+        ("rubricd_llm_retries", "LLM attempts beyond each call's first", "retries"),
+        ("rubricd_llm_seconds", "wall time of successful LLM calls, retries included", "elapsed_s"),
+    )
+    TOKENS = (("prompt", "prompt_tokens"), ("completion", "completion_tokens"), ("cached", "cached_tokens"))
+
+    def __init__(self, gateway: LLMGateway) -> None:
+        self.gateway = gateway
+
+    def collect(self) -> Iterator[Metric]:
+        usage = self.gateway.usage_all()
+        for name, doc, field in self.FIELDS:
+            family = CounterMetricFamily(name, doc, labels=["agent"])
+            for agent, u in usage.items():
+                family.add_metric([agent], getattr(u, field))
+            yield family
+        tokens = CounterMetricFamily("rubricd_llm_tokens", "tokens used, by kind (cached: served from the provider's prefix cache)",
+                                     labels=["agent", "kind"])  # fmt: skip
+        for agent, u in usage.items():
+            for kind, field in self.TOKENS:
+                tokens.add_metric([agent, kind], getattr(u, field))
+        yield tokens

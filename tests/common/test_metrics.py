@@ -1,0 +1,57 @@
+"""A service's metrics: the gateway's usage as Prometheus counters, and a consumer group's backlog from the real Redis."""
+
+import uuid
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from common.llm import LLMError, LLMGateway
+from common.metrics import Metrics, backlog
+from common.settings import LLMSettings
+from rubricd.messages import Rollout, Rubric, RubricSet
+from scorer import judge
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return s.value
+    raise KeyError(f"{name}{labels}")
+
+
+def messages(response: str) -> list[dict[str, str]]:
+    rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
+    system = judge.system_message(judge.default_template(), RubricSet(run_id="run", version=1, rubrics=rubrics))
+    rollout = Rollout(run_id="run", rollout_id="r", step=0, prompt=f"What is 6 x 7? ({uuid.uuid4().hex[:8]})",
+                      response=response, reference="42")  # fmt: skip
+    return judge.messages(system, rollout)
+
+
+async def test_the_gateways_usage_is_scraped_per_agent(simulator, sim) -> None:
+    metrics = Metrics("scorer")
+    llm = LLMSettings(base_url=simulator[0], max_retries=1, backoff_s=0.01)
+    async with LLMGateway({"judge": llm, "analyzer": llm}) as gateway:
+        metrics.watch_gateway(gateway)
+        await gateway.structured("judge", messages("42 [sim:fail=500,times=1]"), judge.JudgeVerdict)
+        try:
+            await gateway.structured("judge", messages("42 [sim:fail=500,times=2]"), judge.JudgeVerdict)
+        except LLMError:
+            pass
+    assert sample(metrics, "rubricd_llm_calls_total", agent="judge") == 2
+    assert sample(metrics, "rubricd_llm_retries_total", agent="judge") == 2
+    assert sample(metrics, "rubricd_llm_failures_total", agent="judge") == 1
+    assert sample(metrics, "rubricd_llm_tokens_total", agent="judge", kind="prompt") > 0
+    assert sample(metrics, "rubricd_llm_calls_total", agent="analyzer") == 0
+
+
+async def test_backlog_is_pending_and_lag_of_the_group(redis) -> None:
+    assert await backlog(redis, "s", "g") == (0, 0)  # no stream yet
+    await redis.xgroup_create("s", "g", id="0", mkstream=True)
+    for i in range(5):
+        await redis.xadd("s", {"n": i})
+    await redis.xreadgroup("g", "c", {"s": ">"}, count=3)  # 3 delivered, not acked
+    [[_, entries]] = await redis.xreadgroup("g", "c", {"s": "0"}, count=1)
+    await redis.xack("s", "g", entries[0][0])
+    assert await backlog(redis, "s", "g") == (2, 2)
+    assert await backlog(redis, "s", "other") == (0, 0)
