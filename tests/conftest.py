@@ -15,14 +15,23 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 import pytest
+import redis as redis_sync
 from redis.asyncio import Redis
 
+from common.embedder import MiniLMEmbedder
+from common.memory import Memory
+from common.settings import ServiceSettings
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Event
 from simulator.app import Simulator, serve_in_background
 from simulator.faults import SimConfig
 
@@ -215,6 +224,91 @@ async def redis(stack: Stack) -> AsyncIterator[Redis]:
     await client.flushdb()
     yield client
     await client.aclose()
+
+
+class ServiceProcess:
+    """`python -m <service> [args]`, its output in a log file; killable with SIGKILL."""
+
+    def __init__(self, service: str, env: dict[str, str], log: Path, *args: str) -> None:
+        self.service, self.consumer, self.log = service, env["RUBRICD_CONSUMER"], log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", service, *args], env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
+
+    def wait_consuming(self, redis_url: str, keys: Keys, consumers: list[str] | None = None, timeout: float = 90) -> "ServiceProcess":
+        """Wait for the service_started event of each consumer (default: this process's): its subscribers are reading."""
+        wanted = set(consumers or [self.consumer])
+        client = redis_sync.Redis.from_url(redis_url)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.service} exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            for _, fields in client.xrange(keys.events):
+                event = wire.decode(wire.payload(fields), Event)
+                if event.kind == "service_started" and event.service == self.service:
+                    wanted.discard(str(event.fields.get("consumer")))
+            if not wanted:
+                return self
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.service} {sorted(wanted)} did not start:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log_file.close()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A fresh namespace per test: its streams, keys and memory are its own."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def keys(namespace: str) -> Keys:
+    return Keys(namespace)
+
+
+@pytest.fixture
+async def memory(stack: Stack, namespace: str) -> AsyncIterator[Memory]:
+    """This test's evaluation memory (the services' collection), deleted afterwards."""
+    settings = ServiceSettings(namespace=namespace, weaviate_url=stack.weaviate_url, weaviate_grpc_port=stack.weaviate_grpc_port)
+    memory = await Memory.connect(settings, MiniLMEmbedder())
+    yield memory
+    await memory.drop()
+    await memory.close()
+
+
+@pytest.fixture
+def service_env(stack: Stack, namespace: str) -> dict[str, str]:
+    """The environment of a service (or `rubricd`) in this test's namespace on the test stack; LLM retries kept short."""
+    return {**os.environ, **stack.env, "RUBRICD_NAMESPACE": namespace,
+            "RUBRICD_LLM__MAX_RETRIES": "1", "RUBRICD_LLM__BACKOFF_S": "0.05"}  # fmt: skip
+
+
+@pytest.fixture
+def start_service(stack: Stack, keys: Keys, service_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
+    """start_service("scorer", *args, wait=True, **settings): a service process in this test's namespace,
+    consumer `<service>-<n>`, settings as RUBRICD_<NAME>; waits until it reads (unless wait=False); all stopped afterwards."""
+    started: list[ServiceProcess] = []
+
+    def start(service: str, *args: str, wait: bool = True, **settings: object) -> ServiceProcess:
+        n = sum(p.service == service for p in started)
+        env = {**service_env, "RUBRICD_CONSUMER": f"{service}-{n}", **{f"RUBRICD_{k.upper()}": str(v) for k, v in settings.items()}}
+        process = ServiceProcess(service, env, tmp_path / f"{service}-{n}.log", *args)
+        started.append(process)
+        return process.wait_consuming(stack.redis_url, keys) if wait else process
+
+    yield start
+    for process in started:
+        process.stop()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,14 +9,7 @@ change, and the scores of step s+1 carry the rubric version made from step s.
 Run with `-s` to see the run's rubric history.
 """
 
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
-import uuid
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -24,8 +17,7 @@ import redis as redis_sync
 
 from demo.policy import respond
 from rubricd import RubricdClient, wire
-from rubricd.keys import Keys
-from rubricd.messages import Event, JudgeStatus, RolloutAnalysis, Rollout, RubricKind, RubricsUpdated, StepSummary, TrainingContext
+from rubricd.messages import JudgeStatus, RolloutAnalysis, Rollout, RubricKind, RubricsUpdated, StepSummary, TrainingContext
 from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
@@ -33,53 +25,14 @@ pytestmark = pytest.mark.integration
 RUN, STEPS, PER_STEP, PADDING_FROM = "loop", 4, 12, 2
 
 
-class Service:
-    """One `python -m <service>` process in the test's namespace, its log in a file."""
-
-    def __init__(self, service: str, env: dict[str, str], log: Path) -> None:
-        self.service, self.consumer, self.log = service, env["RUBRICD_CONSUMER"], log
-        self._out = log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", service], env=env, stdout=self._out, stderr=subprocess.STDOUT)
-
-    def wait_started(self, redis_url: str, keys: Keys, timeout: float = 90) -> None:
-        client = redis_sync.Redis.from_url(redis_url)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.service} exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            for _, fields in client.xrange(keys.events):
-                event = wire.decode(wire.payload(fields), Event)
-                if event.kind == "service_started" and event.fields.get("consumer") == self.consumer:
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.service} did not start:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._out.close()
-
-
 @pytest.fixture
-def loop(stack, tmp_path):
-    """The four services of the loop in a fresh namespace: (keys, the services)."""
-    keys = Keys(f"t{uuid.uuid4().hex[:10]}")
-    env = {**os.environ, **stack.env, "RUBRICD_NAMESPACE": keys.namespace, "RUBRICD_STEP_DEADLINE_S": "120"}
-    services = []
-    try:
-        for name in ("scorer", "analyzer", "summarizer", "updater"):
-            services.append(Service(name, {**env, "RUBRICD_CONSUMER": f"{name}-0"}, tmp_path / f"{name}.log"))
-        for service in services:
-            service.wait_started(stack.redis_url, keys)
-        yield keys, services
-    finally:
-        for service in services:
-            service.stop()
+def loop(stack, keys, start_service):
+    """The four services of the loop in this test's namespace."""
+    services = [start_service(name, wait=False, step_deadline_s=120, llm__max_retries=3)
+                for name in ("scorer", "analyzer", "summarizer", "updater")]  # fmt: skip
+    for service in services:
+        service.wait_consuming(stack.redis_url, keys)
+    return keys
 
 
 def rollouts(step: int, rng: random.Random) -> list[tuple[str, Rollout]]:
@@ -102,7 +55,7 @@ def entries(client: redis_sync.Redis, stream: str, type_: type) -> list:
 
 @pytest.mark.timeout(900)
 async def test_padding_from_step_2_is_caught_by_a_new_rubric_and_scores_lower_from_then_on(stack, loop):
-    keys, _ = loop
+    keys = loop
     rng = random.Random(7)
     rewards: dict[tuple[int, str], list[float]] = {}
     versions_used: dict[int, set[int]] = {}

@@ -77,9 +77,9 @@ async def test_pending_entries_and_their_age_per_group_and_consumer(stack, redis
     assert "analyzer-a" in cli("status").stdout
 
 
-def test_the_installed_entry_point_runs_and_says_when_to_add_analyzers(stack, redis, env):
+def test_the_installed_entry_point_runs_and_says_when_to_add_analyzers(stack, redis, service_env):
     rubricd = Path(sys.executable).parent / "rubricd"  # from `pip install -e .`'s [project.scripts]
-    done = subprocess.run([str(rubricd), "status"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(rubricd), "status"], env=service_env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "rollouts" in done.stdout and "no rubric sets" in done.stdout
     help_text = subprocess.run([str(rubricd), "status", "--help"], capture_output=True, text=True, timeout=60).stdout

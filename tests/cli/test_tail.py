@@ -31,10 +31,10 @@ async def test_tail_json_shows_the_scorers_events_of_one_run(stack, redis, keys,
     assert short.returncode == 1 and "0 of 1 events" in short.stderr
 
 
-async def test_tail_follows_new_events_live(stack, redis, keys, env, start_service):
+async def test_tail_follows_new_events_live(stack, redis, keys, service_env, start_service):
     start_service("scorer")
     tail = subprocess.Popen([sys.executable, "-m", "cli", "tail", "--run", "b", "--count", "2", "--timeout", "60"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            env=service_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert tail.stderr is not None and tail.stderr.readline().startswith(f"following {keys.events}")
         for run, i in (("a", 0), ("b", 0), ("b", 1)):

@@ -1,95 +1,9 @@
-"""Updater processes for integration tests: real subprocesses, killable with SIGKILL, each test in its own namespace."""
-
-import os
-import signal
-import subprocess
-import sys
-import time
-import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
+"""Updater processes for the updater's integration tests (see tests/conftest.py: start_service)."""
 
 import pytest
-import redis as redis_sync
-
-from common.embedder import MiniLMEmbedder
-from common.memory import Memory
-from common.settings import ServiceSettings
-from rubricd import wire
-from rubricd.keys import Keys
-from rubricd.messages import Event
-
-
-class ServiceProcess:
-    """`python -m <service>` with its log in a file; `wait_consuming` returns once it announced service_started."""
-
-    def __init__(self, service: str, env: dict[str, str], log: Path) -> None:
-        self.service, self.consumer, self.log = service, env["RUBRICD_CONSUMER"], log
-        self._log_file = log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", service], env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
-
-    def wait_consuming(self, redis_url: str, keys: Keys, timeout: float = 60) -> "ServiceProcess":
-        client = redis_sync.Redis.from_url(redis_url)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.service} exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            for _, fields in client.xrange(keys.events):
-                event = wire.decode(wire.payload(fields), Event)
-                if event.kind == "service_started" and event.fields.get("consumer") == self.consumer:
-                    return self
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.service} {self.consumer} did not start:\n{self.log.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._log_file.close()
 
 
 @pytest.fixture
-def namespace() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def keys(namespace: str) -> Keys:
-    return Keys(namespace)
-
-
-@pytest.fixture
-def start_updater(stack, namespace, tmp_path):
-    """Start updater processes in this test's namespace; all are stopped afterwards."""
-    started: list[ServiceProcess] = []
-
-    def start(**settings: object) -> ServiceProcess:
-        env = {**os.environ, **stack.env, "RUBRICD_NAMESPACE": namespace, "RUBRICD_CONSUMER": f"updater-{len(started)}"}
-        env.setdefault("RUBRICD_LLM__MAX_RETRIES", "2")
-        env.setdefault("RUBRICD_LLM__BACKOFF_S", "0.05")
-        for name, value in settings.items():
-            env[f"RUBRICD_{name.upper()}"] = str(value)
-        process = ServiceProcess("updater", env, tmp_path / f"updater-{len(started)}.log")
-        started.append(process)
-        return process.wait_consuming(stack.redis_url, Keys(namespace))
-
-    yield start
-    for process in started:
-        process.stop()
-
-
-@pytest.fixture
-async def memory(stack, namespace) -> AsyncIterator[Memory]:
-    """The evaluation memory of this test's namespace, dropped afterwards."""
-    settings = ServiceSettings(namespace=namespace, weaviate_url=stack.weaviate_url, weaviate_grpc_port=stack.weaviate_grpc_port)
-    memory = await Memory.connect(settings, MiniLMEmbedder())
-    yield memory
-    await memory.drop()
-    await memory.close()
+def start_updater(start_service):
+    """start_updater(**settings): an updater in this test's namespace, reading once it returns."""
+    return lambda **settings: start_service("updater", **{"llm__max_retries": 2, **settings})
