@@ -13,6 +13,7 @@ threads at once).
 """
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -185,7 +186,16 @@ class SyncRubricdClient:
         return RubricdClient(redis_url, **kwargs)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self.submit(coro).result()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run `coro` on this client's loop: `.result()` waits for it, `asyncio.wrap_future` awaits it from any loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    @property
+    def aio(self) -> RubricdClient:
+        """The async client behind this one; use it only in coroutines handed to `submit`."""
+        return self._client
 
     @property
     def reply_stream(self) -> str:

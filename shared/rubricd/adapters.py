@@ -1,0 +1,246 @@
+"""Reward functions for trainers, backed by rubricd: TRL's `reward_funcs` and verl's `compute_score`.
+
+    client = SyncRubricdClient("redis://rubricd-redis:6399/0")
+    reward = trl_reward(client, run_id="grpo-1", reference_column="answer")
+    GRPOTrainer(..., reward_funcs=[reward]).train()
+    reward.finish()  # close the last step
+
+Where a trainer hands over a batch (TRL always; verl's batch reward manager)
+the batch is published at once: one round trip, not one per rollout. Where it
+calls one sample at a time (verl's reward loop), any number of calls wait at
+once, all served by the client's one reply reader. Sync and async forms share
+a `SyncRubricdClient`: its loop thread does the Redis work, so the async forms
+can be awaited from whatever event loop the trainer runs them in.
+
+Rollout ids are fresh for every call (`<step>-<nonce>-<i>`): TRL calls its
+reward functions several times per training step (gradient accumulation,
+generation batches), and rubricd answers an id it has seen with the score it
+gave first.
+
+Steps close themselves: the first rollout of a later step closes every earlier
+open step (a StepClosed naming its rollouts), so the memory loop summarizes it
+without waiting for a deadline; `finish()` closes what is still open. With
+`wait_for_rubrics=True` (synchronous mode) a new step is scored only once the
+rubric update that follows the previous step is in place.
+"""
+
+import asyncio
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .client import RubricdClient, SyncRubricdClient
+from .messages import JudgeStatus, Rollout, Score, TrainingContext
+
+Sample = tuple[str, str, str | None, str | None, dict[str, str]]  # prompt, response, reference, instance key, metadata
+
+
+class Steps:
+    """The trainer's open steps and the rollout ids published for each; closed when a later step begins."""
+
+    def __init__(self, client: RubricdClient, run_id: str, *, wait_for_rubrics: bool, timeout: float | None) -> None:
+        self.client, self.run_id = client, run_id
+        self.wait_for_rubrics, self.timeout = wait_for_rubrics, timeout
+        self.open: dict[int, list[str]] = {}
+        self.closed_through = -1  # rollouts of a step already closed are scored, not counted again
+        self._lock = asyncio.Lock()
+
+    async def begin(self, step: int, rollout_ids: Sequence[str]) -> None:
+        """Count `rollout_ids` in `step`, first closing every earlier open step (synchronous mode: and waiting for its rubrics)."""
+        async with self._lock:
+            earlier = sorted(s for s in self.open if s < step)
+            for s in earlier:
+                await self._close(s)
+            if earlier and self.wait_for_rubrics:
+                await self.client.wait_for_rubrics(self.run_id, earlier[-1], timeout=self.timeout)
+            if step > self.closed_through:
+                self.open.setdefault(step, []).extend(rollout_ids)
+
+    async def finish(self) -> None:
+        async with self._lock:
+            for s in sorted(self.open):
+                await self._close(s)
+
+    async def _close(self, step: int) -> None:
+        ids = self.open.pop(step)
+        await self.client.close_step(self.run_id, step, rollouts=len(ids), rollout_ids=ids)
+        self.closed_through = max(self.closed_through, step)
+
+
+class Reward:
+    """What every adapter does: turn samples into rollouts of one run, count them in their step, score them."""
+
+    def __init__(self, client: SyncRubricdClient, run_id: str, *, context: TrainingContext = TrainingContext(),
+                 timeout: float | None = None, wait_for_rubrics: bool = False) -> None:  # fmt: skip
+        self.client, self.run_id, self.context, self.timeout = client, run_id, context, timeout
+        self.steps = Steps(client.aio, run_id, wait_for_rubrics=wait_for_rubrics, timeout=timeout)
+
+    def score(self, step: int, samples: Sequence[Sample]) -> list[Score]:
+        return self.client.submit(self._score(step, samples)).result()
+
+    async def score_async(self, step: int, samples: Sequence[Sample]) -> list[Score]:
+        return await asyncio.wrap_future(self.client.submit(self._score(step, samples)))
+
+    def finish(self) -> None:
+        """Close every open step (call it when training ends)."""
+        self.client.submit(self.steps.finish()).result()
+
+    async def _score(self, step: int, samples: Sequence[Sample]) -> list[Score]:
+        nonce = uuid.uuid4().hex[:10]
+        rollouts = [
+            Rollout(run_id=self.run_id, rollout_id=f"{step}-{nonce}-{i}", step=step, prompt=prompt, response=response,
+                    reference=reference, instance_key=instance, context=self.context, metadata=metadata)
+            for i, (prompt, response, reference, instance, metadata) in enumerate(samples)
+        ]  # fmt: skip
+        await self.steps.begin(step, [r.rollout_id for r in rollouts])
+        return await self.client.aio.score(rollouts, timeout=self.timeout)
+
+
+# --- TRL ---------------------------------------------------------------------
+
+
+def trl_reward(client: SyncRubricdClient, run_id: str, *, reference_column: str | None = "reference",
+               instance_column: str | None = None, name: str = "rubricd", **options: Any) -> Callable[..., list[float | None]]:  # fmt: skip
+    """A TRL `reward_funcs` entry (GRPOTrainer, RLOOTrainer): f(prompts, completions, **columns) -> rewards.
+
+    The reward is None where the judge failed (TRL leaves it out). `reference_column`
+    and `instance_column` name dataset columns; the step is `trainer_state.global_step`.
+    `options`: context, timeout, wait_for_rubrics (see `Reward`). Call `.finish()` after training.
+    """
+    reward = Reward(client, run_id, **options)
+
+    def rubricd(prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any) -> list[float | None]:
+        scores = reward.score(_trl_step(trainer_state), _trl_samples(prompts, completions, columns, reference_column, instance_column))
+        return [s.reward for s in scores]
+
+    return _named(rubricd, name, reward)
+
+
+def async_trl_reward(client: SyncRubricdClient, run_id: str, *, reference_column: str | None = "reference",
+                     instance_column: str | None = None, name: str = "rubricd",
+                     **options: Any) -> Callable[..., Awaitable[list[float | None]]]:  # fmt: skip
+    """`trl_reward` as a coroutine function: TRL runs async reward functions concurrently on its own loop."""
+    reward = Reward(client, run_id, **options)
+
+    async def rubricd(prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any) -> list[float | None]:
+        samples = _trl_samples(prompts, completions, columns, reference_column, instance_column)
+        return [s.reward for s in await reward.score_async(_trl_step(trainer_state), samples)]
+
+    return _named(rubricd, name, reward)
+
+
+def _named(fn: Callable[..., Any], name: str, reward: Reward) -> Any:
+    fn.__name__ = fn.__qualname__ = name  # TRL logs each reward function under its __name__
+    fn.finish = reward.finish  # type: ignore[attr-defined]
+    fn.reward = reward  # type: ignore[attr-defined]
+    return fn
+
+
+def _trl_step(trainer_state: Any) -> int:
+    return int(getattr(trainer_state, "global_step", 0) or 0)
+
+
+def _trl_samples(prompts: list[Any], completions: list[Any], columns: dict[str, Any],
+                 reference_column: str | None, instance_column: str | None) -> list[Sample]:  # fmt: skip
+    references = columns.get(reference_column) if reference_column else None
+    instances = columns.get(instance_column) if instance_column else None
+    return [
+        (text(prompt), text(completion, roles=False), None if references is None else _str(references[i]),
+         None if instances is None else _str(instances[i]), {})
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
+    ]  # fmt: skip
+
+
+def text(value: Any, roles: bool = True) -> str:
+    """Plain text of a TRL prompt or completion: a string, or conversational messages ({"role", "content"})."""
+    if isinstance(value, str):
+        return value
+    parts = []
+    for message in value:
+        content = message.get("content", "")
+        if not isinstance(content, str):  # multimodal content: keep the text parts
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        parts.append(f"{message.get('role', 'user')}: {content}" if roles else content)
+    return "\n\n".join(parts)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+# --- verl --------------------------------------------------------------------
+
+
+class VerlReward:
+    """verl's custom reward function, in its three call forms.
+
+    - `compute_score(data_source, solution_str, ground_truth, extra_info)`: one sample
+      (thread-safe: many threads may wait at once);
+    - `compute_score_async(...)`: the same, awaitable (verl's reward loop awaits coroutine functions);
+    - `compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos)`: verl's
+      batch reward manager; the whole batch in one round trip.
+
+    Each returns {"score": reward, "judge_ok": 1.0 or 0.0, "rubric_version": v,
+    "rubric/<id>": met (1.0/0.0), "meta/<class>": sub-score}; verl logs the extra keys.
+    A failed judge scores `failed_score` with judge_ok 0.0 (verl needs a number).
+    The prompt comes from extra_info[prompt_key]; the step from extra_info[step_key],
+    else from `self.step`, which a trainer callback may set. Per-sample results carry
+    the criteria of the rubric set that scored them: where sets can differ within one
+    batch (per-instance rubrics), use the batch form, whose results share one set of keys.
+
+        reward = VerlReward(SyncRubricdClient(url), run_id="ppo-1")
+        compute_score = reward.compute_score   # custom_reward_function.name=compute_score
+    """
+
+    def __init__(self, client: SyncRubricdClient, run_id: str, *, prompt_key: str = "question", step_key: str = "global_step",
+                 instance_key: str = "instance_key", failed_score: float = 0.0, **options: Any) -> None:  # fmt: skip
+        self.reward = Reward(client, run_id, **options)
+        self.prompt_key, self.step_key, self.instance_key = prompt_key, step_key, instance_key
+        self.failed_score = failed_score
+        self.step = 0
+
+    def compute_score(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **_: Any) -> dict[str, float]:
+        [score] = self.reward.score(*self._one(data_source, solution_str, ground_truth, extra_info))
+        return self.result(score)
+
+    async def compute_score_async(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
+                                  **_: Any) -> dict[str, float]:  # fmt: skip
+        [score] = await self.reward.score_async(*self._one(data_source, solution_str, ground_truth, extra_info))
+        return self.result(score)
+
+    def compute_score_batch(self, data_sources: Sequence[str], solution_strs: Sequence[str], ground_truths: Sequence[Any],
+                            extra_infos: Sequence[dict | None], **_: Any) -> list[dict[str, float]]:  # fmt: skip
+        infos = [info or {} for info in extra_infos]
+        by_step: dict[int, list[int]] = {}
+        for i, info in enumerate(infos):
+            by_step.setdefault(self._step(info), []).append(i)
+        results: list[dict[str, float]] = [{} for _ in infos]
+        for step, indices in sorted(by_step.items()):
+            samples = [self._sample(data_sources[i], solution_strs[i], ground_truths[i], infos[i]) for i in indices]
+            for i, score in zip(indices, self.reward.score(step, samples)):
+                results[i] = self.result(score)
+        keys = sorted({k for r in results for k in r})  # one set of keys for the batch, NaN where a set lacks one
+        return [{k: r.get(k, math.nan) for k in keys} for r in results]
+
+    def finish(self) -> None:
+        self.reward.finish()
+
+    def result(self, score: Score) -> dict[str, float]:
+        ok = score.status is JudgeStatus.OK and score.reward is not None
+        out = {"score": score.reward if ok else self.failed_score, "judge_ok": float(ok), "rubric_version": float(score.rubric_version)}
+        out |= {f"rubric/{r.rubric_id}": float(r.met) for r in score.results}
+        out |= {f"meta/{name}": value for name, value in score.meta_class_scores.items()}
+        return out  # type: ignore[return-value]
+
+    def _one(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None) -> tuple[int, list[Sample]]:
+        info = extra_info or {}
+        return self._step(info), [self._sample(data_source, solution_str, ground_truth, info)]
+
+    def _step(self, info: dict) -> int:
+        step = info.get(self.step_key)
+        return self.step if step is None else int(step)
+
+    def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: dict) -> Sample:
+        return (str(info.get(self.prompt_key, "")), solution_str, _str(ground_truth), _str(info.get(self.instance_key)),
+                {"data_source": str(data_source)})  # fmt: skip
