@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from importlib import resources
 
 import msgspec
 from faststream import Context, FastStream
@@ -28,9 +27,10 @@ from redis.asyncio import Redis
 from common import service, streams
 from common.llm import LLMError, LLMGateway
 from common.metrics import Metrics
+from common.seeds import Seeds
 from rubricd import wire
 from rubricd.keys import SCORERS, InvalidKey, Keys
-from rubricd.messages import Event, JudgeStatus, Rollout, Rubric, RubricsUpdated, Score
+from rubricd.messages import Event, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import policy
 from rubricd.store import RubricStore
 
@@ -78,7 +78,7 @@ class Scorer:
         self.policy = policy(settings.reward_policy)
         self.rubrics = RubricCache(
             RubricStore(redis, self.keys),
-            seed=load_seed(settings),
+            seeds=Seeds.load(settings),
             template=judge.load_template(settings.judge_prompt),
             per_instance=settings.rubrics_mode == "per_instance",
         )
@@ -184,11 +184,6 @@ class _Addressed(msgspec.Struct):
 
 class Rejected(Exception):
     """A rollout that can never be scored as sent: it goes to the dead letters."""
-
-
-def load_seed(settings: ScorerSettings) -> list[Rubric]:
-    raw = settings.seed_rubrics.read_bytes() if settings.seed_rubrics else resources.files(__package__).joinpath("seed_rubrics.json").read_bytes()
-    return msgspec.json.decode(raw, type=list[Rubric])
 
 
 def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> FastStream:

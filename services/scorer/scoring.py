@@ -9,7 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricResult, RubricSet, Score, instance_key
+from common.seeds import Seeds
+from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Score, instance_key
 from rubricd.reward import Policy
 from rubricd.store import RubricStore
 
@@ -40,9 +41,9 @@ class RubricCache:
     is seeded from configuration.
     """
 
-    def __init__(self, store: RubricStore, seed: list[Rubric], template: str, per_instance: bool) -> None:
+    def __init__(self, store: RubricStore, seeds: Seeds, template: str, per_instance: bool) -> None:
         self.store = store
-        self.seed = seed
+        self.seeds = seeds
         self.template = template
         self.per_instance = per_instance
         self._entries: dict[tuple[str, str | None], asyncio.Future[Rubrics]] = {}
@@ -65,7 +66,7 @@ class RubricCache:
     async def _load(self, run_id: str, instance: str | None, step: int) -> Rubrics:
         current = await self.store.current(run_id, instance)
         if current is None:
-            seed = RubricSet(run_id=run_id, instance_key=instance, version=1, rubrics=self.seed)
+            seed = RubricSet(run_id=run_id, instance_key=instance, version=1, rubrics=self.seeds.rubrics(instance))
             current = await self.store.seed(seed)
         return Rubrics(current, judge.system_message(self.template, current), step)
 

@@ -5,11 +5,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from common.seeds import SeedSettings
 from common.settings import ServiceSettings
 from rubricd.reward import POLICIES
 
 
-class ScorerSettings(ServiceSettings):
+class ScorerSettings(ServiceSettings, SeedSettings):
     max_in_flight: int = Field(256, ge=1, description="rollouts judged at once by one process")
     max_records: int = Field(32, ge=1, description="entries one read takes from the stream")
     reclaim_idle_ms: int = Field(60_000, ge=100, description="pending this long => reclaimed")
@@ -17,7 +18,6 @@ class ScorerSettings(ServiceSettings):
     max_rollout_bytes: int = Field(1_000_000, ge=1024)
     reward_policy: str = "weighted_sum"
     rubrics_mode: Literal["global", "per_instance"] = "global"
-    seed_rubrics: Path | None = Field(None, description="JSON list of rubrics; default: the built-in seed")
     judge_prompt: Path | None = Field(None, description="judge instructions; default: prompts/judge.md")
     score_ttl_s: int = Field(3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB")
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of output streams (scored, events, replies)")
@@ -31,7 +31,7 @@ class ScorerSettings(ServiceSettings):
             raise ValueError(f"unknown reward policy {name!r}; known: {sorted(POLICIES)}")
         return name
 
-    @field_validator("seed_rubrics", "judge_prompt")
+    @field_validator("judge_prompt")
     @classmethod
     def _exists(cls, path: Path | None) -> Path | None:
         if path is not None and not path.is_file():

@@ -40,11 +40,11 @@ from common.embedder import EMBEDDER_AGENT, make_embedder
 from common.llm import LLMError, LLMGateway
 from common.memory import Memory
 from common.metrics import Metrics
+from common.seeds import Seeds
 from rubricd import wire
 from rubricd.keys import UPDATERS, Keys
-from rubricd.messages import Event, Rubric, StepSummary
+from rubricd.messages import Event, StepSummary
 from rubricd.store import RubricStore
-from scorer.app import load_seed
 
 from .settings import UpdaterSettings
 from .update import QUERY_WRITER, UPDATER, Limits, MemoryBudget, Outcome, Prompts, Updater
@@ -70,7 +70,7 @@ class UpdaterService:
             memory=memory,
             ask=self.ask,
             prompts=Prompts.load(settings.query_writer_prompt, settings.updater_prompt),
-            seed=seed_rubrics(settings),
+            seeds=Seeds.load(settings),
             limits=Limits(settings.min_points, settings.max_points, settings.max_adaptive),
             budget=MemoryBudget(
                 static=settings.static_memory, dynamic=settings.dynamic_memory, static_k=settings.static_k,
@@ -195,11 +195,6 @@ class UpdaterService:
     @staticmethod
     def event(kind: str, summary: StepSummary, **fields: object) -> Event:
         return streams.event(SERVICE, kind, run_id=summary.run_id, step=summary.step, **fields)
-
-
-def seed_rubrics(settings: UpdaterSettings) -> list[Rubric]:
-    """The scorer's seed (or RUBRICD_SEED_RUBRICS): a run the updater sees first is seeded as the scorer would."""
-    return load_seed(settings)  # type: ignore[arg-type]  # reads only `seed_rubrics`
 
 
 def create_app(settings: UpdaterSettings, metrics: Metrics | None = None) -> FastStream:

@@ -10,13 +10,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from common.seeds import SeedSettings
 from common.settings import ServiceSettings
 
 
-class UpdaterSettings(ServiceSettings):
+class UpdaterSettings(ServiceSettings, SeedSettings):
     update_frequency: int = Field(1, ge=1, description="rubrics are updated after every N-th step (steps 0, N, 2N, ...)")
     rubrics_mode: Literal["global", "per_instance"] = "global"
-    seed_rubrics: Path | None = Field(None, description="JSON list of rubrics; default: the scorer's built-in seed")
     # Memory (ablation switches and budgets)
     static_memory: bool = Field(True, description="give the updater the last static_k step summaries")
     dynamic_memory: bool = Field(True, description="let the query writer search the run's memory")
@@ -37,7 +37,7 @@ class UpdaterSettings(ServiceSettings):
     lock_timeout_s: float = Field(300.0, gt=0, description="an update lock held longer expires (its holder died)")
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of output streams (rubrics-updated, events)")
 
-    @field_validator("seed_rubrics", "query_writer_prompt", "updater_prompt")
+    @field_validator("query_writer_prompt", "updater_prompt")
     @classmethod
     def _exists(cls, path: Path | None) -> Path | None:
         if path is not None and not path.is_file():

@@ -32,6 +32,7 @@ from typing import TypeVar
 import msgspec
 
 from common.memory import Hit, Memory, MemoryItem, MemoryKind
+from common.seeds import Seeds
 from rubricd import wire
 from rubricd.messages import (
     Action,
@@ -289,11 +290,11 @@ class Outcome:
     consulted: list[str] = field(default_factory=list)
 
 
-async def current_set(store: RubricStore, run_id: str, instance: str | None, seed: list[Rubric]) -> RubricSet:
+async def current_set(store: RubricStore, run_id: str, instance: str | None, seeds: Seeds) -> RubricSet:
     """The rubric set in force; a run without one is seeded, as the scorer would."""
     current = await store.current(run_id, instance)
     if current is None:
-        current = await store.seed(RubricSet(run_id=run_id, instance_key=instance, version=1, rubrics=seed))
+        current = await store.seed(RubricSet(run_id=run_id, instance_key=instance, version=1, rubrics=seeds.rubrics(instance)))
     return current
 
 
@@ -313,13 +314,13 @@ class Updater:
     memory: Memory
     ask: Ask
     prompts: Prompts
-    seed: list[Rubric]
+    seeds: Seeds
     limits: Limits = Limits()
     budget: MemoryBudget = MemoryBudget()
 
     async def update(self, summary: StepSummary, instance: str | None) -> Outcome:
         """Propose, validate and publish; the caller holds the run's update lock."""
-        current = await current_set(self.store, summary.run_id, instance, self.seed)
+        current = await current_set(self.store, summary.run_id, instance, self.seeds)
         done = await applied_for(self.store, summary, instance)
         if done is not None:
             return Outcome("already_applied", current, update=await self.recorded(done))

@@ -30,7 +30,7 @@ from rubricd import RubricdClient
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
 from scorer import judge
-from scorer.app import load_seed
+from common.seeds import Seeds
 from scorer.settings import ScorerSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[flo
 
 async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
     """The same judge calls, made by the trainer itself with the openai client."""
-    seed = RubricSet(run_id="direct", version=1, rubrics=load_seed(ScorerSettings()))
+    seed = RubricSet(run_id="direct", version=1, rubrics=Seeds.load(ScorerSettings()).rubrics(None))
     system = judge.system_message(judge.default_template(), seed)
     schema = msgspec.json.schema(judge.JudgeVerdict)
     fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}

@@ -184,3 +184,17 @@ async def test_per_instance_mode_keeps_one_rubric_set_per_instance(stack, redis,
         again = await client.score([rollout("run", 3), msgspec.structs.replace(other, rollout_id="s0-r4")], timeout=30)
     assert [s.rubric_version for s in again] == [2, 1]
     assert (await store.current("run")) is None  # no global set in per-instance mode
+
+
+async def test_per_instance_sets_start_from_their_predefined_rubrics(stack, redis, keys, start_scorer, tmp_path):
+    poem = [Rubric(id="rhymes", criterion="The response rhymes.", points=3, kind="anchor")]
+    predefined = tmp_path / "instances.json"
+    predefined.write_bytes(msgspec.json.encode({"poem": poem}))
+    start_scorer(rubrics_mode="per_instance", instance_rubrics=predefined)
+    rhyme = Rollout(run_id="run", rollout_id="p1", step=0, prompt="Write a rhyme.", response="Cat, hat.", instance_key="poem")
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        predefined_score, seeded = await client.score([rhyme, rollout("run", 1)], timeout=30)
+    assert [r.rubric_id for r in predefined_score.results] == ["rhymes"]
+    assert {r.rubric_id for r in seeded.results} >= {"correct", "addresses_grader"}  # no predefined set: the seed
+    store = RubricStore(redis, keys)
+    assert (await store.current("run", "poem")).rubrics == poem

@@ -19,3 +19,12 @@ def test_a_missing_seed_file_is_named():
     env = {**os.environ, "RUBRICD_SEED_RUBRICS": "/nonexistent/rubrics.json"}
     done = subprocess.run([sys.executable, "-m", "scorer"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "RUBRICD_SEED_RUBRICS" in done.stderr and "/nonexistent/rubrics.json" in done.stderr
+
+
+def test_a_malformed_instance_rubrics_file_is_named(tmp_path):
+    bad = tmp_path / "instances.json"
+    bad.write_text('{"poem": [{"id": "rhymes", "points": "many"}]}')
+    env = {**os.environ, "RUBRICD_INSTANCE_RUBRICS": str(bad)}
+    for service in ("scorer", "updater"):
+        done = subprocess.run([sys.executable, "-m", service], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and "RUBRICD_INSTANCE_RUBRICS" in done.stderr and "Traceback" not in done.stderr, done.stderr

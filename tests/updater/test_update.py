@@ -4,6 +4,7 @@ import msgspec
 import pytest
 
 from common.memory import Hit, MemoryItem, MemoryKind
+from common.seeds import Seeds
 from rubricd.messages import Action, Rubric, RubricKind, RubricModification, RubricSet, StepSummary, Strategy
 from simulator import updates as sim_updates
 from updater.update import (
@@ -172,7 +173,7 @@ def simulated_llm(calls: list[tuple[str, str]]):
 
 def make_updater(calls, **budget) -> tuple[Updater, FakeStore, FakeMemory]:
     store, memory = FakeStore(), FakeMemory()
-    updater = Updater(store=store, memory=memory, ask=simulated_llm(calls), prompts=Prompts.load(), seed=CURRENT,
+    updater = Updater(store=store, memory=memory, ask=simulated_llm(calls), prompts=Prompts.load(), seeds=Seeds(CURRENT),
                       limits=LIMITS, budget=MemoryBudget(**budget))  # fmt: skip
     return updater, store, memory
 
