@@ -26,11 +26,11 @@ import openai
 import psutil
 import redis as redis_sync
 
+from common.seeds import Seeds
 from rubricd import RubricdClient
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
 from scorer import judge
-from common.seeds import Seeds
 from scorer.settings import ScorerSettings
 
 REPO = Path(__file__).resolve().parents[2]
