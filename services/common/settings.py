@@ -18,7 +18,8 @@ OutputMode = Literal["json_schema", "json_object", "text"]
 class LLMSettings(BaseModel):
     """How one agent reaches its OpenAI-compatible endpoint."""
 
-    base_url: str = "http://127.0.0.1:8099/v1"
+    # No credentials in the URL: the key goes in api_key (and is then masked everywhere).
+    base_url: str = Field("http://127.0.0.1:8099/v1", pattern=r"^https?://[^/@\s]+(/\S*)?$")
     api_key: SecretStr = SecretStr("not-needed")
     model: str = "rubricd-simulator"
     output_mode: OutputMode = "json_schema"

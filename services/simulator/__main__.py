@@ -13,7 +13,7 @@ import msgspec
 import uvicorn
 
 from . import BANNER
-from .app import create_app, server_config
+from .app import create_app, serve_workers, server_config
 from .faults import SimConfig, kinds
 
 
@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--failures", type=kinds, help="comma list: timeout,429,500,malformed,invalid,truncated")
     p.add_argument("--timeout-hold-s", type=float, help="how long a `timeout` failure holds a request")
     p.add_argument("--cache-ttl-s", type=float, help="prefix-cache lifetime of a system message")
+    p.add_argument("--workers", type=int, default=int(os.environ.get("RUBRICD_SIM_WORKERS", "1")),
+                   help="processes serving the port (with more than one, /admin/* reaches one of them)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
 
@@ -37,8 +39,12 @@ def main(argv: list[str] | None = None) -> None:
         config.__post_init__()
     except ValueError as e:
         p.error(str(e))
-    app = create_app(config)
-    uvicorn.Server(server_config(app, args.host, args.port, log_level=args.log_level)).run()
+    if args.workers < 1:
+        p.error("--workers must be >= 1")
+    if args.workers > 1:
+        serve_workers(config, args.workers, args.host, args.port, args.log_level)
+    else:
+        uvicorn.Server(server_config(create_app(config), args.host, args.port, log_level=args.log_level)).run()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -28,6 +29,7 @@ from . import BANNER, answers, embeddings
 from .faults import FaultPlan, SimConfig, directive
 
 MODEL = "rubricd-simulator"
+CONFIG_ENV = "RUBRICD_SIM_CONFIG"  # the resolved config, for the workers of serve_workers
 MALFORMED = "Simulated malformed output: this is prose, not JSON. Sorry about that."
 INVALID = '{"unexpected": "simulated output that does not match the schema"}'
 _MAX_PREFIXES = 4096
@@ -217,6 +219,8 @@ async def admin_reset(request: Request) -> Response:
 
 
 def create_app(config: SimConfig | None = None) -> Starlette:
+    if config is None and os.environ.get(CONFIG_ENV):  # a worker of serve_workers
+        config = msgspec.json.decode(os.environ[CONFIG_ENV], type=SimConfig)
     sim = Simulator(config or SimConfig.from_env())
 
     @asynccontextmanager
@@ -237,11 +241,25 @@ def create_app(config: SimConfig | None = None) -> Starlette:
     return app
 
 
+# uvicorn tuned for many slow concurrent requests (uvloop/httptools when installed).
+SERVER_OPTIONS = dict(access_log=False, loop="auto", http="auto", limit_concurrency=100_000, backlog=2048,
+                      timeout_keep_alive=60, timeout_graceful_shutdown=2)  # fmt: skip
+
+
 def server_config(app: Starlette, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
-    """uvicorn tuned for many slow concurrent requests (uvloop/httptools when installed)."""
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, loop="auto",
-                          http="auto", limit_concurrency=100_000, backlog=2048, timeout_keep_alive=60,
-                          timeout_graceful_shutdown=2)  # fmt: skip
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, **SERVER_OPTIONS)  # type: ignore[arg-type]
+
+
+def serve_workers(config: SimConfig, workers: int, host: str, port: int, log_level: str) -> None:
+    """Serve one port from `workers` processes, for load a single Python process cannot answer.
+
+    Each worker builds its app from the environment, so `config` travels there;
+    /admin/* then reaches one worker only: set latency and failures with flags,
+    RUBRICD_SIM_* or `[sim:...]` markers instead.
+    """
+    os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
+    uvicorn.run("simulator.app:create_app", factory=True, workers=workers, host=host, port=port, log_level=log_level,
+                **SERVER_OPTIONS)  # type: ignore[arg-type]  # fmt: skip
 
 
 @contextmanager

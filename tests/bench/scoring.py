@@ -3,7 +3,8 @@
     make bench            # R=2000 C=256 L=0.5 s, then L=0, then a long run for memory
     .venv/bin/python tests/bench/scoring.py --rollouts 2000 --concurrency 256 --latency-ms 500
 
-Starts its own Redis and LLM simulator (stack dir .stack/bench, own ports) and
+Starts its own Redis and LLM simulator (stack dir .stack/bench, own ports;
+the simulator on a quarter of the CPUs, so it is not what sets the pace) and
 one scorer process. For each judge latency L, in the same run:
   - direct: a trainer makes R judge calls itself with the openai client, C at once;
   - rubricd: a trainer scores the same R rollouts through the scorer, C in flight.
@@ -45,20 +46,14 @@ LLM_URL = f"http://127.0.0.1:{ENV['RUBRICD_SIMULATOR_PORT']}/v1"
 NAMESPACE = "bench"
 
 
-def rollouts(run_id: str, n: int) -> list[Rollout]:
+def rollouts(run_id: str, n: int, latency_ms: float = 0) -> list[Rollout]:
+    """N rollouts whose judge call the simulator holds for `latency_ms` (a marker in the prompt, so every worker obeys)."""
     return [
-        Rollout(run_id=run_id, rollout_id=f"r{i}", step=0, prompt=f"What is {i} + {i}?",
+        Rollout(run_id=run_id, rollout_id=f"r{i}", step=0, prompt=f"What is {i} + {i}? [sim:latency_ms={latency_ms:g}]",
                 response=f"Adding {i} and {i} gives {2 * i}." + (" Let me explain at length." * (i % 3)),
                 reference=str(2 * i))  # fmt: skip
         for i in range(n)
     ]
-
-
-async def set_latency(ms: float) -> None:
-    import httpx
-
-    async with httpx.AsyncClient() as http:
-        (await http.post(LLM_URL.removesuffix("/v1") + "/admin/config", json={"latency_ms": ms})).raise_for_status()
 
 
 async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[float]]:
@@ -130,11 +125,10 @@ class PeakRSS:
         self._task.cancel()
 
 
-async def compare(label: str, batch_of, n: int, concurrency: int, latency_ms: float, scorer: psutil.Process) -> None:
-    await set_latency(latency_ms)
-    d_wall, d_lat = await direct(batch_of(f"d-{label}", n), concurrency)
+async def compare(label: str, n: int, concurrency: int, latency_ms: float, scorer: psutil.Process) -> None:
+    d_wall, d_lat = await direct(rollouts(f"d-{label}", n, latency_ms), concurrency)
     with PeakRSS(scorer.pid) as rss:
-        r_wall, r_lat = await through_rubricd(batch_of(f"run-{label}", n), concurrency)
+        r_wall, r_lat = await through_rubricd(rollouts(f"run-{label}", n, latency_ms), concurrency)
     print(f"\n== R={n} C={concurrency} L={latency_ms / 1000:g} s")
     print(f"{'':10} {'wall s':>8} {'rollouts/s':>11} {'p50 ms':>8} {'p99 ms':>8}")
     for name, wall, lat in (("direct", d_wall, d_lat), ("rubricd", r_wall, r_lat)):
@@ -146,7 +140,6 @@ async def compare(label: str, batch_of, n: int, concurrency: int, latency_ms: fl
 
 async def long_run(rounds: int, n: int, concurrency: int) -> None:
     """Score rounds x n rollouts; Redis memory and stream lengths must level off."""
-    await set_latency(0)
     r = redis_sync.Redis.from_url(REDIS_URL)
     keys = Keys(NAMESPACE)
     print(f"\n== long run: {rounds} rounds x {n} rollouts, stream cap 5000 (score keys expire after score_ttl_s)")
@@ -161,7 +154,7 @@ async def long_run(rounds: int, n: int, concurrency: int) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    env = {**os.environ, **ENV}
+    env = {**os.environ, **ENV, "RUBRICD_SIM_WORKERS": str(args.simulator_workers)}
     subprocess.run([str(STACK), "up", "redis", "simulator"], env=env, check=True)
     scorer_env = {
         **env, "RUBRICD_REDIS_URL": REDIS_URL, "RUBRICD_LLM__BASE_URL": LLM_URL, "RUBRICD_NAMESPACE": NAMESPACE,
@@ -174,9 +167,10 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.sleep(3)
         await through_rubricd(rollouts("warmup", 50), 50)
         proc = psutil.Process(scorer.pid)
-        await compare("L", rollouts, args.rollouts, args.concurrency, args.latency_ms, proc)
-        await compare("zero", rollouts, args.rollouts, args.concurrency, 0, proc)
-        await compare("zero-serial", rollouts, min(args.rollouts, 300), 1, 0, proc)
+        print(f"{os.cpu_count()} CPUs; simulator: {args.simulator_workers} worker process(es); one scorer process")
+        await compare("L", args.rollouts, args.concurrency, args.latency_ms, proc)
+        await compare("zero", args.rollouts, args.concurrency, 0, proc)
+        await compare("zero-serial", min(args.rollouts, 300), 1, 0, proc)
         await long_run(args.rounds, args.rollouts, args.concurrency)
     finally:
         scorer.terminate()
@@ -190,4 +184,7 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--latency-ms", type=float, default=500)
     parser.add_argument("--rounds", type=int, default=4)
+    # One Python simulator answers a few hundred calls a second: with 256 calls of 0.5 s in flight it, not
+    # rubricd or the direct client, would set the pace. A quarter of the CPUs keeps it out of the way.
+    parser.add_argument("--simulator-workers", type=int, default=max(1, (os.cpu_count() or 1) // 4))
     asyncio.run(main(parser.parse_args()))

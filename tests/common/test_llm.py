@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from common.llm import LLMError, LLMGateway, _decode, _Retryable, _schema_of
-from common.settings import LLMSettings, ServiceSettings
+from common.settings import LLMSettings, ServiceSettings, load
 from rubricd.messages import Event, Rollout, RolloutAnalysis, Rubric, RubricSet
 from scorer import judge
 from simulator.app import Simulator
@@ -173,12 +173,19 @@ async def test_the_api_key_never_appears_in_an_error(url, sim) -> None:
 
 
 async def test_an_unreachable_endpoint_fails_after_its_retries() -> None:
-    gateway = LLMGateway({"judge": LLMSettings(base_url="http://user:secret@127.0.0.1:9/v1", api_key=API_KEY,
+    gateway = LLMGateway({"judge": LLMSettings(base_url="http://127.0.0.1:9/v1", api_key=API_KEY,
                                                max_retries=1, backoff_s=0.01, timeout_s=2)})  # fmt: skip
     with pytest.raises(LLMError, match="cannot connect") as caught:
         await gateway.structured("judge", judge_messages("42"), judge.JudgeVerdict)
     await gateway.aclose()
-    assert caught.value.attempts == 2 and "secret" not in str(caught.value)
+    assert caught.value.attempts == 2 and API_KEY not in str(caught.value)
+
+
+def test_credentials_in_the_endpoint_url_are_refused_naming_the_setting(monkeypatch) -> None:
+    monkeypatch.setenv("RUBRICD_LLM__BASE_URL", "http://user:secret@llm.internal/v1")
+    with pytest.raises(SystemExit) as stopped:
+        load(ServiceSettings)
+    assert "RUBRICD_LLM__BASE_URL" in str(stopped.value) and "secret" not in str(stopped.value)
 
 
 async def test_embeddings(url, sim) -> None:
