@@ -1,8 +1,9 @@
 """The `rubricd` command line against the real stack: each test its own namespace, services as subprocesses."""
 
+import asyncio
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,3 +20,17 @@ def cli(service_env) -> Callable[..., subprocess.CompletedProcess[str]]:
         return done
 
     return run
+
+
+@pytest.fixture
+def wait_len(redis) -> Callable[..., Awaitable[None]]:
+    """await wait_len(stream, n): until the stream holds at least n entries (fails after `timeout` seconds)."""
+
+    async def wait(name: str, n: int, timeout: float = 60) -> None:
+        for _ in range(int(timeout * 10)):
+            if await redis.xlen(name) >= n:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{name} did not reach {n} entries")
+
+    return wait

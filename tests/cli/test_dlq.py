@@ -1,6 +1,5 @@
 """`rubricd dlq list | replay`: a rollout the scorer dead-lettered, fixed and replayed, is then scored."""
 
-import asyncio
 import json
 import time
 
@@ -12,18 +11,10 @@ def rollout(response: str) -> Rollout:
     return Rollout(run_id="run", rollout_id="big-1", step=4, prompt="What is 2 + 2?", response=response)
 
 
-async def wait_len(redis, name: str, n: int, timeout: float = 60) -> None:
-    for _ in range(int(timeout * 10)):
-        if await redis.xlen(name) >= n:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{name} did not reach {n} entries")
-
-
-async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(stack, redis, keys, cli, start_service, tmp_path):
+async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(stack, redis, keys, cli, start_service, wait_len, tmp_path):
     start_service("scorer", max_rollout_bytes=1024)
     await redis.xadd(keys.rollouts, wire.entry(rollout("4 " + "and so on " * 200)))
-    await wait_len(redis, keys.dead_letters, 1)
+    await wait_len(keys.dead_letters, 1)
 
     [letter] = [json.loads(ln) for ln in cli("dlq", "list", "--json").stdout.splitlines()]
     assert (letter["stream"], letter["service"], letter["group"]) == (keys.rollouts, "scorer", "scorers")
@@ -37,7 +28,7 @@ async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(stack, redi
     assert f"{letter['id']}: replayed onto {keys.rollouts}" in replayed and "fixed payload" in replayed
     assert await redis.xlen(keys.dead_letters) == 0
 
-    await wait_len(redis, keys.scored, 1)
+    await wait_len(keys.scored, 1)
     [(_, fields)] = await redis.xrange(keys.scored)
     scored = wire.decode(wire.payload(fields), ScoredRollout)
     assert (scored.rollout.rollout_id, scored.rollout.response, scored.score.status) == ("big-1", "4", JudgeStatus.OK)

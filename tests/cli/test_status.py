@@ -21,15 +21,7 @@ def stream(report: dict, name: str) -> dict:
     return found
 
 
-async def wait_len(redis, name: str, n: int, timeout: float = 60) -> None:
-    for _ in range(int(timeout * 10)):
-        if await redis.xlen(name) >= n:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{name} did not reach {n} entries")
-
-
-async def test_status_matches_what_was_published_and_then_scored(stack, redis, keys, cli, start_service):
+async def test_status_matches_what_was_published_and_then_scored(stack, redis, keys, cli, start_service, wait_len):
     await ensure_group(redis, keys.rollouts, SCORERS)
     for i in range(10):
         await redis.xadd(keys.rollouts, wire.entry(rollout("run", i)))
@@ -42,7 +34,7 @@ async def test_status_matches_what_was_published_and_then_scored(stack, redis, k
     assert before["rubrics"] == []
 
     start_service("scorer", trim_interval_s=3600)  # no trimming: the length stays what was published
-    await wait_len(redis, keys.scored, 10)
+    await wait_len(keys.scored, 10)
     for _ in range(100):  # the last ack lands with the last score, in one script
         after = json.loads(cli("status", "--json").stdout)
         [group] = stream(after, keys.rollouts)["groups"]
