@@ -6,7 +6,6 @@ and a dead letter already replayed (gone) is not published twice.
 """
 
 import argparse
-import time
 from pathlib import Path
 
 import msgspec

@@ -7,6 +7,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from common.streams import group_lag
 from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import RubricSet
 
@@ -69,19 +70,11 @@ async def group_status(redis: Redis, stream: str, info: dict) -> dict:
         "group": name,
         "consumers": [{"name": _text(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers],
         "pending": info["pending"],
-        "lag": await lag(redis, stream, info),
+        "lag": await group_lag(redis, stream, info),
         "last_delivered": _text(info["last-delivered-id"]),
         "oldest_pending_age_s": oldest_age,
         "oldest_pending_idle_s": oldest_idle,
     }
-
-
-async def lag(redis: Redis, stream: str, info: dict) -> int:
-    """Entries not yet delivered to the group: Redis's own count, or counted when it cannot tell."""
-    if info.get("lag") is not None:
-        return int(info["lag"])
-    after = "(" + _text(info["last-delivered-id"])
-    return len(await redis.xrange(stream, min=after, max="+", count=100_000))
 
 
 async def rubric_versions(redis: Redis, keys: Keys) -> list[dict]:

@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from .llm import LLMGateway
+from .streams import group_lag
 
 log = logging.getLogger("rubricd.metrics")
 
@@ -67,7 +68,7 @@ class Metrics:
 
 
 async def backlog(redis: Redis, stream: str, group: str) -> tuple[int, int]:
-    """(pending, lag) of one consumer group, as XINFO GROUPS reports them (0, 0 if there is none yet)."""
+    """(pending, lag) of one consumer group (0, 0 if there is none yet)."""
     try:
         infos = await redis.xinfo_groups(stream)
     except ResponseError:  # no such stream yet
@@ -75,7 +76,7 @@ async def backlog(redis: Redis, stream: str, group: str) -> tuple[int, int]:
     for info in infos:
         name = info["name"].decode() if isinstance(info["name"], bytes) else info["name"]
         if name == group:
-            return int(info["pending"]), int(info.get("lag") or 0)
+            return int(info["pending"]), await group_lag(redis, stream, info)
     return 0, 0
 
 

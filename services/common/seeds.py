@@ -13,8 +13,11 @@ from pathlib import Path
 import msgspec
 from pydantic import BaseModel, Field, field_validator
 
-from rubricd.messages import Rubric
-from rubricd.messages._base import InstanceKey
+from rubricd.messages import InstanceKey, Rubric
+
+# What each file holds.
+SeedFile = list[Rubric]
+InstanceFile = dict[InstanceKey, list[Rubric]]
 
 
 class SeedSettings(BaseModel):
@@ -26,12 +29,12 @@ class SeedSettings(BaseModel):
     @field_validator("seed_rubrics")
     @classmethod
     def _seed(cls, path: Path | None) -> Path | None:
-        return _checked(path, list[Rubric])
+        return _checked(path, SeedFile)
 
     @field_validator("instance_rubrics")
     @classmethod
     def _instances(cls, path: Path | None) -> Path | None:
-        return _checked(path, dict[InstanceKey, list[Rubric]])
+        return _checked(path, InstanceFile)
 
 
 class Seeds:
@@ -47,7 +50,7 @@ class Seeds:
     def load(cls, settings: SeedSettings) -> "Seeds":
         default = settings.seed_rubrics.read_bytes() if settings.seed_rubrics else resources.files(__package__).joinpath("seed_rubrics.json").read_bytes()
         per_instance = settings.instance_rubrics.read_bytes() if settings.instance_rubrics else b"{}"
-        return cls(msgspec.json.decode(default, type=list[Rubric]), msgspec.json.decode(per_instance, type=dict[InstanceKey, list[Rubric]]))
+        return cls(msgspec.json.decode(default, type=SeedFile), msgspec.json.decode(per_instance, type=InstanceFile))
 
 
 def _checked(path: Path | None, type_: type) -> Path | None:

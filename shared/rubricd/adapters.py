@@ -133,7 +133,6 @@ def async_trl_reward(client: SyncRubricdClient, run_id: str, *, reference_column
 def _named(fn: Callable[..., Any], name: str, reward: Reward) -> Any:
     fn.__name__ = fn.__qualname__ = name  # TRL logs each reward function under its __name__
     fn.finish = reward.finish  # type: ignore[attr-defined]
-    fn.reward = reward  # type: ignore[attr-defined]
     return fn
 
 
