@@ -5,9 +5,9 @@
 PY := .venv/bin/python
 STACK := deploy/local/stack.sh
 
-.PHONY: all install system-deps weaviate up down status test bench schemas demo clean
+.PHONY: all install system-deps weaviate up down status lint format typecheck test bench schemas demo clean
 
-all: install test
+all: install lint typecheck test
 
 install: system-deps .venv/.installed
 
@@ -40,6 +40,18 @@ down:
 
 status:
 	$(STACK) status
+
+# ruff (lint, and the format check) and mypy, as configured in pyproject.toml.
+lint: install
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: install
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
+
+typecheck: install
+	.venv/bin/mypy
 
 # The tests start their own stack (.stack/test, other ports) and take it down.
 test: install weaviate

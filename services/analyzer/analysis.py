@@ -9,12 +9,15 @@ instruction.
 
 import enum
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from pathlib import Path
 
 import msgspec
 
+from common import prompts
 from rubricd.messages import HackingEvidence, RolloutAnalysis, Rubric, RubricFinding, ScoredRollout, Severity
+
+
+ANALYZER = "analyzer"  # the agent: its settings are `agents.analyzer`, its prompt prompts/analyzer.md
 
 
 class FindingKind(enum.StrEnum):
@@ -81,17 +84,8 @@ class _ScoreView(msgspec.Struct, frozen=True, kw_only=True):
     results: list[_ResultView]
 
 
-def default_template() -> str:
-    return resources.files(__package__).joinpath("prompts/analyzer.md").read_text()
-
-
-def load_template(path: Path | None) -> str:
-    return path.read_text() if path else default_template()
-
-
-def as_data(obj: object) -> str:
-    # `\u003c` is JSON for '<': the text can never contain a closing tag.
-    return msgspec.json.encode(obj).decode().replace("<", "\\u003c")
+def load_template(path: Path | None = None) -> str:
+    return prompts.load(__package__, ANALYZER, path)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -112,11 +106,7 @@ def user_message(scored: ScoredRollout, rubrics: list[Rubric], *, max_chars: int
         for r in score.results
     ]
     graded = _ScoreView(status=str(score.status), reward=score.reward, rubric_version=score.rubric_version, results=results)
-    return (
-        f"<context>\n{as_data(context)}\n</context>\n"
-        f"<rollout>\n{as_data(view)}\n</rollout>\n"
-        f"<score>\n{as_data(graded)}\n</score>"
-    )
+    return "\n".join([prompts.block("context", context), prompts.block("rollout", view), prompts.block("score", graded)])
 
 
 def messages(template: str, scored: ScoredRollout, rubrics: list[Rubric], *, max_chars: int = 20_000) -> list[dict[str, str]]:

@@ -27,11 +27,11 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 async def run_search(args: argparse.Namespace, ctx: Context) -> int:
     # Imported here: the Weaviate client and the embedder are slow to load, and only this command needs them.
-    from common.embedder import EMBEDDER_AGENT, make_embedder
+    from common.embedder import EMBEDDER, make_embedder
     from common.llm import LLMGateway
     from common.memory import Memory, MemoryKind
 
-    gateway = LLMGateway.from_settings(ctx.settings, [EMBEDDER_AGENT]) if ctx.settings.embedder == "openai" else None
+    gateway = LLMGateway.from_settings(ctx.settings, [EMBEDDER]) if ctx.settings.embedder == "openai" else None
     try:
         memory = await Memory.connect(ctx.settings, make_embedder(ctx.settings, gateway))
     except Exception as e:

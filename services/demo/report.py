@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from rubricd.messages import Action, RubricModification
+from rubricd.messages import Action, EventKind, RubricModification
 
 from . import plots
 from .policy import BEHAVIOURS, HACKS
@@ -46,7 +46,7 @@ def decision(update: Update) -> str:
     """The updater's decision in one line."""
     if update.version != update.previous_version:
         return f"v{update.previous_version} -> v{update.version} ({update.strategy or 'updated'})"
-    what = {"update_skipped": "skipped", "update_failed": "failed, rubrics kept", "unknown": "no announcement seen"}
+    what = {EventKind.UPDATE_SKIPPED: "skipped", EventKind.UPDATE_FAILED: "failed, rubrics kept", "unknown": "no announcement seen"}
     return f"v{update.version} kept ({what.get(update.outcome, update.strategy or 'no change')})"
 
 

@@ -21,19 +21,18 @@ from redis.asyncio import Redis
 
 from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
-from rubricd.messages import Event, JudgeStatus, RubricModification, RubricSet, RubricsUpdated, StepSummary
+from rubricd.messages import UPDATE_OUTCOMES, Event, EventKind, JudgeStatus, RubricModification, RubricSet, RubricsUpdated, StepSummary
 
 from .policy import BEHAVIOURS, Policy
 
 # The updater's event for each summary it handled (one per step).
-UPDATER_OUTCOMES = ("rubrics_updated", "rubrics_unchanged", "rubrics_reannounced", "update_skipped", "update_failed")
 
 
 @dataclass
 class Update:
     """What the updater did after one step, and why."""
 
-    outcome: str  # one of UPDATER_OUTCOMES, or "unknown" when its event did not show up
+    outcome: str  # one of UPDATE_OUTCOMES (an EventKind), or "unknown" when its event did not show up
     version: int  # the rubric version in force afterwards
     previous_version: int
     strategy: str = ""
@@ -102,7 +101,7 @@ class Announcements:
         try:
             if stream == self.keys.events:
                 event = wire.decode(data, Event)
-                if event.service == "updater" and event.run_id == self.run_id and event.kind in UPDATER_OUTCOMES and event.step is not None:
+                if event.service == "updater" and event.run_id == self.run_id and event.kind in UPDATE_OUTCOMES and event.step is not None:
                     self.outcomes[event.step] = event
             elif stream == self.keys.rubrics_updated:
                 update = wire.decode(data, RubricsUpdated)
@@ -128,7 +127,7 @@ class Announcements:
         announcement = self.updates.get(current.version) if current.version != previous else None
         summary = self.summaries.get(step)
         return Update(
-            outcome=event.kind if event else ("rubrics_updated" if announcement else "unknown"),
+            outcome=event.kind if event else (EventKind.RUBRICS_UPDATED if announcement else "unknown"),
             version=current.version, previous_version=previous,
             strategy=str(announcement.strategy) if announcement else str((event.fields if event else {}).get("strategy") or ""),
             rationale=event.detail if event else "",

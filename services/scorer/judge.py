@@ -6,12 +6,14 @@ version. The rollout follows as JSON data with `<` escaped, so nothing in it can
 close the data block or pose as an instruction.
 """
 
-from importlib import resources
 from pathlib import Path
 
 import msgspec
 
+from common import prompts
 from rubricd.messages import Rollout, Rubric, RubricSet
+
+JUDGE = "judge"  # the agent: its settings are `agents.judge`, its prompt prompts/judge.md
 
 
 class RubricVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,28 +41,19 @@ class _RolloutView(msgspec.Struct, frozen=True, omit_defaults=True):
     reference: str | None = None
 
 
-def default_template() -> str:
-    return resources.files(__package__).joinpath("prompts/judge.md").read_text()
-
-
-def load_template(path: Path | None) -> str:
-    return path.read_text() if path else default_template()
-
-
-def _as_data(obj: object) -> str:
-    # `\u003c` is JSON for '<': the text can never contain a closing tag.
-    return msgspec.json.encode(obj).decode().replace("<", "\\u003c")
+def load_template(path: Path | None = None) -> str:
+    return prompts.load(__package__, JUDGE, path)
 
 
 def system_message(template: str, rubric_set: RubricSet) -> str:
     """Instructions plus the rubric list: identical for every rollout of a version."""
     rubrics = [_RubricView(r.id, r.criterion, r.points, r.meta_class) for r in rubric_set.rubrics]
-    return f"{template.rstrip()}\n<rubrics>\n{_as_data(rubrics)}\n</rubrics>\n"
+    return f"{template.rstrip()}\n{prompts.block('rubrics', rubrics)}\n"
 
 
 def user_message(rollout: Rollout) -> str:
     view = _RolloutView(rollout.prompt, rollout.response, rollout.reference)
-    return f"<rollout>\n{_as_data(view)}\n</rollout>"
+    return prompts.block("rollout", view)
 
 
 def messages(system: str, rollout: Rollout) -> list[dict[str, str]]:

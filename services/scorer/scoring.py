@@ -60,13 +60,15 @@ class RubricCache:
             entry = self._entries[key] = asyncio.ensure_future(self._load(*key, rollout.step))
         return await asyncio.shield(entry)
 
-    def invalidate(self, run_id: str, instance: str | None) -> None:
-        self._entries.pop((run_id, instance), None)
+    def invalidate(self, run_id: str, instance_key: str | None) -> bool:
+        """Forget the set of a run (and instance); True if it was cached."""
+        return self._entries.pop((run_id, instance_key), None) is not None
 
-    async def _load(self, run_id: str, instance: str | None, step: int) -> Rubrics:
-        current = await self.store.current(run_id, instance)
+    async def _load(self, run_id: str, instance_key: str | None, step: int) -> Rubrics:
+        current = await self.store.current(run_id, instance_key)
         if current is None:
-            seed = RubricSet(run_id=run_id, instance_key=instance, version=1, rubrics=self.seeds.rubrics(instance))
+            rubrics = self.seeds.rubrics(instance_key)
+            seed = RubricSet(run_id=run_id, instance_key=instance_key, version=1, rubrics=rubrics)
             current = await self.store.seed(seed)
         return Rubrics(current, judge.system_message(self.template, current), step)
 

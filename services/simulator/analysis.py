@@ -160,8 +160,8 @@ def _draft(counts: Counter[str], severity: dict[str, str], total: int) -> dict[s
     named = [f"{kind} in {n} of {total} rollouts" for kind, n in ranked]
     describe = lambda kind: HACKS.get(kind, (kind.replace("_", " "), ""))[0]  # noqa: E731
     plan = [HACKS[kind][1] for kind, _ in ranked if kind in HACKS] or ["Keep the rubrics as they are (maintenance)."]
-    executive = (f"[simulator] {total} rollouts analysed; reward hacking: {'; '.join(named)}." if ranked
-                 else f"[simulator] {total} rollouts analysed; no reward hacking found.")  # fmt: skip
+    executive = (f"[simulator] {total} rollouts analyzed; reward hacking: {'; '.join(named)}." if ranked
+                 else f"[simulator] {total} rollouts analyzed; no reward hacking found.")  # fmt: skip
     return {
         "executive_summary": executive,
         "systemic_patterns": [f"The policy produces {describe(kind)} ({n} of {total})." for kind, n in ranked],

@@ -8,12 +8,17 @@ the analyses follow as JSON data with `<` escaped.
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import msgspec
 
+from common import prompts
 from rubricd.messages import HackingEvidence, HackingPattern, RolloutAnalysis, RubricFinding, Severity, StepSummary
+
+
+# The agents: settings `agents.<name>`, prompts prompts/<name>.md.
+SUMMARIZER = "summarizer"  # one chunk of a step's analyses
+META_SUMMARIZER = "meta_summarizer"  # the chunk summaries of a large step, merged
 
 
 class PatternDraft(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,13 +95,8 @@ class _ChunkView(msgspec.Struct, frozen=True, kw_only=True):
     evolution_plan: list[str]
 
 
-def load_template(path: Path | None, default: str) -> str:
-    return path.read_text() if path else resources.files(__package__).joinpath(f"prompts/{default}").read_text()
-
-
-def as_data(obj: object) -> str:
-    # `\u003c` is JSON for '<': the text can never contain a closing tag.
-    return msgspec.json.encode(obj).decode().replace("<", "\\u003c")
+def load_template(agent: str, path: Path | None = None) -> str:
+    return prompts.load(__package__, agent, path)
 
 
 def chunked(analyses: list[RolloutAnalysis], size: int) -> list[list[RolloutAnalysis]]:
@@ -117,8 +117,7 @@ def _step_view(info: StepInfo, analyses: int, chunk: int | None = None, chunks: 
 
 
 def chunk_messages(template: str, info: StepInfo, chunk: list[RolloutAnalysis], index: int, total: int, analyses: int) -> list[dict[str, str]]:
-    user = (f"<step>\n{as_data(_step_view(info, analyses, index, total))}\n</step>\n"
-            f"<analyses>\n{as_data([_view(a) for a in chunk])}\n</analyses>")  # fmt: skip
+    user = prompts.block("step", _step_view(info, analyses, index, total)) + "\n" + prompts.block("analyses", [_view(a) for a in chunk])
     return [{"role": "system", "content": template.rstrip() + "\n"}, {"role": "user", "content": user}]
 
 
@@ -129,8 +128,7 @@ def meta_messages(template: str, info: StepInfo, drafts: list[SummaryDraft], siz
                    evolution_plan=d.evolution_plan)  # fmt: skip
         for i, (d, n) in enumerate(zip(drafts, sizes))
     ]
-    user = (f"<step>\n{as_data(_step_view(info, sum(sizes), None, len(drafts)))}\n</step>\n"
-            f"<chunk_summaries>\n{as_data(views)}\n</chunk_summaries>")  # fmt: skip
+    user = prompts.block("step", _step_view(info, sum(sizes), None, len(drafts))) + "\n" + prompts.block("chunk_summaries", views)
     return [{"role": "system", "content": template.rstrip() + "\n"}, {"role": "user", "content": user}]
 
 

@@ -5,18 +5,17 @@ summaries), dynamic memory (LLM-written queries over the run's memory) and
 their budgets.
 """
 
-from pathlib import Path
-from typing import Literal
+from pydantic import Field, model_validator
 
-from pydantic import Field, field_validator, model_validator
-
+from common.prompts import PromptFile
 from common.seeds import SeedSettings
-from common.settings import ServiceSettings
+from common.settings import InFlight, ReadSize, ServiceSettings
 
 
 class UpdaterSettings(ServiceSettings, SeedSettings):
+    max_in_flight: InFlight = 1  # updates of one run must not overtake each other
+    max_records: ReadSize = 1
     update_frequency: int = Field(1, ge=1, description="rubrics are updated after every N-th step (steps 0, N, 2N, ...)")
-    rubrics_mode: Literal["global", "per_instance"] = "global"
     # Memory (ablation switches and budgets)
     static_memory: bool = Field(True, description="give the updater the last static_k step summaries")
     dynamic_memory: bool = Field(True, description="let the query writer search the run's memory")
@@ -29,20 +28,9 @@ class UpdaterSettings(ServiceSettings, SeedSettings):
     max_points: float = Field(10.0, ge=0, le=100)
     max_adaptive: int = Field(12, ge=0, description="most adaptive rubrics a set may hold")
     # Prompts
-    query_writer_prompt: Path | None = Field(None, description="query writer instructions; default: prompts/query_writer.md")
-    updater_prompt: Path | None = Field(None, description="updater instructions; default: prompts/updater.md")
-    # Delivery
-    reclaim_idle_ms: int = Field(60_000, ge=100, description="pending this long => reclaimed")
-    max_deliveries: int = Field(3, ge=1, description="deliveries before a dead letter")
+    query_writer_prompt: PromptFile = Field(None, description="query writer instructions; default: prompts/query_writer.md")
+    updater_prompt: PromptFile = Field(None, description="updater instructions; default: prompts/updater.md")
     lock_timeout_s: float = Field(300.0, gt=0, description="an update lock held longer expires (its holder died)")
-    stream_maxlen: int = Field(100_000, ge=1000, description="cap of output streams (rubrics-updated, events)")
-
-    @field_validator("query_writer_prompt", "updater_prompt")
-    @classmethod
-    def _exists(cls, path: Path | None) -> Path | None:
-        if path is not None and not path.is_file():
-            raise ValueError(f"no such file: {path}")
-        return path
 
     @model_validator(mode="after")
     def _bounds(self) -> "UpdaterSettings":

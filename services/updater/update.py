@@ -25,17 +25,18 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 
+from common import prompts
 from common.memory import Hit, Memory, MemoryItem, MemoryKind
 from common.seeds import Seeds
 from rubricd import wire
 from rubricd.messages import (
     Action,
+    EventKind,
     Rubric,
     RubricKind,
     RubricModification,
@@ -49,8 +50,9 @@ from rubricd.store import RubricStore
 T = TypeVar("T")
 Ask = Callable[[str, list[dict[str, str]], type[T]], Awaitable[T]]
 
-QUERY_WRITER = "query_writer"
-UPDATER = "updater"
+# The agents: settings `agents.<name>`, prompts prompts/<name>.md.
+QUERY_WRITER = "query_writer"  # turns a step summary into searches of the run's memory
+UPDATER = "updater"  # proposes the rubric modifications
 SEARCHED_KINDS = [MemoryKind.ANALYSIS, MemoryKind.STEP_SUMMARY, MemoryKind.CHUNK_SUMMARY, MemoryKind.RUBRIC_UPDATE]
 
 
@@ -99,10 +101,7 @@ class Prompts:
 
     @classmethod
     def load(cls, query_writer: Path | None = None, updater: Path | None = None) -> "Prompts":
-        def read(path: Path | None, name: str) -> str:
-            return path.read_text() if path else resources.files(__package__).joinpath(f"prompts/{name}.md").read_text()
-
-        return cls(read(query_writer, QUERY_WRITER), read(updater, UPDATER))
+        return cls(prompts.load(__package__, QUERY_WRITER, query_writer), prompts.load(__package__, UPDATER, updater))
 
 
 # Validation (pure).
@@ -198,13 +197,6 @@ def _new_id(criterion: str, taken: dict[str, Rubric]) -> str:
 # Prompts (pure).
 
 
-def as_data(obj: object) -> str:
-    """JSON with '<' escaped: memory text comes from rollouts and can never close a data block."""
-    return msgspec.json.encode(obj).decode().replace("<", "\\u003c")
-
-
-def _block(tag: str, obj: object) -> str:
-    return f"<{tag}>\n{as_data(obj)}\n</{tag}>"
 
 
 class _Remembered(msgspec.Struct, frozen=True):
@@ -216,8 +208,8 @@ class _Remembered(msgspec.Struct, frozen=True):
 
 def query_writer_messages(template: str, summary: StepSummary, budget: MemoryBudget) -> list[dict[str, str]]:
     how_many = f"at most {budget.max_queries}, one per distinct issue" if budget.adaptive_queries else f"exactly {budget.max_queries}"
-    user = "\n".join([_block("query_budget", {"max_queries": budget.max_queries, "adaptive": budget.adaptive_queries}),
-                      f"Write {how_many} queries.", _block("step_summary", msgspec.to_builtins(summary))])  # fmt: skip
+    user = "\n".join([prompts.block("query_budget", {"max_queries": budget.max_queries, "adaptive": budget.adaptive_queries}),
+                      f"Write {how_many} queries.", prompts.block("step_summary", msgspec.to_builtins(summary))])  # fmt: skip
     return [{"role": "system", "content": template.rstrip()}, {"role": "user", "content": user}]
 
 
@@ -235,26 +227,26 @@ def updater_messages(
     changes what the model sees and nothing else.
     """
     parts = [
-        _block("current_rubrics", [msgspec.to_builtins(r) for r in current.rubrics]),
-        _block("limits", {"min_points": limits.min_points, "max_points": limits.max_points, "max_adaptive": limits.max_adaptive,
+        prompts.block("current_rubrics", [msgspec.to_builtins(r) for r in current.rubrics]),
+        prompts.block("limits", {"min_points": limits.min_points, "max_points": limits.max_points, "max_adaptive": limits.max_adaptive,
                           "adaptive_now": sum(r.kind is RubricKind.ADAPTIVE for r in current.rubrics)}),  # fmt: skip
-        _block("step_summary", msgspec.to_builtins(summary)),
+        prompts.block("step_summary", msgspec.to_builtins(summary)),
     ]
     if static is not None:
-        parts.append(_block("static_memory", [_Remembered("", str(m.kind), m.step, m.text) for m in static]))
+        parts.append(prompts.block("static_memory", [_Remembered("", str(m.kind), m.step, m.text) for m in static]))
     if dynamic is not None:
-        parts.append(_block("dynamic_memory", [_Remembered(h.id, str(h.item.kind), h.item.step, h.item.text) for h in dynamic]))
+        parts.append(prompts.block("dynamic_memory", [_Remembered(h.id, str(h.item.kind), h.item.step, h.item.text) for h in dynamic]))
     return [{"role": "system", "content": template.rstrip()}, {"role": "user", "content": "\n".join(parts)}]
 
 
 # Memory retrieval.
 
 
-async def static_memory(memory: Memory, summary: StepSummary, instance: str | None, budget: MemoryBudget) -> list[MemoryItem] | None:
+async def static_memory(memory: Memory, summary: StepSummary, instance_key: str | None, budget: MemoryBudget) -> list[MemoryItem] | None:
     """The run's last K step summaries before this step (None when switched off)."""
     if not budget.static:
         return None
-    items = await memory.recent(summary.run_id, MemoryKind.STEP_SUMMARY, limit=budget.static_k, instance_key=instance, before_step=summary.step)
+    items = await memory.recent(summary.run_id, MemoryKind.STEP_SUMMARY, limit=budget.static_k, instance_key=instance_key, before_step=summary.step)
     return list(items)
 
 
@@ -281,7 +273,7 @@ async def dynamic_memory(
 class Outcome:
     """What handling one step summary did."""
 
-    kind: str  # updated | unchanged | already_applied
+    kind: EventKind  # one of RUBRICS_UPDATED, RUBRICS_UNCHANGED, RUBRICS_REANNOUNCED
     current: RubricSet
     update: RubricsUpdated | None = None
     proposal: UpdateProposal | None = None
@@ -290,24 +282,24 @@ class Outcome:
     consulted: list[str] = field(default_factory=list)
 
 
-async def current_set(store: RubricStore, run_id: str, instance: str | None, seeds: Seeds) -> RubricSet:
+async def current_set(store: RubricStore, run_id: str, instance_key: str | None, seeds: Seeds) -> RubricSet:
     """The rubric set in force; a run without one is seeded, as the scorer would."""
-    current = await store.current(run_id, instance)
+    current = await store.current(run_id, instance_key)
     if current is None:
-        current = await store.seed(RubricSet(run_id=run_id, instance_key=instance, version=1, rubrics=seeds.rubrics(instance)))
+        current = await store.seed(RubricSet(run_id=run_id, instance_key=instance_key, version=1, rubrics=seeds.rubrics(instance_key)))
     return current
 
 
-async def applied_for(store: RubricStore, summary: StepSummary, instance: str | None) -> RubricSet | None:
+async def applied_for(store: RubricStore, summary: StepSummary, instance_key: str | None) -> RubricSet | None:
     """The version already made from this step, if any (a redelivered summary must not make another)."""
-    for version in await store.history(summary.run_id, instance):
+    for version in await store.history(summary.run_id, instance_key):
         if version.step == summary.step:
             return version
     return None
 
 
 @dataclass
-class Updater:
+class RubricUpdater:
     """Turns a step summary into at most one new rubric set version."""
 
     store: RubricStore
@@ -318,32 +310,32 @@ class Updater:
     limits: Limits = Limits()
     budget: MemoryBudget = MemoryBudget()
 
-    async def update(self, summary: StepSummary, instance: str | None) -> Outcome:
+    async def update(self, summary: StepSummary, instance_key: str | None) -> Outcome:
         """Propose, validate and publish; the caller holds the run's update lock."""
-        current = await current_set(self.store, summary.run_id, instance, self.seeds)
-        done = await applied_for(self.store, summary, instance)
+        current = await current_set(self.store, summary.run_id, instance_key, self.seeds)
+        done = await applied_for(self.store, summary, instance_key)
         if done is not None:
-            return Outcome("already_applied", current, update=await self.recorded(done))
-        static = await static_memory(self.memory, summary, instance, self.budget)
+            return Outcome(EventKind.RUBRICS_REANNOUNCED, current, update=await self.recorded(done))
+        static = await static_memory(self.memory, summary, instance_key, self.budget)
         queries, dynamic = await dynamic_memory(self.memory, summary, self.ask, self.prompts.query_writer, self.budget)
         messages = updater_messages(self.prompts.updater, summary, current, static, dynamic, self.limits)
         proposal = await self.ask(UPDATER, messages, UpdateProposal)
         known = {h.id for h in dynamic or []}
         consulted = [i for i in proposal.consulted if i in known]
         checked = validate(current.rubrics, proposal.modifications, self.limits)
-        outcome = Outcome("unchanged", current, proposal=proposal, rejected=checked.rejected, queries=queries, consulted=consulted)
+        outcome = Outcome(EventKind.RUBRICS_UNCHANGED, current, proposal=proposal, rejected=checked.rejected, queries=queries, consulted=consulted)
         if not checked.accepted:
             return outcome
-        new = RubricSet(run_id=summary.run_id, instance_key=instance, version=current.version + 1,
+        new = RubricSet(run_id=summary.run_id, instance_key=instance_key, version=current.version + 1,
                         rubrics=checked.rubrics, step=summary.step, created_at=time.time())  # fmt: skip
         if not await self.store.publish(new):
-            raise Conflict(f"rubric set {summary.run_id}/{instance} moved past version {current.version} during the update")
+            raise Conflict(f"rubric set {summary.run_id}/{instance_key} moved past version {current.version} during the update")
         update = RubricsUpdated(
-            run_id=new.run_id, version=new.version, previous_version=current.version, instance_key=instance,
+            run_id=new.run_id, version=new.version, previous_version=current.version, instance_key=instance_key,
             step=new.step, strategy=proposal.strategy, modifications=checked.accepted, updated_at=new.created_at,
         )  # fmt: skip
         await self.memory.put([memory_item(update, describe(update, proposal.rationale, consulted, checked.rejected))])
-        outcome.kind, outcome.current, outcome.update = "updated", new, update
+        outcome.kind, outcome.current, outcome.update = EventKind.RUBRICS_UPDATED, new, update
         return outcome
 
     async def recorded(self, done: RubricSet) -> RubricsUpdated:

@@ -183,19 +183,34 @@ class VerlReward:
     Each returns {"score": reward, "judge_ok": 1.0 or 0.0, "rubric_version": v,
     "rubric/<id>": met (1.0/0.0), "meta/<class>": sub-score}; verl logs the extra keys.
     A failed judge scores `failed_score` with judge_ok 0.0 (verl needs a number).
-    The prompt comes from extra_info[prompt_key]; the step from extra_info[step_key],
+    The prompt comes from extra_info[prompt_field]; the step from extra_info[step_field],
     else from `self.step`, which a trainer callback may set. Per-sample results carry
     the criteria of the rubric set that scored them: where sets can differ within one
     batch (per-instance rubrics), use the batch form, whose results share one set of keys.
+    The rollout's instance key comes from extra_info[instance_key_field]. (The old
+    keyword names prompt_key, step_key and instance_key are still accepted.)
 
         reward = VerlReward(SyncRubricdClient(url), run_id="ppo-1")
         compute_score = reward.compute_score   # custom_reward_function.name=compute_score
     """
 
-    def __init__(self, client: SyncRubricdClient, run_id: str, *, prompt_key: str = "question", step_key: str = "global_step",
-                 instance_key: str = "instance_key", failed_score: float = 0.0, **options: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: SyncRubricdClient,
+        run_id: str,
+        *,
+        prompt_field: str = "question",
+        step_field: str = "global_step",
+        instance_key_field: str = "instance_key",
+        failed_score: float = 0.0,
+        **options: Any,
+    ) -> None:
+        # The names these fields had before (`instance_key` named a field, not a key).
+        prompt_field = options.pop("prompt_key", prompt_field)
+        step_field = options.pop("step_key", step_field)
+        instance_key_field = options.pop("instance_key", instance_key_field)
         self.reward = Reward(client, run_id, **options)
-        self.prompt_key, self.step_key, self.instance_key = prompt_key, step_key, instance_key
+        self.prompt_field, self.step_field, self.instance_key_field = prompt_field, step_field, instance_key_field
         self.failed_score = failed_score
         self.step = 0
 
@@ -237,9 +252,9 @@ class VerlReward:
         return self._step(info), [self._sample(data_source, solution_str, ground_truth, info)]
 
     def _step(self, info: dict) -> int:
-        step = info.get(self.step_key)
+        step = info.get(self.step_field)
         return self.step if step is None else int(step)
 
     def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: dict) -> Sample:
-        return (str(info.get(self.prompt_key, "")), solution_str, _str(ground_truth), _str(info.get(self.instance_key)),
+        return (str(info.get(self.prompt_field, "")), solution_str, _str(ground_truth), _str(info.get(self.instance_key_field)),
                 {"data_source": str(data_source)})  # fmt: skip

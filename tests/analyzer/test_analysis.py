@@ -8,7 +8,7 @@ from analyzer import analysis
 from analyzer.analysis import AnalysisDraft, AnalysisFailed, EvidenceDraft, FindingDraft, FindingKind
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, Rubric, Score, ScoredRollout, Severity, TrainingContext
 
-TEMPLATE = analysis.default_template()
+TEMPLATE = analysis.load_template()
 RUBRICS = [Rubric(id="correct", criterion="States the correct final answer.", points=5, kind="anchor")]
 
 

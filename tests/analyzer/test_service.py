@@ -52,7 +52,7 @@ async def events(redis, keys, kind: str) -> list[Event]:
     return [e for e in found if e.kind == kind]
 
 
-async def test_two_workers_share_a_step_with_no_rollout_analysed_twice_or_missed(stack, redis, keys, memory, start_analyzer):
+async def test_two_workers_share_a_step_with_no_rollout_analyzed_twice_or_missed(stack, redis, keys, memory, start_analyzer):
     workers = start_analyzer("--workers", "2", max_records=2, max_in_flight=4)
     workers.wait_consuming(stack.redis_url, keys, ["analyzer-0-w0", "analyzer-0-w1"])
     # Each LLM call takes 100 ms (simulator marker), so one worker cannot drain the stream alone.
@@ -66,7 +66,7 @@ async def test_two_workers_share_a_step_with_no_rollout_analysed_twice_or_missed
     assert await memory.count("run", MemoryKind.ANALYSIS) == 30
     stored = {item.ref for item in await memory.recent("run", MemoryKind.ANALYSIS, limit=100)}
     assert stored == set(ids)
-    by_consumer = Counter(e.fields["consumer"] for e in await events(redis, keys, "rollout_analysed"))
+    by_consumer = Counter(e.fields["consumer"] for e in await events(redis, keys, "rollout_analyzed"))
     assert set(by_consumer) == {"analyzer-0-w0", "analyzer-0-w1"}, by_consumer
     assert (await redis.xpending(keys.scored, ANALYZERS))["pending"] == 0
 

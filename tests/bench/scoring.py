@@ -78,7 +78,7 @@ async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[flo
 async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
     """The same judge calls, made by the trainer itself with the openai client."""
     seed = RubricSet(run_id="direct", version=1, rubrics=Seeds.load(ScorerSettings()).rubrics(None))
-    system = judge.system_message(judge.default_template(), seed)
+    system = judge.system_message(judge.load_template(), seed)
     schema = msgspec.json.schema(judge.JudgeVerdict)
     fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}
     client = openai.AsyncOpenAI(base_url=LLM_URL, api_key="bench", max_retries=0, timeout=60,

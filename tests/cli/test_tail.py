@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from rubricd import wire
-from rubricd.messages import Rollout
+from rubricd.messages import Event, EventKind, Rollout
 
 
 def rollout(run: str, i: int) -> Rollout:
@@ -45,3 +45,13 @@ async def test_tail_follows_new_events_live(stack, redis, keys, service_env, sta
     lines = out.splitlines()
     assert tail.returncode == 0 and len(lines) == 2
     assert all("scorer" in ln and "rollout_scored" in ln and "b/2/b-r" in ln and "reward=" in ln for ln in lines)
+
+
+async def test_tail_knows_every_event_kind_and_the_old_names(redis, keys, cli):
+    for kind in ("rollout_analysed", EventKind.ROLLOUT_ANALYZED, EventKind.ROLLOUT_SCORED):  # an old stream's, and today's
+        await redis.xadd(keys.events, wire.entry(Event(service="analyzer", kind=kind, run_id="a", at=1.0)))
+    for name in ("rollout_analysed", "rollout_analyzed"):
+        done = cli("tail", "--since", "0", "--kind", name, "--count", "2", "--json", "--timeout", "10")
+        assert [json.loads(line)["kind"] for line in done.stdout.splitlines()] == ["rollout_analysed", "rollout_analyzed"]
+    unknown = cli("tail", "--kind", "rollout_judged", "--timeout", "1", check=False)
+    assert unknown.returncode == 2 and "invalid choice" in unknown.stderr and "rubrics_reloaded" in unknown.stderr

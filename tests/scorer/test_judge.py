@@ -10,7 +10,7 @@ RUBRICS = RubricSet(
     version=3,
     rubrics=[Rubric(id="correct", criterion="States the correct answer.", points=5, kind="anchor")],
 )
-TEMPLATE = judge.default_template()
+TEMPLATE = judge.load_template()
 
 
 def rollout(response: str, rollout_id: str = "1") -> Rollout:

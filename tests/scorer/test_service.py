@@ -8,7 +8,7 @@ import pytest
 
 from rubricd import RubricdClient, wire
 from rubricd.keys import SCORERS
-from rubricd.messages import DeadLetter, JudgeStatus, Rollout, Rubric, RubricSet, RubricsUpdated, Score, ScoredRollout
+from rubricd.messages import DeadLetter, Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, RubricsUpdated, Score, ScoredRollout
 from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
@@ -67,6 +67,9 @@ async def test_a_new_run_is_seeded_and_rubric_updates_apply_without_restart(stac
         second = await client.score_one(rollout("fresh", 2), timeout=30)
     assert second.rubric_version == 2
     assert "concise" in {r.rubric_id for r in second.results}
+    events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+    [reloaded] = [e for e in events if e.kind == EventKind.RUBRICS_RELOADED]
+    assert (reloaded.service, reloaded.run_id, reloaded.fields["version"]) == ("scorer", "fresh", 2)
 
 
 async def test_the_same_rollout_published_twice_keeps_its_first_score(stack, redis, keys, start_scorer):

@@ -42,6 +42,16 @@ def test_text_of_standard_and_conversational_inputs() -> None:
     assert text([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and this?"}]}]) == "user: and this?"
 
 
+def test_verl_reward_reads_the_fields_it_is_told_to_and_keeps_the_old_keyword_names(client) -> None:
+    info = {"question": "q", "prompt": "p", "global_step": 3, "step": 5, "instance_key": "i", "uid": "u"}
+    new = VerlReward(client, "ppo", prompt_field="prompt", step_field="step", instance_key_field="uid")
+    old = VerlReward(client, "ppo", prompt_key="prompt", step_key="step", instance_key="uid")
+    for reward in (new, old):
+        assert reward._step(info) == 5
+        assert reward._sample("src", "answer", None, info)[:4] == ("p", "answer", None, "u")
+    assert VerlReward(client, "ppo")._sample("src", "a", 42, info)[:4] == ("q", "a", "42", "i")
+
+
 async def test_trl_reward_scores_a_batch_at_once_with_fresh_rollout_ids(redis, keys, client) -> None:
     reward = trl_reward(client, "grpo", reference_column="answer")
     assert reward.__name__ == "rubricd"  # TRL logs rewards/rubricd/mean

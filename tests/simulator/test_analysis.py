@@ -22,7 +22,7 @@ def ask(response: str, met: dict[str, bool], reward: float = 1.0) -> analyzer.An
     rollout = Rollout(run_id="r", rollout_id="x", step=2, prompt="What is 2+2?", response=response, reference="4")
     results = [RubricResult(rubric_id=r.id, met=met.get(r.id, False), points=r.points) for r in RUBRICS]
     score = Score(run_id="r", rollout_id="x", step=2, status=JudgeStatus.OK, reward=reward, rubric_version=1, results=results)
-    [system, user] = analyzer.messages(analyzer.default_template(), ScoredRollout(rollout=rollout, score=score), RUBRICS)
+    [system, user] = analyzer.messages(analyzer.load_template(), ScoredRollout(rollout=rollout, score=score), RUBRICS)
     return msgspec.convert(analysis.analysis(system["content"], user["content"]), analyzer.AnalysisDraft)
 
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from analyzer.app import memory_item
+from analyzer.handler import memory_item
 from common.memory import MemoryKind
 from rubricd import wire
 from rubricd.messages import (

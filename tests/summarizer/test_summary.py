@@ -4,7 +4,7 @@ import asyncio
 
 from rubricd.messages import HackingEvidence, RolloutAnalysis, Severity
 from summarizer import summary
-from summarizer.steps import StepState
+from summarizer.effects import StepState
 from summarizer.summary import PatternDraft, StepInfo, SummaryDraft
 
 
@@ -79,10 +79,10 @@ def test_per_instance_mode_groups_by_instance_key() -> None:
 def test_a_step_is_due_when_complete_or_past_its_deadline() -> None:
     open_ = StepState(run_id="r", step=1)
     assert not open_.closed and not open_.due(1e12)  # no StepClosed: never due
-    counted = StepState(run_id="r", step=1, expected=3, deadline=100.0, analysed=frozenset({"a", "b"}))
+    counted = StepState(run_id="r", step=1, expected=3, deadline=100.0, analyzed=frozenset({"a", "b"}))
     assert not counted.complete and not counted.due(99.0) and counted.due(100.0)
     assert counted.missing == ()  # without ids only the count is known
-    assert StepState(run_id="r", step=1, expected=2, deadline=100.0, analysed=frozenset({"a", "b"})).due(0.0)
-    named = StepState(run_id="r", step=1, expected=2, rollout_ids=("a", "c"), deadline=100.0, analysed=frozenset({"a", "b"}))
+    assert StepState(run_id="r", step=1, expected=2, deadline=100.0, analyzed=frozenset({"a", "b"})).due(0.0)
+    named = StepState(run_id="r", step=1, expected=2, rollout_ids=("a", "c"), deadline=100.0, analyzed=frozenset({"a", "b"}))
     assert not named.complete and named.missing == ("c",)
     assert not StepState(run_id="r", step=1, expected=0, summarized=True).due(1e12)

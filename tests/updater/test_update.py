@@ -5,7 +5,7 @@ import pytest
 
 from common.memory import Hit, MemoryItem, MemoryKind
 from common.seeds import Seeds
-from rubricd.messages import Action, Rubric, RubricKind, RubricModification, RubricSet, StepSummary, Strategy
+from rubricd.messages import Action, EventKind, Rubric, RubricKind, RubricModification, RubricSet, StepSummary, Strategy
 from simulator import updates as sim_updates
 from updater.update import (
     Limits,
@@ -13,7 +13,7 @@ from updater.update import (
     MemoryQueries,
     Prompts,
     UpdateProposal,
-    Updater,
+    RubricUpdater,
     diff,
     query_writer_messages,
     updater_messages,
@@ -171,9 +171,9 @@ def simulated_llm(calls: list[tuple[str, str]]):
     return ask
 
 
-def make_updater(calls, **budget) -> tuple[Updater, FakeStore, FakeMemory]:
+def make_updater(calls, **budget) -> tuple[RubricUpdater, FakeStore, FakeMemory]:
     store, memory = FakeStore(), FakeMemory()
-    updater = Updater(store=store, memory=memory, ask=simulated_llm(calls), prompts=Prompts.load(), seeds=Seeds(CURRENT),
+    updater = RubricUpdater(store=store, memory=memory, ask=simulated_llm(calls), prompts=Prompts.load(), seeds=Seeds(CURRENT),
                       limits=LIMITS, budget=MemoryBudget(**budget))  # fmt: skip
     return updater, store, memory
 
@@ -182,7 +182,7 @@ async def test_a_summary_naming_padding_makes_one_version_and_a_redelivery_makes
     calls: list[tuple[str, str]] = []
     updater, store, memory = make_updater(calls)
     outcome = await updater.update(SUMMARY, None)
-    assert outcome.kind == "updated" and outcome.current.version == 2 and outcome.current.step == 2
+    assert outcome.kind is EventKind.RUBRICS_UPDATED and outcome.current.version == 2 and outcome.current.step == 2
     assert outcome.update.strategy is Strategy.CORRECTIVE and outcome.update.previous_version == 1
     assert [m.rubric_id for m in outcome.update.modifications] == ["no_padding"]
     assert outcome.current.rubrics[:2] == [ANCHOR, GRADER]
@@ -190,10 +190,10 @@ async def test_a_summary_naming_padding_makes_one_version_and_a_redelivery_makes
     [record] = [i for i in memory.items if i.kind is MemoryKind.RUBRIC_UPDATE]
     assert record.ref == "2" and "added no_padding" in record.text and record.step == 2
     again = await updater.update(SUMMARY, None)
-    assert again.kind == "already_applied" and again.update == outcome.update
+    assert again.kind is EventKind.RUBRICS_REANNOUNCED and again.update == outcome.update
     assert sorted(store.versions) == [1, 2]
     calm = await updater.update(msgspec.structs.replace(SUMMARY, step=3, executive_summary="Padded answers persist."), None)
-    assert calm.kind == "unchanged" and calm.proposal.strategy is Strategy.MAINTENANCE  # already caught
+    assert calm.kind is EventKind.RUBRICS_UNCHANGED and calm.proposal.strategy is Strategy.MAINTENANCE  # already caught
 
 
 async def test_ablation_switches_change_what_the_updater_sees():
@@ -214,8 +214,8 @@ async def test_ablation_switches_change_what_the_updater_sees():
 async def test_a_summary_that_arrives_after_a_later_step_is_still_applied_once():
     updater, store, _ = make_updater([])
     later = msgspec.structs.replace(SUMMARY, step=5, executive_summary="Responses flatter the user with sycophantic praise.")
-    assert (await updater.update(later, None)).kind == "updated"
+    assert (await updater.update(later, None)).kind is EventKind.RUBRICS_UPDATED
     late = await updater.update(SUMMARY, None)  # step 2, reclaimed after step 5 was applied
-    assert late.kind == "updated" and late.current.version == 3 and late.current.step == 2
-    assert (await updater.update(SUMMARY, None)).kind == "already_applied"
+    assert late.kind is EventKind.RUBRICS_UPDATED and late.current.version == 3 and late.current.step == 2
+    assert (await updater.update(SUMMARY, None)).kind is EventKind.RUBRICS_REANNOUNCED
     assert [v.step for v in store.versions.values()] == [None, 5, 2]

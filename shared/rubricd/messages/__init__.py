@@ -13,7 +13,7 @@ from .analyses import (
     Severity,
     StepSummary,
 )
-from .events import DeadLetter, Event
+from .events import RENAMED_KINDS, UPDATE_OUTCOMES, DeadLetter, Event, EventKind
 from .rollouts import Rollout, StepClosed, TrainingContext, instance_key
 from .rubrics import (
     Action,
@@ -42,9 +42,12 @@ MESSAGES: tuple[type[Message], ...] = (
 
 __all__ = [
     "MESSAGES",
+    "RENAMED_KINDS",
+    "UPDATE_OUTCOMES",
     "Action",
     "DeadLetter",
     "Event",
+    "EventKind",
     "HackingEvidence",
     "HackingPattern",
     "InstanceKey",

@@ -1,15 +1,55 @@
 """What every service reports: events to tail, and dead letters."""
 
-import msgspec
+import enum
 
 from ._base import Message
+
+
+class EventKind(enum.StrEnum):
+    """Every kind of event a service reports, by the service that reports it.
+
+    `Event.kind` stays a plain string on the wire, so a reader of an older or
+    newer stream still decodes kinds it does not know.
+    """
+
+    # every service
+    SERVICE_STARTED = "service_started"  # its subscribers are reading
+    DEAD_LETTERED = "dead_lettered"  # an entry went to the dead letters (detail: why)
+    # scorer
+    ROLLOUT_SCORED = "rollout_scored"
+    JUDGE_FAILED = "judge_failed"  # scored with status judge_failed: no reward
+    RUBRICS_RELOADED = "rubrics_reloaded"  # a scorer dropped its cached set for a newer version
+    # analyzer
+    ROLLOUT_ANALYZED = "rollout_analyzed"
+    # summarizer
+    STEP_SUMMARIZED = "step_summarized"
+    SUMMARY_FAILED = "summary_failed"  # retried after retry_after_s
+    # updater: what became of one step summary (one of these per summary)
+    RUBRICS_UPDATED = "rubrics_updated"  # a new version
+    RUBRICS_UNCHANGED = "rubrics_unchanged"  # the proposal changed nothing (or nothing valid)
+    RUBRICS_REANNOUNCED = "rubrics_reannounced"  # a redelivered summary: its version was made before
+    UPDATE_SKIPPED = "update_skipped"  # not a step of update_frequency
+    UPDATE_FAILED = "update_failed"  # the LLM failed; rubrics kept
+
+
+# Kinds renamed since: still accepted wherever a kind is given (`rubricd tail --kind`).
+RENAMED_KINDS = {"rollout_analysed": EventKind.ROLLOUT_ANALYZED}
+
+# What the updater reports for each step summary, one of these.
+UPDATE_OUTCOMES = (
+    EventKind.RUBRICS_UPDATED,
+    EventKind.RUBRICS_UNCHANGED,
+    EventKind.RUBRICS_REANNOUNCED,
+    EventKind.UPDATE_SKIPPED,
+    EventKind.UPDATE_FAILED,
+)
 
 
 class Event(Message, tag="event", kw_only=True):
     """Something a service did, for `tail` and debugging. Never holds secrets."""
 
     service: str
-    kind: str  # e.g. rollout_scored, judge_failed, rubrics_reloaded, dead_lettered
+    kind: str  # an EventKind
     run_id: str | None = None
     step: int | None = None
     rollout_id: str | None = None

@@ -1,8 +1,8 @@
-"""Step accounting in Redis: what a step expects, what has arrived, who summarizes it.
+"""The summarizer's atomic Redis writes: what a step expects, what has arrived, who summarizes it.
 
 Every change is one Lua script, so the state survives any crash whole:
 - `closed` records a StepClosed (expected count, rollout ids, deadline) and
-  acks it; `analysed` adds an analysis's rollout id to the step's set (closing
+  acks it; `analyzed` adds an analysis's rollout id to the step's set (closing
   the step itself after `rollouts_per_step`, if set) and acks it;
 - `claim` gives one summarizer the step for `claim_ttl_s` (a dead one's claim
   lapses, so another retakes the step; a failed attempt moves its own claim's
@@ -42,7 +42,7 @@ return 1
 
 # KEYS: step hash, step analyses set, open steps, analyses stream
 # ARGV: rollout id, rollouts per step ('' = none), now, deadline, member, group, entry id
-_ANALYSED = """
+_ANALYZED = """
 redis.call('SADD', KEYS[2], ARGV[1])
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'summarized') ~= '1' and redis.call('HEXISTS', KEYS[1], 'expected') == 0 then
   redis.call('HSET', KEYS[1], 'expected', ARGV[2])
@@ -97,7 +97,7 @@ class StepState:
     rollout_ids: tuple[str, ...] = ()
     deadline: float | None = None
     summarized: bool = False
-    analysed: frozenset[str] = field(default_factory=frozenset)
+    analyzed: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def closed(self) -> bool:
@@ -109,8 +109,8 @@ class StepState:
         if not self.closed:
             return False
         if self.rollout_ids:
-            return set(self.rollout_ids) <= self.analysed
-        return len(self.analysed) >= (self.expected or 0)
+            return set(self.rollout_ids) <= self.analyzed
+        return len(self.analyzed) >= (self.expected or 0)
 
     def due(self, now: float) -> bool:
         """Ready to summarize: complete, or closed and past its deadline."""
@@ -120,8 +120,8 @@ class StepState:
 
     @property
     def missing(self) -> tuple[str, ...]:
-        """Rollout ids announced but not analysed (only knowable when the trainer sent ids)."""
-        return tuple(sorted(set(self.rollout_ids) - self.analysed))
+        """Rollout ids announced but not analyzed (only knowable when the trainer sent ids)."""
+        return tuple(sorted(set(self.rollout_ids) - self.analyzed))
 
 
 def member(run_id: str, step: int) -> str:
@@ -147,7 +147,7 @@ class StepBook:
         self.claim_ttl_s = claim_ttl_s
         self.maxlen = maxlen
         self._closed = redis.register_script(_CLOSED)
-        self._analysed = redis.register_script(_ANALYSED)
+        self._analyzed = redis.register_script(_ANALYZED)
         self._claim = redis.register_script(_CLAIM)
         self._commit = redis.register_script(_COMMIT)
         self._retry = redis.register_script(_RETRY)
@@ -161,10 +161,10 @@ class StepBook:
                   now + self.deadline_s, member(msg.run_id, msg.step), self.group, entry_id],
         )  # fmt: skip
 
-    async def analysed(self, analysis: RolloutAnalysis, now: float, entry_id: bytes | str, rollouts_per_step: int | None) -> None:
+    async def analyzed(self, analysis: RolloutAnalysis, now: float, entry_id: bytes | str, rollouts_per_step: int | None) -> None:
         """Count an announced analysis in its step and ack its entry."""
         run, step = analysis.run_id, analysis.step
-        await self._analysed(
+        await self._analyzed(
             keys=[self.keys.step(run, step), self.keys.step_analyses(run, step), self.keys.open_steps, self.keys.analyses],
             args=[analysis.rollout_id, rollouts_per_step or "", now, now + self.deadline_s, member(run, step), self.group, entry_id],
         )
@@ -173,7 +173,7 @@ class StepBook:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.step(run_id, step))
             pipe.smembers(self.keys.step_analyses(run_id, step))
-            raw, analysed = await pipe.execute()
+            raw, analyzed = await pipe.execute()
         h = {k.decode(): v.decode() for k, v in raw.items()}
         return StepState(
             run_id=run_id,
@@ -182,7 +182,7 @@ class StepBook:
             rollout_ids=tuple(json.loads(h.get("rollout_ids", "[]"))),
             deadline=float(h["deadline"]) if "deadline" in h else None,
             summarized=h.get("summarized") == "1",
-            analysed=frozenset(x.decode() for x in analysed),
+            analyzed=frozenset(x.decode() for x in analyzed),
         )
 
     async def open_steps(self) -> list[tuple[str, int]]:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from common.service import Redacted, configure_logging
+from common.logs import Redacted, configure_logging
 from common.settings import ServiceSettings
 
 KEY = "sk-live-0123456789abcdef"

@@ -1,0 +1,89 @@
+"""The analyzer's worker: one scored rollout in, one analysis in memory and announced (or a dead letter).
+
+`handle` asks the analyst (`analysis`) about the rollout, writes the analysis
+to memory, then announces it and acks the entry in one step (`effects`). An
+analyst that fails leaves the entry pending for a reclaim to retry; once
+dead-lettered, the summarizer's step deadline summarizes the step without it
+and names the rollout as missing.
+"""
+
+from faststream.redis.message import RedisStreamMessage
+
+from common import streams
+from common.llm import LLMError
+from common.memory import MemoryItem, MemoryKind
+from common.service import Clients
+from rubricd import wire
+from rubricd.keys import ANALYZERS
+from rubricd.messages import EventKind, RolloutAnalysis, Rubric, ScoredRollout
+from rubricd.store import RubricStore
+
+from .analysis import ANALYZER, AnalysisDraft, AnalysisFailed, analyze_rollout, load_template, render
+from .effects import Effects
+from .settings import AnalyzerSettings
+
+SERVICE = "analyzer"
+
+
+class Analyzer:
+    """Turns one scored-stream entry into one stored and announced analysis."""
+
+    def __init__(self, settings: AnalyzerSettings, clients: Clients) -> None:
+        self.settings = settings
+        metrics = clients.metrics
+        self.analyzed = metrics.counter(
+            "rubricd_analyses", "rollouts analyzed: announced, or a repeat acked silently", ["outcome"]
+        )
+        self.flagged = metrics.counter("rubricd_analyses_flagging_hacking", "analyses that report reward-hacking evidence")
+        self.consumer = clients.consumer
+        self.gateway = clients.gateway
+        self.memory = clients.memory
+        self.store = RubricStore(clients.redis, clients.keys)
+        self.effects = Effects(clients.redis, clients.keys, ANALYZERS, maxlen=settings.stream_maxlen)
+        self.template = load_template(settings.analyzer_prompt)
+        self._rubrics: dict[tuple[str, str | None, int], list[Rubric]] = {}
+
+    async def handle(self, msg: RedisStreamMessage) -> None:
+        scored = streams.decode(msg.body, ScoredRollout, "scored rollout")
+        rubrics = await self.rubrics(scored)
+        max_chars = self.settings.max_text_chars
+        analysis = await analyze_rollout(scored, rubrics, self.template, self.call_analyst, max_chars=max_chars)
+        await self.memory.put([memory_item(analysis)])
+        event = streams.event(
+            SERVICE, EventKind.ROLLOUT_ANALYZED, run_id=analysis.run_id, step=analysis.step,
+            rollout_id=analysis.rollout_id, hacking=",".join(sorted({e.type for e in analysis.reward_hacking})),
+            consumer=self.consumer,
+        )  # fmt: skip
+        first = await self.effects.announce(streams.entry_id(msg), analysis, event)
+        self.analyzed.labels("announced" if first else "repeat").inc()
+        if first and analysis.reward_hacking:
+            self.flagged.inc()
+
+    async def rubrics(self, scored: ScoredRollout) -> list[Rubric]:
+        """The rubrics the score was given with (for their criteria); versions never change, so cached."""
+        score = scored.score
+        key = (score.run_id, score.instance_key, score.rubric_version)
+        if key not in self._rubrics:
+            found = await self.store.version(*key)
+            if found is None:  # a rejected score, or a version since deleted: results still name ids
+                return []
+            self._rubrics[key] = found.rubrics
+        return self._rubrics[key]
+
+    async def call_analyst(self, messages: list[dict[str, str]]) -> AnalysisDraft:
+        try:
+            return (await self.gateway.structured(ANALYZER, messages, AnalysisDraft)).value
+        except LLMError as e:
+            raise AnalysisFailed(str(e)) from None
+
+
+def memory_item(analysis: RolloutAnalysis) -> MemoryItem:
+    return MemoryItem(
+        kind=MemoryKind.ANALYSIS,
+        run_id=analysis.run_id,
+        step=analysis.step,
+        text=render(analysis),
+        ref=analysis.rollout_id,
+        instance_key=analysis.instance_key,
+        message=wire.encode(analysis),
+    )

@@ -1,0 +1,49 @@
+"""Logging for every service: one JSON object per line on stderr, secrets masked."""
+
+import logging
+import sys
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
+
+from .llm import redact
+from .settings import ServiceSettings
+
+# Libraries that log a line per request at INFO.
+_NOISY = ("httpx", "httpx2", "openai", "uvicorn.access")
+
+
+class Redacted(logging.Formatter):
+    """Formats with `inner`, then masks secrets in the whole line, tracebacks included:
+    configured API keys, key-like words and passwords in URLs."""
+
+    def __init__(self, inner: logging.Formatter, secrets: list[str]) -> None:
+        super().__init__()
+        self.inner, self.secrets = inner, secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self.inner.format(record), *self.secrets)
+
+
+def configure_logging(settings: ServiceSettings) -> None:
+    """One JSON object per line (RUBRICD_LOG_FORMAT=text for humans), secrets masked, on stderr."""
+    inner: logging.Formatter
+    if settings.log_format == "json":
+        inner = JsonFormatter(
+            "{asctime}{levelname}{name}{message}",
+            style="{",
+            rename_fields={"levelname": "level", "name": "logger"},
+            reserved_attrs=[*RESERVED_ATTRS, "color_message"],
+        )
+    else:
+        inner = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    keys = [settings.llm.api_key, *(settings.agent(a).api_key for a in settings.agents)]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Redacted(inner, [k.get_secret_value() for k in keys]))
+    logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
+    # FastStream's logger has a coloured handler of its own: send its lines through ours.
+    faststream_logger = logging.getLogger("faststream")
+    faststream_logger.handlers.clear()
+    faststream_logger.propagate = True
+    for noisy in _NOISY:
+        logging.getLogger(noisy).setLevel(logging.WARNING)

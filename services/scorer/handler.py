@@ -1,0 +1,170 @@
+"""The scorer's worker: one rollouts entry in, one committed Score out (or a dead letter).
+
+`handle` validates the entry, gets the run's rubric set in force, asks the
+judge (`scoring`), and commits the score with its effects in one step
+(`effects`). A rollout that can never be scored as sent is rejected: it goes
+to the dead letters, and the trainer, if it said where, gets a `rejected`
+score. Any other failure leaves the entry pending for a reclaim to retry.
+"""
+
+import logging
+import time
+
+import msgspec
+from faststream.redis.message import RedisStreamMessage
+
+from common import streams
+from common.llm import LLMError
+from common.metrics import Metrics
+from common.seeds import Seeds
+from common.service import Clients
+from common.streams import Rejected
+from rubricd import wire
+from rubricd.keys import SCORERS, InvalidKey
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
+from rubricd.reward import policy
+from rubricd.store import RubricStore
+
+from . import judge
+from .effects import Effects
+from .scoring import JudgeFailed, RubricCache, score_rollout
+from .settings import ScorerSettings
+
+SERVICE = "scorer"
+log = logging.getLogger("rubricd.scorer")
+
+JUDGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+REWARD_BUCKETS = tuple(i / 10 for i in range(11))
+
+
+class ScorerMetrics:
+    """The scorer's own figures, beside FastStream's and the LLM gateway's."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.scores = metrics.counter("rubricd_scores", "rollouts scored, by status (ok, judge_failed, rejected)", ["status"])
+        self.judge_seconds = metrics.histogram("rubricd_judge_seconds", "judge latency, retries included", JUDGE_BUCKETS)
+        self.reward = metrics.histogram("rubricd_reward", "rewards given (status ok)", REWARD_BUCKETS)
+        self.rubric_version = metrics.gauge(
+            "rubricd_rubric_version", "rubric version of the run's latest score (global sets)", ["run_id"]
+        )
+
+    def observe(self, score: Score) -> None:
+        self.scores.labels(score.status).inc()
+        if score.judge_ms is not None:
+            self.judge_seconds.observe(score.judge_ms / 1000)
+        if score.reward is not None:
+            self.reward.observe(score.reward)
+        if score.instance_key is None:  # per-instance sets would make one series per prompt
+            self.rubric_version.labels(score.run_id).set(score.rubric_version)
+
+
+class Scorer:
+    """Turns one rollouts entry into one committed Score."""
+
+    def __init__(self, settings: ScorerSettings, clients: Clients) -> None:
+        self.settings = settings
+        self.metrics = ScorerMetrics(clients.metrics)
+        self.keys = clients.keys
+        self.redis = clients.redis
+        self.gateway = clients.gateway
+        self.policy = policy(settings.reward_policy)
+        self.rubrics = RubricCache(
+            RubricStore(clients.redis, self.keys),
+            seeds=Seeds.load(settings),
+            template=judge.load_template(settings.judge_prompt),
+            per_instance=settings.rubrics_mode == "per_instance",
+        )
+        self.effects = Effects(
+            clients.redis,
+            self.keys,
+            SCORERS,
+            score_ttl_s=settings.score_ttl_s,
+            maxlen=settings.stream_maxlen,
+            reply_ttl_s=settings.reply_ttl_s,
+        )
+
+    async def handle(self, msg: RedisStreamMessage) -> None:
+        rollout = self.validate(msg.body)
+        rubrics = await self.rubrics.get(rollout)
+        score = await score_rollout(rollout, rubrics, self.call_judge, self.policy, self.settings.reward_policy)
+        if not await self.effects.commit(streams.entry_id(msg), rollout, score, self.event(rollout, score)):
+            log.info("rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id)
+            return
+        self.metrics.observe(score)
+        if self.settings.log_rollout_text:
+            log.info(
+                "scored %s/%s: reward %s (%s)\nprompt: %s\nresponse: %s",
+                *(rollout.run_id, rollout.rollout_id, score.reward, score.status, rollout.prompt, rollout.response),
+            )
+
+    async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
+        """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""
+        update = wire.decode(msg.body, RubricsUpdated)
+        if self.rubrics.invalidate(update.run_id, update.instance_key):
+            event = streams.event(
+                SERVICE, EventKind.RUBRICS_RELOADED, run_id=update.run_id, step=update.step,
+                detail=f"v{update.version} replaces v{update.previous_version} from the next rollout",
+                instance_key=update.instance_key, version=update.version,
+            )  # fmt: skip
+            await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True)
+
+    async def trim(self) -> None:
+        """Keep the rollouts stream bounded: drop what every group has acked."""
+        await streams.trim_consumed(self.redis, self.keys.rollouts)
+
+    def validate(self, body: bytes) -> Rollout:
+        """The rollout, or Rejected (counted, and with a rejected Score for the trainer if it said where)."""
+        try:
+            if len(body) > self.settings.max_rollout_bytes:
+                limit = self.settings.max_rollout_bytes
+                raise Rejected(f"oversized rollout: {len(body)} bytes > max_rollout_bytes={limit}")
+            rollout = streams.decode(body, Rollout, "rollout")
+            if rollout.reply_to is not None:
+                self.keys.check_reply_to(rollout.reply_to)
+            return rollout
+        except (Rejected, InvalidKey) as e:
+            self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
+            raise Rejected(str(e), notify=self.rejection(body, str(e))) from None
+
+    def rejection(self, body: bytes, reason: str) -> tuple[str, Score] | None:
+        """A rejected Score for the trainer, if the entry says where to send it."""
+        try:
+            addressed = msgspec.json.decode(body, type=_Addressed)
+            reply_to = self.keys.check_reply_to(addressed.reply_to or "")
+        except (msgspec.DecodeError, msgspec.ValidationError, InvalidKey):
+            return None
+        score = Score(
+            run_id=addressed.run_id, rollout_id=addressed.rollout_id, step=addressed.step,
+            status=JudgeStatus.REJECTED, reward=None, rubric_version=0, error=reason, scored_at=time.time(),
+        )  # fmt: skip
+        return reply_to, score
+
+    async def call_judge(self, messages: list[dict[str, str]]) -> judge.JudgeVerdict:
+        try:
+            return (await self.gateway.structured(judge.JUDGE, messages, judge.JudgeVerdict)).value
+        except LLMError as e:
+            raise JudgeFailed(str(e)) from None
+
+    @staticmethod
+    def event(rollout: Rollout, score: Score) -> Event:
+        kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
+        return streams.event(
+            SERVICE,
+            kind,
+            run_id=rollout.run_id,
+            step=rollout.step,
+            rollout_id=rollout.rollout_id,
+            detail=score.error or "",
+            reward=score.reward,
+            rubric_version=score.rubric_version,
+            judge_ms=score.judge_ms,
+        )
+
+
+class _Addressed(msgspec.Struct):
+    """The fields a rejection needs, read leniently from an entry that failed validation."""
+
+    run_id: str
+    rollout_id: str
+    step: int = 0
+    reply_to: str | None = None
