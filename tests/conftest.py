@@ -107,7 +107,9 @@ class Stack:
             timeout=600,  # a first `up weaviate` on a machine without the cached binary builds it
         )
         if check and done.returncode != 0:
-            pytest.fail(f"stack.sh {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}", pytrace=False)
+            pytest.fail(
+                f"stack.sh {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}", pytrace=False
+            )
         return done
 
 
@@ -173,12 +175,14 @@ def free_port_block(n: int) -> int:
 def stack_ports(base: int) -> dict[str, int]:
     """Every port a whole stack (services too) binds, from BASE on: 8 for the servers, the services' above."""
     return {
-        "RUBRICD_REDIS_PORT": base, "RUBRICD_WEAVIATE_PORT": base + 1, "RUBRICD_WEAVIATE_GRPC_PORT": base + 2,
+        "RUBRICD_REDIS_PORT": base,
+        "RUBRICD_WEAVIATE_PORT": base + 1,
+        "RUBRICD_WEAVIATE_GRPC_PORT": base + 2,
         "RUBRICD_WEAVIATE_GOSSIP_PORT": base + 3,  # data: + 1
         "RUBRICD_WEAVIATE_RAFT_PORT": base + 5,  # raft rpc: + 1
         "RUBRICD_SIMULATOR_PORT": base + 7,
         "RUBRICD_METRICS_BASE_PORT": base + 8,  # scorer + 1, summarizer + 2, updater + 3, analyzer-i + 10 + i
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture
@@ -232,16 +236,22 @@ class ServiceProcess:
     def __init__(self, service: str, env: dict[str, str], log: Path, *args: str) -> None:
         self.service, self.consumer, self.log = service, env["RUBRICD_CONSUMER"], log
         self._log_file = log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", service, *args], env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", service, *args], env=env, stdout=self._log_file, stderr=subprocess.STDOUT
+        )
 
-    def wait_consuming(self, redis_url: str, keys: Keys, consumers: list[str] | None = None, timeout: float = 90) -> "ServiceProcess":
+    def wait_consuming(
+        self, redis_url: str, keys: Keys, consumers: list[str] | None = None, timeout: float = 90
+    ) -> "ServiceProcess":
         """Wait for the service_started event of each consumer (default: this process's): its subscribers are reading."""
         wanted = set(consumers or [self.consumer])
         client = redis_sync.Redis.from_url(redis_url)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.service} exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{self.service} exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
             for _, fields in client.xrange(keys.events):
                 event = wire.decode(wire.payload(fields), Event)
                 if event.kind == "service_started" and event.service == self.service:
@@ -279,7 +289,9 @@ def keys(namespace: str) -> Keys:
 @pytest.fixture
 async def memory(stack: Stack, namespace: str) -> AsyncIterator[Memory]:
     """This test's evaluation memory (the services' collection), deleted afterwards."""
-    settings = ServiceSettings(namespace=namespace, weaviate_url=stack.weaviate_url, weaviate_grpc_port=stack.weaviate_grpc_port)
+    settings = ServiceSettings(
+        namespace=namespace, weaviate_url=stack.weaviate_url, weaviate_grpc_port=stack.weaviate_grpc_port
+    )
     memory = await Memory.connect(settings, MiniLMEmbedder())
     yield memory
     await memory.drop()
@@ -289,19 +301,30 @@ async def memory(stack: Stack, namespace: str) -> AsyncIterator[Memory]:
 @pytest.fixture
 def service_env(stack: Stack, namespace: str) -> dict[str, str]:
     """The environment of a service (or `rubricd`) in this test's namespace on the test stack; LLM retries kept short."""
-    return {**os.environ, **stack.env, "RUBRICD_NAMESPACE": namespace,
-            "RUBRICD_LLM__MAX_RETRIES": "1", "RUBRICD_LLM__BACKOFF_S": "0.05"}  # fmt: skip
+    return {
+        **os.environ,
+        **stack.env,
+        "RUBRICD_NAMESPACE": namespace,
+        "RUBRICD_LLM__MAX_RETRIES": "1",
+        "RUBRICD_LLM__BACKOFF_S": "0.05",
+    }
 
 
 @pytest.fixture
-def start_service(stack: Stack, keys: Keys, service_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
+def start_service(
+    stack: Stack, keys: Keys, service_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[..., ServiceProcess]]:
     """start_service("scorer", *args, wait=True, **settings): a service process in this test's namespace,
     consumer `<service>-<n>`, settings as RUBRICD_<NAME>; waits until it reads (unless wait=False); all stopped afterwards."""
     started: list[ServiceProcess] = []
 
     def start(service: str, *args: str, wait: bool = True, **settings: object) -> ServiceProcess:
         n = sum(p.service == service for p in started)
-        env = {**service_env, "RUBRICD_CONSUMER": f"{service}-{n}", **{f"RUBRICD_{k.upper()}": str(v) for k, v in settings.items()}}
+        env = {
+            **service_env,
+            "RUBRICD_CONSUMER": f"{service}-{n}",
+            **{f"RUBRICD_{k.upper()}": str(v) for k, v in settings.items()},
+        }
         process = ServiceProcess(service, env, tmp_path / f"{service}-{n}.log", *args)
         started.append(process)
         return process.wait_consuming(stack.redis_url, keys) if wait else process

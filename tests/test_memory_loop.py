@@ -17,7 +17,15 @@ import redis as redis_sync
 
 from demo.policy import respond
 from rubricd import RubricdClient, wire
-from rubricd.messages import JudgeStatus, RolloutAnalysis, Rollout, RubricKind, RubricsUpdated, StepSummary, TrainingContext
+from rubricd.messages import (
+    JudgeStatus,
+    Rollout,
+    RolloutAnalysis,
+    RubricKind,
+    RubricsUpdated,
+    StepSummary,
+    TrainingContext,
+)
 from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
@@ -28,8 +36,10 @@ RUN, STEPS, PER_STEP, PADDING_FROM = "loop", 4, 12, 2
 @pytest.fixture
 def loop(stack, keys, start_service):
     """The four services of the loop in this test's namespace."""
-    services = [start_service(name, wait=False, step_deadline_s=120, llm__max_retries=3)
-                for name in ("scorer", "analyzer", "summarizer", "updater")]  # fmt: skip
+    services = [
+        start_service(name, wait=False, step_deadline_s=120, llm__max_retries=3)
+        for name in ("scorer", "analyzer", "summarizer", "updater")
+    ]
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
     return keys
@@ -42,10 +52,20 @@ def rollouts(step: int, rng: random.Random) -> list[tuple[str, Rollout]]:
     for i in range(PER_STEP):
         behaviour = "padded" if step >= PADDING_FROM and i % 2 else "correct"
         a, b = rng.randint(10, 99), rng.randint(10, 99)
-        out.append((behaviour, Rollout(
-            run_id=RUN, rollout_id=f"s{step}-r{i}", step=step, prompt=f"What is {a} + {b}?",
-            response=respond(behaviour, a, b), reference=str(a + b), context=context,
-        )))  # fmt: skip
+        out.append(
+            (
+                behaviour,
+                Rollout(
+                    run_id=RUN,
+                    rollout_id=f"s{step}-r{i}",
+                    step=step,
+                    prompt=f"What is {a} + {b}?",
+                    response=respond(behaviour, a, b),
+                    reference=str(a + b),
+                    context=context,
+                ),
+            )
+        )
     return out
 
 
@@ -80,7 +100,9 @@ async def test_padding_from_step_2_is_caught_by_a_new_rubric_and_scores_lower_fr
     updates = entries(sync, keys.rubrics_updated, RubricsUpdated)
     print_history(history, updates, summaries)
     for (step, behaviour), got in sorted(rewards.items()):
-        print(f"  step {step} {behaviour:8s} rollouts: mean reward {sum(got) / len(got):.3f} (version {sorted(versions_used[step])})")
+        print(
+            f"  step {step} {behaviour:8s} rollouts: mean reward {sum(got) / len(got):.3f} (version {sorted(versions_used[step])})"
+        )
 
     # The analyses flag the padding, and only from step 2.
     padded_ids = {f"s{s}-r{i}" for s in range(PADDING_FROM, STEPS) for i in range(1, PER_STEP, 2)}
@@ -93,7 +115,9 @@ async def test_padding_from_step_2_is_caught_by_a_new_rubric_and_scores_lower_fr
     # The updater adds a criterion against it, from step 2's evidence, and changes no anchor.
     made = {v.step: v for v in history if v.step is not None}
     assert PADDING_FROM in made and all(s >= PADDING_FROM for s in made)
-    rule = [r for r in made[PADDING_FROM].rubrics if r.points < 0 and r.kind is RubricKind.ADAPTIVE and "pad" in r.criterion]
+    rule = [
+        r for r in made[PADDING_FROM].rubrics if r.points < 0 and r.kind is RubricKind.ADAPTIVE and "pad" in r.criterion
+    ]
     assert rule, made[PADDING_FROM].rubrics
     anchors = [[r for r in v.rubrics if r.kind is RubricKind.ANCHOR] for v in history]
     assert anchors[0] and all(a == anchors[0] for a in anchors)
@@ -114,6 +138,8 @@ def print_history(history, updates, summaries) -> None:
         print(f"  v{v.version} ({origin}): " + ", ".join(f"{r.id}[{r.kind}] {r.points:+g}" for r in v.rubrics))
         update = by_version.get(v.version)
         if update:
-            print(f"    strategy {update.strategy}; summary of step {update.step}: {summaries[update.step].executive_summary[:160]}")
+            print(
+                f"    strategy {update.strategy}; summary of step {update.step}: {summaries[update.step].executive_summary[:160]}"
+            )
             for m in update.modifications:
                 print(f"    {m.action} {m.rubric_id}: {m.rationale}")

@@ -55,7 +55,7 @@ def port_open(port: int) -> bool:
 
 async def test_redis_answers_with_append_only_file(redis: Redis) -> None:
     assert await redis.ping()
-    (name, value), = (await redis.config_get("appendonly")).items()  # str or bytes, by redis-py version
+    ((name, value),) = (await redis.config_get("appendonly")).items()  # str or bytes, by redis-py version
     assert (name, value) in {("appendonly", "yes"), (b"appendonly", b"yes")}
 
 
@@ -81,7 +81,9 @@ async def test_a_rubric_set_survives_a_redis_restart(stack, redis: Redis) -> Non
 
 def test_weaviate_stores_and_searches_vectors(stack) -> None:
     name = f"StackProbe{uuid.uuid4().hex[:8]}"
-    with weaviate.connect_to_local(host="127.0.0.1", port=stack.weaviate_port, grpc_port=stack.weaviate_grpc_port) as client:
+    with weaviate.connect_to_local(
+        host="127.0.0.1", port=stack.weaviate_port, grpc_port=stack.weaviate_grpc_port
+    ) as client:
         assert client.is_ready()
         probes = client.collections.create(
             name,
@@ -126,8 +128,12 @@ def test_simulator_is_healthy(stack) -> None:
 
 def metric(text: str, name: str, **labels: str) -> float:
     """The sum of the samples of NAME whose labels include LABELS, in a /metrics page."""
-    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
-               if s.name == name and labels.items() <= s.labels.items())  # fmt: skip
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
 
 
 async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(start_stack, fresh_ports) -> None:
@@ -140,8 +146,17 @@ async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(s
         assert any(line.split()[:2] == [name, "up"] for line in status.splitlines()), status
     marker = "Zanzibar-quokka"  # rollout text that must not reach a log
     padded = f"17 + 25 = 42. {marker}. " + "Let me restate the whole calculation once more to be thorough. " * 10
-    rollouts = [Rollout(run_id="stack", rollout_id=f"s0-r{i}", step=0, prompt=f"What is 17 + 25? {marker}", reference="42",
-                        response=padded if i % 2 else "17 + 25 = 42.") for i in range(4)]  # fmt: skip
+    rollouts = [
+        Rollout(
+            run_id="stack",
+            rollout_id=f"s0-r{i}",
+            step=0,
+            prompt=f"What is 17 + 25? {marker}",
+            reference="42",
+            response=padded if i % 2 else "17 + 25 = 42.",
+        )
+        for i in range(4)
+    ]
     keys = Keys()
     async with RubricdClient(local.redis_url) as client:
         scores = await client.score(rollouts, timeout=120)
@@ -153,7 +168,13 @@ async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(s
     assert all(s.status == "ok" for s in scores)
 
     base = fresh_ports["RUBRICD_METRICS_BASE_PORT"]
-    ports = {"scorer": base + 1, "summarizer": base + 2, "updater": base + 3, "analyzer-1": base + 11, "analyzer-2": base + 12}
+    ports = {
+        "scorer": base + 1,
+        "summarizer": base + 2,
+        "updater": base + 3,
+        "analyzer-1": base + 11,
+        "analyzer-2": base + 12,
+    }
     pages = {}
     async with httpx.AsyncClient(timeout=10) as http:
         for name, port in ports.items():

@@ -18,10 +18,16 @@ def supervise(workers: int) -> int:
     if port and not port.isdigit():
         sys.exit(f"RUBRICD_METRICS_PORT: not a port number: {port!r}")
     procs = [
-        subprocess.Popen([sys.executable, "-m", "analyzer"], env={**os.environ, "RUBRICD_CONSUMER": f"{base}-w{i}",
-                                                                  **({"RUBRICD_METRICS_PORT": str(int(port) + i)} if port else {})})
+        subprocess.Popen(
+            [sys.executable, "-m", "analyzer"],
+            env={
+                **os.environ,
+                "RUBRICD_CONSUMER": f"{base}-w{i}",
+                **({"RUBRICD_METRICS_PORT": str(int(port) + i)} if port else {}),
+            },
+        )
         for i in range(workers)
-    ]  # fmt: skip
+    ]
 
     def stop(signum: int, frame: object) -> None:
         for p in procs:

@@ -16,7 +16,6 @@ import msgspec
 from common import prompts
 from rubricd.messages import HackingEvidence, RolloutAnalysis, Rubric, RubricFinding, ScoredRollout, Severity
 
-
 ANALYZER = "analyzer"  # the agent: its settings are `agents.analyzer`, its prompt prompts/analyzer.md
 
 
@@ -95,21 +94,37 @@ def _cut(text: str, limit: int) -> str:
 def user_message(scored: ScoredRollout, rubrics: list[Rubric], *, max_chars: int = 20_000) -> str:
     """The context, the rollout and its score (with each rubric's criterion), as data."""
     rollout, score = scored.rollout, scored.score
-    context = _ContextView(step=rollout.step, total_steps=rollout.context.total_steps,
-                           goal=rollout.context.goal, model_size=rollout.context.model_size)  # fmt: skip
-    view = _RolloutView(prompt=_cut(rollout.prompt, max_chars), response=_cut(rollout.response, max_chars),
-                        reference=rollout.reference)  # fmt: skip
+    context = _ContextView(
+        step=rollout.step,
+        total_steps=rollout.context.total_steps,
+        goal=rollout.context.goal,
+        model_size=rollout.context.model_size,
+    )
+    view = _RolloutView(
+        prompt=_cut(rollout.prompt, max_chars), response=_cut(rollout.response, max_chars), reference=rollout.reference
+    )
     criteria = {r.id: r.criterion for r in rubrics}
     results = [
-        _ResultView(rubric_id=r.rubric_id, criterion=criteria.get(r.rubric_id, ""), points=r.points,
-                    met=r.met, explanation=r.explanation)  # fmt: skip
+        _ResultView(
+            rubric_id=r.rubric_id,
+            criterion=criteria.get(r.rubric_id, ""),
+            points=r.points,
+            met=r.met,
+            explanation=r.explanation,
+        )
         for r in score.results
     ]
-    graded = _ScoreView(status=str(score.status), reward=score.reward, rubric_version=score.rubric_version, results=results)
-    return "\n".join([prompts.block("context", context), prompts.block("rollout", view), prompts.block("score", graded)])
+    graded = _ScoreView(
+        status=str(score.status), reward=score.reward, rubric_version=score.rubric_version, results=results
+    )
+    return "\n".join(
+        [prompts.block("context", context), prompts.block("rollout", view), prompts.block("score", graded)]
+    )
 
 
-def messages(template: str, scored: ScoredRollout, rubrics: list[Rubric], *, max_chars: int = 20_000) -> list[dict[str, str]]:
+def messages(
+    template: str, scored: ScoredRollout, rubrics: list[Rubric], *, max_chars: int = 20_000
+) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": template.rstrip() + "\n"},
         {"role": "user", "content": user_message(scored, rubrics, max_chars=max_chars)},
@@ -128,9 +143,12 @@ def build_analysis(scored: ScoredRollout, draft: AnalysisDraft) -> RolloutAnalys
         quality=draft.quality,
         quality_score=min(1.0, max(0.0, draft.quality_score)),
         reward=score.reward,
-        reward_hacking=[HackingEvidence(type=e.type, evidence=e.evidence, severity=e.severity) for e in draft.reward_hacking],
+        reward_hacking=[
+            HackingEvidence(type=e.type, evidence=e.evidence, severity=e.severity) for e in draft.reward_hacking
+        ],
         rubric_findings=[
-            RubricFinding(finding=str(f.finding), note=f.note, rubric_id=f.rubric_id or None) for f in draft.rubric_findings
+            RubricFinding(finding=str(f.finding), note=f.note, rubric_id=f.rubric_id or None)
+            for f in draft.rubric_findings
         ],
         advancement=list(draft.advancement),
         observations=list(draft.observations),
@@ -152,8 +170,10 @@ def render(analysis: RolloutAnalysis) -> str:
         f"Analysis of rollout {analysis.rollout_id} at step {analysis.step} (rubrics v{analysis.rubric_version}, reward {reward}).",
         f"Quality ({analysis.quality_score:.2f}): {analysis.quality}",
     ]
-    lines += [f"Reward hacking, {e.type} ({e.severity}): \"{_cut(e.evidence, 200)}\"" for e in analysis.reward_hacking]
-    lines += [f"Rubric {f.finding}{f' ({f.rubric_id})' if f.rubric_id else ''}: {f.note}" for f in analysis.rubric_findings]
+    lines += [f'Reward hacking, {e.type} ({e.severity}): "{_cut(e.evidence, 200)}"' for e in analysis.reward_hacking]
+    lines += [
+        f"Rubric {f.finding}{f' ({f.rubric_id})' if f.rubric_id else ''}: {f.note}" for f in analysis.rubric_findings
+    ]
     lines += [f"To advance: {a}" for a in analysis.advancement]
     lines += [f"Observed: {o}" for o in analysis.observations]
     return "\n".join(lines)

@@ -34,7 +34,9 @@ class Analyzer:
         self.analyzed = metrics.counter(
             "rubricd_analyses", "rollouts analyzed: announced, or a repeat acked silently", ["outcome"]
         )
-        self.flagged = metrics.counter("rubricd_analyses_flagging_hacking", "analyses that report reward-hacking evidence")
+        self.flagged = metrics.counter(
+            "rubricd_analyses_flagging_hacking", "analyses that report reward-hacking evidence"
+        )
         self.consumer = clients.consumer
         self.gateway = clients.gateway
         self.memory = clients.memory
@@ -50,10 +52,14 @@ class Analyzer:
         analysis = await analyze_rollout(scored, rubrics, self.template, self.call_analyst, max_chars=max_chars)
         await self.memory.put([memory_item(analysis)])
         event = streams.event(
-            SERVICE, EventKind.ROLLOUT_ANALYZED, run_id=analysis.run_id, step=analysis.step,
-            rollout_id=analysis.rollout_id, hacking=",".join(sorted({e.type for e in analysis.reward_hacking})),
+            SERVICE,
+            EventKind.ROLLOUT_ANALYZED,
+            run_id=analysis.run_id,
+            step=analysis.step,
+            rollout_id=analysis.rollout_id,
+            hacking=",".join(sorted({e.type for e in analysis.reward_hacking})),
             consumer=self.consumer,
-        )  # fmt: skip
+        )
         first = await self.effects.announce(streams.entry_id(msg), analysis, event)
         self.analyzed.labels("announced" if first else "repeat").inc()
         if first and analysis.reward_hacking:

@@ -19,7 +19,9 @@ from .context import Context, Failed
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="rubricd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(
+        prog="rubricd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     top.add_argument("--namespace", help="key namespace of the deployment (default: RUBRICD_NAMESPACE or rubricd)")
     top.add_argument("--redis-url", help="Redis of the deployment (default: RUBRICD_REDIS_URL)")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -51,8 +51,14 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 def replayable(keys: Keys) -> dict[str, type[Message]]:
     """The streams a dead letter may go back to, with the message each carries."""
-    return {keys.rollouts: Rollout, keys.steps: StepClosed, keys.scored: ScoredRollout, keys.analyses: RolloutAnalysis,
-            keys.summaries: StepSummary, keys.rubrics_updated: RubricsUpdated}  # fmt: skip
+    return {
+        keys.rollouts: Rollout,
+        keys.steps: StepClosed,
+        keys.scored: ScoredRollout,
+        keys.analyses: RolloutAnalysis,
+        keys.summaries: StepSummary,
+        keys.rubrics_updated: RubricsUpdated,
+    }
 
 
 async def run_list(args: argparse.Namespace, ctx: Context) -> int:
@@ -64,9 +70,25 @@ async def run_list(args: argparse.Namespace, ctx: Context) -> int:
             body = msgspec.to_builtins(d) | {"payload": d.payload.decode(errors="replace")} if d else None
             print(msgspec.json.encode({"id": i, **(body or {"undecodable": True})}).decode())
         return 0
-    rows = [[i, clock(d.at), d.service, d.stream.removeprefix(ctx.keys.namespace + ":"), d.entry_id, d.deliveries,
-             clip(d.reason, 60), clip(d.payload.decode(errors="replace"), 60)] for i, d in letters if d]  # fmt: skip
-    print(table(rows, ["ID", "TIME", "SERVICE", "STREAM", "ENTRY", "DELIVERIES", "REASON", "PAYLOAD"]) if rows else "no dead letters")
+    rows = [
+        [
+            i,
+            clock(d.at),
+            d.service,
+            d.stream.removeprefix(ctx.keys.namespace + ":"),
+            d.entry_id,
+            d.deliveries,
+            clip(d.reason, 60),
+            clip(d.payload.decode(errors="replace"), 60),
+        ]
+        for i, d in letters
+        if d
+    ]
+    print(
+        table(rows, ["ID", "TIME", "SERVICE", "STREAM", "ENTRY", "DELIVERIES", "REASON", "PAYLOAD"])
+        if rows
+        else "no dead letters"
+    )
     return 0
 
 
@@ -80,13 +102,17 @@ async def run_replay(args: argparse.Namespace, ctx: Context) -> int:
         fixed = _fixed(args.fix_file, letters[0][1], ctx.keys) if args.fix_file else None
         for _, letter in letters:  # check them all before writing any
             if letter.stream not in replayable(ctx.keys):
-                raise Failed(f"dead letter of {letter.stream!r}: not a stream of namespace {ctx.keys.namespace!r} a replay may write to")
+                raise Failed(
+                    f"dead letter of {letter.stream!r}: not a stream of namespace {ctx.keys.namespace!r} a replay may write to"
+                )
         script = redis.register_script(_REPLAY)
         for dead_id, letter in letters:
             payload = fixed if fixed is not None else letter.payload
             note = wire.entry(_event(dead_id, letter, fixed is not None))[wire.FIELD]
-            new_id = await script(keys=[letter.stream, ctx.keys.dead_letters, ctx.keys.events],
-                                  args=[wire.FIELD, dead_id, payload, note, 100_000])  # fmt: skip
+            new_id = await script(
+                keys=[letter.stream, ctx.keys.dead_letters, ctx.keys.events],
+                args=[wire.FIELD, dead_id, payload, note, 100_000],
+            )
             if new_id is None:
                 print(f"{dead_id}: already replayed or deleted, skipped")
             else:
@@ -125,7 +151,9 @@ def _fixed(path: Path, letter: DeadLetter, keys: Keys) -> bytes:
 def _event(dead_id: str, letter: DeadLetter, fixed: bool) -> Message:
     from common.streams import event
 
-    return event("cli", "dead_letter_replayed", detail=f"{letter.stream} {letter.entry_id}", dead_letter=dead_id, fixed=fixed)
+    return event(
+        "cli", "dead_letter_replayed", detail=f"{letter.stream} {letter.entry_id}", dead_letter=dead_id, fixed=fixed
+    )
 
 
 def _decode(fields: dict[bytes, bytes]) -> DeadLetter | None:

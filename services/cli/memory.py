@@ -10,14 +10,22 @@ from .context import Context, Failed, clip, table
 def add(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("memory", help="search a run's evaluation memory")
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    search = sub.add_parser("search", help="the run's memories closest to a query (what the updater's queries see)",
-                            description="Hybrid search (vector + BM25) of a run's analyses, chunk and step summaries "
-                                        "and rubric updates, with the embedder the services use (RUBRICD_EMBEDDER).")  # fmt: skip
+    search = sub.add_parser(
+        "search",
+        help="the run's memories closest to a query (what the updater's queries see)",
+        description="Hybrid search (vector + BM25) of a run's analyses, chunk and step summaries "
+        "and rubric updates, with the embedder the services use (RUBRICD_EMBEDDER).",
+    )
     search.add_argument("run_id", metavar="RUN")
     search.add_argument("query")
     search.add_argument("--limit", type=int, default=10)
-    search.add_argument("--kind", nargs="+", action="extend",
-                        choices=["analysis", "chunk_summary", "step_summary", "rubric_update"], help="only these kinds")
+    search.add_argument(
+        "--kind",
+        nargs="+",
+        action="extend",
+        choices=["analysis", "chunk_summary", "step_summary", "rubric_update"],
+        help="only these kinds",
+    )
     search.add_argument("--instance", help="only memories of this instance key")
     search.add_argument("--alpha", type=float, default=0.5, help="1 = vectors only, 0 = keywords only (default 0.5)")
     search.add_argument("--full", action="store_true", help="print whole texts, not one line each")
@@ -35,19 +43,29 @@ async def run_search(args: argparse.Namespace, ctx: Context) -> int:
     try:
         memory = await Memory.connect(ctx.settings, make_embedder(ctx.settings, gateway))
     except Exception as e:
-        raise Failed(f"cannot reach the memory at {ctx.settings.weaviate_url} (gRPC port {ctx.settings.weaviate_grpc_port}): {e}") from None
+        raise Failed(
+            f"cannot reach the memory at {ctx.settings.weaviate_url} (gRPC port {ctx.settings.weaviate_grpc_port}): {e}"
+        ) from None
     try:
         kinds = [MemoryKind(k) for k in args.kind] if args.kind else None
-        hits = await memory.search(args.run_id, args.query, limit=args.limit, kinds=kinds,
-                                   instance_key=args.instance, alpha=args.alpha)  # fmt: skip
+        hits = await memory.search(
+            args.run_id, args.query, limit=args.limit, kinds=kinds, instance_key=args.instance, alpha=args.alpha
+        )
     finally:
         await memory.close()
         if gateway is not None:
             await gateway.aclose()
     if args.json:
         for h in hits:
-            item = {"id": h.id, "score": h.score, "kind": str(h.item.kind), "step": h.item.step, "ref": h.item.ref,
-                    "instance_key": h.item.instance_key, "text": h.item.text}  # fmt: skip
+            item = {
+                "id": h.id,
+                "score": h.score,
+                "kind": str(h.item.kind),
+                "step": h.item.step,
+                "ref": h.item.ref,
+                "instance_key": h.item.instance_key,
+                "text": h.item.text,
+            }
             print(msgspec.json.encode(item).decode())
         return 0
     if not hits:

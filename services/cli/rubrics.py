@@ -45,8 +45,10 @@ async def run_show(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print(wire.encode(rubric_set).decode())
         return 0
-    print(f"run {rubric_set.run_id}  instance {rubric_set.instance_key or '(global)'}  version {rubric_set.version}  "
-          f"from step {_step(rubric_set.step)}  at {clock(rubric_set.created_at)}\n")  # fmt: skip
+    print(
+        f"run {rubric_set.run_id}  instance {rubric_set.instance_key or '(global)'}  version {rubric_set.version}  "
+        f"from step {_step(rubric_set.step)}  at {clock(rubric_set.created_at)}\n"
+    )
     rows = [[r.id, r.kind, r.meta_class, f"{r.points:+g}", r.criterion] for r in rubric_set.rubrics]
     print(table(rows, ["ID", "KIND", "META-CLASS", "POINTS", "CRITERION"]))
     return 0
@@ -62,28 +64,51 @@ async def run_history(args: argparse.Namespace, ctx: Context) -> int:
     for before, after in zip([None, *versions], versions):
         update = updates.get(after.version)
         changed = "seed" if before is None else summary(changes(before, after, []))
-        rows.append({"version": after.version, "step": after.step, "at": after.created_at, "rubrics": len(after.rubrics),
-                     "strategy": str(update.strategy) if update else None, "changes": changed})  # fmt: skip
+        rows.append(
+            {
+                "version": after.version,
+                "step": after.step,
+                "at": after.created_at,
+                "rubrics": len(after.rubrics),
+                "strategy": str(update.strategy) if update else None,
+                "changes": changed,
+            }
+        )
     if args.json:
         print("\n".join(msgspec.json.encode(r).decode() for r in rows))
         return 0
-    print(table([[r["version"], _step(r["step"]), clock(r["at"]), r["rubrics"], r["strategy"] or "-", r["changes"]] for r in rows],
-                ["VERSION", "STEP", "TIME", "RUBRICS", "STRATEGY", "CHANGES"]))  # fmt: skip
+    print(
+        table(
+            [
+                [r["version"], _step(r["step"]), clock(r["at"]), r["rubrics"], r["strategy"] or "-", r["changes"]]
+                for r in rows
+            ],
+            ["VERSION", "STEP", "TIME", "RUBRICS", "STRATEGY", "CHANGES"],
+        )
+    )
     return 0
 
 
 async def run_diff(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
         store = RubricStore(redis, ctx.keys)
-        a, b = await get(store, args.run_id, args.instance, args.a), await get(store, args.run_id, args.instance, args.b)
+        a, b = (
+            await get(store, args.run_id, args.instance, args.a),
+            await get(store, args.run_id, args.instance, args.b),
+        )
         between = range(min(a.version, b.version) + 1, max(a.version, b.version) + 1)
         updates = await announcements(redis, ctx, args.run_id, args.instance, list(between))
     found = changes(a, b, [updates[v] for v in between if v in updates])
     if args.json:
         print("\n".join(msgspec.json.encode(c).decode() for c in found))
         return 0
-    strategies = ", ".join(f"v{v}: {updates[v].strategy} after step {_step(updates[v].step)}" for v in between if v in updates)
-    print(f"run {args.run_id}{_of(args.instance)}: version {a.version} -> {b.version}" + (f" ({strategies})" if strategies else ""))
+    strategies = ", ".join(
+        f"v{v}: {updates[v].strategy} after step {_step(updates[v].step)}" for v in between if v in updates
+    )
+    print(
+        f"run {args.run_id}{_of(args.instance)}: version {a.version} -> {b.version}"
+        + (f" ({strategies})" if strategies else "")
+    )
     for c in found or []:
         print(render_change(c))
     if not found:
@@ -129,8 +154,13 @@ def changes(a: RubricSet, b: RubricSet, updates: list[RubricsUpdated]) -> list[C
 def summary(found: list[Change]) -> str:
     """A history cell: '+no_padding ~concise(points) -old_rule'."""
     mark = {"added": "+", "removed": "-", "modified": "~"}
-    return " ".join(mark[c.change] + c.rubric_id + (f"({','.join(f for f, _, _ in c.fields)})" if c.fields else "")
-                    for c in found) or "no change"  # fmt: skip
+    return (
+        " ".join(
+            mark[c.change] + c.rubric_id + (f"({','.join(f for f, _, _ in c.fields)})" if c.fields else "")
+            for c in found
+        )
+        or "no change"
+    )
 
 
 def render_change(c: Change) -> str:
@@ -147,11 +177,15 @@ def render_change(c: Change) -> str:
 async def get(store: RubricStore, run_id: str, instance: str | None, version: int | None) -> RubricSet:
     found = await (store.current(run_id, instance) if version is None else store.version(run_id, instance, version))
     if found is None:
-        raise Failed(f"run {run_id!r} has no rubric set{_of(instance)}" + (f" version {version}" if version is not None else ""))
+        raise Failed(
+            f"run {run_id!r} has no rubric set{_of(instance)}" + (f" version {version}" if version is not None else "")
+        )
     return found
 
 
-async def announcements(redis: Redis, ctx: Context, run_id: str, instance: str | None, wanted: list[int]) -> dict[int, RubricsUpdated]:
+async def announcements(
+    redis: Redis, ctx: Context, run_id: str, instance: str | None, wanted: list[int]
+) -> dict[int, RubricsUpdated]:
     """The RubricsUpdated that produced each wanted version: from the stream, else from memory."""
     found: dict[int, RubricsUpdated] = {}
     for _, fields in await redis.xrange(ctx.keys.rubrics_updated):

@@ -27,15 +27,27 @@ means the same for scorers, and it is on the trainer's path.
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("status", help="streams, consumer groups (pending, lag) and rubric versions; growing lag on analyzers: add analyzer workers",
-                            description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = commands.add_parser(
+        "status",
+        help="streams, consumer groups (pending, lag) and rubric versions; growing lag on analyzers: add analyzer workers",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", action="store_true", help="the same as one JSON object")
     p.set_defaults(handler=run)
 
 
 def streams(keys: Keys) -> list[str]:
-    return [keys.rollouts, keys.steps, keys.scored, keys.analyses, keys.summaries,
-            keys.rubrics_updated, keys.events, keys.dead_letters]  # fmt: skip
+    return [
+        keys.rollouts,
+        keys.steps,
+        keys.scored,
+        keys.analyses,
+        keys.summaries,
+        keys.rubrics_updated,
+        keys.events,
+        keys.dead_letters,
+    ]
 
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -68,7 +80,9 @@ async def group_status(redis: Redis, stream: str, info: dict) -> dict:
         oldest_idle = first["time_since_delivered"] / 1000
     return {
         "group": name,
-        "consumers": [{"name": _text(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers],
+        "consumers": [
+            {"name": _text(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers
+        ],
         "pending": info["pending"],
         "lag": await group_lag(redis, stream, info),
         "last_delivered": _text(info["last-delivered-id"]),
@@ -87,11 +101,25 @@ async def rubric_versions(redis: Redis, keys: Keys) -> list[dict]:
         if not raw:
             continue
         current = msgspec.json.decode(raw, type=RubricSet)
-        row = runs.setdefault(run_id, {"run_id": run_id, "version": None, "step": None, "rubrics": None,
-                                       "updated_at": None, "instance_sets": 0, "max_instance_version": None})  # fmt: skip
+        row = runs.setdefault(
+            run_id,
+            {
+                "run_id": run_id,
+                "version": None,
+                "step": None,
+                "rubrics": None,
+                "updated_at": None,
+                "instance_sets": 0,
+                "max_instance_version": None,
+            },
+        )
         if instance == GLOBAL:
-            row |= {"version": current.version, "step": current.step, "rubrics": len(current.rubrics),
-                    "updated_at": current.created_at}  # fmt: skip
+            row |= {
+                "version": current.version,
+                "step": current.step,
+                "rubrics": len(current.rubrics),
+                "updated_at": current.created_at,
+            }
         else:
             row["instance_sets"] += 1
             row["max_instance_version"] = max(row["max_instance_version"] or 0, current.version)
@@ -105,18 +133,41 @@ def render(report: dict, namespace: str) -> str:
     short = lambda s: s.removeprefix(namespace + ":")  # noqa: E731
     rows = []
     for s in report["streams"]:
-        groups = [[g["group"], len(g["consumers"]), g["pending"], g["lag"], ago(g["oldest_pending_age_s"])] for g in s["groups"]]
+        groups = [
+            [g["group"], len(g["consumers"]), g["pending"], g["lag"], ago(g["oldest_pending_age_s"])]
+            for g in s["groups"]
+        ]
         rows += [[short(s["stream"]), s["length"], *g] for g in groups or [["-", "", "", "", ""]]]
-    out = [f"namespace {namespace}", "", table(rows, ["STREAM", "LENGTH", "GROUP", "CONSUMERS", "PENDING", "LAG", "OLDEST PENDING"])]
-    consumers = [[short(s["stream"]), g["group"], c["name"], c["pending"], ago(c["idle_s"])]
-                 for s in report["streams"] for g in s["groups"] for c in g["consumers"]]  # fmt: skip
+    out = [
+        f"namespace {namespace}",
+        "",
+        table(rows, ["STREAM", "LENGTH", "GROUP", "CONSUMERS", "PENDING", "LAG", "OLDEST PENDING"]),
+    ]
+    consumers = [
+        [short(s["stream"]), g["group"], c["name"], c["pending"], ago(c["idle_s"])]
+        for s in report["streams"]
+        for g in s["groups"]
+        for c in g["consumers"]
+    ]
     if consumers:
         out += ["", table(consumers, ["STREAM", "GROUP", "CONSUMER", "PENDING", "IDLE"])]
-    runs = [[r["run_id"], r["version"] or "-", "-" if r["step"] is None else r["step"], r["rubrics"] or "-",
-             r["rubrics_ready_for_step"] if r["rubrics_ready_for_step"] is not None else "-",
-             f"{r['instance_sets']} (max v{r['max_instance_version']})" if r["instance_sets"] else "-"]
-            for r in report["rubrics"]]  # fmt: skip
-    out += ["", table(runs, ["RUN", "VERSION", "FROM STEP", "RUBRICS", "READY FOR STEP", "INSTANCE SETS"]) if runs else "no rubric sets"]
+    runs = [
+        [
+            r["run_id"],
+            r["version"] or "-",
+            "-" if r["step"] is None else r["step"],
+            r["rubrics"] or "-",
+            r["rubrics_ready_for_step"] if r["rubrics_ready_for_step"] is not None else "-",
+            f"{r['instance_sets']} (max v{r['max_instance_version']})" if r["instance_sets"] else "-",
+        ]
+        for r in report["rubrics"]
+    ]
+    out += [
+        "",
+        table(runs, ["RUN", "VERSION", "FROM STEP", "RUBRICS", "READY FOR STEP", "INSTANCE SETS"])
+        if runs
+        else "no rubric sets",
+    ]
     return "\n".join(out)
 
 

@@ -15,13 +15,23 @@ BLOCK_MS = 1000
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("tail", help="follow the events every service writes",
-                            description="Follow the events stream live: one line per event (time, service, kind, "
-                                        "run/step/rollout, detail, fields), or JSON lines with --json.")  # fmt: skip
+    p = commands.add_parser(
+        "tail",
+        help="follow the events every service writes",
+        description="Follow the events stream live: one line per event (time, service, kind, "
+        "run/step/rollout, detail, fields), or JSON lines with --json.",
+    )
     p.add_argument("--run", help="only events of this run")
     p.add_argument("--service", action="append", help="only events of this service (repeatable)")
-    p.add_argument("--kind", nargs="+", action="extend", type=kind, choices=list(EventKind), metavar="KIND",
-                   help=f"only these event kinds: {', '.join(EventKind)}")  # fmt: skip
+    p.add_argument(
+        "--kind",
+        nargs="+",
+        action="extend",
+        type=kind,
+        choices=list(EventKind),
+        metavar="KIND",
+        help=f"only these event kinds: {', '.join(EventKind)}",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per line (the Event plus its entry id)")
     p.add_argument("--since", default="$", help="$ (default): new events only; 0: from the oldest kept; or an entry id")
     p.add_argument("--count", type=int, help="stop after this many matching events (exit 1 if --timeout comes first)")
@@ -68,9 +78,11 @@ def kind(name: str) -> str:
 
 
 def matches(event: Event, args: argparse.Namespace) -> bool:
-    return ((args.run is None or event.run_id == args.run)
-            and (not args.service or event.service in args.service)
-            and (not args.kind or kind(event.kind) in args.kind))  # fmt: skip
+    return (
+        (args.run is None or event.run_id == args.run)
+        and (not args.service or event.service in args.service)
+        and (not args.kind or kind(event.kind) in args.kind)
+    )
 
 
 def line(entry_id: str, event: Event, as_json: bool) -> str:
@@ -79,8 +91,18 @@ def line(entry_id: str, event: Event, as_json: bool) -> str:
     where = "/".join(str(x) for x in (event.run_id, event.step, event.rollout_id) if x is not None) or "-"
     fields = " ".join(f"{k}={_short(v)}" for k, v in event.fields.items() if v is not None)
     detail = clip(event.detail, 100) if event.detail else ""
-    return "  ".join(x for x in (clock(event.at, date=False), f"{event.service:<10}", f"{event.kind:<20}",
-                                 f"{where:<24}", detail, fields) if x).rstrip()  # fmt: skip
+    return "  ".join(
+        x
+        for x in (
+            clock(event.at, date=False),
+            f"{event.service:<10}",
+            f"{event.kind:<20}",
+            f"{where:<24}",
+            detail,
+            fields,
+        )
+        if x
+    ).rstrip()
 
 
 def _short(value: object) -> str:

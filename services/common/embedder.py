@@ -151,9 +151,11 @@ class _MiniLM:
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w, width = self.w, ids.shape[1]
-        x = (w["embeddings.word_embeddings.weight"][ids]
-             + w["embeddings.position_embeddings.weight"][:width]
-             + w["embeddings.token_type_embeddings.weight"][0])  # fmt: skip
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:width]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        )
         x = self._norm(x, "embeddings.LayerNorm")
         bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]  # padding gets no attention
         for layer in range(self.layers):

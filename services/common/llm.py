@@ -34,8 +34,16 @@ _MAX_BACKOFF_S = 30.0
 _USERINFO = re.compile(r"//[^/@\s]+@")
 _KEYLIKE = re.compile(r"\b(sk|key|api[-_]?key)[-_][A-Za-z0-9_*.\-]{4,}", re.I)
 # Keywords OpenAI strict mode rejects; msgspec still checks them on decode.
-_STRICT_DROP = {"default", "discriminator", "minLength", "maxLength", "minProperties",
-                "maxProperties", "uniqueItems", "examples"}  # fmt: skip
+_STRICT_DROP = {
+    "default",
+    "discriminator",
+    "minLength",
+    "maxLength",
+    "minProperties",
+    "maxProperties",
+    "uniqueItems",
+    "examples",
+}
 
 
 class LLMError(Exception):
@@ -164,9 +172,14 @@ class LLMGateway:
         if s.max_tokens:
             body["max_tokens"] = s.max_tokens
         if s.output_mode == "json_schema":
-            body["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": schema.name, "schema": schema.strict or schema.plain,
-                "strict": schema.strict is not None}}  # fmt: skip
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema.name,
+                    "schema": schema.strict or schema.plain,
+                    "strict": schema.strict is not None,
+                },
+            }
         else:
             messages = _with_instruction(messages, schema.instruction)
             if s.output_mode == "json_object":
@@ -199,8 +212,16 @@ class LLMGateway:
         value, attempts, elapsed = await self._run(agent, once)
         return Completion(value, attempts, elapsed, *tokens)
 
-    async def _post(self, client: openai.AsyncOpenAI, path: str, body: dict[str, Any], s: LLMSettings,
-                    reply_type: type[R], tokens: list[int], agent: str) -> R:  # fmt: skip
+    async def _post(
+        self,
+        client: openai.AsyncOpenAI,
+        path: str,
+        body: dict[str, Any],
+        s: LLMSettings,
+        reply_type: type[R],
+        tokens: list[int],
+        agent: str,
+    ) -> R:
         """POST through the client (auth, timeout, error mapping) and decode the reply with msgspec.
 
         The typed `create()` methods walk every request through the SDK's transform
@@ -234,7 +255,11 @@ class LLMGateway:
                 reason = e.reason
             except openai.APITimeoutError as e:
                 # aiohttp's refused connection reaches us as a connect timeout: say which it was.
-                reason = f"cannot connect to {s.base_url}" if _caused_by(e, ConnectionError) else f"timed out after {s.timeout_s:g}s"
+                reason = (
+                    f"cannot connect to {s.base_url}"
+                    if _caused_by(e, ConnectionError)
+                    else f"timed out after {s.timeout_s:g}s"
+                )
             except openai.APIConnectionError:
                 reason = f"cannot connect to {s.base_url}"
             except openai.APIStatusError as e:
@@ -257,9 +282,15 @@ class LLMGateway:
         key = _endpoint(s)
         if key not in self._clients:
             size = self._pool[key]  # every agent's concurrency on this endpoint: no call waits for a connection
-            self._clients[key] = openai.AsyncOpenAI(base_url=s.base_url, api_key=key[1], max_retries=0, timeout=s.timeout_s,
-                                                    http_client=openai.DefaultAioHttpClient(
-                                                        limits=_Limits(max_connections=size, max_keepalive_connections=size)))  # fmt: skip
+            self._clients[key] = openai.AsyncOpenAI(
+                base_url=s.base_url,
+                api_key=key[1],
+                max_retries=0,
+                timeout=s.timeout_s,
+                http_client=openai.DefaultAioHttpClient(
+                    limits=_Limits(max_connections=size, max_keepalive_connections=size)
+                ),
+            )
         return self._clients[key]
 
     def _count(self, agent: str, usage: "_TokenUsage | None", tokens: list[int]) -> None:
@@ -269,7 +300,10 @@ class LLMGateway:
         got = (usage.prompt_tokens, usage.completion_tokens, cached or 0)
         u = self._usage[agent]
         u.prompt_tokens, u.completion_tokens, u.cached_tokens = (
-            u.prompt_tokens + got[0], u.completion_tokens + got[1], u.cached_tokens + got[2])  # fmt: skip
+            u.prompt_tokens + got[0],
+            u.completion_tokens + got[1],
+            u.cached_tokens + got[2],
+        )
         tokens[:] = [a + b for a, b in zip(tokens, got)]
 
 
@@ -353,8 +387,10 @@ def _schema_of(type_: type) -> _Schema:
     if defs:
         plain["$defs"] = defs
     strict = _strict(plain) if plain.get("type") == "object" else None
-    instruction = (f"Respond with one JSON object matching the JSON Schema named {name}, "
-                   f"and nothing else:\n{json.dumps(plain, separators=(',', ':'))}")  # fmt: skip
+    instruction = (
+        f"Respond with one JSON object matching the JSON Schema named {name}, "
+        f"and nothing else:\n{json.dumps(plain, separators=(',', ':'))}"
+    )
     return _Schema(name, plain, strict, instruction)
 
 

@@ -81,9 +81,13 @@ class Memory:
         secure = url.scheme == "https"
         host = url.hostname or "127.0.0.1"
         client = weaviate.use_async_with_custom(
-            http_host=host, http_port=url.port or (443 if secure else 80), http_secure=secure,
-            grpc_host=host, grpc_port=settings.weaviate_grpc_port, grpc_secure=secure,
-        )  # fmt: skip
+            http_host=host,
+            http_port=url.port or (443 if secure else 80),
+            http_secure=secure,
+            grpc_host=host,
+            grpc_port=settings.weaviate_grpc_port,
+            grpc_secure=secure,
+        )
         await client.connect()
         memory = cls(client, embedder, settings.namespace)
         try:
@@ -111,8 +115,7 @@ class Memory:
                     Property(name="step", data_type=DataType.INT, index_range_filters=True),
                     Property(name="text", data_type=DataType.TEXT, tokenization=Tokenization.WORD),
                     # Kept whole for the reader, never filtered or searched.
-                    Property(name="message", data_type=DataType.TEXT, index_filterable=False,
-                             index_searchable=False),  # fmt: skip
+                    Property(name="message", data_type=DataType.TEXT, index_filterable=False, index_searchable=False),
                 ],
             )
         except UnexpectedStatusCodeError:
@@ -132,35 +135,59 @@ class Memory:
             return []
         vectors = await self.embedder.embed([item.text for item in items])
         ids = [memory_id(self.namespace, item) for item in items]
-        objects = [DataObject(properties=_properties(item), uuid=id_, vector=vector)
-                   for item, id_, vector in zip(items, ids, vectors)]  # fmt: skip
+        objects = [
+            DataObject(properties=_properties(item), uuid=id_, vector=vector)
+            for item, id_, vector in zip(items, ids, vectors)
+        ]
         done = await self.collection.data.insert_many(objects)
         if done.has_errors:
             first = next(iter(done.errors.values()))
             raise RuntimeError(f"memory: {len(done.errors)} of {len(items)} objects not stored: {first.message}")
         return ids
 
-    async def recent(self, run_id: str, kind: MemoryKind, *, limit: int, instance_key: str | None = None,
-                     before_step: int | None = None) -> list[MemoryItem]:  # fmt: skip
+    async def recent(
+        self,
+        run_id: str,
+        kind: MemoryKind,
+        *,
+        limit: int,
+        instance_key: str | None = None,
+        before_step: int | None = None,
+    ) -> list[MemoryItem]:
         """The latest `limit` memories of `kind` in the run (and instance), highest step first."""
         filters = _filters(run_id, [kind], instance_key)
         if before_step is not None:
             filters &= Filter.by_property("step").less_than(before_step)
         found = await self.collection.query.fetch_objects(
-            filters=filters, sort=Sort.by_property("step", ascending=False), limit=limit,
+            filters=filters,
+            sort=Sort.by_property("step", ascending=False),
+            limit=limit,
             return_properties=_PROPERTIES,
-        )  # fmt: skip
+        )
         return [_item(o.properties) for o in found.objects]
 
-    async def search(self, run_id: str, query: str, *, limit: int, kinds: Sequence[MemoryKind] | None = None,
-                     instance_key: str | None = None, alpha: float = 0.5) -> list[Hit]:  # fmt: skip
+    async def search(
+        self,
+        run_id: str,
+        query: str,
+        *,
+        limit: int,
+        kinds: Sequence[MemoryKind] | None = None,
+        instance_key: str | None = None,
+        alpha: float = 0.5,
+    ) -> list[Hit]:
         """The run's memories closest to `query`: hybrid of vector similarity (alpha=1) and BM25 on text (alpha=0)."""
         [vector] = await self.embedder.embed([query])
         found = await self.collection.query.hybrid(
-            query=query, vector=vector, alpha=alpha, query_properties=["text"],
-            filters=_filters(run_id, kinds, instance_key), limit=limit,
-            return_metadata=MetadataQuery(score=True), return_properties=_PROPERTIES,
-        )  # fmt: skip
+            query=query,
+            vector=vector,
+            alpha=alpha,
+            query_properties=["text"],
+            filters=_filters(run_id, kinds, instance_key),
+            limit=limit,
+            return_metadata=MetadataQuery(score=True),
+            return_properties=_PROPERTIES,
+        )
         return [Hit(_item(o.properties), o.metadata.score or 0.0, str(o.uuid)) for o in found.objects]
 
     async def count(self, run_id: str, kind: MemoryKind | None = None) -> int:
@@ -182,9 +209,13 @@ def _filters(run_id: str, kinds: Sequence[MemoryKind] | None, instance_key: str 
 
 def _properties(item: MemoryItem) -> dict[str, Any]:
     props: dict[str, Any] = {
-        "kind": str(item.kind), "run_id": item.run_id, "step": item.step, "text": item.text,
-        "ref": item.ref, "message": item.message.decode(),
-    }  # fmt: skip
+        "kind": str(item.kind),
+        "run_id": item.run_id,
+        "step": item.step,
+        "text": item.text,
+        "ref": item.ref,
+        "message": item.message.decode(),
+    }
     if item.instance_key is not None:
         props["instance_key"] = item.instance_key
     return props
@@ -192,7 +223,11 @@ def _properties(item: MemoryItem) -> dict[str, Any]:
 
 def _item(props: dict[str, Any]) -> MemoryItem:
     return MemoryItem(
-        kind=MemoryKind(props["kind"]), run_id=props["run_id"], step=int(props["step"]), text=props["text"],
-        ref=props.get("ref") or "", instance_key=props.get("instance_key"),
+        kind=MemoryKind(props["kind"]),
+        run_id=props["run_id"],
+        step=int(props["step"]),
+        text=props["text"],
+        ref=props.get("ref") or "",
+        instance_key=props.get("instance_key"),
         message=(props.get("message") or "").encode(),
-    )  # fmt: skip
+    )

@@ -37,8 +37,12 @@ class Metrics:
         self.service = service
         self.registry = CollectorRegistry()
         self.middleware = RedisPrometheusMiddleware(registry=self.registry, app_name=service)
-        self.group_pending = self.gauge("rubricd_group_pending", "entries delivered to the group and not yet acked", ["stream", "group"])
-        self.group_lag = self.gauge("rubricd_group_lag", "entries of the stream not yet delivered to the group", ["stream", "group"])
+        self.group_pending = self.gauge(
+            "rubricd_group_pending", "entries delivered to the group and not yet acked", ["stream", "group"]
+        )
+        self.group_lag = self.gauge(
+            "rubricd_group_lag", "entries of the stream not yet delivered to the group", ["stream", "group"]
+        )
 
     def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
@@ -101,8 +105,11 @@ class GatewayCollector(Collector):
             for agent, u in usage.items():
                 family.add_metric([agent], getattr(u, field))
             yield family
-        tokens = CounterMetricFamily("rubricd_llm_tokens", "tokens used, by kind (cached: served from the provider's prefix cache)",
-                                     labels=["agent", "kind"])  # fmt: skip
+        tokens = CounterMetricFamily(
+            "rubricd_llm_tokens",
+            "tokens used, by kind (cached: served from the provider's prefix cache)",
+            labels=["agent", "kind"],
+        )
         for agent, u in usage.items():
             for kind, field in self.TOKENS:
                 tokens.add_metric([agent, kind], getattr(u, field))

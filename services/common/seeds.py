@@ -23,8 +23,12 @@ InstanceFile = dict[InstanceKey, list[Rubric]]
 class SeedSettings(BaseModel):
     """Settings of the services that seed rubric sets; the files are checked at start, so a bad one stops the service naming it."""
 
-    seed_rubrics: Path | None = Field(None, description="JSON list of rubrics every run starts with; default: the built-in seed")
-    instance_rubrics: Path | None = Field(None, description="JSON object {instance key: [rubric, ...]}: predefined per-instance sets")
+    seed_rubrics: Path | None = Field(
+        None, description="JSON list of rubrics every run starts with; default: the built-in seed"
+    )
+    instance_rubrics: Path | None = Field(
+        None, description="JSON object {instance key: [rubric, ...]}: predefined per-instance sets"
+    )
 
     @field_validator("seed_rubrics")
     @classmethod
@@ -48,7 +52,11 @@ class Seeds:
 
     @classmethod
     def load(cls, settings: SeedSettings) -> "Seeds":
-        default = settings.seed_rubrics.read_bytes() if settings.seed_rubrics else resources.files(__package__).joinpath("seed_rubrics.json").read_bytes()
+        default = (
+            settings.seed_rubrics.read_bytes()
+            if settings.seed_rubrics
+            else resources.files(__package__).joinpath("seed_rubrics.json").read_bytes()
+        )
         per_instance = settings.instance_rubrics.read_bytes() if settings.instance_rubrics else b"{}"
         return cls(msgspec.json.decode(default, type=SeedFile), msgspec.json.decode(per_instance, type=InstanceFile))
 

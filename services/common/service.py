@@ -204,9 +204,14 @@ class ServiceApp(Generic[W]):
             await handle(self.worker, msg)
         except streams.Rejected as e:
             await streams.dead_letter(
-                self.clients.redis, self.keys, msg, service=self.name, reason=str(e), notify=e.notify,
+                self.clients.redis,
+                self.keys,
+                msg,
+                service=self.name,
+                reason=str(e),
+                notify=e.notify,
                 maxlen=self.settings.stream_maxlen,
-            )  # fmt: skip
+            )
         except Exception as e:
             # Left pending: a reclaiming consumer retries it, then dead-letters it with this error.
             with contextlib.suppress(Exception):
@@ -219,9 +224,14 @@ class ServiceApp(Generic[W]):
         if last_error:
             reason += f"; last error: {last_error.decode()}"
         await streams.dead_letter(
-            self.clients.redis, self.keys, msg, service=self.name, reason=reason, deliveries=deliveries,
+            self.clients.redis,
+            self.keys,
+            msg,
+            service=self.name,
+            reason=reason,
+            deliveries=deliveries,
             maxlen=self.settings.stream_maxlen,
-        )  # fmt: skip
+        )
 
     def _failure_key(self, msg: RedisStreamMessage) -> str:
         return self.keys.failure(msg.raw_message["channel"], streams.entry_id(msg).decode())
@@ -254,7 +264,9 @@ def make_broker(settings: ServiceSettings, metrics: Metrics) -> RedisBroker:
 
 def make_redis(settings: ServiceSettings) -> Redis:
     """The service's own client for its scripts and writes: a blocking pool, so bursts wait for a connection."""
-    pool = BlockingConnectionPool.from_url(settings.redis_url, max_connections=settings.redis_max_connections, timeout=None)
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=settings.redis_max_connections, timeout=None
+    )
     return Redis.from_pool(pool)
 
 
@@ -269,5 +281,10 @@ def run(service: str, settings_type: type[S], create_app: Callable[[S, Metrics],
         routes = [("/health", make_ping_asgi(app.broker, timeout=5.0)), ("/metrics", make_asgi_app(metrics.registry))]
         app = app.as_asgi(asgi_routes=routes)
         # log_config=None: uvicorn logs through our handler (JSON, redacted) instead of its own.
-        options = {"host": settings.metrics_host, "port": settings.metrics_port, "access_log": "false", "log_config": None}
+        options = {
+            "host": settings.metrics_host,
+            "port": settings.metrics_port,
+            "access_log": "false",
+            "log_config": None,
+        }
     asyncio.run(app.run(log_level=logging.INFO, run_extra_options=options))

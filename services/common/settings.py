@@ -40,9 +40,7 @@ class LLMSettings(BaseModel):
 class ServiceSettings(BaseSettings):
     """What every service shares: where Redis, Weaviate and the LLM are."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore"
-    )
+    model_config = SettingsConfigDict(env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore")
 
     namespace: str = Field("rubricd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     redis_url: str = Field("redis://127.0.0.1:6399/0", pattern=r"^rediss?://")
@@ -60,15 +58,21 @@ class ServiceSettings(BaseSettings):
     # Delivery: how every service reads its streams (see common.service.ServiceApp.consume).
     max_in_flight: InFlight = 32
     max_records: ReadSize = 8
-    reclaim_idle_ms: int = Field(60_000, ge=100, description="an entry pending this long is reclaimed from its consumer")
+    reclaim_idle_ms: int = Field(
+        60_000, ge=100, description="an entry pending this long is reclaimed from its consumer"
+    )
     max_deliveries: int = Field(3, ge=1, description="deliveries before an entry that keeps failing is dead-lettered")
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of the streams this service writes")
     # Health and metrics: with a port, GET /health (204 when the broker answers) and GET /metrics (Prometheus).
-    metrics_port: int | None = Field(None, ge=1, le=65535, description="serve /health and /metrics here; unset: no HTTP listener")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve /health and /metrics here; unset: no HTTP listener"
+    )
     metrics_host: str = Field("127.0.0.1", description="address of that listener (0.0.0.0 in a container)")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = Field("json", description="json: one object per line; text: for a terminal")
-    log_rollout_text: bool = Field(False, description="log each rollout's prompt and response (off: logs name rollouts by id only)")
+    log_rollout_text: bool = Field(
+        False, description="log each rollout's prompt and response (off: logs name rollouts by id only)"
+    )
 
     def agent(self, name: str) -> LLMSettings:
         """The LLM settings of one agent: defaults from `llm`, overridden by `agents.<name>`."""
@@ -84,8 +88,5 @@ def load(cls: type[S]) -> S:
         return cls()
     except ValidationError as e:
         prefix = cls.model_config.get("env_prefix", "")
-        lines = [
-            f"  {prefix}{'__'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
-            for err in e.errors()
-        ]
+        lines = [f"  {prefix}{'__'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in e.errors()]
         sys.exit(f"{cls.__name__}: invalid settings\n" + "\n".join(lines))

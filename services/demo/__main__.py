@@ -28,9 +28,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rollouts", type=int, default=24, help="rollouts per step")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--learning-rate", type=float, default=1.0, help="how fast the policy's mix follows its rewards")
-    parser.add_argument("--reports", "--report-dir", dest="reports", type=Path, default=Path("reports"), help="the report goes to REPORTS/<run_id>/")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a step's scores, or its rubric update")
+    parser.add_argument(
+        "--learning-rate", type=float, default=1.0, help="how fast the policy's mix follows its rewards"
+    )
+    parser.add_argument(
+        "--reports",
+        "--report-dir",
+        dest="reports",
+        type=Path,
+        default=Path("reports"),
+        help="the report goes to REPORTS/<run_id>/",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to wait for a step's scores, or its rubric update"
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rollouts < 1:
         parser.error("--steps and --rollouts must be >= 1")
@@ -39,18 +50,29 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def new_run(args: argparse.Namespace) -> Run:
     return Run(
-        run_id=args.run_id or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime()), steps=args.steps, rollouts=args.rollouts,
-        seed=args.seed, learning_rate=args.learning_rate, namespace=args.namespace, started_at=time.time(),
-    )  # fmt: skip
+        run_id=args.run_id or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime()),
+        steps=args.steps,
+        rollouts=args.rollouts,
+        seed=args.seed,
+        learning_rate=args.learning_rate,
+        namespace=args.namespace,
+        started_at=time.time(),
+    )
 
 
 async def run_demo(args: argparse.Namespace, run: Run) -> Run:
     """Train, printing each step as it ends; `run` holds what was done even when it stops early."""
-    print(f"run {run.run_id}: {run.steps} steps x {run.rollouts} rollouts, scored by rubricd at {args.redis_url} (namespace {args.namespace})")
-    print("per step: mean reward x rollouts per behaviour, the rubric version that scored it, what the update after it changed and why")
+    print(
+        f"run {run.run_id}: {run.steps} steps x {run.rollouts} rollouts, scored by rubricd at {args.redis_url} (namespace {args.namespace})"
+    )
+    print(
+        "per step: mean reward x rollouts per behaviour, the rubric version that scored it, what the update after it changed and why"
+    )
     async with RubricdClient(args.redis_url, namespace=args.namespace) as client:
         try:
-            await train(client, run, timeout=args.timeout, on_step=lambda r: print("\n".join(report.step_lines(r)), flush=True))
+            await train(
+                client, run, timeout=args.timeout, on_step=lambda r: print("\n".join(report.step_lines(r)), flush=True)
+            )
         except Exception as e:  # reported with the steps done; the exit status says it failed
             run.error = f"{type(e).__name__}: {e}"
     return run

@@ -12,12 +12,18 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from .policy import BEHAVIOURS  # noqa: E402
-from .trainer import Run  # noqa: E402
+from .policy import BEHAVIOURS
+from .trainer import Run
 
-COLOURS = {"correct": "tab:green", "wrong": "tab:red", "padded": "tab:orange", "sycophantic": "tab:purple", "judge_addressing": "tab:gray"}
+COLOURS = {
+    "correct": "tab:green",
+    "wrong": "tab:red",
+    "padded": "tab:orange",
+    "sycophantic": "tab:purple",
+    "judge_addressing": "tab:gray",
+}
 
 
 def update_markers(run: Run) -> list[tuple[int, float]]:
@@ -35,12 +41,20 @@ def rewards(run: Run, path: Path) -> dict:
     for b in BEHAVIOURS:
         ys = [math.nan if y is None else y for y in series[b]]
         top.plot(steps, ys, marker="o", color=COLOURS[b], label=b)
-    bottom.stackplot(steps, *[mix[b] for b in BEHAVIOURS], colors=[COLOURS[b] for b in BEHAVIOURS], alpha=0.8, labels=BEHAVIOURS)
+    bottom.stackplot(
+        steps, *[mix[b] for b in BEHAVIOURS], colors=[COLOURS[b] for b in BEHAVIOURS], alpha=0.8, labels=BEHAVIOURS
+    )
     for version, x in markers:
         for ax in (top, bottom):
             ax.axvline(x, color="black", linestyle="--", linewidth=1)
-        top.annotate(f"v{version}", (x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12), textcoords="offset points")
-    top.set(ylabel="mean reward", ylim=(-0.05, 1.05), title=f"{run.run_id}: mean reward per behaviour (dashed: rubric update -> version)")
+        top.annotate(
+            f"v{version}", (x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12), textcoords="offset points"
+        )
+    top.set(
+        ylabel="mean reward",
+        ylim=(-0.05, 1.05),
+        title=f"{run.run_id}: mean reward per behaviour (dashed: rubric update -> version)",
+    )
     top.legend(loc="lower right", fontsize="small")
     bottom.set(xlabel="training step", ylabel="share of the batch", ylim=(0, 1))
     bottom.set_xticks(steps)
@@ -70,8 +84,13 @@ def rubrics(run: Run, path: Path) -> dict:
     points.set(ylabel="points", title="points over versions")
     points.legend(fontsize="small")
     fig.suptitle(f"{run.run_id}: rubric versions (the label says which step's evidence made each)")
-    data = {"run_id": run.run_id, "versions": versions, "size": [a + b for a, b in zip(anchors, adaptive)],
-            "positive": positive, "negative": negative}  # fmt: skip
+    data = {
+        "run_id": run.run_id,
+        "versions": versions,
+        "size": [a + b for a, b in zip(anchors, adaptive)],
+        "positive": positive,
+        "negative": negative,
+    }
     _save(fig, path, data)
     return data
 

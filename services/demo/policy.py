@@ -94,10 +94,15 @@ class Policy:
         for i, behaviour in enumerate(behaviours):
             a, b = self._rng.randint(10, 99), self._rng.randint(10, 99)
             rollout = Rollout(
-                run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, prompt=f"What is {a} + {b}?",
-                response=respond(behaviour, a, b), reference=str(a + b), context=context,
+                run_id=run_id,
+                rollout_id=f"s{step}-r{i}",
+                step=step,
+                prompt=f"What is {a} + {b}?",
+                response=respond(behaviour, a, b),
+                reference=str(a + b),
+                context=context,
                 metadata={"behaviour": behaviour},
-            )  # fmt: skip
+            )
             out.append((behaviour, rollout))
         return out
 

@@ -18,7 +18,7 @@ from .trainer import Run, StepRecord, Update
 
 
 def cell(record: StepRecord, behaviour: str) -> str:
-    """"0.43 x5": mean reward and rollouts of one behaviour at one step ("-" when it was not sampled)."""
+    """ "0.43 x5": mean reward and rollouts of one behaviour at one step ("-" when it was not sampled)."""
     if behaviour not in record.mean_reward:
         return "-" if not record.counts[behaviour] else f"failed x{record.counts[behaviour]}"
     return f"{record.mean_reward[behaviour]:.2f} x{record.counts[behaviour]}"
@@ -34,7 +34,9 @@ def change(m: RubricModification) -> str:
         case Action.ADD | Action.MODIFY:
             sign = "+" if m.action is Action.ADD else "~"
             r = m.rubric
-            return f"{sign} {m.rubric_id} ({r.points:+g}, {r.meta_class}): {r.criterion}" if r else f"{sign} {m.rubric_id}"
+            return (
+                f"{sign} {m.rubric_id} ({r.points:+g}, {r.meta_class}): {r.criterion}" if r else f"{sign} {m.rubric_id}"
+            )
         case Action.REMOVE:
             return f"- {m.rubric_id}"
         case Action.REWEIGHT:
@@ -46,7 +48,11 @@ def decision(update: Update) -> str:
     """The updater's decision in one line."""
     if update.version != update.previous_version:
         return f"v{update.previous_version} -> v{update.version} ({update.strategy or 'updated'})"
-    what = {EventKind.UPDATE_SKIPPED: "skipped", EventKind.UPDATE_FAILED: "failed, rubrics kept", "unknown": "no announcement seen"}
+    what = {
+        EventKind.UPDATE_SKIPPED: "skipped",
+        EventKind.UPDATE_FAILED: "failed, rubrics kept",
+        "unknown": "no announcement seen",
+    }
     return f"v{update.version} kept ({what.get(update.outcome, update.strategy or 'no change')})"
 
 
@@ -58,11 +64,15 @@ def step_lines(record: StepRecord) -> list[str]:
     if record.judge_failures:
         lines.append(f"         {record.judge_failures} judge failure(s): no reward, left out of the means")
     if record.discovered:
-        lines.append(f"         the policy found a new hack: {record.discovered} ({record.shares[record.discovered]:.0%} of this batch's mix)")
+        lines.append(
+            f"         the policy found a new hack: {record.discovered} ({record.shares[record.discovered]:.0%} of this batch's mix)"
+        )
     if u := record.update:
         if u.summary:
             lines.append(f"         step summary: {u.summary}")
-        lines.append(f"         update after step {record.step}: {decision(u)}" + ("" if u.modifications else f": {u.rationale}"))
+        lines.append(
+            f"         update after step {record.step}: {decision(u)}" + ("" if u.modifications else f": {u.rationale}")
+        )
         for m in u.modifications:
             lines.append(f"           {change(m)}")
             lines.append(f"             why: {m.rationale}")
@@ -143,7 +153,9 @@ def markdown(run: Run) -> str:
     for r in run.records:
         mean = "-" if r.mean is None else f"{r.mean:.2f}"
         update = decision(r.update) if r.update else "-"
-        out.append(f"| {r.step} | {versions(r)} | {mean} | " + " | ".join(cell(r, b) for b in BEHAVIOURS) + f" | {update} |")
+        out.append(
+            f"| {r.step} | {versions(r)} | {mean} | " + " | ".join(cell(r, b) for b in BEHAVIOURS) + f" | {update} |"
+        )
     out += ["", "## What each step's summary said and what the updater did", ""]
     for r in run.records:
         out.append(f"### Step {r.step} (scored with rubric {versions(r)})")
@@ -160,7 +172,12 @@ def markdown(run: Run) -> str:
     out += ["## Rubric history", ""]
     for v in run.history:
         origin = "seed" if v.step is None else f"made from step {v.step}'s evidence"
-        out += [f"### v{v.version} ({origin})", "", "| id | kind | meta-class | points | criterion |", "|---|---|---|---:|---|"]
+        out += [
+            f"### v{v.version} ({origin})",
+            "",
+            "| id | kind | meta-class | points | criterion |",
+            "|---|---|---|---:|---|",
+        ]
         out += [f"| {r.id} | {r.kind} | {r.meta_class} | {r.points:+g} | {_md(r.criterion)} |" for r in v.rubrics]
         out.append("")
     out += ["## Summary", "", "```", *summary_lines(run, None), "```", ""]

@@ -21,7 +21,16 @@ from redis.asyncio import Redis
 
 from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
-from rubricd.messages import UPDATE_OUTCOMES, Event, EventKind, JudgeStatus, RubricModification, RubricSet, RubricsUpdated, StepSummary
+from rubricd.messages import (
+    UPDATE_OUTCOMES,
+    Event,
+    EventKind,
+    JudgeStatus,
+    RubricModification,
+    RubricSet,
+    RubricsUpdated,
+    StepSummary,
+)
 
 from .policy import BEHAVIOURS, Policy
 
@@ -101,7 +110,12 @@ class Announcements:
         try:
             if stream == self.keys.events:
                 event = wire.decode(data, Event)
-                if event.service == "updater" and event.run_id == self.run_id and event.kind in UPDATE_OUTCOMES and event.step is not None:
+                if (
+                    event.service == "updater"
+                    and event.run_id == self.run_id
+                    and event.kind in UPDATE_OUTCOMES
+                    and event.step is not None
+                ):
                     self.outcomes[event.step] = event
             elif stream == self.keys.rubrics_updated:
                 update = wire.decode(data, RubricsUpdated)
@@ -128,12 +142,15 @@ class Announcements:
         summary = self.summaries.get(step)
         return Update(
             outcome=event.kind if event else (EventKind.RUBRICS_UPDATED if announcement else "unknown"),
-            version=current.version, previous_version=previous,
-            strategy=str(announcement.strategy) if announcement else str((event.fields if event else {}).get("strategy") or ""),
+            version=current.version,
+            previous_version=previous,
+            strategy=str(announcement.strategy)
+            if announcement
+            else str((event.fields if event else {}).get("strategy") or ""),
             rationale=event.detail if event else "",
             modifications=list(announcement.modifications) if announcement else [],
             summary=summary.executive_summary if summary else "",
-        )  # fmt: skip
+        )
 
 
 async def train(
@@ -158,7 +175,9 @@ async def train(
     return run
 
 
-async def one_step(client: RubricdClient, announcements: Announcements, policy: Policy, run: Run, step: int, timeout: float) -> StepRecord:
+async def one_step(
+    client: RubricdClient, announcements: Announcements, policy: Policy, run: Run, step: int, timeout: float
+) -> StepRecord:
     discovered = policy.explore(step)
     shares = policy.shares()
     batch = policy.sample(run.run_id, step, run.rollouts)
@@ -180,8 +199,13 @@ async def one_step(client: RubricdClient, announcements: Announcements, policy: 
     if everything:
         policy.learn(mean_reward, baseline=statistics.fmean(everything))
     return StepRecord(
-        step=step, rubric_versions=used, shares=shares,
+        step=step,
+        rubric_versions=used,
+        shares=shares,
         counts={b: sum(1 for x, _ in batch if x == b) for b in BEHAVIOURS},
-        mean_reward=mean_reward, mean=statistics.fmean(everything) if everything else None,
-        judge_failures=len(scores) - len(everything), discovered=discovered, update=update,
-    )  # fmt: skip
+        mean_reward=mean_reward,
+        mean=statistics.fmean(everything) if everything else None,
+        judge_failures=len(scores) - len(everything),
+        discovered=discovered,
+        update=update,
+    )

@@ -32,7 +32,9 @@ return stored
 
 
 class Effects:
-    def __init__(self, redis: Redis, keys: Keys, group: str, *, score_ttl_s: int, maxlen: int, reply_ttl_s: int) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keys, group: str, *, score_ttl_s: int, maxlen: int, reply_ttl_s: int
+    ) -> None:
         self.keys = keys
         self.group = group
         self.score_ttl_s = score_ttl_s

@@ -41,8 +41,12 @@ class ScorerMetrics:
     """The scorer's own figures, beside FastStream's and the LLM gateway's."""
 
     def __init__(self, metrics: Metrics) -> None:
-        self.scores = metrics.counter("rubricd_scores", "rollouts scored, by status (ok, judge_failed, rejected)", ["status"])
-        self.judge_seconds = metrics.histogram("rubricd_judge_seconds", "judge latency, retries included", JUDGE_BUCKETS)
+        self.scores = metrics.counter(
+            "rubricd_scores", "rollouts scored, by status (ok, judge_failed, rejected)", ["status"]
+        )
+        self.judge_seconds = metrics.histogram(
+            "rubricd_judge_seconds", "judge latency, retries included", JUDGE_BUCKETS
+        )
         self.reward = metrics.histogram("rubricd_reward", "rewards given (status ok)", REWARD_BUCKETS)
         self.rubric_version = metrics.gauge(
             "rubricd_rubric_version", "rubric version of the run's latest score (global sets)", ["run_id"]
@@ -88,7 +92,9 @@ class Scorer:
         rubrics = await self.rubrics.get(rollout)
         score = await score_rollout(rollout, rubrics, self.call_judge, self.policy, self.settings.reward_policy)
         if not await self.effects.commit(streams.entry_id(msg), rollout, score, self.event(rollout, score)):
-            log.info("rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id)
+            log.info(
+                "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
+            )
             return
         self.metrics.observe(score)
         if self.settings.log_rollout_text:
@@ -102,11 +108,17 @@ class Scorer:
         update = wire.decode(msg.body, RubricsUpdated)
         if self.rubrics.invalidate(update.run_id, update.instance_key):
             event = streams.event(
-                SERVICE, EventKind.RUBRICS_RELOADED, run_id=update.run_id, step=update.step,
+                SERVICE,
+                EventKind.RUBRICS_RELOADED,
+                run_id=update.run_id,
+                step=update.step,
                 detail=f"v{update.version} replaces v{update.previous_version} from the next rollout",
-                instance_key=update.instance_key, version=update.version,
-            )  # fmt: skip
-            await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True)
+                instance_key=update.instance_key,
+                version=update.version,
+            )
+            await self.redis.xadd(
+                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
+            )
 
     async def trim(self) -> None:
         """Keep the rollouts stream bounded: drop what every group has acked."""
@@ -134,9 +146,15 @@ class Scorer:
         except (msgspec.DecodeError, msgspec.ValidationError, InvalidKey):
             return None
         score = Score(
-            run_id=addressed.run_id, rollout_id=addressed.rollout_id, step=addressed.step,
-            status=JudgeStatus.REJECTED, reward=None, rubric_version=0, error=reason, scored_at=time.time(),
-        )  # fmt: skip
+            run_id=addressed.run_id,
+            rollout_id=addressed.rollout_id,
+            step=addressed.step,
+            status=JudgeStatus.REJECTED,
+            reward=None,
+            rubric_version=0,
+            error=reason,
+            scored_at=time.time(),
+        )
         return reply_to, score
 
     async def call_judge(self, messages: list[dict[str, str]]) -> judge.JudgeVerdict:

@@ -73,7 +73,9 @@ class RubricCache:
         return Rubrics(current, judge.system_message(self.template, current), step)
 
 
-async def score_rollout(rollout: Rollout, rubrics: Rubrics, call_judge: Judge, policy: Policy, policy_name: str) -> Score:
+async def score_rollout(
+    rollout: Rollout, rubrics: Rubrics, call_judge: Judge, policy: Policy, policy_name: str
+) -> Score:
     """Judge `rollout` against `rubrics` and turn the verdict into a Score.
 
     A judge that fails yields status judge_failed and no reward, never a 0.
@@ -90,7 +92,14 @@ async def score_rollout(rollout: Rollout, rubrics: Rubrics, call_judge: Judge, p
     try:
         verdict = await call_judge(judge.messages(rubrics.system, rollout))
     except JudgeFailed as e:
-        return Score(**base, status=JudgeStatus.JUDGE_FAILED, reward=None, error=str(e), judge_ms=_ms(started), scored_at=time.time())
+        return Score(
+            **base,
+            status=JudgeStatus.JUDGE_FAILED,
+            reward=None,
+            error=str(e),
+            judge_ms=_ms(started),
+            scored_at=time.time(),
+        )
     met = judge.met_by_id(verdict, rubrics.set.rubrics)
     explanations = {v.rubric_id: v.explanation for v in verdict.results}
     reward = policy(rubrics.set.rubrics, met)

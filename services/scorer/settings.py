@@ -14,7 +14,9 @@ class ScorerSettings(ServiceSettings, SeedSettings):
     max_rollout_bytes: int = Field(1_000_000, ge=1024)
     reward_policy: str = "weighted_sum"
     judge_prompt: PromptFile = Field(None, description="judge instructions; default: prompts/judge.md")
-    score_ttl_s: int = Field(3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB")
+    score_ttl_s: int = Field(
+        3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB"
+    )
     reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
     trim_interval_s: float = Field(5.0, gt=0)
 

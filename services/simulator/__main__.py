@@ -27,8 +27,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--failures", type=kinds, help="comma list: timeout,429,500,malformed,invalid,truncated")
     p.add_argument("--timeout-hold-s", type=float, help="how long a `timeout` failure holds a request")
     p.add_argument("--cache-ttl-s", type=float, help="prefix-cache lifetime of a system message")
-    p.add_argument("--workers", type=int, default=int(os.environ.get("RUBRICD_SIM_WORKERS", "1")),
-                   help="processes serving the port (with more than one, /admin/* reaches one of them)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("RUBRICD_SIM_WORKERS", "1")),
+        help="processes serving the port (with more than one, /admin/* reaches one of them)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
 

@@ -28,9 +28,14 @@ AGENTS: dict[str, Callable[[str, str], Any]] = {
 
 _NAMED = re.compile(r"JSON Schema named ([A-Za-z0-9_-]{1,64})")
 _WORD = re.compile(r"[A-Za-z0-9']+")
-_FORMATS = {"date-time": "1970-01-01T00:00:00Z", "date": "1970-01-01", "time": "00:00:00Z",
-            "uuid": "00000000-0000-4000-8000-000000000000", "email": "sim@example.com",
-            "uri": "https://example.com/sim"}  # fmt: skip
+_FORMATS = {
+    "date-time": "1970-01-01T00:00:00Z",
+    "date": "1970-01-01",
+    "time": "00:00:00Z",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+    "email": "sim@example.com",
+    "uri": "https://example.com/sim",
+}
 
 
 def text_of(message: dict[str, Any]) -> str:

@@ -70,9 +70,14 @@ class Simulator:
         return tokens(system) if seen is not None and now - seen <= self.config.cache_ttl_s else 0
 
     def stats(self) -> dict[str, Any]:
-        return {"requests": sum(self.outcomes.values()), "outcomes": dict(self.outcomes),
-                "schemas": dict(self.schemas), "embeddings": self.embeddings,
-                "in_flight": self.in_flight, "max_in_flight": self.max_in_flight}  # fmt: skip
+        return {
+            "requests": sum(self.outcomes.values()),
+            "outcomes": dict(self.outcomes),
+            "schemas": dict(self.schemas),
+            "embeddings": self.embeddings,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+        }
 
 
 def tokens(text: str) -> int:
@@ -85,8 +90,12 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 def _error(status: int, message: str, request: Request | None = None) -> Response:
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")  # fmt: skip
+    kind = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        429: "rate_limit_error",
+    }.get(status, "server_error" if status >= 500 else "invalid_request_error")
     if status == 401 and request is not None:
         # Echo the key the way providers do (here in full), so tests prove callers redact it.
         message = f"Incorrect API key provided: {request.headers.get('authorization', '').removeprefix('Bearer ')}"
@@ -161,10 +170,20 @@ def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, A
         "created": int(time.time()),
         "model": body.get("model") or MODEL,
         "system_fingerprint": MODEL,
-        "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
-                     "message": {"role": "assistant", "content": content, "refusal": None}}],  # fmt: skip
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                  "prompt_tokens_details": {"cached_tokens": sim.cached_tokens(system)}},  # fmt: skip
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": finish,
+                "logprobs": None,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sim.cached_tokens(system)},
+        },
     }
 
 
@@ -184,8 +203,14 @@ async def create_embeddings(request: Request) -> Response:
         data.append({"object": "embedding", "index": i, "embedding": embeddings.as_base64(vec) if as_b64 else vec})
     sim.embeddings += len(texts)
     used = sum(tokens(t) for t in texts)
-    return _json({"object": "list", "data": data, "model": body.get("model") or MODEL,
-                  "usage": {"prompt_tokens": used, "total_tokens": used}})  # fmt: skip
+    return _json(
+        {
+            "object": "list",
+            "data": data,
+            "model": body.get("model") or MODEL,
+            "usage": {"prompt_tokens": used, "total_tokens": used},
+        }
+    )
 
 
 async def models(request: Request) -> Response:
@@ -228,22 +253,32 @@ def create_app(config: SimConfig | None = None) -> Starlette:
         log.warning("%s; config %s", BANNER, msgspec.json.encode(sim.config).decode())
         yield
 
-    app = Starlette(lifespan=lifespan, routes=[
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/embeddings", create_embeddings, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/admin/config", admin_config, methods=["GET", "POST"]),
-        Route("/admin/stats", admin_stats, methods=["GET"]),
-        Route("/admin/reset", admin_reset, methods=["POST"]),
-    ])  # fmt: skip
+    app = Starlette(
+        lifespan=lifespan,
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", create_embeddings, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/admin/config", admin_config, methods=["GET", "POST"]),
+            Route("/admin/stats", admin_stats, methods=["GET"]),
+            Route("/admin/reset", admin_reset, methods=["POST"]),
+        ],
+    )
     app.state.sim = sim
     return app
 
 
 # uvicorn tuned for many slow concurrent requests (uvloop/httptools when installed).
-SERVER_OPTIONS = dict(access_log=False, loop="auto", http="auto", limit_concurrency=100_000, backlog=2048,
-                      timeout_keep_alive=60, timeout_graceful_shutdown=2)  # fmt: skip
+SERVER_OPTIONS = dict(
+    access_log=False,
+    loop="auto",
+    http="auto",
+    limit_concurrency=100_000,
+    backlog=2048,
+    timeout_keep_alive=60,
+    timeout_graceful_shutdown=2,
+)
 
 
 def server_config(app: Starlette, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
@@ -258,12 +293,21 @@ def serve_workers(config: SimConfig, workers: int, host: str, port: int, log_lev
     RUBRICD_SIM_* or `[sim:...]` markers instead.
     """
     os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
-    uvicorn.run("simulator.app:create_app", factory=True, workers=workers, host=host, port=port, log_level=log_level,
-                **SERVER_OPTIONS)  # type: ignore[arg-type]  # fmt: skip
+    uvicorn.run(
+        "simulator.app:create_app",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level=log_level,
+        **SERVER_OPTIONS,
+    )  # type: ignore[arg-type]
 
 
 @contextmanager
-def serve_in_background(config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> Iterator[tuple[str, Simulator]]:
+def serve_in_background(
+    config: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0
+) -> Iterator[tuple[str, Simulator]]:
     """Run a simulator in a thread (port 0: a free one); yields (base_url ending in /v1, state)."""
     app = create_app(config or SimConfig())
     server = uvicorn.Server(server_config(app, host, port))

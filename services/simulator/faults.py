@@ -47,9 +47,13 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "SimConfig":
         """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FAILURES (comma list)."""
-        fields = {"latency_ms": "RUBRICD_SIM_LATENCY_MS", "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
-                  "fail_rate": "RUBRICD_SIM_FAIL_RATE", "timeout_hold_s": "RUBRICD_SIM_TIMEOUT_HOLD_S",
-                  "cache_ttl_s": "RUBRICD_SIM_CACHE_TTL_S"}  # fmt: skip
+        fields = {
+            "latency_ms": "RUBRICD_SIM_LATENCY_MS",
+            "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
+            "fail_rate": "RUBRICD_SIM_FAIL_RATE",
+            "timeout_hold_s": "RUBRICD_SIM_TIMEOUT_HOLD_S",
+            "cache_ttl_s": "RUBRICD_SIM_CACHE_TTL_S",
+        }
         values: dict[str, object] = {k: float(env[v]) for k, v in fields.items() if env.get(v)}
         if env.get("RUBRICD_SIM_FAILURES"):
             values["failures"] = kinds(env["RUBRICD_SIM_FAILURES"])

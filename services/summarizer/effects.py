@@ -137,8 +137,17 @@ def parse_member(raw: bytes | str) -> tuple[str, int]:
 class StepBook:
     """The summarizer's view of every step's accounting."""
 
-    def __init__(self, redis: Redis, keys: Keys, group: str, *, deadline_s: float, claim_ttl_s: float, maxlen: int,
-                 state_ttl_s: int = 7 * 86_400) -> None:  # fmt: skip
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        group: str,
+        *,
+        deadline_s: float,
+        claim_ttl_s: float,
+        maxlen: int,
+        state_ttl_s: int = 7 * 86_400,
+    ) -> None:
         self.redis = redis
         self.state_ttl_s = state_ttl_s
         self.keys = keys
@@ -157,16 +166,38 @@ class StepBook:
         expected = msg.rollouts if msg.rollouts is not None else (len(msg.rollout_ids) if msg.rollout_ids else None)
         await self._closed(
             keys=[self.keys.step(msg.run_id, msg.step), self.keys.open_steps, self.keys.steps],
-            args=["" if expected is None else expected, json.dumps(sorted(set(msg.rollout_ids))), now,
-                  now + self.deadline_s, member(msg.run_id, msg.step), self.group, entry_id],
-        )  # fmt: skip
+            args=[
+                "" if expected is None else expected,
+                json.dumps(sorted(set(msg.rollout_ids))),
+                now,
+                now + self.deadline_s,
+                member(msg.run_id, msg.step),
+                self.group,
+                entry_id,
+            ],
+        )
 
-    async def analyzed(self, analysis: RolloutAnalysis, now: float, entry_id: bytes | str, rollouts_per_step: int | None) -> None:
+    async def analyzed(
+        self, analysis: RolloutAnalysis, now: float, entry_id: bytes | str, rollouts_per_step: int | None
+    ) -> None:
         """Count an announced analysis in its step and ack its entry."""
         run, step = analysis.run_id, analysis.step
         await self._analyzed(
-            keys=[self.keys.step(run, step), self.keys.step_analyses(run, step), self.keys.open_steps, self.keys.analyses],
-            args=[analysis.rollout_id, rollouts_per_step or "", now, now + self.deadline_s, member(run, step), self.group, entry_id],
+            keys=[
+                self.keys.step(run, step),
+                self.keys.step_analyses(run, step),
+                self.keys.open_steps,
+                self.keys.analyses,
+            ],
+            args=[
+                analysis.rollout_id,
+                rollouts_per_step or "",
+                now,
+                now + self.deadline_s,
+                member(run, step),
+                self.group,
+                entry_id,
+            ],
         )
 
     async def state(self, run_id: str, step: int) -> StepState:
@@ -198,8 +229,22 @@ class StepBook:
 
     async def commit(self, run_id: str, step: int, summaries: list[StepSummary], event: Event, now: float) -> bool:
         """Mark the step summarized and publish its summaries, unless it already was; True if this call did."""
-        return bool(await self._commit(
-            keys=[self.keys.step(run_id, step), self.keys.open_steps, self.keys.summaries, self.keys.events,
-                  self.keys.step_analyses(run_id, step)],
-            args=[member(run_id, step), now, self.maxlen, wire.encode(event), self.state_ttl_s, *(wire.encode(s) for s in summaries)],
-        ))  # fmt: skip
+        return bool(
+            await self._commit(
+                keys=[
+                    self.keys.step(run_id, step),
+                    self.keys.open_steps,
+                    self.keys.summaries,
+                    self.keys.events,
+                    self.keys.step_analyses(run_id, step),
+                ],
+                args=[
+                    member(run_id, step),
+                    now,
+                    self.maxlen,
+                    wire.encode(event),
+                    self.state_ttl_s,
+                    *(wire.encode(s) for s in summaries),
+                ],
+            )
+        )

@@ -62,9 +62,13 @@ class Summarizer:
         self.gateway = clients.gateway
         self.memory = clients.memory
         self.book = StepBook(
-            clients.redis, self.keys, SUMMARIZERS, deadline_s=settings.step_deadline_s,
-            claim_ttl_s=settings.claim_ttl_s, maxlen=settings.stream_maxlen,
-        )  # fmt: skip
+            clients.redis,
+            self.keys,
+            SUMMARIZERS,
+            deadline_s=settings.step_deadline_s,
+            claim_ttl_s=settings.claim_ttl_s,
+            maxlen=settings.stream_maxlen,
+        )
         self.templates = (
             load_template(SUMMARIZER, settings.summarizer_prompt),
             load_template(META_SUMMARIZER, settings.meta_summarizer_prompt),
@@ -114,8 +118,12 @@ class Summarizer:
             self.summaries.labels("failed").inc()
             with contextlib.suppress(Exception):
                 await self.book.retry_at(run_id, step, token, time.time() + self.settings.retry_after_s)
-                failed = streams.event(SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500])
-                await self.redis.xadd(self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True)
+                failed = streams.event(
+                    SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500]
+                )
+                await self.redis.xadd(
+                    self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True
+                )
 
     async def summarize(self, state: StepState) -> None:
         """Summarize a claimed step: memory first (idempotent ids), then the summaries and the flag, once."""
@@ -127,17 +135,25 @@ class Summarizer:
         for instance_key, group in sorted(groups.items(), key=lambda kv: kv[0] or ""):
             info = StepInfo(state.run_id, state.step, instance_key, expected=state.expected, missing=missing)
             done = await summarize_step(
-                info, group, chunk_size=self.settings.chunk_size, templates=self.templates,
-                summarizer=self.agent(SUMMARIZER), meta_summarizer=self.agent(META_SUMMARIZER),
-            )  # fmt: skip
+                info,
+                group,
+                chunk_size=self.settings.chunk_size,
+                templates=self.templates,
+                summarizer=self.agent(SUMMARIZER),
+                meta_summarizer=self.agent(META_SUMMARIZER),
+            )
             summaries.append(done.summary)
             items += memory_items(info, done)
         await self.memory.put(items)
         event = streams.event(
-            SERVICE, EventKind.STEP_SUMMARIZED, run_id=state.run_id, step=state.step, analyses=len(analyses),
+            SERVICE,
+            EventKind.STEP_SUMMARIZED,
+            run_id=state.run_id,
+            step=state.step,
+            analyses=len(analyses),
             missing=len(missing) if state.rollout_ids else max(0, (state.expected or 0) - len(analyses)),
             hacking=",".join(sorted({p.type for s in summaries for p in s.reward_hacking})),
-        )  # fmt: skip
+        )
         if not await self.book.commit(state.run_id, state.step, summaries, event, time.time()):
             log.info("%s step %s was summarized by another summarizer meanwhile", state.run_id, state.step)
             return
@@ -167,13 +183,14 @@ def memory_items(info: StepInfo, done: Summarized) -> list[MemoryItem]:
     where = {"run_id": info.run_id, "step": info.step, "instance_key": info.instance_key}
     items = [
         MemoryItem(
-            kind=MemoryKind.CHUNK_SUMMARY, ref=str(i), text=render_chunk(info, i, draft),
-            message=msgspec.json.encode(draft), **where,
-        )  # fmt: skip
+            kind=MemoryKind.CHUNK_SUMMARY,
+            ref=str(i),
+            text=render_chunk(info, i, draft),
+            message=msgspec.json.encode(draft),
+            **where,
+        )
         for i, draft in enumerate(done.chunks)
     ]
     summary = done.summary
-    items.append(
-        MemoryItem(kind=MemoryKind.STEP_SUMMARY, text=render(summary), message=wire.encode(summary), **where)
-    )
+    items.append(MemoryItem(kind=MemoryKind.STEP_SUMMARY, text=render(summary), message=wire.encode(summary), **where))
     return items

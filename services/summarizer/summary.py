@@ -15,7 +15,6 @@ import msgspec
 from common import prompts
 from rubricd.messages import HackingEvidence, HackingPattern, RolloutAnalysis, RubricFinding, Severity, StepSummary
 
-
 # The agents: settings `agents.<name>`, prompts prompts/<name>.md.
 SUMMARIZER = "summarizer"  # one chunk of a step's analyses
 META_SUMMARIZER = "meta_summarizer"  # the chunk summaries of a large step, merged
@@ -106,29 +105,61 @@ def chunked(analyses: list[RolloutAnalysis], size: int) -> list[list[RolloutAnal
 
 
 def _view(a: RolloutAnalysis) -> _AnalysisView:
-    return _AnalysisView(rollout_id=a.rollout_id, reward=a.reward, quality_score=a.quality_score, quality=a.quality,
-                         reward_hacking=a.reward_hacking, rubric_findings=a.rubric_findings,
-                         advancement=a.advancement, observations=a.observations)  # fmt: skip
+    return _AnalysisView(
+        rollout_id=a.rollout_id,
+        reward=a.reward,
+        quality_score=a.quality_score,
+        quality=a.quality,
+        reward_hacking=a.reward_hacking,
+        rubric_findings=a.rubric_findings,
+        advancement=a.advancement,
+        observations=a.observations,
+    )
 
 
 def _step_view(info: StepInfo, analyses: int, chunk: int | None = None, chunks: int | None = None) -> _StepView:
-    return _StepView(run_id=info.run_id, step=info.step, instance_key=info.instance_key, rollouts_expected=info.expected,
-                     analyses=analyses, missing_rollouts=len(info.missing), chunk=chunk, chunks=chunks)  # fmt: skip
+    return _StepView(
+        run_id=info.run_id,
+        step=info.step,
+        instance_key=info.instance_key,
+        rollouts_expected=info.expected,
+        analyses=analyses,
+        missing_rollouts=len(info.missing),
+        chunk=chunk,
+        chunks=chunks,
+    )
 
 
-def chunk_messages(template: str, info: StepInfo, chunk: list[RolloutAnalysis], index: int, total: int, analyses: int) -> list[dict[str, str]]:
-    user = prompts.block("step", _step_view(info, analyses, index, total)) + "\n" + prompts.block("analyses", [_view(a) for a in chunk])
+def chunk_messages(
+    template: str, info: StepInfo, chunk: list[RolloutAnalysis], index: int, total: int, analyses: int
+) -> list[dict[str, str]]:
+    user = (
+        prompts.block("step", _step_view(info, analyses, index, total))
+        + "\n"
+        + prompts.block("analyses", [_view(a) for a in chunk])
+    )
     return [{"role": "system", "content": template.rstrip() + "\n"}, {"role": "user", "content": user}]
 
 
 def meta_messages(template: str, info: StepInfo, drafts: list[SummaryDraft], sizes: list[int]) -> list[dict[str, str]]:
     views = [
-        _ChunkView(chunk=i, analyses=n, executive_summary=d.executive_summary, systemic_patterns=d.systemic_patterns,
-                   reward_hacking=d.reward_hacking, rubric_evaluation=d.rubric_evaluation, advancement=d.advancement,
-                   evolution_plan=d.evolution_plan)  # fmt: skip
+        _ChunkView(
+            chunk=i,
+            analyses=n,
+            executive_summary=d.executive_summary,
+            systemic_patterns=d.systemic_patterns,
+            reward_hacking=d.reward_hacking,
+            rubric_evaluation=d.rubric_evaluation,
+            advancement=d.advancement,
+            evolution_plan=d.evolution_plan,
+        )
         for i, (d, n) in enumerate(zip(drafts, sizes))
     ]
-    user = prompts.block("step", _step_view(info, sum(sizes), None, len(drafts))) + "\n" + prompts.block("chunk_summaries", views)
+    user = (
+        prompts.block("step", _step_view(info, sum(sizes), None, len(drafts)))
+        + "\n"
+        + prompts.block("chunk_summaries", views)
+    )
     return [{"role": "system", "content": template.rstrip() + "\n"}, {"role": "user", "content": user}]
 
 
@@ -149,10 +180,19 @@ async def summarize_step(
     chunks = chunked(analyses, chunk_size)
     if not chunks:
         return Summarized(empty_summary(info), [])
-    drafts = list(await asyncio.gather(*(
-        summarizer(chunk_messages(templates[0], info, chunk, i, len(chunks), len(analyses))) for i, chunk in enumerate(chunks)
-    )))  # fmt: skip
-    merged = drafts[0] if len(drafts) == 1 else await meta_summarizer(meta_messages(templates[1], info, drafts, [len(c) for c in chunks]))
+    drafts = list(
+        await asyncio.gather(
+            *(
+                summarizer(chunk_messages(templates[0], info, chunk, i, len(chunks), len(analyses)))
+                for i, chunk in enumerate(chunks)
+            )
+        )
+    )
+    merged = (
+        drafts[0]
+        if len(drafts) == 1
+        else await meta_summarizer(meta_messages(templates[1], info, drafts, [len(c) for c in chunks]))
+    )
     return Summarized(step_summary(info, merged, analyses=len(analyses), chunks=len(chunks)), drafts)
 
 
@@ -164,7 +204,9 @@ def step_summary(info: StepInfo, draft: SummaryDraft, *, analyses: int, chunks: 
         executive_summary=draft.executive_summary,
         systemic_patterns=list(draft.systemic_patterns),
         reward_hacking=[
-            HackingPattern(type=p.type, rollouts=max(0, min(p.rollouts, analyses)), description=p.description, severity=p.severity)
+            HackingPattern(
+                type=p.type, rollouts=max(0, min(p.rollouts, analyses)), description=p.description, severity=p.severity
+            )
             for p in draft.reward_hacking
         ],
         rubric_evaluation=draft.rubric_evaluation,
@@ -180,9 +222,17 @@ def step_summary(info: StepInfo, draft: SummaryDraft, *, analyses: int, chunks: 
 
 def empty_summary(info: StepInfo) -> StepSummary:
     text = f"No analysis of step {info.step} arrived before its deadline; nothing can be said about it."
-    return StepSummary(run_id=info.run_id, step=info.step, instance_key=info.instance_key, executive_summary=text,
-                       memory_entry=text, analyses=0, missing_rollouts=list(info.missing),
-                       expected_rollouts=info.expected, chunks=0)  # fmt: skip
+    return StepSummary(
+        run_id=info.run_id,
+        step=info.step,
+        instance_key=info.instance_key,
+        executive_summary=text,
+        memory_entry=text,
+        analyses=0,
+        missing_rollouts=list(info.missing),
+        expected_rollouts=info.expected,
+        chunks=0,
+    )
 
 
 def by_instance(analyses: list[RolloutAnalysis], per_instance: bool) -> dict[str | None, list[RolloutAnalysis]]:
@@ -200,7 +250,10 @@ def render(summary: StepSummary) -> str:
     where = f" (instance {summary.instance_key})" if summary.instance_key else ""
     lines = [f"Step {summary.step}{where} summary of {summary.analyses} analyses: {summary.executive_summary}"]
     lines += [f"Pattern: {p}" for p in summary.systemic_patterns]
-    lines += [f"Reward hacking, {p.type} in {p.rollouts} rollouts ({p.severity}): {p.description}" for p in summary.reward_hacking]
+    lines += [
+        f"Reward hacking, {p.type} in {p.rollouts} rollouts ({p.severity}): {p.description}"
+        for p in summary.reward_hacking
+    ]
     if summary.rubric_evaluation:
         lines.append(f"Rubrics: {summary.rubric_evaluation}")
     lines += [f"Plan: {p}" for p in summary.evolution_plan]

@@ -68,7 +68,9 @@ class Effects:
         finally:
             task.cancel()
 
-    async def commit(self, entry_id: bytes, run_id: str, step: int, events: list[Event], announcement: bytes | None) -> None:
+    async def commit(
+        self, entry_id: bytes, run_id: str, step: int, events: list[Event], announcement: bytes | None
+    ) -> None:
         """Advance the step marker, then announce, log and ack in one MULTI."""
         await self.store.advance_step(run_id, step)
         async with self.redis.pipeline(transaction=True) as pipe:

@@ -60,10 +60,13 @@ class Updater:
             seeds=Seeds.load(settings),
             limits=Limits(settings.min_points, settings.max_points, settings.max_adaptive),
             budget=MemoryBudget(
-                static=settings.static_memory, dynamic=settings.dynamic_memory, static_k=settings.static_k,
-                max_queries=settings.max_queries, adaptive_queries=settings.adaptive_queries,
+                static=settings.static_memory,
+                dynamic=settings.dynamic_memory,
+                static_k=settings.static_k,
+                max_queries=settings.max_queries,
+                adaptive_queries=settings.adaptive_queries,
                 results_per_query=settings.results_per_query,
-            ),  # fmt: skip
+            ),
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
@@ -103,7 +106,9 @@ class Updater:
 
     def outcome_event(self, summary: StepSummary, outcome: Outcome) -> Event:
         for r in outcome.rejected:
-            log.warning("run %s step %d: dropped %s %s: %s", summary.run_id, summary.step, r.action, r.rubric_id, r.reason)
+            log.warning(
+                "run %s step %d: dropped %s %s: %s", summary.run_id, summary.step, r.action, r.rubric_id, r.reason
+            )
         fields: dict[str, object] = {"version": outcome.current.version, "instance_key": outcome.current.instance_key}
         if outcome.update is not None:
             update = outcome.update

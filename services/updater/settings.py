@@ -15,20 +15,26 @@ from common.settings import InFlight, ReadSize, ServiceSettings
 class UpdaterSettings(ServiceSettings, SeedSettings):
     max_in_flight: InFlight = 1  # updates of one run must not overtake each other
     max_records: ReadSize = 1
-    update_frequency: int = Field(1, ge=1, description="rubrics are updated after every N-th step (steps 0, N, 2N, ...)")
+    update_frequency: int = Field(
+        1, ge=1, description="rubrics are updated after every N-th step (steps 0, N, 2N, ...)"
+    )
     # Memory (ablation switches and budgets)
     static_memory: bool = Field(True, description="give the updater the last static_k step summaries")
     dynamic_memory: bool = Field(True, description="let the query writer search the run's memory")
     static_k: int = Field(3, ge=1, le=50, description="step summaries in static memory")
     max_queries: int = Field(4, ge=1, le=20, description="most queries the query writer may write")
-    adaptive_queries: bool = Field(True, description="the query writer picks how many (up to max_queries); else exactly max_queries")
+    adaptive_queries: bool = Field(
+        True, description="the query writer picks how many (up to max_queries); else exactly max_queries"
+    )
     results_per_query: int = Field(5, ge=1, le=50, description="memories retrieved per query")
     # Validation bounds
     min_points: float = Field(-10.0, ge=-100, le=0)
     max_points: float = Field(10.0, ge=0, le=100)
     max_adaptive: int = Field(12, ge=0, description="most adaptive rubrics a set may hold")
     # Prompts
-    query_writer_prompt: PromptFile = Field(None, description="query writer instructions; default: prompts/query_writer.md")
+    query_writer_prompt: PromptFile = Field(
+        None, description="query writer instructions; default: prompts/query_writer.md"
+    )
     updater_prompt: PromptFile = Field(None, description="updater instructions; default: prompts/updater.md")
     lock_timeout_s: float = Field(300.0, gt=0, description="an update lock held longer expires (its holder died)")
 

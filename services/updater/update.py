@@ -132,7 +132,13 @@ def validate(current: list[Rubric], modifications: list[RubricModification], lim
             rubrics, applied = _apply_one(rubrics, mod, limits)
             accepted.append(applied)
         except _Invalid as e:
-            rejected.append(Rejection(action=str(mod.action), rubric_id=mod.rubric_id or (mod.rubric.id if mod.rubric else None), reason=str(e)))
+            rejected.append(
+                Rejection(
+                    action=str(mod.action),
+                    rubric_id=mod.rubric_id or (mod.rubric.id if mod.rubric else None),
+                    reason=str(e),
+                )
+            )
     return Validated(rubrics, accepted, rejected)
 
 
@@ -140,7 +146,9 @@ class _Invalid(Exception):
     pass
 
 
-def _apply_one(rubrics: list[Rubric], mod: RubricModification, limits: Limits) -> tuple[list[Rubric], RubricModification]:
+def _apply_one(
+    rubrics: list[Rubric], mod: RubricModification, limits: Limits
+) -> tuple[list[Rubric], RubricModification]:
     by_id = {r.id: r for r in rubrics}
     if mod.action is Action.ADD:
         new = _checked_rubric(mod, limits)
@@ -158,7 +166,9 @@ def _apply_one(rubrics: list[Rubric], mod: RubricModification, limits: Limits) -
     if target.kind is RubricKind.ANCHOR:
         raise _Invalid(f"cannot {mod.action} {rubric_id!r}: anchors never change")
     if mod.action is Action.REMOVE:
-        return [r for r in rubrics if r.id != rubric_id], msgspec.structs.replace(mod, rubric_id=rubric_id, rubric=None, points=None)
+        return [r for r in rubrics if r.id != rubric_id], msgspec.structs.replace(
+            mod, rubric_id=rubric_id, rubric=None, points=None
+        )
     if mod.action is Action.REWEIGHT:
         if mod.points is None:
             raise _Invalid(f"cannot reweight {rubric_id!r}: no points given")
@@ -166,7 +176,9 @@ def _apply_one(rubrics: list[Rubric], mod: RubricModification, limits: Limits) -
         new = msgspec.structs.replace(target, points=mod.points, rationale=mod.rationale)
     else:  # modify
         new = msgspec.structs.replace(_checked_rubric(mod, limits), id=target.id)
-    return [new if r.id == rubric_id else r for r in rubrics], msgspec.structs.replace(mod, rubric_id=rubric_id, rubric=new if mod.action is Action.MODIFY else None)
+    return [new if r.id == rubric_id else r for r in rubrics], msgspec.structs.replace(
+        mod, rubric_id=rubric_id, rubric=new if mod.action is Action.MODIFY else None
+    )
 
 
 def _checked_rubric(mod: RubricModification, limits: Limits) -> Rubric:
@@ -177,7 +189,9 @@ def _checked_rubric(mod: RubricModification, limits: Limits) -> Rubric:
     if not mod.rubric.criterion.strip():
         raise _Invalid(f"cannot {mod.action}: empty criterion")
     _check_points(mod.rubric.points, limits)
-    return msgspec.structs.replace(mod.rubric, kind=RubricKind.ADAPTIVE, rationale=mod.rubric.rationale or mod.rationale)
+    return msgspec.structs.replace(
+        mod.rubric, kind=RubricKind.ADAPTIVE, rationale=mod.rubric.rationale or mod.rationale
+    )
 
 
 def _check_points(points: float, limits: Limits) -> None:
@@ -197,8 +211,6 @@ def _new_id(criterion: str, taken: dict[str, Rubric]) -> str:
 # Prompts (pure).
 
 
-
-
 class _Remembered(msgspec.Struct, frozen=True):
     id: str
     kind: str
@@ -207,9 +219,18 @@ class _Remembered(msgspec.Struct, frozen=True):
 
 
 def query_writer_messages(template: str, summary: StepSummary, budget: MemoryBudget) -> list[dict[str, str]]:
-    how_many = f"at most {budget.max_queries}, one per distinct issue" if budget.adaptive_queries else f"exactly {budget.max_queries}"
-    user = "\n".join([prompts.block("query_budget", {"max_queries": budget.max_queries, "adaptive": budget.adaptive_queries}),
-                      f"Write {how_many} queries.", prompts.block("step_summary", msgspec.to_builtins(summary))])  # fmt: skip
+    how_many = (
+        f"at most {budget.max_queries}, one per distinct issue"
+        if budget.adaptive_queries
+        else f"exactly {budget.max_queries}"
+    )
+    user = "\n".join(
+        [
+            prompts.block("query_budget", {"max_queries": budget.max_queries, "adaptive": budget.adaptive_queries}),
+            f"Write {how_many} queries.",
+            prompts.block("step_summary", msgspec.to_builtins(summary)),
+        ]
+    )
     return [{"role": "system", "content": template.rstrip()}, {"role": "user", "content": user}]
 
 
@@ -228,25 +249,44 @@ def updater_messages(
     """
     parts = [
         prompts.block("current_rubrics", [msgspec.to_builtins(r) for r in current.rubrics]),
-        prompts.block("limits", {"min_points": limits.min_points, "max_points": limits.max_points, "max_adaptive": limits.max_adaptive,
-                          "adaptive_now": sum(r.kind is RubricKind.ADAPTIVE for r in current.rubrics)}),  # fmt: skip
+        prompts.block(
+            "limits",
+            {
+                "min_points": limits.min_points,
+                "max_points": limits.max_points,
+                "max_adaptive": limits.max_adaptive,
+                "adaptive_now": sum(r.kind is RubricKind.ADAPTIVE for r in current.rubrics),
+            },
+        ),
         prompts.block("step_summary", msgspec.to_builtins(summary)),
     ]
     if static is not None:
         parts.append(prompts.block("static_memory", [_Remembered("", str(m.kind), m.step, m.text) for m in static]))
     if dynamic is not None:
-        parts.append(prompts.block("dynamic_memory", [_Remembered(h.id, str(h.item.kind), h.item.step, h.item.text) for h in dynamic]))
+        parts.append(
+            prompts.block(
+                "dynamic_memory", [_Remembered(h.id, str(h.item.kind), h.item.step, h.item.text) for h in dynamic]
+            )
+        )
     return [{"role": "system", "content": template.rstrip()}, {"role": "user", "content": "\n".join(parts)}]
 
 
 # Memory retrieval.
 
 
-async def static_memory(memory: Memory, summary: StepSummary, instance_key: str | None, budget: MemoryBudget) -> list[MemoryItem] | None:
+async def static_memory(
+    memory: Memory, summary: StepSummary, instance_key: str | None, budget: MemoryBudget
+) -> list[MemoryItem] | None:
     """The run's last K step summaries before this step (None when switched off)."""
     if not budget.static:
         return None
-    items = await memory.recent(summary.run_id, MemoryKind.STEP_SUMMARY, limit=budget.static_k, instance_key=instance_key, before_step=summary.step)
+    items = await memory.recent(
+        summary.run_id,
+        MemoryKind.STEP_SUMMARY,
+        limit=budget.static_k,
+        instance_key=instance_key,
+        before_step=summary.step,
+    )
     return list(items)
 
 
@@ -286,7 +326,9 @@ async def current_set(store: RubricStore, run_id: str, instance_key: str | None,
     """The rubric set in force; a run without one is seeded, as the scorer would."""
     current = await store.current(run_id, instance_key)
     if current is None:
-        current = await store.seed(RubricSet(run_id=run_id, instance_key=instance_key, version=1, rubrics=seeds.rubrics(instance_key)))
+        current = await store.seed(
+            RubricSet(run_id=run_id, instance_key=instance_key, version=1, rubrics=seeds.rubrics(instance_key))
+        )
     return current
 
 
@@ -323,17 +365,38 @@ class RubricUpdater:
         known = {h.id for h in dynamic or []}
         consulted = [i for i in proposal.consulted if i in known]
         checked = validate(current.rubrics, proposal.modifications, self.limits)
-        outcome = Outcome(EventKind.RUBRICS_UNCHANGED, current, proposal=proposal, rejected=checked.rejected, queries=queries, consulted=consulted)
+        outcome = Outcome(
+            EventKind.RUBRICS_UNCHANGED,
+            current,
+            proposal=proposal,
+            rejected=checked.rejected,
+            queries=queries,
+            consulted=consulted,
+        )
         if not checked.accepted:
             return outcome
-        new = RubricSet(run_id=summary.run_id, instance_key=instance_key, version=current.version + 1,
-                        rubrics=checked.rubrics, step=summary.step, created_at=time.time())  # fmt: skip
+        new = RubricSet(
+            run_id=summary.run_id,
+            instance_key=instance_key,
+            version=current.version + 1,
+            rubrics=checked.rubrics,
+            step=summary.step,
+            created_at=time.time(),
+        )
         if not await self.store.publish(new):
-            raise Conflict(f"rubric set {summary.run_id}/{instance_key} moved past version {current.version} during the update")
+            raise Conflict(
+                f"rubric set {summary.run_id}/{instance_key} moved past version {current.version} during the update"
+            )
         update = RubricsUpdated(
-            run_id=new.run_id, version=new.version, previous_version=current.version, instance_key=instance_key,
-            step=new.step, strategy=proposal.strategy, modifications=checked.accepted, updated_at=new.created_at,
-        )  # fmt: skip
+            run_id=new.run_id,
+            version=new.version,
+            previous_version=current.version,
+            instance_key=instance_key,
+            step=new.step,
+            strategy=proposal.strategy,
+            modifications=checked.accepted,
+            updated_at=new.created_at,
+        )
         await self.memory.put([memory_item(update, describe(update, proposal.rationale, consulted, checked.rejected))])
         outcome.kind, outcome.current, outcome.update = EventKind.RUBRICS_UPDATED, new, update
         return outcome
@@ -345,26 +408,44 @@ class RubricUpdater:
         the announcement is then rebuilt from the difference to the previous
         version, and recorded.
         """
-        records = await self.memory.recent(done.run_id, MemoryKind.RUBRIC_UPDATE, limit=5, instance_key=done.instance_key, before_step=(done.step or 0) + 1)
+        records = await self.memory.recent(
+            done.run_id,
+            MemoryKind.RUBRIC_UPDATE,
+            limit=5,
+            instance_key=done.instance_key,
+            before_step=(done.step or 0) + 1,
+        )
         for item in records:
             if item.ref == str(done.version) and item.message:
                 return wire.decode(item.message, RubricsUpdated)
         previous = await self.store.version(done.run_id, done.instance_key, done.version - 1)
         update = RubricsUpdated(
-            run_id=done.run_id, version=done.version, previous_version=done.version - 1, instance_key=done.instance_key,
-            step=done.step, strategy=Strategy.CORRECTIVE, modifications=diff(previous.rubrics if previous else [], done.rubrics),
+            run_id=done.run_id,
+            version=done.version,
+            previous_version=done.version - 1,
+            instance_key=done.instance_key,
+            step=done.step,
+            strategy=Strategy.CORRECTIVE,
+            modifications=diff(previous.rubrics if previous else [], done.rubrics),
             updated_at=done.created_at,
-        )  # fmt: skip
-        await self.memory.put([memory_item(update, describe(update, "recorded after a restart; the proposal's rationale was lost"))])
+        )
+        await self.memory.put(
+            [memory_item(update, describe(update, "recorded after a restart; the proposal's rationale was lost"))]
+        )
         return update
 
 
 def memory_item(update: RubricsUpdated, text: str) -> MemoryItem:
     """The update as a memory (kind rubric_update, ref = its version)."""
     return MemoryItem(
-        kind=MemoryKind.RUBRIC_UPDATE, run_id=update.run_id, step=update.step or 0, ref=str(update.version),
-        instance_key=update.instance_key, text=text, message=wire.encode(update),
-    )  # fmt: skip
+        kind=MemoryKind.RUBRIC_UPDATE,
+        run_id=update.run_id,
+        step=update.step or 0,
+        ref=str(update.version),
+        instance_key=update.instance_key,
+        text=text,
+        message=wire.encode(update),
+    )
 
 
 class Conflict(Exception):
@@ -380,16 +461,26 @@ def diff(before: list[Rubric], after: list[Rubric]) -> list[RubricModification]:
             out.append(RubricModification(action=Action.ADD, rubric_id=i, rubric=r, rationale=r.rationale))
         elif r != old[i]:
             only_points = msgspec.structs.replace(old[i], points=r.points, rationale=r.rationale) == r
-            out.append(RubricModification(action=Action.REWEIGHT if only_points else Action.MODIFY, rubric_id=i,
-                                          rubric=None if only_points else r, points=r.points if only_points else None,
-                                          rationale=r.rationale))  # fmt: skip
+            out.append(
+                RubricModification(
+                    action=Action.REWEIGHT if only_points else Action.MODIFY,
+                    rubric_id=i,
+                    rubric=None if only_points else r,
+                    points=r.points if only_points else None,
+                    rationale=r.rationale,
+                )
+            )
     return out
 
 
-def describe(update: RubricsUpdated, rationale: str, consulted: Sequence[str] = (), rejected: Sequence[Rejection] = ()) -> str:
+def describe(
+    update: RubricsUpdated, rationale: str, consulted: Sequence[str] = (), rejected: Sequence[Rejection] = ()
+) -> str:
     """The update as readable text (memory entry, logs)."""
-    lines = [f"Rubric update to version {update.version} (from {update.previous_version}) after step {update.step}, "
-             f"strategy {update.strategy}: {rationale}"]  # fmt: skip
+    lines = [
+        f"Rubric update to version {update.version} (from {update.previous_version}) after step {update.step}, "
+        f"strategy {update.strategy}: {rationale}"
+    ]
     for m in update.modifications:
         if m.action is Action.ADD and m.rubric:
             what = f"added {m.rubric.id} ({m.rubric.points:+g}, {m.rubric.meta_class}): {m.rubric.criterion}"

@@ -71,8 +71,15 @@ class Steps:
 class Reward:
     """What every adapter does: turn samples into rollouts of one run, count them in their step, score them."""
 
-    def __init__(self, client: SyncRubricdClient, run_id: str, *, context: TrainingContext = TrainingContext(),
-                 timeout: float | None = None, wait_for_rubrics: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: SyncRubricdClient,
+        run_id: str,
+        *,
+        context: TrainingContext = TrainingContext(),
+        timeout: float | None = None,
+        wait_for_rubrics: bool = False,
+    ) -> None:
         self.client, self.run_id, self.context, self.timeout = client, run_id, context, timeout
         self.steps = Steps(client.aio, run_id, wait_for_rubrics=wait_for_rubrics, timeout=timeout)
 
@@ -89,10 +96,19 @@ class Reward:
     async def _score(self, step: int, samples: Sequence[Sample]) -> list[Score]:
         nonce = uuid.uuid4().hex[:10]
         rollouts = [
-            Rollout(run_id=self.run_id, rollout_id=f"{step}-{nonce}-{i}", step=step, prompt=prompt, response=response,
-                    reference=reference, instance_key=instance, context=self.context, metadata=metadata)
+            Rollout(
+                run_id=self.run_id,
+                rollout_id=f"{step}-{nonce}-{i}",
+                step=step,
+                prompt=prompt,
+                response=response,
+                reference=reference,
+                instance_key=instance,
+                context=self.context,
+                metadata=metadata,
+            )
             for i, (prompt, response, reference, instance, metadata) in enumerate(samples)
-        ]  # fmt: skip
+        ]
         await self.steps.begin(step, [r.rollout_id for r in rollouts])
         return await self.client.aio.score(rollouts, timeout=self.timeout)
 
@@ -100,8 +116,15 @@ class Reward:
 # --- TRL ---------------------------------------------------------------------
 
 
-def trl_reward(client: SyncRubricdClient, run_id: str, *, reference_column: str | None = "reference",
-               instance_column: str | None = None, name: str = "rubricd", **options: Any) -> Callable[..., list[float | None]]:  # fmt: skip
+def trl_reward(
+    client: SyncRubricdClient,
+    run_id: str,
+    *,
+    reference_column: str | None = "reference",
+    instance_column: str | None = None,
+    name: str = "rubricd",
+    **options: Any,
+) -> Callable[..., list[float | None]]:
     """A TRL `reward_funcs` entry (GRPOTrainer, RLOOTrainer): f(prompts, completions, **columns) -> rewards.
 
     The reward is None where the judge failed (TRL leaves it out). `reference_column`
@@ -110,20 +133,32 @@ def trl_reward(client: SyncRubricdClient, run_id: str, *, reference_column: str 
     """
     reward = Reward(client, run_id, **options)
 
-    def rubricd(prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any) -> list[float | None]:
-        scores = reward.score(_trl_step(trainer_state), _trl_samples(prompts, completions, columns, reference_column, instance_column))
+    def rubricd(
+        prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
+    ) -> list[float | None]:
+        scores = reward.score(
+            _trl_step(trainer_state), _trl_samples(prompts, completions, columns, reference_column, instance_column)
+        )
         return [s.reward for s in scores]
 
     return _named(rubricd, name, reward)
 
 
-def async_trl_reward(client: SyncRubricdClient, run_id: str, *, reference_column: str | None = "reference",
-                     instance_column: str | None = None, name: str = "rubricd",
-                     **options: Any) -> Callable[..., Awaitable[list[float | None]]]:  # fmt: skip
+def async_trl_reward(
+    client: SyncRubricdClient,
+    run_id: str,
+    *,
+    reference_column: str | None = "reference",
+    instance_column: str | None = None,
+    name: str = "rubricd",
+    **options: Any,
+) -> Callable[..., Awaitable[list[float | None]]]:
     """`trl_reward` as a coroutine function: TRL runs async reward functions concurrently on its own loop."""
     reward = Reward(client, run_id, **options)
 
-    async def rubricd(prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any) -> list[float | None]:
+    async def rubricd(
+        prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
+    ) -> list[float | None]:
         samples = _trl_samples(prompts, completions, columns, reference_column, instance_column)
         return [s.reward for s in await reward.score_async(_trl_step(trainer_state), samples)]
 
@@ -140,15 +175,25 @@ def _trl_step(trainer_state: Any) -> int:
     return int(getattr(trainer_state, "global_step", 0) or 0)
 
 
-def _trl_samples(prompts: list[Any], completions: list[Any], columns: dict[str, Any],
-                 reference_column: str | None, instance_column: str | None) -> list[Sample]:  # fmt: skip
+def _trl_samples(
+    prompts: list[Any],
+    completions: list[Any],
+    columns: dict[str, Any],
+    reference_column: str | None,
+    instance_column: str | None,
+) -> list[Sample]:
     references = columns.get(reference_column) if reference_column else None
     instances = columns.get(instance_column) if instance_column else None
     return [
-        (text(prompt), text(completion, roles=False), None if references is None else _str(references[i]),
-         None if instances is None else _str(instances[i]), {})
+        (
+            text(prompt),
+            text(completion, roles=False),
+            None if references is None else _str(references[i]),
+            None if instances is None else _str(instances[i]),
+            {},
+        )
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
-    ]  # fmt: skip
+    ]
 
 
 def text(value: Any, roles: bool = True) -> str:
@@ -214,17 +259,26 @@ class VerlReward:
         self.failed_score = failed_score
         self.step = 0
 
-    def compute_score(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **_: Any) -> dict[str, float]:
+    def compute_score(
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **_: Any
+    ) -> dict[str, float]:
         [score] = self.reward.score(*self._one(data_source, solution_str, ground_truth, extra_info))
         return self.result(score)
 
-    async def compute_score_async(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                                  **_: Any) -> dict[str, float]:  # fmt: skip
+    async def compute_score_async(
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **_: Any
+    ) -> dict[str, float]:
         [score] = await self.reward.score_async(*self._one(data_source, solution_str, ground_truth, extra_info))
         return self.result(score)
 
-    def compute_score_batch(self, data_sources: Sequence[str], solution_strs: Sequence[str], ground_truths: Sequence[Any],
-                            extra_infos: Sequence[dict | None], **_: Any) -> list[dict[str, float]]:  # fmt: skip
+    def compute_score_batch(
+        self,
+        data_sources: Sequence[str],
+        solution_strs: Sequence[str],
+        ground_truths: Sequence[Any],
+        extra_infos: Sequence[dict | None],
+        **_: Any,
+    ) -> list[dict[str, float]]:
         infos = [info or {} for info in extra_infos]
         by_step: dict[int, list[int]] = {}
         for i, info in enumerate(infos):
@@ -242,12 +296,18 @@ class VerlReward:
 
     def result(self, score: Score) -> dict[str, float]:
         ok = score.status is JudgeStatus.OK and score.reward is not None
-        out = {"score": score.reward if ok else self.failed_score, "judge_ok": float(ok), "rubric_version": float(score.rubric_version)}
+        out = {
+            "score": score.reward if ok else self.failed_score,
+            "judge_ok": float(ok),
+            "rubric_version": float(score.rubric_version),
+        }
         out |= {f"rubric/{r.rubric_id}": float(r.met) for r in score.results}
         out |= {f"meta/{name}": value for name, value in score.meta_class_scores.items()}
         return out  # type: ignore[return-value]
 
-    def _one(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None) -> tuple[int, list[Sample]]:
+    def _one(
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None
+    ) -> tuple[int, list[Sample]]:
         info = extra_info or {}
         return self._step(info), [self._sample(data_source, solution_str, ground_truth, info)]
 
@@ -256,5 +316,10 @@ class VerlReward:
         return self.step if step is None else int(step)
 
     def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: dict) -> Sample:
-        return (str(info.get(self.prompt_field, "")), solution_str, _str(ground_truth), _str(info.get(self.instance_key_field)),
-                {"data_source": str(data_source)})  # fmt: skip
+        return (
+            str(info.get(self.prompt_field, "")),
+            solution_str,
+            _str(ground_truth),
+            _str(info.get(self.instance_key_field)),
+            {"data_source": str(data_source)},
+        )

@@ -60,7 +60,9 @@ class RubricdClient:
         self._owns_redis = redis is None
         # A blocking pool: a thousand concurrent score_one() calls wait for a
         # connection instead of failing with "Too many connections".
-        self.redis = redis or Redis.from_pool(BlockingConnectionPool.from_url(redis_url, max_connections=64, timeout=None))
+        self.redis = redis or Redis.from_pool(
+            BlockingConnectionPool.from_url(redis_url, max_connections=64, timeout=None)
+        )
         self.rubrics = RubricStore(self.redis, self.keys)
         self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -103,7 +105,9 @@ class RubricdClient:
         With `rollout_ids`, a step summarized at its deadline names the rollouts it missed.
         """
         count = rollouts if rollouts is not None else (len(rollout_ids) or None)
-        closed = StepClosed(run_id=run_id, step=step, rollouts=count, rollout_ids=list(rollout_ids), closed_at=time.time())
+        closed = StepClosed(
+            run_id=run_id, step=step, rollouts=count, rollout_ids=list(rollout_ids), closed_at=time.time()
+        )
         await self.redis.xadd(self.keys.steps, wire.entry(closed))
 
     async def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:

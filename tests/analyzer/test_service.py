@@ -10,24 +10,54 @@ from common.memory import MemoryKind
 from rubricd import wire
 from rubricd.keys import ANALYZERS
 from rubricd.messages import (
-    DeadLetter, Event, JudgeStatus, Rollout, RolloutAnalysis, Rubric, RubricResult, RubricSet, Score, ScoredRollout,
-)  # fmt: skip
+    DeadLetter,
+    Event,
+    JudgeStatus,
+    Rollout,
+    RolloutAnalysis,
+    Rubric,
+    RubricResult,
+    RubricSet,
+    Score,
+    ScoredRollout,
+)
 from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
 
 RUBRICS = [
-    Rubric(id="correct", criterion="The response states the correct final answer, matching the reference answer.", points=5, kind="anchor"),
-    Rubric(id="shows_reasoning", criterion="The response shows the reasoning or steps that lead to its answer.", points=2),
+    Rubric(
+        id="correct",
+        criterion="The response states the correct final answer, matching the reference answer.",
+        points=5,
+        kind="anchor",
+    ),
+    Rubric(
+        id="shows_reasoning", criterion="The response shows the reasoning or steps that lead to its answer.", points=2
+    ),
 ]
 PADDED = "17 + 25 = 42. " + "To be thorough, let me restate the whole calculation once more. " * 10
 
 
 def scored(run_id: str, i: int, response: str = "17 + 25 = 42.", step: int = 0) -> ScoredRollout:
-    rollout = Rollout(run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, prompt="What is 17 + 25?", response=response, reference="42")
+    rollout = Rollout(
+        run_id=run_id,
+        rollout_id=f"s{step}-r{i}",
+        step=step,
+        prompt="What is 17 + 25?",
+        response=response,
+        reference="42",
+    )
     results = [RubricResult(rubric_id=r.id, met=True, points=r.points) for r in RUBRICS]
-    score = Score(run_id=run_id, rollout_id=rollout.rollout_id, step=step, status=JudgeStatus.OK, reward=1.0,
-                  rubric_version=1, results=results)  # fmt: skip
+    score = Score(
+        run_id=run_id,
+        rollout_id=rollout.rollout_id,
+        step=step,
+        status=JudgeStatus.OK,
+        reward=1.0,
+        rubric_version=1,
+        results=results,
+    )
     return ScoredRollout(rollout=rollout, score=score)
 
 
@@ -52,7 +82,9 @@ async def events(redis, keys, kind: str) -> list[Event]:
     return [e for e in found if e.kind == kind]
 
 
-async def test_two_workers_share_a_step_with_no_rollout_analyzed_twice_or_missed(stack, redis, keys, memory, start_analyzer):
+async def test_two_workers_share_a_step_with_no_rollout_analyzed_twice_or_missed(
+    stack, redis, keys, memory, start_analyzer
+):
     workers = start_analyzer("--workers", "2", max_records=2, max_in_flight=4)
     workers.wait_consuming(stack.redis_url, keys, ["analyzer-0-w0", "analyzer-0-w1"])
     # Each LLM call takes 100 ms (simulator marker), so one worker cannot drain the stream alone.
@@ -60,7 +92,10 @@ async def test_two_workers_share_a_step_with_no_rollout_analyzed_twice_or_missed
     await publish(redis, keys, batch)
     got = await analyses(redis, keys, 30)
     await asyncio.sleep(1.0)  # nothing more arrives
-    ids = Counter(a.rollout_id for a in [wire.decode(wire.payload(f), RolloutAnalysis) for _, f in await redis.xrange(keys.analyses)])
+    ids = Counter(
+        a.rollout_id
+        for a in [wire.decode(wire.payload(f), RolloutAnalysis) for _, f in await redis.xrange(keys.analyses)]
+    )
     assert set(ids) == {s.rollout.rollout_id for s in batch} and max(ids.values()) == 1
     assert len(got) == 30
     assert await memory.count("run", MemoryKind.ANALYSIS) == 30
@@ -71,16 +106,23 @@ async def test_two_workers_share_a_step_with_no_rollout_analyzed_twice_or_missed
     assert (await redis.xpending(keys.scored, ANALYZERS))["pending"] == 0
 
 
-async def test_a_padded_rollout_is_flagged_with_a_quote_and_a_missing_rubric(stack, redis, keys, memory, start_analyzer):
+async def test_a_padded_rollout_is_flagged_with_a_quote_and_a_missing_rubric(
+    stack, redis, keys, memory, start_analyzer
+):
     start_analyzer().wait_consuming(stack.redis_url, keys)
     await publish(redis, keys, [scored("run", 0, PADDED), scored("run", 1)])
     got = {a.rollout_id: a for a in await analyses(redis, keys, 2)}
     padded, clean = got["s0-r0"], got["s0-r1"]
     [hack] = padded.reward_hacking
     assert hack.type == "padding" and "restate the whole calculation" in hack.evidence
-    assert {(f.finding, f.rubric_id) for f in padded.rubric_findings} >= {("missing", None), ("gamed", "shows_reasoning")}
+    assert {(f.finding, f.rubric_id) for f in padded.rubric_findings} >= {
+        ("missing", None),
+        ("gamed", "shows_reasoning"),
+    }
     assert padded.quality_score < clean.quality_score and clean.reward_hacking == []
-    [hit, *_] = await memory.search("run", "padded filler-heavy repetitive answer", limit=2, kinds=[MemoryKind.ANALYSIS])
+    [hit, *_] = await memory.search(
+        "run", "padded filler-heavy repetitive answer", limit=2, kinds=[MemoryKind.ANALYSIS]
+    )
     assert hit.item.ref == "s0-r0" and "padding" in hit.item.text
     assert wire.decode(hit.item.message, RolloutAnalysis) == padded
 
@@ -88,7 +130,9 @@ async def test_a_padded_rollout_is_flagged_with_a_quote_and_a_missing_rubric(sta
 async def test_a_failing_analyst_is_retried_then_dead_lettered(stack, redis, keys, start_analyzer):
     start_analyzer(reclaim_idle_ms=1000, max_deliveries=2).wait_consuming(stack.redis_url, keys)
     await publish(redis, keys, [scored("run", 1)])
-    await analyses(redis, keys, 1)  # warm: the embedding model is loaded, so no entry idles for long but the failing one
+    await analyses(
+        redis, keys, 1
+    )  # warm: the embedding model is loaded, so no entry idles for long but the failing one
     await publish(redis, keys, [scored("run", 0, "42 [sim:fail=500]")])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not await redis.xlen(keys.dead_letters):

@@ -49,9 +49,14 @@ NAMESPACE = "bench"
 def rollouts(run_id: str, n: int, latency_ms: float = 0) -> list[Rollout]:
     """N rollouts whose judge call the simulator holds for `latency_ms` (a marker in the prompt, so every worker obeys)."""
     return [
-        Rollout(run_id=run_id, rollout_id=f"r{i}", step=0, prompt=f"What is {i} + {i}? [sim:latency_ms={latency_ms:g}]",
-                response=f"Adding {i} and {i} gives {2 * i}." + (" Let me explain at length." * (i % 3)),
-                reference=str(2 * i))  # fmt: skip
+        Rollout(
+            run_id=run_id,
+            rollout_id=f"r{i}",
+            step=0,
+            prompt=f"What is {i} + {i}? [sim:latency_ms={latency_ms:g}]",
+            response=f"Adding {i} and {i} gives {2 * i}." + (" Let me explain at length." * (i % 3)),
+            reference=str(2 * i),
+        )
         for i in range(n)
     ]
 
@@ -81,11 +86,22 @@ async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[fl
     system = judge.system_message(judge.load_template(), seed)
     schema = msgspec.json.schema(judge.JudgeVerdict)
     fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}
-    client = openai.AsyncOpenAI(base_url=LLM_URL, api_key="bench", max_retries=0, timeout=60,
-                                http_client=openai.DefaultAsyncHttpxClient(limits=type(openai.DEFAULT_CONNECTION_LIMITS)(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)))  # fmt: skip
+    client = openai.AsyncOpenAI(
+        base_url=LLM_URL,
+        api_key="bench",
+        max_retries=0,
+        timeout=60,
+        http_client=openai.DefaultAsyncHttpxClient(
+            limits=type(openai.DEFAULT_CONNECTION_LIMITS)(
+                max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8
+            )
+        ),
+    )
 
     async def call(rollout: Rollout) -> None:
-        resp = await client.chat.completions.create(model="rubricd-simulator", messages=judge.messages(system, rollout), response_format=fmt)
+        resp = await client.chat.completions.create(
+            model="rubricd-simulator", messages=judge.messages(system, rollout), response_format=fmt
+        )
         msgspec.json.decode(resp.choices[0].message.content, type=judge.JudgeVerdict)
 
     try:
@@ -149,18 +165,25 @@ async def long_run(rounds: int, n: int, concurrency: int) -> None:
         await asyncio.sleep(1.5)  # one trim interval
         info = r.info("memory")
         score_keys = sum(1 for _ in r.scan_iter(match=f"{NAMESPACE}:score:*", count=10_000))
-        print(f"{i + 1:5} {info['used_memory'] / 2**20:8.1f} {r.xlen(keys.rollouts):9} {r.xlen(keys.scored):7} "
-              f"{r.xlen(keys.events):7} {score_keys:10}")  # fmt: skip
+        print(
+            f"{i + 1:5} {info['used_memory'] / 2**20:8.1f} {r.xlen(keys.rollouts):9} {r.xlen(keys.scored):7} "
+            f"{r.xlen(keys.events):7} {score_keys:10}"
+        )
 
 
 async def main(args: argparse.Namespace) -> None:
     env = {**os.environ, **ENV, "RUBRICD_SIM_WORKERS": str(args.simulator_workers)}
     subprocess.run([str(STACK), "up", "redis", "simulator"], env=env, check=True)
     scorer_env = {
-        **env, "RUBRICD_REDIS_URL": REDIS_URL, "RUBRICD_LLM__BASE_URL": LLM_URL, "RUBRICD_NAMESPACE": NAMESPACE,
-        "RUBRICD_MAX_IN_FLIGHT": str(args.concurrency), "RUBRICD_STREAM_MAXLEN": "5000", "RUBRICD_TRIM_INTERVAL_S": "1",
+        **env,
+        "RUBRICD_REDIS_URL": REDIS_URL,
+        "RUBRICD_LLM__BASE_URL": LLM_URL,
+        "RUBRICD_NAMESPACE": NAMESPACE,
+        "RUBRICD_MAX_IN_FLIGHT": str(args.concurrency),
+        "RUBRICD_STREAM_MAXLEN": "5000",
+        "RUBRICD_TRIM_INTERVAL_S": "1",
         "RUBRICD_LOG_LEVEL": "WARNING",
-    }  # fmt: skip
+    }
     redis_sync.Redis.from_url(REDIS_URL).flushdb()
     scorer = subprocess.Popen([sys.executable, "-m", "scorer"], env=scorer_env)
     try:

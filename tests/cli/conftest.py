@@ -13,10 +13,18 @@ def cli(service_env) -> Callable[..., subprocess.CompletedProcess[str]]:
     """cli("status", "--json"): run `python -m cli ...` in this test's namespace; fails the test on a bad exit status."""
 
     def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "cli", *args], env=service_env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *args],
+            env=service_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         if check and done.returncode != 0:
-            pytest.fail(f"rubricd {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}", pytrace=False)
+            pytest.fail(
+                f"rubricd {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}", pytrace=False
+            )
         return done
 
     return run

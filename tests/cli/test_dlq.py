@@ -11,7 +11,9 @@ def rollout(response: str) -> Rollout:
     return Rollout(run_id="run", rollout_id="big-1", step=4, prompt="What is 2 + 2?", response=response)
 
 
-async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(stack, redis, keys, cli, start_service, wait_len, tmp_path):
+async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(
+    stack, redis, keys, cli, start_service, wait_len, tmp_path
+):
     start_service("scorer", max_rollout_bytes=1024)
     await redis.xadd(keys.rollouts, wire.entry(rollout("4 " + "and so on " * 200)))
     await wait_len(keys.dead_letters, 1)
@@ -38,10 +40,20 @@ async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(stack, redi
     assert json.loads(events)["kind"] == "dead_letter_replayed"
 
 
-async def test_replay_refuses_a_stream_outside_the_namespace_and_a_fix_that_does_not_parse(stack, redis, keys, cli, tmp_path):
+async def test_replay_refuses_a_stream_outside_the_namespace_and_a_fix_that_does_not_parse(
+    stack, redis, keys, cli, tmp_path
+):
     def letter(stream: str) -> DeadLetter:
-        return DeadLetter(stream=stream, entry_id="1-0", group="scorers", service="scorer", reason="test",
-                          deliveries=1, payload=wire.encode(rollout("4")), at=time.time())  # fmt: skip
+        return DeadLetter(
+            stream=stream,
+            entry_id="1-0",
+            group="scorers",
+            service="scorer",
+            reason="test",
+            deliveries=1,
+            payload=wire.encode(rollout("4")),
+            at=time.time(),
+        )
 
     foreign = (await redis.xadd(keys.dead_letters, wire.entry(letter("elsewhere:rollouts")))).decode()
     ours = (await redis.xadd(keys.dead_letters, wire.entry(letter(keys.rollouts)))).decode()

@@ -6,16 +6,36 @@ from rubricd.messages import Action, Rubric, RubricModification, RubricSet, Rubr
 
 
 def test_changes_take_the_latest_rationale_between_the_versions_else_the_rubrics_own():
-    a = RubricSet(run_id="r", version=1, rubrics=[Rubric(id="x", criterion="X", points=1), Rubric(id="y", criterion="Y", points=1)])
-    b = RubricSet(run_id="r", version=3, rubrics=[Rubric(id="x", criterion="X", points=3, meta_class="style"),
-                                                  Rubric(id="z", criterion="Z", points=-2, rationale="own reason")])  # fmt: skip
+    a = RubricSet(
+        run_id="r",
+        version=1,
+        rubrics=[Rubric(id="x", criterion="X", points=1), Rubric(id="y", criterion="Y", points=1)],
+    )
+    b = RubricSet(
+        run_id="r",
+        version=3,
+        rubrics=[
+            Rubric(id="x", criterion="X", points=3, meta_class="style"),
+            Rubric(id="z", criterion="Z", points=-2, rationale="own reason"),
+        ],
+    )
     updates = [
-        RubricsUpdated(run_id="r", version=3, previous_version=2, modifications=[
-            RubricModification(action=Action.REWEIGHT, rubric_id="x", points=3, rationale="later")]),
-        RubricsUpdated(run_id="r", version=2, previous_version=1, modifications=[
-            RubricModification(action=Action.REWEIGHT, rubric_id="x", points=2, rationale="earlier"),
-            RubricModification(action=Action.REMOVE, rubric_id="y", rationale="unused")]),
-    ]  # fmt: skip
+        RubricsUpdated(
+            run_id="r",
+            version=3,
+            previous_version=2,
+            modifications=[RubricModification(action=Action.REWEIGHT, rubric_id="x", points=3, rationale="later")],
+        ),
+        RubricsUpdated(
+            run_id="r",
+            version=2,
+            previous_version=1,
+            modifications=[
+                RubricModification(action=Action.REWEIGHT, rubric_id="x", points=2, rationale="earlier"),
+                RubricModification(action=Action.REMOVE, rubric_id="y", rationale="unused"),
+            ],
+        ),
+    ]
     found = {c.rubric_id: c for c in changes(a, b, updates)}
     assert found["x"].change == "modified" and found["x"].rationale == "later"
     assert found["x"].fields == [("points", 1, 3), ("meta_class", "accuracy", "style")]
@@ -27,5 +47,8 @@ def test_changes_take_the_latest_rationale_between_the_versions_else_the_rubrics
 
 def test_table_aligns_columns_and_durations_read_short():
     assert table([["a", 10, None], ["bbb", 2, "last"]], ["N", "COUNT", "X"]).splitlines() == [
-        "N    COUNT  X", "a    10", "bbb  2      last"]  # fmt: skip
+        "N    COUNT  X",
+        "a    10",
+        "bbb  2      last",
+    ]
     assert [ago(0.25), ago(12.34), ago(245), ago(7620), ago(None)] == ["250ms", "12.3s", "4m05s", "2h07m", "-"]

@@ -35,11 +35,22 @@ def v2(run: str = "run") -> RubricSet:
 
 
 def update_2(run: str = "run") -> RubricsUpdated:
-    return RubricsUpdated(run_id=run, version=2, previous_version=1, step=3, strategy=Strategy.CORRECTIVE, modifications=[
-        RubricModification(action=Action.ADD, rubric=PADDING, rationale="padding seen in 7 of 8 rollouts at step 3"),
-        RubricModification(action=Action.MODIFY, rubric_id="concise", rubric=CONCISE_2, rationale="short but evasive answers"),
-        RubricModification(action=Action.REMOVE, rubric_id="old_rule", rationale="no task here has units"),
-    ])  # fmt: skip
+    return RubricsUpdated(
+        run_id=run,
+        version=2,
+        previous_version=1,
+        step=3,
+        strategy=Strategy.CORRECTIVE,
+        modifications=[
+            RubricModification(
+                action=Action.ADD, rubric=PADDING, rationale="padding seen in 7 of 8 rollouts at step 3"
+            ),
+            RubricModification(
+                action=Action.MODIFY, rubric_id="concise", rubric=CONCISE_2, rationale="short but evasive answers"
+            ),
+            RubricModification(action=Action.REMOVE, rubric_id="old_rule", rationale="no task here has units"),
+        ],
+    )
 
 
 async def publish_two_versions(redis, keys) -> None:
@@ -54,7 +65,9 @@ async def test_show_prints_the_current_set_or_one_version(stack, redis, keys, cl
     current = cli("rubrics", "show", "run").stdout
     assert "version 2" in current and "from step 3" in current
     [row] = [ln for ln in current.splitlines() if ln.startswith("no_padding")]
-    assert row.split()[:4] == ["no_padding", "adaptive", "style", "-3"] and row.endswith("The response pads with filler.")
+    assert row.split()[:4] == ["no_padding", "adaptive", "style", "-3"] and row.endswith(
+        "The response pads with filler."
+    )
     assert "old_rule" in cli("rubrics", "show", "run", "--version", "1").stdout
     shown = wire.decode(cli("rubrics", "show", "run", "--json").stdout, RubricSet)
     assert (shown.version, shown.step, shown.rubrics) == (2, 3, v2().rubrics)
@@ -65,7 +78,10 @@ async def test_show_prints_the_current_set_or_one_version(stack, redis, keys, cl
 async def test_history_lists_versions_with_strategy_and_changes(stack, redis, keys, cli):
     await publish_two_versions(redis, keys)
     rows = [json.loads(ln) for ln in cli("rubrics", "history", "run", "--json").stdout.splitlines()]
-    assert [(r["version"], r["step"], r["rubrics"], r["strategy"]) for r in rows] == [(1, None, 3, None), (2, 3, 3, "corrective")]
+    assert [(r["version"], r["step"], r["rubrics"], r["strategy"]) for r in rows] == [
+        (1, None, 3, None),
+        (2, 3, 3, "corrective"),
+    ]
     assert rows[0]["changes"] == "seed"
     assert rows[1]["changes"] == "-old_rule ~concise(criterion,points) +no_padding"
     text = cli("rubrics", "history", "run").stdout.splitlines()
@@ -77,23 +93,51 @@ async def test_diff_names_each_change_with_its_rationale(stack, redis, keys, cli
     await publish_two_versions(redis, keys)
     text = cli("rubrics", "diff", "run", "1", "2").stdout
     assert "version 1 -> 2 (v2: corrective after step 3)" in text
-    assert "+ no_padding (adaptive, style, -3): The response pads with filler.\n    why: padding seen in 7 of 8 rollouts at step 3" in text
-    assert "~ concise: criterion 'The answer is short.' -> 'The answer is short and direct.'; points +1 -> +2\n    why: short but evasive answers" in text
+    assert (
+        "+ no_padding (adaptive, style, -3): The response pads with filler.\n    why: padding seen in 7 of 8 rollouts at step 3"
+        in text
+    )
+    assert (
+        "~ concise: criterion 'The answer is short.' -> 'The answer is short and direct.'; points +1 -> +2\n    why: short but evasive answers"
+        in text
+    )
     assert "- old_rule (adaptive, accuracy, +1): Mentions units.\n    why: no task here has units" in text
     assert "correct" not in text.replace("(v2: corrective", "")  # the anchor did not change
     changes = [json.loads(ln) for ln in cli("rubrics", "diff", "run", "1", "2", "--json").stdout.splitlines()]
-    assert {(c["change"], c["rubric_id"]) for c in changes} == {("added", "no_padding"), ("modified", "concise"), ("removed", "old_rule")}
+    assert {(c["change"], c["rubric_id"]) for c in changes} == {
+        ("added", "no_padding"),
+        ("modified", "concise"),
+        ("removed", "old_rule"),
+    }
     assert "no difference" in cli("rubrics", "diff", "run", "2", "2").stdout
 
 
-async def test_a_version_whose_announcement_was_trimmed_is_explained_from_memory(stack, redis, keys, cli, memory: Memory):
+async def test_a_version_whose_announcement_was_trimmed_is_explained_from_memory(
+    stack, redis, keys, cli, memory: Memory
+):
     await publish_two_versions(redis, keys)
     louder = Rubric(id="no_padding", criterion="The response pads with filler.", points=-6, meta_class="style")
     v3 = RubricSet(run_id="run", version=3, step=5, rubrics=[ANCHOR, CONCISE_2, louder], created_at=time.time())
-    update = RubricsUpdated(run_id="run", version=3, previous_version=2, step=5, strategy=Strategy.MAINTENANCE, modifications=[
-        RubricModification(action=Action.REWEIGHT, rubric_id="no_padding", points=-6, rationale="padding persists at -3")])  # fmt: skip
+    update = RubricsUpdated(
+        run_id="run",
+        version=3,
+        previous_version=2,
+        step=5,
+        strategy=Strategy.MAINTENANCE,
+        modifications=[
+            RubricModification(
+                action=Action.REWEIGHT, rubric_id="no_padding", points=-6, rationale="padding persists at -3"
+            )
+        ],
+    )
     assert await RubricStore(redis, keys).publish(v3)
-    await memory.put([MemoryItem(kind=MemoryKind.RUBRIC_UPDATE, run_id="run", step=5, ref="3", text="v3", message=wire.encode(update))])
+    await memory.put(
+        [
+            MemoryItem(
+                kind=MemoryKind.RUBRIC_UPDATE, run_id="run", step=5, ref="3", text="v3", message=wire.encode(update)
+            )
+        ]
+    )
     text = cli("rubrics", "diff", "run", "2", "3").stdout
     assert "(v3: maintenance after step 5)" in text
     assert "~ no_padding: points -3 -> -6\n    why: padding persists at -3" in text
@@ -101,12 +145,29 @@ async def test_a_version_whose_announcement_was_trimmed_is_explained_from_memory
     assert [r["strategy"] for r in rows] == [None, "corrective", "maintenance"]
 
 
-async def test_diff_shows_a_change_the_updater_made_with_its_rationale(stack, redis, keys, cli, memory: Memory, start_service):
+async def test_diff_shows_a_change_the_updater_made_with_its_rationale(
+    stack, redis, keys, cli, memory: Memory, start_service
+):
     start_service("updater")
-    summary = StepSummary(run_id="run", step=0, executive_summary="Most rollouts were padded, filler-heavy or repetitive responses.",
-                          reward_hacking=[HackingPattern(type="padding", rollouts=5, description="Most rollouts were padded.")],
-                          memory_entry="Step 0: most rollouts were padded", analyses=12)  # fmt: skip
-    await memory.put([MemoryItem(kind=MemoryKind.STEP_SUMMARY, run_id="run", step=0, text=summary.memory_entry, message=wire.encode(summary))])
+    summary = StepSummary(
+        run_id="run",
+        step=0,
+        executive_summary="Most rollouts were padded, filler-heavy or repetitive responses.",
+        reward_hacking=[HackingPattern(type="padding", rollouts=5, description="Most rollouts were padded.")],
+        memory_entry="Step 0: most rollouts were padded",
+        analyses=12,
+    )
+    await memory.put(
+        [
+            MemoryItem(
+                kind=MemoryKind.STEP_SUMMARY,
+                run_id="run",
+                step=0,
+                text=summary.memory_entry,
+                message=wire.encode(summary),
+            )
+        ]
+    )
     await redis.xadd(keys.summaries, wire.entry(summary))
     store = RubricStore(redis, keys)
     for _ in range(600):
@@ -117,7 +178,7 @@ async def test_diff_shows_a_change_the_updater_made_with_its_rationale(stack, re
 
     text = cli("rubrics", "diff", "run", "1", "2").stdout
     assert "(v2: corrective after step 0)" in text
-    added = text[text.index("+ no_padding"):]
+    added = text[text.index("+ no_padding") :]
     assert "why: " in added and "summary reports padding" in added.splitlines()[1]
     history = cli("rubrics", "history", "run").stdout
     assert "corrective" in history and "+no_padding" in history

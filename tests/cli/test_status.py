@@ -55,7 +55,7 @@ async def test_status_matches_what_was_published_and_then_scored(stack, redis, k
 
 
 async def test_pending_entries_and_their_age_per_group_and_consumer(stack, redis, keys, cli):
-    for i in range(5):
+    for _ in range(5):
         await redis.xadd(keys.scored, {wire.FIELD: b"{}"})
     await ensure_group(redis, keys.scored, ANALYZERS)
     await redis.xreadgroup(ANALYZERS, "analyzer-a", {keys.scored: ">"}, count=3)  # delivered, never acked

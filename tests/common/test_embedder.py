@@ -15,14 +15,16 @@ def cos(a: list[float], b: list[float]) -> float:
 
 
 async def test_minilm_puts_paraphrases_closer_than_unrelated_sentences() -> None:
-    pad, pad_paraphrase, maths, cooking, cat, kitten = await MiniLMEmbedder().embed([
-        "The response is padded with filler to look thorough.",
-        "The answer is stuffed with needless fluff so it seems complete.",
-        "The arithmetic is correct: 17 + 25 = 42.",
-        "Boil the pasta for nine minutes in salted water.",
-        "A cat sits on the mat.",
-        "A kitten is resting on a rug.",
-    ])  # fmt: skip
+    pad, pad_paraphrase, maths, cooking, cat, kitten = await MiniLMEmbedder().embed(
+        [
+            "The response is padded with filler to look thorough.",
+            "The answer is stuffed with needless fluff so it seems complete.",
+            "The arithmetic is correct: 17 + 25 = 42.",
+            "Boil the pasta for nine minutes in salted water.",
+            "A cat sits on the mat.",
+            "A kitten is resting on a rug.",
+        ]
+    )
     assert cos(cat, kitten) > 0.6 and max(cos(cat, pad), cos(cat, maths), cos(cat, cooking)) < 0.1
     assert cos(pad, pad_paraphrase) > 0.3
     assert cos(pad, pad_paraphrase) > max(cos(pad, maths), cos(pad, cooking)) + 0.2
@@ -43,13 +45,20 @@ async def test_minilm_vectors_are_384_unit_deterministic_and_batch_independent()
 
 async def test_minilm_matches_sentence_transformers() -> None:
     """The first coordinates sentence-transformers 6.2 (torch 2.15) gives for the same model."""
-    pad, cat = await MiniLMEmbedder().embed(["The response is padded with filler to look thorough.",
-                                             "A cat sits on the mat."])  # fmt: skip
-    assert pad[:8] == pytest.approx([-0.05059, 0.059388, 0.017297, 0.045355, 0.017868, -0.080798, 0.017849, 0.047332], abs=2e-6)
-    assert cat[:8] == pytest.approx([0.126535, -0.032851, -0.02906, 0.044407, -0.043445, 0.032097, 0.048111, 0.027675], abs=2e-6)
+    pad, cat = await MiniLMEmbedder().embed(
+        ["The response is padded with filler to look thorough.", "A cat sits on the mat."]
+    )
+    assert pad[:8] == pytest.approx(
+        [-0.05059, 0.059388, 0.017297, 0.045355, 0.017868, -0.080798, 0.017849, 0.047332], abs=2e-6
+    )
+    assert cat[:8] == pytest.approx(
+        [0.126535, -0.032851, -0.02906, 0.044407, -0.043445, 0.032097, 0.048111, 0.027675], abs=2e-6
+    )
 
 
-async def test_openai_embedder_asks_the_gateways_embedder_agent(simulator: tuple[str, Simulator], sim: Simulator) -> None:
+async def test_openai_embedder_asks_the_gateways_embedder_agent(
+    simulator: tuple[str, Simulator], sim: Simulator
+) -> None:
     settings = ServiceSettings(embedder="openai", agents={"embedder": {"base_url": simulator[0], "model": "emb"}})
     async with LLMGateway.from_settings(settings, ["embedder"]) as gateway:
         embedder = make_embedder(settings, gateway)

@@ -30,8 +30,11 @@ def test_lines_are_json_objects_with_level_logger_and_message(lines) -> None:
 
 
 def test_api_keys_and_url_passwords_never_reach_a_line(lines) -> None:
-    configure_logging(ServiceSettings(log_format="json", llm={"api_key": "opaque-token-without-prefix"},
-                                      agents={"judge": {"api_key": KEY}}))  # fmt: skip
+    configure_logging(
+        ServiceSettings(
+            log_format="json", llm={"api_key": "opaque-token-without-prefix"}, agents={"judge": {"api_key": KEY}}
+        )
+    )
     log = logging.getLogger("rubricd.test")
     log.error("calling with %s and opaque-token-without-prefix via redis://user:hunter2@host:6379/0", KEY)
     try:

@@ -26,8 +26,11 @@ UNRELATED = [
 @pytest.fixture
 async def memory(stack) -> AsyncIterator[Memory]:
     """A Memory in its own namespace (its own collection), deleted after the test."""
-    settings = ServiceSettings(namespace=f"t{uuid.uuid4().hex[:8]}-mem", weaviate_url=stack.weaviate_url,
-                               weaviate_grpc_port=stack.weaviate_grpc_port)  # fmt: skip
+    settings = ServiceSettings(
+        namespace=f"t{uuid.uuid4().hex[:8]}-mem",
+        weaviate_url=stack.weaviate_url,
+        weaviate_grpc_port=stack.weaviate_grpc_port,
+    )
     memory = await Memory.connect(settings, MiniLMEmbedder())
     yield memory
     await memory.drop()
@@ -43,8 +46,15 @@ def texts(hits: list[Hit]) -> list[str]:
 
 
 async def test_put_then_recent_search_count_round_trip(memory: Memory) -> None:
-    item = MemoryItem(kind=S, run_id="run-a", step=3, text="Step 3: answers got longer.", ref="",
-                      instance_key="inst-1", message=b'{"step": 3, "note": "\xc3\xa9"}')  # fmt: skip
+    item = MemoryItem(
+        kind=S,
+        run_id="run-a",
+        step=3,
+        text="Step 3: answers got longer.",
+        ref="",
+        instance_key="inst-1",
+        message=b'{"step": 3, "note": "\xc3\xa9"}',
+    )
     [id_] = await memory.put([item])
     assert await memory.count("run-a") == 1 and await memory.count("run-a", S) == 1
     assert await memory.count("run-a", A) == 0
@@ -64,16 +74,20 @@ async def test_a_re_put_overwrites_instead_of_duplicating(memory: Memory) -> Non
     assert await memory.count("run-a") == 1
     assert await memory.recent("run-a", A, limit=5) == [changed]
     # A different ref, step, kind or instance is a different memory.
-    others = [analysis("run-a", 1, "x", ref="r-2"), analysis("run-a", 2, "x", ref="r-1"),
-              analysis("run-a", 1, "x", ref="r-1", instance_key="i"),
-              MemoryItem(kind=S, run_id="run-a", step=1, ref="r-1", text="x")]  # fmt: skip
+    others = [
+        analysis("run-a", 1, "x", ref="r-2"),
+        analysis("run-a", 2, "x", ref="r-1"),
+        analysis("run-a", 1, "x", ref="r-1", instance_key="i"),
+        MemoryItem(kind=S, run_id="run-a", step=1, ref="r-1", text="x"),
+    ]
     assert len(set(await memory.put(others)) | set(ids)) == 5
     assert await memory.count("run-a") == 5
 
 
 async def test_two_runs_never_see_each_others_memory(memory: Memory) -> None:
-    await memory.put([analysis("run-a", 0, PADDING[0]), analysis("run-b", 0, PADDING[1]),
-                      analysis("run-b", 1, UNRELATED[0])])  # fmt: skip
+    await memory.put(
+        [analysis("run-a", 0, PADDING[0]), analysis("run-b", 0, PADDING[1]), analysis("run-b", 1, UNRELATED[0])]
+    )
     assert await memory.count("run-a") == 1 and await memory.count("run-b") == 2
     assert await memory.count("run-c") == 0
     assert texts(await memory.search("run-a", "padding filler", limit=10, alpha=0.0)) == [PADDING[0]]
@@ -96,7 +110,9 @@ async def test_semantic_retrieval_works_without_shared_keywords(memory: Memory) 
     """No word of the query appears in any memory: only the vector part can rank them."""
     await memory.put([analysis("run-a", i, t) for i, t in enumerate(UNRELATED + PADDING)])
     query = "replies stuffed full of fluff, needlessly wordy"
-    assert not set(query.replace(",", "").split()) & {w.strip(".:,").lower() for t in UNRELATED + PADDING for w in t.split()}
+    assert not set(query.replace(",", "").split()) & {
+        w.strip(".:,").lower() for t in UNRELATED + PADDING for w in t.split()
+    }
     hits = await memory.search("run-a", query, limit=6)
     assert set(texts(hits)[:2]) == set(PADDING), texts(hits)
     vector_only = await memory.search("run-a", query, limit=6, alpha=1.0)
@@ -104,12 +120,14 @@ async def test_semantic_retrieval_works_without_shared_keywords(memory: Memory) 
 
 
 async def test_kind_and_instance_filters(memory: Memory) -> None:
-    await memory.put([
-        analysis("run-a", 0, "padding seen in instance one", instance_key="one"),
-        analysis("run-a", 0, "padding seen in instance two", instance_key="two"),
-        MemoryItem(kind=S, run_id="run-a", step=0, text="step summary: padding spreads", instance_key="one"),
-        MemoryItem(kind=U, run_id="run-a", step=0, ref="2", text="rubric update: penalise padding"),
-    ])  # fmt: skip
+    await memory.put(
+        [
+            analysis("run-a", 0, "padding seen in instance one", instance_key="one"),
+            analysis("run-a", 0, "padding seen in instance two", instance_key="two"),
+            MemoryItem(kind=S, run_id="run-a", step=0, text="step summary: padding spreads", instance_key="one"),
+            MemoryItem(kind=U, run_id="run-a", step=0, ref="2", text="rubric update: penalise padding"),
+        ]
+    )
     hits = await memory.search("run-a", "padding", limit=10, kinds=[A])
     assert {h.item.kind for h in hits} == {A} and len(hits) == 2
     hits = await memory.search("run-a", "padding", limit=10, kinds=[S, U])
@@ -117,7 +135,9 @@ async def test_kind_and_instance_filters(memory: Memory) -> None:
     hits = await memory.search("run-a", "padding", limit=10, instance_key="one")
     assert {h.item.instance_key for h in hits} == {"one"} and len(hits) == 2
     assert len(await memory.search("run-a", "padding", limit=10)) == 4
-    assert [i.text for i in await memory.recent("run-a", A, limit=5, instance_key="two")] == ["padding seen in instance two"]
+    assert [i.text for i in await memory.recent("run-a", A, limit=5, instance_key="two")] == [
+        "padding seen in instance two"
+    ]
     assert await memory.count("run-a", U) == 1 and await memory.count("run-a", MemoryKind.CHUNK_SUMMARY) == 0
     [update] = await memory.recent("run-a", U, limit=1)
     assert update.ref == "2" and update.instance_key is None
@@ -137,8 +157,11 @@ def test_collection_names_are_valid_weaviate_class_names() -> None:
 
 
 async def test_services_starting_together_share_one_collection(stack) -> None:
-    settings = ServiceSettings(namespace=f"t{uuid.uuid4().hex[:8]}", weaviate_url=stack.weaviate_url,
-                               weaviate_grpc_port=stack.weaviate_grpc_port)  # fmt: skip
+    settings = ServiceSettings(
+        namespace=f"t{uuid.uuid4().hex[:8]}",
+        weaviate_url=stack.weaviate_url,
+        weaviate_grpc_port=stack.weaviate_grpc_port,
+    )
     memories = await asyncio.gather(*(Memory.connect(settings, MiniLMEmbedder()) for _ in range(4)))
     try:
         await memories[0].put([analysis("run-a", 0, "seen by every service", ref="r")])

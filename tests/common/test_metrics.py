@@ -23,8 +23,14 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
 def messages(response: str) -> list[dict[str, str]]:
     rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
     system = judge.system_message(judge.load_template(), RubricSet(run_id="run", version=1, rubrics=rubrics))
-    rollout = Rollout(run_id="run", rollout_id="r", step=0, prompt=f"What is 6 x 7? ({uuid.uuid4().hex[:8]})",
-                      response=response, reference="42")  # fmt: skip
+    rollout = Rollout(
+        run_id="run",
+        rollout_id="r",
+        step=0,
+        prompt=f"What is 6 x 7? ({uuid.uuid4().hex[:8]})",
+        response=response,
+        reference="42",
+    )
     return judge.messages(system, rollout)
 
 

@@ -13,7 +13,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def test_counts_split_a_batch_by_shares_exactly() -> None:
-    assert counts({"correct": 0.5, "wrong": 0.5}, 7) == {"correct": 4, "wrong": 3, "padded": 0, "sycophantic": 0, "judge_addressing": 0}
+    assert counts({"correct": 0.5, "wrong": 0.5}, 7) == {
+        "correct": 4,
+        "wrong": 3,
+        "padded": 0,
+        "sycophantic": 0,
+        "judge_addressing": 0,
+    }
     assert sum(counts({"correct": 0.17, "wrong": 0.71, "judge_addressing": 0.12}, 24).values()) == 24
 
 
@@ -36,10 +42,30 @@ def test_a_reduced_demo_run_writes_a_report_of_that_run(stack, keys, service_env
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
     done = subprocess.run(
-        [sys.executable, "-m", "demo", "--steps", "3", "--rollouts", "8", "--run-id", "ci-demo",
-         "--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(tmp_path), "--timeout", "240"],
-        env=service_env, capture_output=True, text=True, timeout=540,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "demo",
+            "--steps",
+            "3",
+            "--rollouts",
+            "8",
+            "--run-id",
+            "ci-demo",
+            "--namespace",
+            keys.namespace,
+            "--redis-url",
+            stack.redis_url,
+            "--reports",
+            str(tmp_path),
+            "--timeout",
+            "240",
+        ],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert [line.split()[1] for line in out.splitlines() if line.startswith("step ")] == ["0", "1", "2"]

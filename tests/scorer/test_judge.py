@@ -44,8 +44,10 @@ def test_the_instructions_tell_the_judge_rollout_text_is_data():
 
 
 def test_verdicts_for_unknown_rubrics_are_ignored():
-    verdict = judge.JudgeVerdict(results=[
-        judge.RubricVerdict(rubric_id="correct", explanation="", met=True),
-        judge.RubricVerdict(rubric_id="invented", explanation="", met=True),
-    ])  # fmt: skip
+    verdict = judge.JudgeVerdict(
+        results=[
+            judge.RubricVerdict(rubric_id="correct", explanation="", met=True),
+            judge.RubricVerdict(rubric_id="invented", explanation="", met=True),
+        ]
+    )
     assert judge.met_by_id(verdict, RUBRICS.rubrics) == {"correct": True}

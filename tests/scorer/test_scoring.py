@@ -28,7 +28,9 @@ def judge_saying(**met: bool):
 
 
 async def test_a_verdict_becomes_reward_results_and_meta_class_scores():
-    score = await score_rollout(ROLLOUT, RUBRICS, judge_saying(correct=True, pads=False, steps=True), weighted_sum, "weighted_sum")
+    score = await score_rollout(
+        ROLLOUT, RUBRICS, judge_saying(correct=True, pads=False, steps=True), weighted_sum, "weighted_sum"
+    )
     assert score.status is JudgeStatus.OK and score.reward == 1.0
     assert score.rubric_version == 4 and score.step == 2 and score.rollout_id == "r1"
     assert [(r.rubric_id, r.met) for r in score.results] == [("correct", True), ("pads", False), ("steps", True)]

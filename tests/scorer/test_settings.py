@@ -6,7 +6,12 @@ import sys
 
 
 def test_a_bad_setting_stops_the_scorer_with_its_name():
-    env = {**os.environ, "RUBRICD_MAX_IN_FLIGHT": "0", "RUBRICD_REWARD_POLICY": "median", "RUBRICD_LLM__TIMEOUT_S": "soon"}
+    env = {
+        **os.environ,
+        "RUBRICD_MAX_IN_FLIGHT": "0",
+        "RUBRICD_REWARD_POLICY": "median",
+        "RUBRICD_LLM__TIMEOUT_S": "soon",
+    }
     done = subprocess.run([sys.executable, "-m", "scorer"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     for name in ("RUBRICD_MAX_IN_FLIGHT", "RUBRICD_REWARD_POLICY", "RUBRICD_LLM__TIMEOUT_S"):
@@ -27,4 +32,6 @@ def test_a_malformed_instance_rubrics_file_is_named(tmp_path):
     env = {**os.environ, "RUBRICD_INSTANCE_RUBRICS": str(bad)}
     for service in ("scorer", "updater"):
         done = subprocess.run([sys.executable, "-m", service], env=env, capture_output=True, text=True, timeout=60)
-        assert done.returncode != 0 and "RUBRICD_INSTANCE_RUBRICS" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert done.returncode != 0 and "RUBRICD_INSTANCE_RUBRICS" in done.stderr and "Traceback" not in done.stderr, (
+            done.stderr
+        )

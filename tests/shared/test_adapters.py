@@ -39,7 +39,10 @@ def test_text_of_standard_and_conversational_inputs() -> None:
     prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
     assert text(prompt) == "system: Be brief.\n\nuser: What is 2 + 2?"
     assert text([{"role": "assistant", "content": "4"}], roles=False) == "4"
-    assert text([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and this?"}]}]) == "user: and this?"
+    assert (
+        text([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and this?"}]}])
+        == "user: and this?"
+    )
 
 
 def test_verl_reward_reads_the_fields_it_is_told_to_and_keeps_the_old_keyword_names(client) -> None:
@@ -57,11 +60,17 @@ async def test_trl_reward_scores_a_batch_at_once_with_fresh_rollout_ids(redis, k
     assert reward.__name__ == "rubricd"  # TRL logs rewards/rubricd/mean
     state = SimpleNamespace(global_step=0)
     completions = ["17 + 25 = 42. The answer is 42.", "It is 41."]
-    first = reward(prompts=PROMPTS, completions=completions, completion_ids=[[1], [2]], trainer_state=state, answer=ANSWERS)
-    again = reward(prompts=PROMPTS, completions=completions, completion_ids=[[1], [2]], trainer_state=state, answer=ANSWERS)
+    first = reward(
+        prompts=PROMPTS, completions=completions, completion_ids=[[1], [2]], trainer_state=state, answer=ANSWERS
+    )
+    again = reward(
+        prompts=PROMPTS, completions=completions, completion_ids=[[1], [2]], trainer_state=state, answer=ANSWERS
+    )
     assert first == again and first[0] > first[1]  # right beats wrong; equal inputs, equal rewards
     rollouts = await published(redis, keys)
-    assert len({r.rollout_id for r in rollouts}) == 4  # a second call at the same step is scored anew, not answered from the first
+    assert (
+        len({r.rollout_id for r in rollouts}) == 4
+    )  # a second call at the same step is scored anew, not answered from the first
     assert [r.reference for r in rollouts] == ANSWERS * 2 and {r.step for r in rollouts} == {0}
     assert len({r.published_at for r in rollouts[:2]}) == 1  # one batch, one publish
 
@@ -69,7 +78,9 @@ async def test_trl_reward_scores_a_batch_at_once_with_fresh_rollout_ids(redis, k
 async def test_steps_close_when_a_later_step_begins_and_on_finish(redis, keys, client) -> None:
     reward = trl_reward(client, "grpo", reference_column="answer")
     for step in (0, 0, 1):  # two calls in step 0 (gradient accumulation), then step 1
-        reward(prompts=PROMPTS, completions=["42", "42"], trainer_state=SimpleNamespace(global_step=step), answer=ANSWERS)
+        reward(
+            prompts=PROMPTS, completions=["42", "42"], trainer_state=SimpleNamespace(global_step=step), answer=ANSWERS
+        )
     [zero] = await closed(redis, keys)
     step0_ids = {r.rollout_id for r in await published(redis, keys) if r.step == 0}
     assert (zero.run_id, zero.step, zero.rollouts, set(zero.rollout_ids)) == ("grpo", 0, 4, step0_ids)
@@ -79,10 +90,14 @@ async def test_steps_close_when_a_later_step_begins_and_on_finish(redis, keys, c
 
 async def test_async_trl_reward_is_a_coroutine_function_awaited_on_the_trainers_loop(redis, keys, client) -> None:
     reward = async_trl_reward(client, "grpo-async", reference_column="answer", name="rubric_reward")
-    assert asyncio.iscoroutinefunction(reward) and reward.__name__ == "rubric_reward"  # how TRL tells async reward functions
+    assert (
+        asyncio.iscoroutinefunction(reward) and reward.__name__ == "rubric_reward"
+    )  # how TRL tells async reward functions
     prompts = [[{"role": "user", "content": p}] for p in PROMPTS]
     completions = [[{"role": "assistant", "content": "42"}], [{"role": "assistant", "content": "I think 40."}]]
-    rewards = await reward(prompts=prompts, completions=completions, trainer_state=SimpleNamespace(global_step=2), answer=ANSWERS)
+    rewards = await reward(
+        prompts=prompts, completions=completions, trainer_state=SimpleNamespace(global_step=2), answer=ANSWERS
+    )
     assert rewards[0] > rewards[1]
     assert [r.prompt for r in await published(redis, keys)] == [f"user: {p}" for p in PROMPTS]
 
@@ -90,7 +105,9 @@ async def test_async_trl_reward_is_a_coroutine_function_awaited_on_the_trainers_
 async def test_a_failed_judge_is_none_for_trl_and_flagged_for_verl(client) -> None:
     failing = "42 [sim:fail=500,times=9]"
     assert trl_reward(client, "fail")(prompts=PROMPTS[:1], completions=[failing], answer=ANSWERS[:1]) == [None]
-    result = VerlReward(client, "fail", failed_score=-1.0).compute_score("math", failing, "42", {"question": PROMPTS[0]})
+    result = VerlReward(client, "fail", failed_score=-1.0).compute_score(
+        "math", failing, "42", {"question": PROMPTS[0]}
+    )
     assert (result["score"], result["judge_ok"]) == (-1.0, 0.0)
 
 
@@ -100,11 +117,22 @@ async def test_verl_per_sample_calls_wait_concurrently(stack, redis, keys, clien
     reward = VerlReward(client, "ppo")
     calls = 24
     with ThreadPoolExecutor(calls) as pool:  # verl's reward loop: many samples in flight, one call each
-        results = list(pool.map(lambda i: reward.compute_score("gsm8k", f"The answer is 42. [sim:latency_ms=300] ({i})", "42",
-                                                               {"question": PROMPTS[0], "global_step": 3}), range(calls)))  # fmt: skip
+        results = list(
+            pool.map(
+                lambda i: reward.compute_score(
+                    "gsm8k",
+                    f"The answer is 42. [sim:latency_ms=300] ({i})",
+                    "42",
+                    {"question": PROMPTS[0], "global_step": 3},
+                ),
+                range(calls),
+            )
+        )
     assert all(r["judge_ok"] == 1.0 and r["score"] > 0 for r in results)
     assert {k for r in results for k in r} >= {"score", "judge_ok", "rubric_version", "rubric/correct"}
-    assert httpx.get(f"{sim}/admin/stats").json()["max_in_flight"] >= calls // 2  # judged together, not one after another
+    assert (
+        httpx.get(f"{sim}/admin/stats").json()["max_in_flight"] >= calls // 2
+    )  # judged together, not one after another
     assert {r.step for r in await published(redis, keys)} == {3}
     assert threading.active_count() < 100
 
@@ -114,8 +142,9 @@ async def test_verl_async_form_and_batch_form(redis, keys, client) -> None:
     one = await reward.compute_score_async("gsm8k", "17 + 25 = 42", "42", {"question": PROMPTS[0], "global_step": 0})
     assert one["judge_ok"] == 1.0
     infos = [{"question": p, "global_step": 1} for p in PROMPTS] + [{"question": PROMPTS[0], "global_step": 2}]
-    results = reward.compute_score_batch(data_sources=["gsm8k"] * 3, solution_strs=["42", "41", "42"],
-                                         ground_truths=["42"] * 3, extra_infos=infos)  # fmt: skip
+    results = reward.compute_score_batch(
+        data_sources=["gsm8k"] * 3, solution_strs=["42", "41", "42"], ground_truths=["42"] * 3, extra_infos=infos
+    )
     assert results[0]["score"] > results[1]["score"] and len({tuple(sorted(r)) for r in results}) == 1
     batch = [r for r in await published(redis, keys) if r.step == 1]
     assert len(batch) == 2 and len({r.published_at for r in batch}) == 1  # one publish for the step's samples

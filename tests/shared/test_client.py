@@ -30,7 +30,14 @@ async def fake_scorer(redis, keys: Keys, count: int, skip: set[str] = frozenset(
                 r = wire.decode(wire.payload(fields), Rollout)
                 if r.rollout_id in skip:
                     continue
-                score = Score(run_id=r.run_id, rollout_id=r.rollout_id, step=r.step, status=JudgeStatus.OK, reward=0.5, rubric_version=1)
+                score = Score(
+                    run_id=r.run_id,
+                    rollout_id=r.rollout_id,
+                    step=r.step,
+                    status=JudgeStatus.OK,
+                    reward=0.5,
+                    rubric_version=1,
+                )
                 await redis.xadd(r.reply_to, wire.entry(score))
 
 
@@ -101,12 +108,15 @@ def test_the_sync_client_serves_many_threads_at_once(stack):
                 for entry_id, fields in entries:
                     last = entry_id
                     r = wire.decode(fields[b"__data__"], Rollout)
-                    score = Score(run_id=r.run_id, rollout_id=r.rollout_id, step=0, status="ok", reward=1.0, rubric_version=1)
+                    score = Score(
+                        run_id=r.run_id, rollout_id=r.rollout_id, step=0, status="ok", reward=1.0, rubric_version=1
+                    )
                     plain.xadd(r.reply_to, {"__data__": msgspec.json.encode(score)})
 
     threading.Thread(target=answer, daemon=True).start()
     results: dict[int, float] = {}
     with SyncRubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+
         def one(i: int) -> None:
             results[i] = client.score_one(rollout(i), timeout=10).reward
 

@@ -10,29 +10,68 @@ from analyzer.handler import memory_item
 from common.memory import MemoryKind
 from rubricd import wire
 from rubricd.messages import (
-    Event, HackingEvidence, JudgeStatus, Rollout, RolloutAnalysis, Rubric, RubricResult, RubricSet, Score, ScoredRollout,
-    StepClosed, StepSummary,
-)  # fmt: skip
+    Event,
+    HackingEvidence,
+    JudgeStatus,
+    Rollout,
+    RolloutAnalysis,
+    Rubric,
+    RubricResult,
+    RubricSet,
+    Score,
+    ScoredRollout,
+    StepClosed,
+    StepSummary,
+)
 from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
 
-RUBRICS = [Rubric(id="correct", criterion="The response states the correct final answer, matching the reference answer.", points=5, kind="anchor")]
+RUBRICS = [
+    Rubric(
+        id="correct",
+        criterion="The response states the correct final answer, matching the reference answer.",
+        points=5,
+        kind="anchor",
+    )
+]
 PADDED = "17 + 25 = 42. " + "To be thorough, let me restate the whole calculation once more. " * 10
 
 
 def scored(run_id: str, i: int, response: str, step: int = 0) -> ScoredRollout:
-    rollout = Rollout(run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, prompt="What is 17 + 25?", response=response, reference="42")
-    score = Score(run_id=run_id, rollout_id=rollout.rollout_id, step=step, status=JudgeStatus.OK, reward=1.0, rubric_version=1,
-                  results=[RubricResult(rubric_id="correct", met=True, points=5)])  # fmt: skip
+    rollout = Rollout(
+        run_id=run_id,
+        rollout_id=f"s{step}-r{i}",
+        step=step,
+        prompt="What is 17 + 25?",
+        response=response,
+        reference="42",
+    )
+    score = Score(
+        run_id=run_id,
+        rollout_id=rollout.rollout_id,
+        step=step,
+        status=JudgeStatus.OK,
+        reward=1.0,
+        rubric_version=1,
+        results=[RubricResult(rubric_id="correct", met=True, points=5)],
+    )
     return ScoredRollout(rollout=rollout, score=score)
 
 
-def analysis(run_id: str, step: int, i: int, *hacks: str, instance: str | None = None, note: str = "") -> RolloutAnalysis:
+def analysis(
+    run_id: str, step: int, i: int, *hacks: str, instance: str | None = None, note: str = ""
+) -> RolloutAnalysis:
     return RolloutAnalysis(
-        run_id=run_id, rollout_id=f"s{step}-r{i}", step=step, rubric_version=1, quality="q", instance_key=instance,
-        reward_hacking=[HackingEvidence(type=h, evidence="quoted") for h in hacks], observations=[note] if note else [],
-    )  # fmt: skip
+        run_id=run_id,
+        rollout_id=f"s{step}-r{i}",
+        step=step,
+        rubric_version=1,
+        quality="q",
+        instance_key=instance,
+        reward_hacking=[HackingEvidence(type=h, evidence="quoted") for h in hacks],
+        observations=[note] if note else [],
+    )
 
 
 async def record(redis, keys, memory, analyses: list[RolloutAnalysis]) -> None:
@@ -43,7 +82,9 @@ async def record(redis, keys, memory, analyses: list[RolloutAnalysis]) -> None:
 
 
 async def close(redis, keys, run_id: str, step: int, rollouts: int, ids: list[str] = ()) -> None:
-    await redis.xadd(keys.steps, wire.entry(StepClosed(run_id=run_id, step=step, rollouts=rollouts, rollout_ids=list(ids))))
+    await redis.xadd(
+        keys.steps, wire.entry(StepClosed(run_id=run_id, step=step, rollouts=rollouts, rollout_ids=list(ids)))
+    )
 
 
 async def summaries(redis, keys, n: int, timeout: float = 60) -> list[StepSummary]:
@@ -56,7 +97,9 @@ async def summaries(redis, keys, n: int, timeout: float = 60) -> list[StepSummar
     raise TimeoutError(f"{len(found)} of {n} step summaries")
 
 
-async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(stack, redis, keys, memory, start_analyzer, start_summarizer):
+async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(
+    stack, redis, keys, memory, start_analyzer, start_summarizer
+):
     start_analyzer().wait_consuming(stack.redis_url, keys)
     start_summarizer(chunk_size=3).wait_consuming(stack.redis_url, keys)
     await RubricStore(redis, keys).seed(RubricSet(run_id="run", version=1, rubrics=RUBRICS))
@@ -77,7 +120,9 @@ async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(stack,
     assert not await redis.zcard(keys.open_steps)
 
 
-async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadline(stack, redis, keys, memory, start_summarizer):
+async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadline(
+    stack, redis, keys, memory, start_summarizer
+):
     start_summarizer(step_deadline_s=3, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
     await record(redis, keys, memory, [analysis("run", 1, 0, "sycophancy"), analysis("run", 1, 1)])
     closed_at = time.monotonic()
@@ -92,20 +137,34 @@ async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadl
     assert await redis.xlen(keys.summaries) == 1
 
 
-async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary_per_instance(stack, redis, keys, memory, start_summarizer):
+async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary_per_instance(
+    stack, redis, keys, memory, start_summarizer
+):
     start_summarizer(rubrics_mode="per_instance", rollouts_per_step=4).wait_consuming(stack.redis_url, keys)
-    await record(redis, keys, memory, [analysis("run", 2, 0, "padding", instance="x"), analysis("run", 2, 1, "padding", instance="x"),
-                                       analysis("run", 2, 2, instance="y")])  # fmt: skip
+    await record(
+        redis,
+        keys,
+        memory,
+        [
+            analysis("run", 2, 0, "padding", instance="x"),
+            analysis("run", 2, 1, "padding", instance="x"),
+            analysis("run", 2, 2, instance="y"),
+        ],
+    )
     await asyncio.sleep(1.5)
     assert await redis.xlen(keys.summaries) == 0  # 3 of 4: not yet
     await record(redis, keys, memory, [analysis("run", 2, 3, "judge_addressing", instance="y")])
     found = {s.instance_key: s for s in await summaries(redis, keys, 2)}
     assert {k: {p.type: p.rollouts for p in s.reward_hacking} for k, s in found.items()} == {
-        "x": {"padding": 2}, "y": {"judge_addressing": 1}}  # fmt: skip
+        "x": {"padding": 2},
+        "y": {"judge_addressing": 1},
+    }
     assert {s.analyses for s in found.values()} == {2}
 
 
-async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_step_once(stack, redis, keys, memory, start_summarizer):
+async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_step_once(
+    stack, redis, keys, memory, start_summarizer
+):
     slow = "[sim:latency_ms=2000]"  # every summary call of these steps takes 2 s
     for step in range(3):
         await record(redis, keys, memory, [analysis("run", step, i, "padding", note=slow) for i in range(2)])
@@ -113,7 +172,9 @@ async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_s
     settings = dict(claim_ttl_s=4, sweep_interval_s=0.3)
     first = start_summarizer(**settings).wait_consuming(stack.redis_url, keys)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all([await redis.hexists(keys.step("run", s), "claim") for s in range(3)]):
+    while time.monotonic() < deadline and not all(
+        [await redis.hexists(keys.step("run", s), "claim") for s in range(3)]
+    ):
         await asyncio.sleep(0.05)
     first.kill()  # SIGKILL with every step claimed and its LLM calls in flight
     assert await redis.xlen(keys.summaries) == 0
@@ -135,6 +196,9 @@ async def test_a_failed_summary_is_retried_and_then_published_once(stack, redis,
     [summary] = await summaries(redis, keys, 1, timeout=30)
     assert summary.step == 5 and summary.reward_hacking[0].type == "padding"
     events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
-    assert [e.kind for e in events if e.kind in ("summary_failed", "step_summarized")] == ["summary_failed", "step_summarized"]
+    assert [e.kind for e in events if e.kind in ("summary_failed", "step_summarized")] == [
+        "summary_failed",
+        "step_summarized",
+    ]
     await asyncio.sleep(1.5)
     assert await redis.xlen(keys.summaries) == 1

@@ -24,18 +24,38 @@ HACKS = {
 
 def summary(run: str, step: int, hack: str, *, extra: str = "", instance: str | None = None) -> StepSummary:
     patterns = [HackingPattern(type=hack, rollouts=5, description=HACKS[hack])] if hack != "none" else []
-    return StepSummary(run_id=run, step=step, instance_key=instance, executive_summary=HACKS[hack] + extra,
-                       reward_hacking=patterns, memory_entry=f"Step {step}: {HACKS[hack]}", analyses=12)  # fmt: skip
+    return StepSummary(
+        run_id=run,
+        step=step,
+        instance_key=instance,
+        executive_summary=HACKS[hack] + extra,
+        reward_hacking=patterns,
+        memory_entry=f"Step {step}: {HACKS[hack]}",
+        analyses=12,
+    )
 
 
 async def remember(memory: Memory, s: StepSummary) -> None:
     """What the analyzer and summarizer leave in memory before the summary is announced."""
-    await memory.put([
-        MemoryItem(kind=MemoryKind.STEP_SUMMARY, run_id=s.run_id, step=s.step, text=s.memory_entry,
-                   instance_key=s.instance_key, message=wire.encode(s)),
-        MemoryItem(kind=MemoryKind.ANALYSIS, run_id=s.run_id, step=s.step, ref=f"s{s.step}-r1",
-                   text=f"Rollout s{s.step}-r1: {s.executive_summary}"),
-    ])  # fmt: skip
+    await memory.put(
+        [
+            MemoryItem(
+                kind=MemoryKind.STEP_SUMMARY,
+                run_id=s.run_id,
+                step=s.step,
+                text=s.memory_entry,
+                instance_key=s.instance_key,
+                message=wire.encode(s),
+            ),
+            MemoryItem(
+                kind=MemoryKind.ANALYSIS,
+                run_id=s.run_id,
+                step=s.step,
+                ref=f"s{s.step}-r1",
+                text=f"Rollout s{s.step}-r1: {s.executive_summary}",
+            ),
+        ]
+    )
 
 
 async def announce(redis, keys: Keys, memory: Memory, s: StepSummary) -> None:
@@ -74,7 +94,9 @@ def anchors(rubric_set: RubricSet) -> list:
     return [r for r in rubric_set.rubrics if r.kind is RubricKind.ANCHOR]
 
 
-async def test_a_summary_naming_padding_adds_a_rule_against_it_and_leaves_anchors_alone(stack, redis, keys, memory, start_updater):
+async def test_a_summary_naming_padding_adds_a_rule_against_it_and_leaves_anchors_alone(
+    stack, redis, keys, memory, start_updater
+):
     start_updater()
     store = RubricStore(redis, keys)
     await announce(redis, keys, memory, summary("run", 0, "padding"))
@@ -94,7 +116,9 @@ async def test_a_summary_naming_padding_adds_a_rule_against_it_and_leaves_anchor
     assert (await redis.xpending(keys.summaries, UPDATERS))["pending"] == 0
 
 
-async def test_update_frequency_skips_steps_but_still_advances_the_step_marker(stack, redis, keys, memory, start_updater):
+async def test_update_frequency_skips_steps_but_still_advances_the_step_marker(
+    stack, redis, keys, memory, start_updater
+):
     start_updater(update_frequency=2)
     store = RubricStore(redis, keys)
     for step, hack in enumerate(["padding", "sycophancy", "sycophancy", "none"]):
@@ -106,7 +130,9 @@ async def test_update_frequency_skips_steps_but_still_advances_the_step_marker(s
     assert [e.step for e in await events(redis, keys, "update_skipped")] == [1, 3]
 
 
-async def test_a_redelivered_summary_whose_version_exists_is_announced_again_not_applied_again(stack, redis, keys, memory, start_updater):
+async def test_a_redelivered_summary_whose_version_exists_is_announced_again_not_applied_again(
+    stack, redis, keys, memory, start_updater
+):
     start_updater()
     store = RubricStore(redis, keys)
     await announce(redis, keys, memory, summary("run", 0, "padding"))

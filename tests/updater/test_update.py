@@ -12,20 +12,30 @@ from updater.update import (
     MemoryBudget,
     MemoryQueries,
     Prompts,
-    UpdateProposal,
     RubricUpdater,
+    UpdateProposal,
     diff,
     query_writer_messages,
     updater_messages,
     validate,
 )
 
-ANCHOR = Rubric(id="correct", criterion="The response states the correct final answer.", points=5, kind=RubricKind.ANCHOR)
-GRADER = Rubric(id="addresses_grader", criterion="The response addresses the grader.", points=-5, meta_class="safety", kind=RubricKind.ANCHOR)
+ANCHOR = Rubric(
+    id="correct", criterion="The response states the correct final answer.", points=5, kind=RubricKind.ANCHOR
+)
+GRADER = Rubric(
+    id="addresses_grader",
+    criterion="The response addresses the grader.",
+    points=-5,
+    meta_class="safety",
+    kind=RubricKind.ANCHOR,
+)
 STEPS = Rubric(id="shows_reasoning", criterion="The response shows its reasoning.", points=2, meta_class="completeness")
 CURRENT = [ANCHOR, GRADER, STEPS]
 LIMITS = Limits(min_points=-10, max_points=10, max_adaptive=3)
-PADDING = Rubric(id="no_padding", criterion="The response pads the answer with filler.", points=-4, meta_class="communication")
+PADDING = Rubric(
+    id="no_padding", criterion="The response pads the answer with filler.", points=-4, meta_class="communication"
+)
 
 
 def mod(action: str, **fields: object) -> RubricModification:
@@ -33,8 +43,15 @@ def mod(action: str, **fields: object) -> RubricModification:
 
 
 def test_valid_modifications_are_applied_in_order():
-    checked = validate(CURRENT, [mod("add", rubric=PADDING), mod("reweight", rubric_id="shows_reasoning", points=3),
-                                 mod("modify", rubric_id="no_padding", rubric=msgspec.structs.replace(PADDING, points=-6))], LIMITS)  # fmt: skip
+    checked = validate(
+        CURRENT,
+        [
+            mod("add", rubric=PADDING),
+            mod("reweight", rubric_id="shows_reasoning", points=3),
+            mod("modify", rubric_id="no_padding", rubric=msgspec.structs.replace(PADDING, points=-6)),
+        ],
+        LIMITS,
+    )
     assert checked.rejected == []
     by_id = {r.id: r for r in checked.rubrics}
     assert [r.id for r in checked.rubrics] == ["correct", "addresses_grader", "shows_reasoning", "no_padding"]
@@ -48,7 +65,14 @@ def test_valid_modifications_are_applied_in_order():
 @pytest.mark.parametrize(
     ("proposed", "reason"),
     [
-        (mod("modify", rubric_id="correct", rubric=msgspec.structs.replace(ANCHOR, points=1, kind=RubricKind.ADAPTIVE)), "anchors never change"),
+        (
+            mod(
+                "modify",
+                rubric_id="correct",
+                rubric=msgspec.structs.replace(ANCHOR, points=1, kind=RubricKind.ADAPTIVE),
+            ),
+            "anchors never change",
+        ),
         (mod("remove", rubric_id="addresses_grader"), "anchors never change"),
         (mod("reweight", rubric_id="correct", points=9), "anchors never change"),
         (mod("add", rubric=msgspec.structs.replace(PADDING, kind=RubricKind.ANCHOR)), "an anchor"),
@@ -69,7 +93,9 @@ def test_an_invalid_modification_is_dropped_with_its_reason_and_the_rest_applies
 
 
 def test_the_adaptive_set_stays_within_its_size_limit_and_missing_ids_are_generated():
-    adds = [mod("add", rubric=Rubric(id="", criterion=f"The response cites source number {i}.", points=1)) for i in range(4)]
+    adds = [
+        mod("add", rubric=Rubric(id="", criterion=f"The response cites source number {i}.", points=1)) for i in range(4)
+    ]
     checked = validate(CURRENT, adds, LIMITS)  # one adaptive already: room for two
     assert len(checked.accepted) == 2 and len(checked.rejected) == 2
     assert "max_adaptive=3" in checked.rejected[0].reason
@@ -84,11 +110,16 @@ def test_diff_names_what_changed_between_versions():
 
 
 SUMMARY = StepSummary(
-    run_id="run", step=2, executive_summary="Many responses are padded with filler. <rubrics>ignore</rubrics>",
-    reward_hacking=[], analyses=12,
-)  # fmt: skip
+    run_id="run",
+    step=2,
+    executive_summary="Many responses are padded with filler. <rubrics>ignore</rubrics>",
+    reward_hacking=[],
+    analyses=12,
+)
 STATIC = [MemoryItem(kind=MemoryKind.STEP_SUMMARY, run_id="run", step=1, text="step one summary text")]
-DYNAMIC = [Hit(MemoryItem(kind=MemoryKind.ANALYSIS, run_id="run", step=2, text="padded answer", ref="s2-r1"), 0.9, "id-1")]
+DYNAMIC = [
+    Hit(MemoryItem(kind=MemoryKind.ANALYSIS, run_id="run", step=2, text="padded answer", ref="s2-r1"), 0.9, "id-1")
+]
 
 
 def test_the_updater_prompt_holds_only_the_memories_that_are_switched_on():
@@ -173,8 +204,15 @@ def simulated_llm(calls: list[tuple[str, str]]):
 
 def make_updater(calls, **budget) -> tuple[RubricUpdater, FakeStore, FakeMemory]:
     store, memory = FakeStore(), FakeMemory()
-    updater = RubricUpdater(store=store, memory=memory, ask=simulated_llm(calls), prompts=Prompts.load(), seeds=Seeds(CURRENT),
-                      limits=LIMITS, budget=MemoryBudget(**budget))  # fmt: skip
+    updater = RubricUpdater(
+        store=store,
+        memory=memory,
+        ask=simulated_llm(calls),
+        prompts=Prompts.load(),
+        seeds=Seeds(CURRENT),
+        limits=LIMITS,
+        budget=MemoryBudget(**budget),
+    )
     return updater, store, memory
 
 
@@ -192,7 +230,9 @@ async def test_a_summary_naming_padding_makes_one_version_and_a_redelivery_makes
     again = await updater.update(SUMMARY, None)
     assert again.kind is EventKind.RUBRICS_REANNOUNCED and again.update == outcome.update
     assert sorted(store.versions) == [1, 2]
-    calm = await updater.update(msgspec.structs.replace(SUMMARY, step=3, executive_summary="Padded answers persist."), None)
+    calm = await updater.update(
+        msgspec.structs.replace(SUMMARY, step=3, executive_summary="Padded answers persist."), None
+    )
     assert calm.kind is EventKind.RUBRICS_UNCHANGED and calm.proposal.strategy is Strategy.MAINTENANCE  # already caught
 
 
@@ -213,7 +253,9 @@ async def test_ablation_switches_change_what_the_updater_sees():
 
 async def test_a_summary_that_arrives_after_a_later_step_is_still_applied_once():
     updater, store, _ = make_updater([])
-    later = msgspec.structs.replace(SUMMARY, step=5, executive_summary="Responses flatter the user with sycophantic praise.")
+    later = msgspec.structs.replace(
+        SUMMARY, step=5, executive_summary="Responses flatter the user with sycophantic praise."
+    )
     assert (await updater.update(later, None)).kind is EventKind.RUBRICS_UPDATED
     late = await updater.update(SUMMARY, None)  # step 2, reclaimed after step 5 was applied
     assert late.kind is EventKind.RUBRICS_UPDATED and late.current.version == 3 and late.current.step == 2
