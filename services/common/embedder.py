@@ -120,11 +120,12 @@ class _MiniLM:
         from tokenizers import Tokenizer
 
         config = json.loads((path / "config.json").read_text())
-        self.heads, self.layers = config["num_attention_heads"], config["num_hidden_layers"]
-        self.eps = config["layer_norm_eps"]
+        self.heads: int = config["num_attention_heads"]
+        self.layers: int = config["num_hidden_layers"]
+        self.eps: float = config["layer_norm_eps"]
         weights = load_file(str(path / "model.safetensors"))
         # Checkpoints differ on whether names start with "bert." or "embeddings.".
-        self.w = {k.removeprefix("bert."): v.astype(np.float32) for k, v in weights.items()}
+        self.w: dict[str, np.ndarray] = {k.removeprefix("bert."): v.astype(np.float32) for k, v in weights.items()}
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.no_padding()

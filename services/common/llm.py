@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import json_repair
 import msgspec
@@ -165,9 +165,9 @@ class LLMGateway:
     def usage_all(self) -> dict[str, Usage]:
         return {name: self.usage(name) for name in self._usage}
 
-    async def structured(self, agent: str, messages: list[dict], type_: type[T]) -> Completion[T]:
+    async def structured(self, agent: str, messages: list[dict[str, str]], type_: type[T]) -> Completion[T]:
         """Ask `agent` for one `type_` instance; raise LLMError when every attempt failed."""
-        s, schema, tokens = self._agent(agent), _schema_of(type_), [0, 0, 0]
+        s, schema, tokens = self._agent(agent), _schema_of(cast(type, type_)), [0, 0, 0]
         body: dict[str, Any] = {"model": s.model, "temperature": s.temperature}
         if s.max_tokens:
             body["max_tokens"] = s.max_tokens
@@ -320,7 +320,7 @@ def _endpoint(s: LLMSettings) -> tuple[str, str]:
 
 
 def _backoff(base_s: float, retry: int) -> float:
-    return min(_MAX_BACKOFF_S, base_s * 2 ** (retry - 1)) * random.uniform(0.5, 1.5)
+    return min(_MAX_BACKOFF_S, base_s * 2.0 ** (retry - 1)) * random.uniform(0.5, 1.5)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float:
@@ -333,8 +333,8 @@ def _retry_after(headers: Mapping[str, str]) -> float:
     return 0.0
 
 
-def _clip(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split())
+def _clip(what: object, limit: int = 160) -> str:
+    text = " ".join(str(what).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -365,7 +365,7 @@ def _decode(content: str, type_: type[T], *, tolerant: bool) -> T:
         raise _Retryable(f"malformed output: {_clip(e, 120)}") from None
 
 
-def _with_instruction(messages: list[dict], instruction: str) -> list[dict]:
+def _with_instruction(messages: list[dict[str, str]], instruction: str) -> list[dict[str, str]]:
     """Append the schema to the (first) system message, keeping the cacheable prefix stable."""
     out = [dict(m) for m in messages]
     for m in out:
@@ -406,7 +406,7 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any] | None:
     A free-form mapping (dict field) cannot be closed, so such schemas go non-strict.
     """
     try:
-        return _close(schema)
+        return cast(dict[str, Any], _close(schema))
     except _NotStrict:
         return None
 

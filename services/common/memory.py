@@ -10,7 +10,7 @@ second one, which is what makes the services' effects exactly-once.
 
 import enum
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -102,7 +102,11 @@ class Memory:
         name = collection_name(self.namespace)
         if await self.client.collections.exists(name):
             return
-        exact = {"data_type": DataType.TEXT, "tokenization": Tokenization.FIELD, "index_searchable": False}
+        exact: dict[str, Any] = {
+            "data_type": DataType.TEXT,
+            "tokenization": Tokenization.FIELD,
+            "index_searchable": False,
+        }
         try:
             await self.client.collections.create(
                 name,
@@ -221,7 +225,7 @@ def _properties(item: MemoryItem) -> dict[str, Any]:
     return props
 
 
-def _item(props: dict[str, Any]) -> MemoryItem:
+def _item(props: Mapping[str, Any]) -> MemoryItem:
     return MemoryItem(
         kind=MemoryKind(props["kind"]),
         run_id=props["run_id"],

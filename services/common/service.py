@@ -33,7 +33,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from faststream import FastStream
 from faststream.asgi import make_ping_asgi
@@ -220,7 +220,7 @@ class ServiceApp(Generic[W]):
 
     async def _give_up(self, msg: RedisStreamMessage, deliveries: int) -> None:
         reason = f"failed {deliveries} deliveries (max_deliveries={self.settings.max_deliveries})"
-        last_error = await self.clients.redis.get(self._failure_key(msg))
+        last_error = cast(bytes | None, await self.clients.redis.get(self._failure_key(msg)))
         if last_error:
             reason += f"; last error: {last_error.decode()}"
         await streams.dead_letter(

@@ -97,14 +97,14 @@ async def ensure_group(redis: Redis, stream: str, group: str) -> None:
             raise
 
 
-async def group_lag(redis: Redis, stream: str, info: dict) -> int:
+async def group_lag(redis: Redis, stream: str, info: dict[str, Any]) -> int:
     """Entries of `stream` not yet delivered to the group `info` (an XINFO GROUPS row) describes:
     Redis's own count, or counted when it cannot tell (Redis < 7, or after deletions)."""
     if info.get("lag") is not None:
         return int(info["lag"])
     last = info["last-delivered-id"]
     after = "(" + (last.decode() if isinstance(last, bytes) else last)
-    return len(await redis.xrange(stream, min=after, max="+", count=100_000))
+    return len(await redis.xrange(stream, min=after, max="+", count=100_000) or [])
 
 
 async def trim_consumed(redis: Redis, stream: str) -> int:

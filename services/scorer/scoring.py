@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from common.seeds import Seeds
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Score, instance_key
@@ -81,14 +82,14 @@ async def score_rollout(
     A judge that fails yields status judge_failed and no reward, never a 0.
     """
     started = time.perf_counter()
-    base = dict(
-        run_id=rollout.run_id,
-        rollout_id=rollout.rollout_id,
-        step=rollout.step,
-        instance_key=rubrics.set.instance_key,
-        rubric_version=rubrics.set.version,
-        policy=policy_name,
-    )
+    base: dict[str, Any] = {
+        "run_id": rollout.run_id,
+        "rollout_id": rollout.rollout_id,
+        "step": rollout.step,
+        "instance_key": rubrics.set.instance_key,
+        "rubric_version": rubrics.set.version,
+        "policy": policy_name,
+    }
     try:
         verdict = await call_judge(judge.messages(rubrics.system, rollout))
     except JudgeFailed as e:

@@ -19,6 +19,7 @@ closed_at, deadline, claim, claim_until, summarized. Open steps are members
 
 import json
 from dataclasses import dataclass, field
+from typing import cast
 
 from redis.asyncio import Redis
 
@@ -217,7 +218,8 @@ class StepBook:
         )
 
     async def open_steps(self) -> list[tuple[str, int]]:
-        return [parse_member(m) for m in await self.redis.zrange(self.keys.open_steps, 0, -1)]
+        members = cast(list[bytes], await self.redis.zrange(self.keys.open_steps, 0, -1))
+        return [parse_member(m) for m in members]
 
     async def claim(self, run_id: str, step: int, token: str, now: float) -> bool:
         """Take the step for `claim_ttl_s` unless it is summarized or someone else holds it."""

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
+from typing import Any
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -180,7 +181,7 @@ class Summarizer:
 
 def memory_items(info: StepInfo, done: Summarized) -> list[MemoryItem]:
     """The chunk summaries (ref = chunk index) and the step summary, as memories."""
-    where = {"run_id": info.run_id, "step": info.step, "instance_key": info.instance_key}
+    where: dict[str, Any] = {"run_id": info.run_id, "step": info.step, "instance_key": info.instance_key}
     items = [
         MemoryItem(
             kind=MemoryKind.CHUNK_SUMMARY,

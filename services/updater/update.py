@@ -152,12 +152,12 @@ def _apply_one(
     by_id = {r.id: r for r in rubrics}
     if mod.action is Action.ADD:
         new = _checked_rubric(mod, limits)
-        rubric_id = new.id or mod.rubric_id or ""
-        if rubric_id and rubric_id in by_id:
-            raise _Invalid(f"cannot add {rubric_id!r}: a rubric with that id exists")
+        new_id = new.id or mod.rubric_id or ""
+        if new_id and new_id in by_id:
+            raise _Invalid(f"cannot add {new_id!r}: a rubric with that id exists")
         if sum(r.kind is RubricKind.ADAPTIVE for r in rubrics) >= limits.max_adaptive:
             raise _Invalid(f"cannot add: the set already holds max_adaptive={limits.max_adaptive} adaptive rubrics")
-        new = msgspec.structs.replace(new, id=rubric_id or _new_id(new.criterion, by_id))
+        new = msgspec.structs.replace(new, id=new_id or _new_id(new.criterion, by_id))
         return [*rubrics, new], msgspec.structs.replace(mod, rubric_id=new.id, rubric=new, points=None)
     rubric_id = mod.rubric_id or (mod.rubric.id if mod.rubric else None)
     target = by_id.get(rubric_id or "")
