@@ -10,6 +10,12 @@ from redis.asyncio import Redis
 from common.settings import ServiceSettings
 from rubricd.keys import Keys
 
+# A stream entry as the commands' client reads it: (entry id, fields), all bytes (decode_responses=False).
+# redis-py types entries for any client (bytes or str, and (None, None) for an entry deleted under XCLAIM):
+# the commands cast what XRANGE, XREVRANGE and XREAD answer to these.
+StreamEntry = tuple[bytes, dict[bytes, bytes]]
+StreamRead = list[tuple[bytes, list[StreamEntry]]]  # XREAD: (stream, its new entries) per stream
+
 
 @dataclass
 class Context:

@@ -7,6 +7,7 @@ and a dead letter already replayed (gone) is not published twice.
 
 import argparse
 from pathlib import Path
+from typing import cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -15,6 +16,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import (
     DeadLetter,
+    EventKind,
     Message,
     Rollout,
     RolloutAnalysis,
@@ -24,7 +26,7 @@ from rubricd.messages import (
     StepSummary,
 )
 
-from .context import Context, Failed, clip, clock, table
+from .context import Context, Failed, StreamEntry, clip, clock, table
 
 _REPLAY = """
 if #redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2]) == 0 then return false end
@@ -63,7 +65,8 @@ def replayable(keys: Keys) -> dict[str, type[Message]]:
 
 async def run_list(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
-        entries = list(reversed(await redis.xrevrange(ctx.keys.dead_letters, count=args.limit)))
+        newest = cast(list[StreamEntry], await redis.xrevrange(ctx.keys.dead_letters, count=args.limit))
+        entries = list(reversed(newest))
     letters = [(i.decode(), _decode(f)) for i, f in entries]
     if args.json:
         for i, d in letters:
@@ -122,10 +125,11 @@ async def run_replay(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def _letters(redis: Redis, keys: Keys, ids: list[str] | None) -> list[tuple[str, DeadLetter]]:
+    entries: list[StreamEntry]
     if ids is None:
-        entries = await redis.xrange(keys.dead_letters)
+        entries = cast(list[StreamEntry], await redis.xrange(keys.dead_letters))
     else:
-        entries = [e for i in ids for e in await redis.xrange(keys.dead_letters, min=i, max=i)]
+        entries = [e for i in ids for e in cast(list[StreamEntry], await redis.xrange(keys.dead_letters, min=i, max=i))]
         missing = set(ids) - {i.decode() for i, _ in entries}
         if missing:
             raise Failed(f"no dead letter {', '.join(sorted(missing))} in {keys.dead_letters}")
@@ -133,7 +137,7 @@ async def _letters(redis: Redis, keys: Keys, ids: list[str] | None) -> list[tupl
     bad = [i for i, d in letters if d is None]
     if bad:
         raise Failed(f"not a dead letter: {', '.join(bad)}")
-    return letters  # type: ignore[return-value]
+    return cast(list[tuple[str, DeadLetter]], letters)  # none is None: checked above
 
 
 def _fixed(path: Path, letter: DeadLetter, keys: Keys) -> bytes:
@@ -152,7 +156,11 @@ def _event(dead_id: str, letter: DeadLetter, fixed: bool) -> Message:
     from common.streams import event
 
     return event(
-        "cli", "dead_letter_replayed", detail=f"{letter.stream} {letter.entry_id}", dead_letter=dead_id, fixed=fixed
+        "cli",
+        EventKind.DEAD_LETTER_REPLAYED,
+        detail=f"{letter.stream} {letter.entry_id}",
+        dead_letter=dead_id,
+        fixed=fixed,
     )
 
 

@@ -8,6 +8,7 @@ announcements stream has been trimmed, from the memory's rubric_update records.
 import argparse
 import contextlib
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -16,7 +17,7 @@ from rubricd import wire
 from rubricd.messages import Rubric, RubricSet, RubricsUpdated
 from rubricd.store import RubricStore
 
-from .context import Context, Failed, clip, clock, table
+from .context import Context, Failed, StreamEntry, clip, clock, table
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -54,13 +55,24 @@ async def run_show(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+class HistoryRow(TypedDict):
+    """One version in `rubrics history` (one JSON line with --json)."""
+
+    version: int
+    step: int | None
+    at: float | None
+    rubrics: int
+    strategy: str | None
+    changes: str
+
+
 async def run_history(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
         versions = await RubricStore(redis, ctx.keys).history(args.run_id, args.instance)
         if not versions:
             raise Failed(f"run {args.run_id!r} has no rubric set{_of(args.instance)}")
         updates = await announcements(redis, ctx, args.run_id, args.instance, [v.version for v in versions[1:]])
-    rows = []
+    rows: list[HistoryRow] = []
     for before, after in zip([None, *versions], versions):
         update = updates.get(after.version)
         changed = "seed" if before is None else summary(changes(before, after, []))
@@ -188,7 +200,7 @@ async def announcements(
 ) -> dict[int, RubricsUpdated]:
     """The RubricsUpdated that produced each wanted version: from the stream, else from memory."""
     found: dict[int, RubricsUpdated] = {}
-    for _, fields in await redis.xrange(ctx.keys.rubrics_updated):
+    for _, fields in cast(list[StreamEntry], await redis.xrange(ctx.keys.rubrics_updated)):
         with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
             u = wire.decode(wire.payload(fields), RubricsUpdated)
             if u.run_id == run_id and u.instance_key == instance:

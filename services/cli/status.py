@@ -2,6 +2,7 @@
 
 import argparse
 import time
+from typing import Any, TypedDict, cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -24,6 +25,15 @@ the analyzers fall behind the scorers: add analyzer workers
 (`python -m analyzer --workers N`, or more analyzer replicas). Lag on `scorers`
 means the same for scorers, and it is on the trainer's path.
 """
+
+
+class PendingEntry(TypedDict):
+    """One row of XPENDING's extended form as redis-py parses it (ids and names are bytes: decode_responses=False)."""
+
+    message_id: bytes
+    consumer: bytes
+    time_since_delivered: int  # ms
+    times_delivered: int
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -61,7 +71,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-async def stream_status(redis: Redis, stream: str) -> dict:
+async def stream_status(redis: Redis, stream: str) -> dict[str, Any]:
     length = await redis.xlen(stream)
     try:
         groups = await redis.xinfo_groups(stream)
@@ -70,12 +80,13 @@ async def stream_status(redis: Redis, stream: str) -> dict:
     return {"stream": stream, "length": length, "groups": [await group_status(redis, stream, g) for g in groups]}
 
 
-async def group_status(redis: Redis, stream: str, info: dict) -> dict:
+async def group_status(redis: Redis, stream: str, info: dict[str, Any]) -> dict[str, Any]:
     name = _text(info["name"])
     consumers = await redis.xinfo_consumers(stream, name)
     oldest_age = oldest_idle = None
     if info["pending"]:
-        [first] = await redis.xpending_range(stream, name, min="-", max="+", count=1)
+        # redis-py types the rows dict[str, bytes | str | int]; each key's type is fixed
+        [first] = cast(list[PendingEntry], await redis.xpending_range(stream, name, min="-", max="+", count=1))
         oldest_age = max(0.0, time.time() - entry_ms(first["message_id"]) / 1000)
         oldest_idle = first["time_since_delivered"] / 1000
     return {
@@ -91,10 +102,10 @@ async def group_status(redis: Redis, stream: str, info: dict) -> dict:
     }
 
 
-async def rubric_versions(redis: Redis, keys: Keys) -> list[dict]:
+async def rubric_versions(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
     """The current version of each run's global set; per-instance sets counted per run."""
     prefix = keys.rubric_set("", None).removesuffix(f":{GLOBAL}")  # "<ns>:rubric-set:"
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict[str, Any]] = {}
     async for key in redis.scan_iter(match=prefix + "*", count=1000):
         run_id, _, instance = _text(key).removeprefix(prefix).rpartition(":")
         raw = await redis.hget(key, "current")
@@ -129,7 +140,7 @@ async def rubric_versions(redis: Redis, keys: Keys) -> list[dict]:
     return sorted(runs.values(), key=lambda r: r["run_id"])
 
 
-def render(report: dict, namespace: str) -> str:
+def render(report: dict[str, Any], namespace: str) -> str:
     short = lambda s: s.removeprefix(namespace + ":")  # noqa: E731
     rows = []
     for s in report["streams"]:

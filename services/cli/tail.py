@@ -3,13 +3,15 @@
 import argparse
 import sys
 import time
+from typing import cast
 
 import msgspec
+from redis.asyncio import Redis
 
 from rubricd import wire
 from rubricd.messages import RENAMED_KINDS, Event, EventKind
 
-from .context import Context, clip, clock
+from .context import Context, StreamEntry, StreamRead, clip, clock
 
 BLOCK_MS = 1000
 
@@ -44,14 +46,15 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout is not None else None
     shown = 0
     async with ctx.redis() as redis:
-        last = await start_id(redis, stream, args.since)
-        print(f"following {stream} after {last}", file=sys.stderr, flush=True)
+        since = await start_id(redis, stream, args.since)
+        print(f"following {stream} after {since}", file=sys.stderr, flush=True)
+        last: bytes | str = since  # then the id of the last entry read (bytes)
         while args.count is None or shown < args.count:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
             block = BLOCK_MS if left is None else max(1, min(BLOCK_MS, int(left * 1000)))
-            for _, entries in await redis.xread({stream: last}, count=100, block=block) or []:
+            for _, entries in cast(StreamRead, await redis.xread({stream: last}, count=100, block=block)) or []:
                 for entry_id, fields in entries:
                     last = entry_id
                     event = _decode(fields)
@@ -64,11 +67,11 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-async def start_id(redis, stream: str, since: str) -> str:
+async def start_id(redis: Redis, stream: str, since: str) -> str:
     """`$` pinned to the newest entry now, so nothing written between two reads is missed."""
     if since != "$":
         return since
-    newest = await redis.xrevrange(stream, count=1)
+    newest = cast(list[StreamEntry], await redis.xrevrange(stream, count=1))
     return newest[0][0].decode() if newest else "0-0"
 
 

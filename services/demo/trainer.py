@@ -15,9 +15,11 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import msgspec
 from redis.asyncio import Redis
+from redis.typing import KeyT, StreamIdT
 
 from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
@@ -33,6 +35,12 @@ from rubricd.messages import (
 )
 
 from .policy import BEHAVIOURS, Policy
+
+# Stream entries as redis-py answers them to this client: ids (and XREAD's stream names) bytes, or str for a
+# client made with decode_responses=True; the fields as wire.payload reads them. redis-py's own types allow
+# None and str anywhere, for any client and protocol: the reads below cast to these.
+_Entry = tuple[bytes | str, dict[bytes, bytes]]
+_Read = list[tuple[bytes | str, list[_Entry]]]  # XREAD: (stream, its new entries) per stream
 
 # The updater's event for each summary it handled (one per step).
 
@@ -90,16 +98,16 @@ class Announcements:
         self.outcomes: dict[int, Event] = {}  # step -> the updater's event
         self.updates: dict[int, RubricsUpdated] = {}  # version -> announcement
         self.summaries: dict[int, StepSummary] = {}  # step -> global step summary
-        self._last: dict[str, bytes | str] = {}
+        self._last: dict[KeyT, StreamIdT] = {}  # stream name -> the last entry id read
 
     async def start(self) -> None:
         """Read only what is announced from now on."""
         for stream in (self.keys.events, self.keys.rubrics_updated, self.keys.summaries):
-            newest = await self.redis.xrevrange(stream, count=1)
+            newest = cast(list[_Entry], await self.redis.xrevrange(stream, count=1))
             self._last[stream] = newest[0][0] if newest else "0-0"
 
     async def poll(self) -> None:
-        response = await self.redis.xread(dict(self._last), count=1000)
+        response = cast(_Read, await self.redis.xread(dict(self._last), count=1000))
         for stream, entries in response or []:
             name = stream.decode() if isinstance(stream, bytes) else stream
             for _, fields in entries:

@@ -16,7 +16,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 import uvicorn
@@ -269,8 +269,20 @@ def create_app(config: SimConfig | None = None) -> Starlette:
     return app
 
 
+class ServerOptions(TypedDict):
+    """Keyword arguments of uvicorn.Config / uvicorn.run (typed, so they can be passed with **)."""
+
+    access_log: bool
+    loop: str
+    http: str
+    limit_concurrency: int
+    backlog: int
+    timeout_keep_alive: int
+    timeout_graceful_shutdown: int
+
+
 # uvicorn tuned for many slow concurrent requests (uvloop/httptools when installed).
-SERVER_OPTIONS = dict(
+SERVER_OPTIONS = ServerOptions(
     access_log=False,
     loop="auto",
     http="auto",
@@ -282,7 +294,7 @@ SERVER_OPTIONS = dict(
 
 
 def server_config(app: Starlette, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, **SERVER_OPTIONS)  # type: ignore[arg-type]
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, **SERVER_OPTIONS)
 
 
 def serve_workers(config: SimConfig, workers: int, host: str, port: int, log_level: str) -> None:
@@ -301,7 +313,7 @@ def serve_workers(config: SimConfig, workers: int, host: str, port: int, log_lev
         port=port,
         log_level=log_level,
         **SERVER_OPTIONS,
-    )  # type: ignore[arg-type]
+    )
 
 
 @contextmanager

@@ -28,12 +28,13 @@ import asyncio
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .client import RubricdClient, SyncRubricdClient
 from .messages import JudgeStatus, Rollout, Score, TrainingContext
 
 Sample = tuple[str, str, str | None, str | None, dict[str, str]]  # prompt, response, reference, instance key, metadata
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class Steps:
@@ -165,7 +166,7 @@ def async_trl_reward(
     return _named(rubricd, name, reward)
 
 
-def _named(fn: Callable[..., Any], name: str, reward: Reward) -> Any:
+def _named(fn: _F, name: str, reward: Reward) -> _F:
     fn.__name__ = fn.__qualname__ = name  # TRL logs each reward function under its __name__
     fn.finish = reward.finish  # type: ignore[attr-defined]
     return fn
@@ -260,13 +261,13 @@ class VerlReward:
         self.step = 0
 
     def compute_score(
-        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **_: Any
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **_: Any
     ) -> dict[str, float]:
         [score] = self.reward.score(*self._one(data_source, solution_str, ground_truth, extra_info))
         return self.result(score)
 
     async def compute_score_async(
-        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **_: Any
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **_: Any
     ) -> dict[str, float]:
         [score] = await self.reward.score_async(*self._one(data_source, solution_str, ground_truth, extra_info))
         return self.result(score)
@@ -276,7 +277,7 @@ class VerlReward:
         data_sources: Sequence[str],
         solution_strs: Sequence[str],
         ground_truths: Sequence[Any],
-        extra_infos: Sequence[dict | None],
+        extra_infos: Sequence[dict[str, Any] | None],
         **_: Any,
     ) -> list[dict[str, float]]:
         infos = [info or {} for info in extra_infos]
@@ -306,16 +307,16 @@ class VerlReward:
         return out  # type: ignore[return-value]
 
     def _one(
-        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
     ) -> tuple[int, list[Sample]]:
         info = extra_info or {}
         return self._step(info), [self._sample(data_source, solution_str, ground_truth, info)]
 
-    def _step(self, info: dict) -> int:
+    def _step(self, info: dict[str, Any]) -> int:
         step = info.get(self.step_field)
         return self.step if step is None else int(step)
 
-    def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: dict) -> Sample:
+    def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: dict[str, Any]) -> Sample:
         return (
             str(info.get(self.prompt_field, "")),
             solution_str,

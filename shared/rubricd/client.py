@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -32,6 +32,12 @@ from .store import RubricStore
 T = TypeVar("T")
 log = logging.getLogger("rubricd.client")
 _score_decoder = msgspec.json.Decoder(Score)
+
+# redis-py types stream replies for every protocol and decode_responses setting at
+# once (list or dict, bytes or str). This client talks RESP2 with bytes replies:
+# XRANGE/XREVRANGE answer [(id, fields), ...] and XREAD [[stream, entries], ...].
+_Entries = list[tuple[bytes, dict[bytes, bytes]]]
+_XRead = list[tuple[bytes, _Entries]]
 
 
 class ScoreTimeout(TimeoutError):
@@ -121,7 +127,8 @@ class RubricdClient:
                 raise TimeoutError(f"rubrics for run {run_id!r} step {step} not in place after {limit:g} s")
             # Woken by the next RubricsUpdated, or re-checks at least once a second.
             block_ms = max(1, int(min(remaining, 1.0) * 1000))
-            for _, entries in await self.redis.xread({self.keys.rubrics_updated: last}, block=block_ms) or []:
+            response = cast(_XRead, await self.redis.xread({self.keys.rubrics_updated: last}, block=block_ms))
+            for _, entries in response or []:
                 last = entries[-1][0]
 
     async def close(self) -> None:
@@ -152,7 +159,7 @@ class RubricdClient:
     async def _read_replies(self) -> None:
         last: bytes | str = "0-0"
         while not self._closing:
-            response = await self.redis.xread({self.reply_stream: last}, count=1000, block=1000)
+            response = cast(_XRead, await self.redis.xread({self.reply_stream: last}, count=1000, block=1000))
             for _, entries in response or []:
                 for entry_id, fields in entries:
                     try:
@@ -169,7 +176,7 @@ class RubricdClient:
             future.set_result(score)
 
     async def _last_id(self, stream: str) -> bytes | str:
-        newest = await self.redis.xrevrange(stream, count=1)
+        newest = cast(_Entries | None, await self.redis.xrevrange(stream, count=1))
         return newest[0][0] if newest else "0-0"
 
 

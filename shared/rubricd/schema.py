@@ -7,15 +7,16 @@ languages and for validators on the wire.
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from .messages import MESSAGES
 
 
-def schemas() -> dict[str, dict]:
+def schemas() -> dict[str, dict[str, Any]]:
     _, components = msgspec.json.schema_components(MESSAGES, ref_template="#/$defs/{name}")
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for message in MESSAGES:
         name = message.__name__
         out[name] = {

@@ -7,6 +7,7 @@ compare-and-set), so two writers can never race on one rubric set.
 """
 
 import time
+from typing import cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -52,7 +53,8 @@ class RubricStore:
 
     async def history(self, run_id: str, instance_key: str | None = None) -> list[RubricSet]:
         """Every version of a rubric set, oldest first."""
-        fields = await self.redis.hgetall(self.keys.rubric_set(run_id, instance_key))
+        # redis-py types hash replies as bytes | str (decode_responses); this store reads bytes.
+        fields = cast(dict[bytes, bytes], await self.redis.hgetall(self.keys.rubric_set(run_id, instance_key)))
         sets = [_decoder.decode(v) for k, v in fields.items() if k.startswith(b"v")]
         return sorted(sets, key=lambda s: s.version)
 

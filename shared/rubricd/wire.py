@@ -8,6 +8,7 @@ language can publish with `XADD <stream> * __data__ <json>`.
 from typing import TypeVar
 
 import msgspec
+from redis.typing import EncodableT, FieldT
 
 from .messages import Message
 
@@ -21,8 +22,12 @@ def encode(message: Message) -> bytes:
     return _encoder.encode(message)
 
 
-def entry(message: Message) -> dict[str, bytes]:
-    """The fields of the stream entry that carries `message`."""
+def entry(message: Message) -> dict[FieldT, EncodableT]:
+    """The fields of the stream entry that carries `message`.
+
+    Typed as redis-py's own field mapping: `xadd` takes an invariant
+    `dict[FieldT, EncodableT]`, which a `dict[str, bytes]` does not match.
+    """
     return {FIELD: _encoder.encode(message)}
 
 

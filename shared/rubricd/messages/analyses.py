@@ -29,7 +29,7 @@ class RubricFinding(msgspec.Struct, frozen=True, kw_only=True):
     rubric_id: str | None = None
 
 
-class RolloutAnalysis(Message, tag="rollout_analysis", kw_only=True):
+class RolloutAnalysis(Message, tag="rollout_analysis", frozen=True, kw_only=True):
     """A deep look at one scored rollout, stored in memory and announced."""
 
     run_id: RunId
@@ -55,7 +55,7 @@ class HackingPattern(msgspec.Struct, frozen=True, kw_only=True):
     severity: Severity = Severity.MEDIUM
 
 
-class StepSummary(Message, tag="step_summary", kw_only=True):
+class StepSummary(Message, tag="step_summary", frozen=True, kw_only=True):
     """A step's analyses, aggregated; announced to the updater."""
 
     run_id: RunId

@@ -30,6 +30,8 @@ class EventKind(enum.StrEnum):
     RUBRICS_REANNOUNCED = "rubrics_reannounced"  # a redelivered summary: its version was made before
     UPDATE_SKIPPED = "update_skipped"  # not a step of update_frequency
     UPDATE_FAILED = "update_failed"  # the LLM failed; rubrics kept
+    # `rubricd dlq replay`
+    DEAD_LETTER_REPLAYED = "dead_letter_replayed"  # a dead letter went back onto its stream
 
 
 # Kinds renamed since: still accepted wherever a kind is given (`rubricd tail --kind`).
@@ -45,7 +47,7 @@ UPDATE_OUTCOMES = (
 )
 
 
-class Event(Message, tag="event", kw_only=True):
+class Event(Message, tag="event", frozen=True, kw_only=True):
     """Something a service did, for `tail` and debugging. Never holds secrets."""
 
     service: str
@@ -58,7 +60,7 @@ class Event(Message, tag="event", kw_only=True):
     at: float
 
 
-class DeadLetter(Message, tag="dead_letter", kw_only=True):
+class DeadLetter(Message, tag="dead_letter", frozen=True, kw_only=True):
     """A message a service gave up on, kept whole with the reason.
 
     `payload` is the entry's raw body (base64 in JSON), so nothing is lost and

@@ -15,7 +15,7 @@ class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
     total_steps: int | None = None
 
 
-class Rollout(Message, tag="rollout", kw_only=True):
+class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
     """One sampled response to score.
 
     `rollout_id` is chosen by the trainer and unique within the run; a rollout
@@ -36,7 +36,7 @@ class Rollout(Message, tag="rollout", kw_only=True):
     published_at: float | None = None
 
 
-class StepClosed(Message, tag="step_closed", kw_only=True):
+class StepClosed(Message, tag="step_closed", frozen=True, kw_only=True):
     """The trainer published every rollout of `step`; `rollouts` says how many.
 
     `rollout_ids`, when given, lets a step summarized at its deadline name the

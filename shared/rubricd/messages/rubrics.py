@@ -28,7 +28,7 @@ class Rubric(msgspec.Struct, frozen=True, kw_only=True):
     rationale: str = ""
 
 
-class RubricSet(Message, tag="rubric_set", kw_only=True):
+class RubricSet(Message, tag="rubric_set", frozen=True, kw_only=True):
     """The rubrics of a run (and instance) at one version.
 
     `step` is the training step whose evidence produced this version (None for
@@ -66,7 +66,7 @@ class RubricModification(msgspec.Struct, frozen=True, kw_only=True):
     points: float | None = None  # for reweight
 
 
-class RubricsUpdated(Message, tag="rubrics_updated", kw_only=True):
+class RubricsUpdated(Message, tag="rubrics_updated", frozen=True, kw_only=True):
     """A new rubric set version is in place; scorers reload it."""
 
     run_id: RunId

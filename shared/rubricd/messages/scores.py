@@ -25,7 +25,7 @@ class RubricResult(msgspec.Struct, frozen=True, kw_only=True):
     explanation: str = ""
 
 
-class Score(Message, tag="score", kw_only=True):
+class Score(Message, tag="score", frozen=True, kw_only=True):
     """The reward for one rollout, and how it was reached.
 
     `reward` is None unless `status` is ok: a failed judge is never a silent 0.
@@ -47,7 +47,7 @@ class Score(Message, tag="score", kw_only=True):
     scored_at: float | None = None
 
 
-class ScoredRollout(Message, tag="scored_rollout", kw_only=True):
+class ScoredRollout(Message, tag="scored_rollout", frozen=True, kw_only=True):
     """A rollout with its score, handed to the analyzers."""
 
     rollout: Rollout
