@@ -103,6 +103,7 @@ class ServiceApp(Generic[W]):
         self.groups: list[tuple[str, str]] = []
         self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
         self._shutdown: list[Callable[[W], Awaitable[None]]] = []
+        self._trimmed: list[str] = []
         self._worker: W | None = None
         self._clients: Clients | None = None
 
@@ -118,15 +119,25 @@ class ServiceApp(Generic[W]):
             raise RuntimeError(f"{self.name} is not started")
         return self._clients
 
-    def consume(self, stream: str, group: str, handle: Handler[W], *, on_give_up: Handler[W] | None = None) -> None:
-        """The consumer pair on `stream`'s `group`; `on_give_up` runs before an entry is dead-lettered."""
+    def consume(
+        self, stream: str, group: str, handle: Handler[W], *, on_give_up: Handler[W] | None = None, trim: bool = False
+    ) -> None:
+        """The consumer pair on `stream`'s `group`; `on_give_up` runs before an entry is dead-lettered.
+
+        With `trim`, the stream is trimmed every `trim_interval_s` below what every group has acked: for the
+        streams trainers write (rollouts, steps), which no MAXLEN bounds.
+        """
         s = self.settings
         self.groups.append((stream, group))
+        if trim:
+            self._trimmed.append(stream)
 
         @self.broker.subscriber(
             stream=StreamSub(stream, group=group, consumer=self.consumer, max_records=s.max_records),
             max_workers=s.max_in_flight,
             ack_policy=AckPolicy.MANUAL,
+            parser=streams.parse_entry,
+            decoder=streams.raw_body,
         )
         async def fresh(msg: Entry) -> None:
             await self._handle(handle, msg)
@@ -135,6 +146,8 @@ class ServiceApp(Generic[W]):
             stream=StreamSub(stream, group=group, consumer=f"{self.consumer}-reclaim", min_idle_time=s.reclaim_idle_ms),
             max_workers=max(1, s.max_in_flight // 4),
             ack_policy=AckPolicy.MANUAL,
+            parser=streams.parse_entry,
+            decoder=streams.raw_body,
         )
         async def reclaimed(msg: Entry) -> None:
             deliveries = await msg.get_delivery_count()
@@ -148,8 +161,11 @@ class ServiceApp(Generic[W]):
     def listen(self, stream: str, handle: Handler[W]) -> None:
         """Every new entry of `stream`, in every process (no group, no ack)."""
 
-        @self.broker.subscriber(stream=StreamSub(stream))
+        @self.broker.subscriber(stream=StreamSub(stream), parser=streams.parse_entry, decoder=streams.raw_body)
         async def listener(msg: Entry) -> None:
+            if streams.MALFORMED in msg.headers:
+                log.warning("%s: skipped an entry of %s: %s", self.name, stream, msg.headers[streams.MALFORMED])
+                return
             await handle(self.worker, msg)
 
     def every(self, interval_s: float, chore: Callable[[W], Awaitable[None]]) -> None:
@@ -191,6 +207,8 @@ class ServiceApp(Generic[W]):
             self._worker = worker = make_worker(self._clients)
             tasks = [asyncio.create_task(self.metrics.watch_groups(redis, self.groups))]
             tasks += [asyncio.create_task(self._repeat(interval, chore)) for interval, chore in self._chores]
+            if self._trimmed:
+                tasks.append(asyncio.create_task(self._repeat(s.trim_interval_s, self._trim)))
             try:
                 yield
             finally:
@@ -199,8 +217,14 @@ class ServiceApp(Generic[W]):
                 for stop in self._shutdown:
                     await stop(worker)
 
+    async def _trim(self, _: W) -> None:
+        for stream in self._trimmed:
+            await streams.trim_consumed(self.clients.redis, stream)
+
     async def _handle(self, handle: Handler[W], msg: RedisStreamMessage) -> None:
         try:
+            if streams.MALFORMED in msg.headers:
+                raise streams.Rejected(msg.headers[streams.MALFORMED])
             await handle(self.worker, msg)
         except streams.Rejected as e:
             await streams.dead_letter(
@@ -211,6 +235,7 @@ class ServiceApp(Generic[W]):
                 reason=str(e),
                 notify=e.notify,
                 maxlen=self.settings.stream_maxlen,
+                max_payload=self.settings.dead_letter_max_bytes,
             )
         except Exception as e:
             # Left pending: a reclaiming consumer retries it, then dead-letters it with this error.
@@ -231,6 +256,7 @@ class ServiceApp(Generic[W]):
             reason=reason,
             deliveries=deliveries,
             maxlen=self.settings.stream_maxlen,
+            max_payload=self.settings.dead_letter_max_bytes,
         )
 
     def _failure_key(self, msg: RedisStreamMessage) -> str:

@@ -63,6 +63,10 @@ class ServiceSettings(BaseSettings):
     )
     max_deliveries: int = Field(3, ge=1, description="deliveries before an entry that keeps failing is dead-lettered")
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of the streams this service writes")
+    dead_letter_max_bytes: int = Field(
+        1_048_576, ge=1024, description="a dead letter keeps this much of its entry (the rest: its size only)"
+    )
+    trim_interval_s: float = Field(5.0, gt=0, description="how often input streams are trimmed below what is acked")
     # Health and metrics: with a port, GET /health (204 when the broker answers) and GET /metrics (Prometheus).
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve /health and /metrics here; unset: no HTTP listener"

@@ -7,9 +7,11 @@ work.
 """
 
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
+from faststream.message import StreamMessage
 from faststream.redis.message import RedisStreamMessage
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -31,6 +33,49 @@ class Rejected(Exception):
     def __init__(self, reason: str, notify: tuple[str, Message] | None = None) -> None:
         super().__init__(reason)
         self.notify = notify
+
+
+MAX_REASON_CHARS = 2000  # a dead letter's reason is cut to this (an error can quote a whole payload)
+
+# The header the entry parser sets on an entry whose shape is not the wire format's (its value: why).
+MALFORMED = "rubricd-malformed"
+_FIELD = wire.FIELD.encode()
+_EMPTY: dict[bytes, bytes] = {_FIELD: b"{}"}
+
+
+async def parse_entry(
+    raw: Mapping[str, Any], original: Callable[[Mapping[str, Any]], Awaitable[StreamMessage[Any]]]
+) -> StreamMessage[Any]:
+    """FastStream's parser for a stream entry, held to rubricd's wire format, and never raising.
+
+    The body is the `__data__` field's value exactly: FastStream's own envelope
+    (a top-level `data`/`headers` object, its binary format) is not unwrapped, so
+    an entry means what the wire format says. An entry of any other shape (other
+    or more fields) gets the MALFORMED header and, as its body, its fields as JSON
+    (bytes that are not UTF-8 escaped), so it is dead-lettered whole with a reason
+    instead of failing before any handler runs and staying pending for ever.
+    """
+    fields: dict[bytes, bytes] = raw.get("data") or {}
+    message = await original({**raw, "data": _EMPTY})  # FastStream's message object, with its ack and group
+    message.raw_message = raw
+    message.headers = {}
+    if list(fields) == [_FIELD]:
+        message.body = fields[_FIELD]
+        return message
+    names = sorted(_text(name) for name in fields)
+    message.headers = {MALFORMED: f"entry fields {names}: the wire format is one field, {wire.FIELD!r}"}
+    message.body = msgspec.json.encode({_text(k): _text(v) for k, v in fields.items()})
+    return message
+
+
+async def raw_body(message: StreamMessage[Any]) -> Any:
+    """FastStream's decoder, replaced: the handlers decode the body themselves (`decode`), so nothing
+    (FastStream's json.loads of a pathologically nested body, say) can fail before they run."""
+    return message.body
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
 
 
 def decode(body: bytes, type_: type[M], what: str) -> M:
@@ -62,12 +107,18 @@ async def dead_letter(
     reason: str,
     deliveries: int = 1,
     maxlen: int = 100_000,
+    max_payload: int = 1_048_576,
     notify: tuple[str, Message] | None = None,
 ) -> None:
-    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically; `notify` as in Rejected."""
+    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically; `notify` as in Rejected.
+
+    The letter is bounded: its payload cut to `max_payload` bytes, its reason to MAX_REASON_CHARS.
+    """
     stream = msg.raw_message["channel"]
     entry_id = msg.raw_message["message_ids"][0]
     group = msg.group or ""
+    body: bytes = msg.body
+    reason = reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
     letter = DeadLetter(
         stream=stream,
         entry_id=entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id),
@@ -75,7 +126,8 @@ async def dead_letter(
         service=service,
         reason=reason,
         deliveries=deliveries,
-        payload=msg.body,
+        payload=body[:max_payload],
+        payload_size=len(body) if len(body) > max_payload else None,
         at=time.time(),
     )
     note = event(service, EventKind.DEAD_LETTERED, detail=reason, stream=stream, entry_id=letter.entry_id)

@@ -2,9 +2,10 @@
 
 - the rollouts stream's `scorers` group: each rollout is scored by one scorer,
   `max_in_flight` at once per process (the consumer pair of common.service);
+  the stream is trimmed below what every group has acked (no MAXLEN bounds
+  what trainers write);
 - the rubrics-updated stream, read by every scorer: drop the cached set so the
-  next rollout uses the new version;
-- every `trim_interval_s`: trim what every group has acked off the rollouts stream.
+  next rollout uses the new version.
 """
 
 from faststream import FastStream
@@ -20,9 +21,8 @@ from .settings import ScorerSettings
 
 def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> FastStream:
     app: ServiceApp[Scorer] = ServiceApp(SERVICE, settings, metrics, agents=[JUDGE])
-    app.consume(app.keys.rollouts, SCORERS, Scorer.handle)
+    app.consume(app.keys.rollouts, SCORERS, Scorer.handle, trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
-    app.every(settings.trim_interval_s, Scorer.trim)
     return app.build(lambda clients: Scorer(settings, clients))
 
 

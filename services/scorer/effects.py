@@ -2,12 +2,16 @@
 
 One Lua script stores the score (only if the rollout has none yet), replies to
 the trainer, hands the rollout to the analyzers, logs the event and acks the
-entry. Either all of that happens or none of it, and a rollout scored twice
-(redelivered, or published again) always replies with its first score.
+entry. Either all of that happens or none of it (Redis does not roll a script
+back, so what could fail midway, a reply key that is not a stream, is checked
+before the first write), and a rollout scored twice (redelivered, or published
+again) always replies with its first score.
 """
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
+from common.streams import Rejected
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, Rollout, Score, ScoredRollout
@@ -15,6 +19,12 @@ from rubricd.messages import Event, Rollout, Score, ScoredRollout
 # KEYS: score, scored stream, events stream, rollouts stream, reply stream ('' = none)
 # ARGV: score, scored, event, score ttl, group, entry id, maxlen, reply ttl
 _COMMIT = """
+if KEYS[5] ~= '' then
+  local held = redis.call('TYPE', KEYS[5])['ok']
+  if held ~= 'none' and held ~= 'stream' then
+    return redis.error_reply('BADREPLY reply_to ' .. KEYS[5] .. ' holds a ' .. held .. ', not a stream')
+  end
+end
 local stored = redis.call('GET', KEYS[1])
 local score = stored or ARGV[1]
 if not stored then
@@ -43,25 +53,32 @@ class Effects:
         self._commit = redis.register_script(_COMMIT)
 
     async def commit(self, entry_id: bytes, rollout: Rollout, score: Score, event: Event) -> bool:
-        """Write the effects of scoring `rollout`; False if it already had a score."""
+        """Write the effects of scoring `rollout`; False if it already had a score.
+
+        Raises Rejected, having written nothing, if its reply_to names a key that is not a stream.
+        """
         scored = ScoredRollout(rollout=rollout, score=score)
-        stored = await self._commit(
-            keys=[
-                self.keys.score(rollout.run_id, rollout.rollout_id),
-                self.keys.scored,
-                self.keys.events,
-                self.keys.rollouts,
-                rollout.reply_to or "",
-            ],
-            args=[
-                wire.encode(score),
-                wire.encode(scored),
-                wire.encode(event),
-                self.score_ttl_s,
-                self.group,
-                entry_id,
-                self.maxlen,
-                self.reply_ttl_s,
-            ],
-        )
+        keys = [
+            self.keys.score(rollout.run_id, rollout.rollout_id),
+            self.keys.scored,
+            self.keys.events,
+            self.keys.rollouts,
+            rollout.reply_to or "",
+        ]
+        args: list[bytes | str | int] = [
+            wire.encode(score),
+            wire.encode(scored),
+            wire.encode(event),
+            self.score_ttl_s,
+            self.group,
+            entry_id,
+            self.maxlen,
+            self.reply_ttl_s,
+        ]
+        try:
+            stored = await self._commit(keys=keys, args=args)
+        except ResponseError as e:
+            if str(e).startswith("BADREPLY"):
+                raise Rejected(str(e).removeprefix("BADREPLY ")) from None
+            raise
         return stored is None

@@ -9,6 +9,7 @@ score. Any other failure leaves the entry pending for a reclaim to retry.
 
 import logging
 import time
+from typing import Any
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -21,7 +22,7 @@ from common.service import Clients
 from common.streams import Rejected
 from rubricd import wire
 from rubricd.keys import SCORERS, InvalidKey
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RolloutId, RubricsUpdated, RunId, Score
 from rubricd.reward import policy
 from rubricd.store import RubricStore
 
@@ -120,10 +121,6 @@ class Scorer:
                 self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
-    async def trim(self) -> None:
-        """Keep the rollouts stream bounded: drop what every group has acked."""
-        await streams.trim_consumed(self.redis, self.keys.rollouts)
-
     def validate(self, body: bytes) -> Rollout:
         """The rollout, or Rejected (counted, and with a rejected Score for the trainer if it said where)."""
         try:
@@ -143,12 +140,13 @@ class Scorer:
         try:
             addressed = msgspec.json.decode(body, type=_Addressed)
             reply_to = self.keys.check_reply_to(addressed.reply_to or "")
-        except (msgspec.DecodeError, msgspec.ValidationError, InvalidKey):
+        except ValueError:  # msgspec errors, a string that is not UTF-8, InvalidKey
             return None
+        step = addressed.step if type(addressed.step) is int and addressed.step >= 0 else 0
         score = Score(
             run_id=addressed.run_id,
             rollout_id=addressed.rollout_id,
-            step=addressed.step,
+            step=step,
             status=JudgeStatus.REJECTED,
             reward=None,
             rubric_version=0,
@@ -180,9 +178,10 @@ class Scorer:
 
 
 class _Addressed(msgspec.Struct):
-    """The fields a rejection needs, read leniently from an entry that failed validation."""
+    """The fields a rejection needs, read from an entry that failed validation: ids valid (the Score must be
+    decodable and matched by the trainer), anything else read leniently."""
 
-    run_id: str
-    rollout_id: str
-    step: int = 0
+    run_id: RunId
+    rollout_id: RolloutId
+    step: Any = 0
     reply_to: str | None = None

@@ -18,7 +18,6 @@ class ScorerSettings(ServiceSettings, SeedSettings):
         3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB"
     )
     reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
-    trim_interval_s: float = Field(5.0, gt=0)
 
     @field_validator("reward_policy")
     @classmethod

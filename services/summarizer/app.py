@@ -2,7 +2,8 @@
 Wiring only; the work is in `handler`, the accounting in `effects`, the summarizing in `summary`.
 
 - the steps stream and the analyses stream, each read by the `summarizers`
-  group: record what arrived, then summarize the step if it is due;
+  group: record what arrived, then summarize the step if it is due (the steps
+  stream, which trainers write, is trimmed below what is acked);
 - every `sweep_interval_s`: look at every open step (deadlines, dead claims).
 """
 
@@ -21,7 +22,7 @@ from .summary import META_SUMMARIZER, SUMMARIZER
 def create_app(settings: SummarizerSettings, metrics: Metrics | None = None) -> FastStream:
     agents = [SUMMARIZER, META_SUMMARIZER, EMBEDDER]
     app: ServiceApp[Summarizer] = ServiceApp(SERVICE, settings, metrics, agents=agents, memory=True)
-    app.consume(app.keys.steps, SUMMARIZERS, Summarizer.on_step_closed)
+    app.consume(app.keys.steps, SUMMARIZERS, Summarizer.on_step_closed, trim=True)
     app.consume(app.keys.analyses, SUMMARIZERS, Summarizer.on_analysis)
     app.every(settings.sweep_interval_s, Summarizer.sweep)
     app.on_shutdown(Summarizer.stop)

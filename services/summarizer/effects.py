@@ -9,8 +9,11 @@ Every change is one Lua script, so the state survives any crash whole:
   end to when the step should be retried);
 - `commit` marks the step summarized, publishes its summaries and takes it
   off the open steps, only if it was not summarized already: exactly once,
-  however many summarizers raced or restarted. A summarized step's state
-  expires after `state_ttl_s` (a week by default).
+  however many summarizers raced or restarted.
+A step's state expires `state_ttl_s` (a week) after its last change, so a step
+that is never closed, or never finished, does not stay in Redis for ever. A
+StepClosed that gives no count (neither `rollouts` nor `rollout_ids`) closes
+the step all the same: it is summarized at its deadline with what arrived.
 
 The step hash (keys.step(run, step)) holds: expected, rollout_ids (JSON),
 closed_at, deadline, claim, claim_until, summarized. Open steps are members
@@ -27,7 +30,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, RolloutAnalysis, StepClosed, StepSummary
 
-# KEYS: step hash, open steps, steps stream. ARGV: expected, ids json, now, deadline, member, group, entry id
+# KEYS: step hash, open steps, steps stream. ARGV: expected, ids json, now, deadline, member, group, entry id, ttl
 _CLOSED = """
 if redis.call('HGET', KEYS[1], 'summarized') ~= '1' then
   if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'expected', ARGV[1]) end
@@ -36,15 +39,18 @@ if redis.call('HGET', KEYS[1], 'summarized') ~= '1' then
     redis.call('HSET', KEYS[1], 'deadline', ARGV[4])
     redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
   end
+  redis.call('EXPIRE', KEYS[1], ARGV[8])
 end
 redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
 return 1
 """
 
 # KEYS: step hash, step analyses set, open steps, analyses stream
-# ARGV: rollout id, rollouts per step ('' = none), now, deadline, member, group, entry id
+# ARGV: rollout id, rollouts per step ('' = none), now, deadline, member, group, entry id, ttl
 _ANALYZED = """
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[8])
+redis.call('EXPIRE', KEYS[1], ARGV[8])
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'summarized') ~= '1' and redis.call('HEXISTS', KEYS[1], 'expected') == 0 then
   redis.call('HSET', KEYS[1], 'expected', ARGV[2])
   if redis.call('HSETNX', KEYS[1], 'closed_at', ARGV[3]) == 1 then
@@ -99,19 +105,19 @@ class StepState:
     deadline: float | None = None
     summarized: bool = False
     analyzed: frozenset[str] = field(default_factory=frozenset)
+    closed_at: float | None = None
 
     @property
     def closed(self) -> bool:
-        return self.expected is not None
+        return self.closed_at is not None or self.expected is not None
 
     @property
     def complete(self) -> bool:
-        """Every analysis the trainer announced is in."""
-        if not self.closed:
-            return False
+        """Every analysis the trainer announced is in (never, for a closure that gave no count: its deadline
+        decides)."""
         if self.rollout_ids:
-            return set(self.rollout_ids) <= self.analyzed
-        return len(self.analyzed) >= (self.expected or 0)
+            return self.closed and set(self.rollout_ids) <= self.analyzed
+        return self.expected is not None and len(self.analyzed) >= self.expected
 
     def due(self, now: float) -> bool:
         """Ready to summarize: complete, or closed and past its deadline."""
@@ -175,6 +181,7 @@ class StepBook:
                 member(msg.run_id, msg.step),
                 self.group,
                 entry_id,
+                self.state_ttl_s,
             ],
         )
 
@@ -198,6 +205,7 @@ class StepBook:
                 member(run, step),
                 self.group,
                 entry_id,
+                self.state_ttl_s,
             ],
         )
 
@@ -215,6 +223,7 @@ class StepBook:
             deadline=float(h["deadline"]) if "deadline" in h else None,
             summarized=h.get("summarized") == "1",
             analyzed=frozenset(x.decode() for x in analyzed),
+            closed_at=float(h["closed_at"]) if "closed_at" in h else None,
         )
 
     async def open_steps(self) -> list[tuple[str, int]]:

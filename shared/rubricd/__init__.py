@@ -5,11 +5,12 @@ format, reward policies, the rubric store) and the trainer client. It depends
 only on msgspec and redis, so a training environment can install it alone.
 """
 
-from .client import RubricdClient, ScoreTimeout, SyncRubricdClient
+from .client import InvalidRollout, RubricdClient, ScoreTimeout, SyncRubricdClient
 from .keys import Keys
 from .messages import JudgeStatus, Rollout, Rubric, RubricSet, Score, TrainingContext
 
 __all__ = [
+    "InvalidRollout",
     "JudgeStatus",
     "Keys",
     "Rollout",

@@ -41,12 +41,27 @@ _XRead = list[tuple[bytes, _Entries]]
 
 
 class ScoreTimeout(TimeoutError):
-    """Some rollouts got no score in time; `missing` names their rollout ids."""
+    """Some rollouts got no score in time; `missing` names their rollout ids, `scores` holds those that did arrive."""
 
-    def __init__(self, missing: list[str], timeout: float) -> None:
+    def __init__(self, missing: list[str], timeout: float, scores: dict[str, Score] | None = None) -> None:
         self.missing = missing
+        self.scores = scores or {}  # rollout id -> its Score
         shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
         super().__init__(f"{len(missing)} rollout(s) not scored within {timeout:g} s: {shown}")
+
+
+class InvalidRollout(ValueError):
+    """A rollout the scorer would reject as sent; the message names the field."""
+
+
+def checked(rollout: Rollout) -> bytes:
+    """The rollout's wire bytes, once they pass the same validation the scorer applies."""
+    data = wire.encode(rollout)
+    try:
+        wire.decode(data, Rollout)
+    except msgspec.ValidationError as e:
+        raise InvalidRollout(f"rollout {rollout.rollout_id!r} of run {rollout.run_id!r}: {e}") from None
+    return data
 
 
 class RubricdClient:
@@ -81,14 +96,18 @@ class RubricdClient:
         await self.close()
 
     async def score(self, rollouts: Sequence[Rollout], *, timeout: float | None = None) -> list[Score]:
-        """Publish every rollout at once and return their scores, in order."""
-        self._ensure_reader()
+        """Publish every rollout at once and return their scores, in order.
+
+        Raises InvalidRollout, before publishing any, if one breaks the schema
+        (an id outside its alphabet, a negative step, ...).
+        """
         now = time.time()
+        sent = [checked(msgspec.structs.replace(r, reply_to=self.reply_stream, published_at=now)) for r in rollouts]
+        self._ensure_reader()
         futures = [self._future(r.run_id, r.rollout_id) for r in rollouts]
         async with self.redis.pipeline(transaction=False) as pipe:
-            for r in rollouts:
-                sent = msgspec.structs.replace(r, reply_to=self.reply_stream, published_at=now)
-                pipe.xadd(self.keys.rollouts, wire.entry(sent))
+            for data in sent:
+                pipe.xadd(self.keys.rollouts, {wire.FIELD: data})
             await pipe.execute()
         limit = self.timeout if timeout is None else timeout
         done, pending = await asyncio.wait(set(futures), timeout=limit)
@@ -97,7 +116,8 @@ class RubricdClient:
             for r, f in zip(rollouts, futures):
                 if f in pending:
                     self._waiting.pop((r.run_id, r.rollout_id), None)
-            raise ScoreTimeout(missing, limit)
+            arrived = {r.rollout_id: f.result() for r, f in zip(rollouts, futures) if f in done}
+            raise ScoreTimeout(missing, limit, arrived)
         return [f.result() for f in futures]
 
     async def score_one(self, rollout: Rollout, *, timeout: float | None = None) -> Score:

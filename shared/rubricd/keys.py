@@ -28,7 +28,7 @@ class Keys:
     """The names of one rubricd deployment."""
 
     def __init__(self, namespace: str = DEFAULT_NAMESPACE) -> None:
-        if not _NAMESPACE.match(namespace):
+        if not _NAMESPACE.fullmatch(namespace):
             raise InvalidKey(f"namespace {namespace!r} must match {_NAMESPACE.pattern}")
         self.namespace = namespace
         ns = namespace
@@ -45,7 +45,7 @@ class Keys:
 
     def replies(self, client_id: str) -> str:
         """The reply stream of one trainer client."""
-        if not _CLIENT_ID.match(client_id):
+        if not _CLIENT_ID.fullmatch(client_id):
             raise InvalidKey(f"client id {client_id!r} must match {_CLIENT_ID.pattern}")
         return self._replies + client_id
 

@@ -33,7 +33,10 @@ def entry(message: Message) -> dict[FieldT, EncodableT]:
 
 def decode(data: bytes | str, type_: type[M]) -> M:
     """Decode and validate one message; raises msgspec.ValidationError/DecodeError."""
-    return msgspec.json.decode(data, type=type_)
+    try:
+        return msgspec.json.decode(data, type=type_)
+    except UnicodeDecodeError as e:  # msgspec lets this through for a string that is not UTF-8
+        raise msgspec.DecodeError(f"JSON is malformed: not UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def payload(fields: dict[bytes, bytes]) -> bytes:

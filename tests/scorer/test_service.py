@@ -245,3 +245,42 @@ async def test_per_instance_sets_start_from_their_predefined_rubrics(stack, redi
     assert {r.rubric_id for r in seeded.results} >= {"correct", "addresses_grader"}  # no predefined set: the seed
     store = RubricStore(redis, keys)
     assert (await store.current("run", "poem")).rubrics == poem
+
+
+async def test_a_rejected_rollout_with_readable_ids_is_answered_at_once_whatever_else_is_wrong(
+    stack, redis, keys, start_scorer
+):
+    start_scorer()
+    reply_to = keys.replies("trainer-1")
+    shapes = {
+        "bad-step": {"step": "two"},
+        "no-response": {"response": None},
+        "bad-instance": {"instance_key": "has space"},
+    }
+    for rollout_id, broken in shapes.items():
+        raw = {**msgspec.to_builtins(rollout("run", 0)), "rollout_id": rollout_id, "reply_to": reply_to, **broken}
+        await redis.xadd(keys.rollouts, {wire.FIELD: msgspec.json.encode(raw)})
+    deadline = asyncio.get_running_loop().time() + 30
+    while await redis.xlen(reply_to) < len(shapes) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+    replies = [wire.decode(wire.payload(f), Score) for _, f in await redis.xrange(reply_to)]
+    assert sorted(s.rollout_id for s in replies) == sorted(shapes)
+    assert all(s.status is JudgeStatus.REJECTED and s.reward is None and s.run_id == "run" for s in replies)
+    assert all(s.step == 0 and "malformed rollout" in (s.error or "") for s in replies)
+
+
+async def test_a_reply_key_that_is_not_a_stream_is_dead_lettered_with_nothing_half_written(
+    stack, redis, keys, start_scorer
+):
+    start_scorer()
+    taken = keys.replies("taken")
+    await redis.set(taken, "a string, not a stream")
+    await redis.xadd(keys.rollouts, wire.entry(msgspec.structs.replace(rollout("run", 7), reply_to=taken)))
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await redis.xlen(keys.dead_letters) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+    [letter] = [wire.decode(wire.payload(f), DeadLetter) for _, f in await redis.xrange(keys.dead_letters)]
+    assert letter.deliveries == 1 and f"reply_to {taken} holds a string, not a stream" in letter.reason
+    assert await redis.get(taken) == b"a string, not a stream"
+    assert await redis.get(keys.score("run", "s0-r7")) is None and await redis.xlen(keys.scored) == 0
+    assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0

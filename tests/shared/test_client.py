@@ -6,7 +6,7 @@ import threading
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, ScoreTimeout, SyncRubricdClient, wire
+from rubricd import InvalidRollout, RubricdClient, ScoreTimeout, SyncRubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import JudgeStatus, Rollout, Score, StepClosed
 from rubricd.store import RubricStore
@@ -65,6 +65,22 @@ async def test_a_timeout_names_the_missing_rollouts(stack, redis):
         await answering
     assert raised.value.missing == ["r1"]
     assert "r1" in str(raised.value)
+    assert sorted(raised.value.scores) == ["r0", "r2"]  # the scores that did arrive are kept
+    assert all(s.rollout_id == i and s.reward == 0.5 for i, s in raised.value.scores.items())
+
+
+async def test_a_rollout_the_scorer_would_reject_is_refused_before_anything_is_published(stack, redis):
+    keys = Keys("tclient")
+    bad = [
+        msgspec.structs.replace(rollout(1), rollout_id="r 1"),
+        msgspec.structs.replace(rollout(1), run_id="run\n"),
+        msgspec.structs.replace(rollout(1), step=-1),
+    ]
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        for one in bad:
+            with pytest.raises(InvalidRollout, match="rollout_id|run_id|step"):
+                await client.score([rollout(0), one], timeout=5)
+    assert await redis.xlen(keys.rollouts) == 0
 
 
 async def test_close_step_publishes_a_step_closed(stack, redis):

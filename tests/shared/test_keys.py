@@ -34,14 +34,16 @@ def test_reply_to_must_be_a_reply_stream_of_this_namespace():
         "exp1:replies:a b",
         "exp1:replies:x:y",
         "exp1:score:r:x",
+        "exp1:replies:c1\n",
     ]:
         with pytest.raises(InvalidKey):
             keys.check_reply_to(bad)
 
 
 def test_bad_namespace_is_refused():
-    with pytest.raises(InvalidKey):
-        Keys("has space")
+    for bad in ("has space", "ns\n", ""):
+        with pytest.raises(InvalidKey):
+            Keys(bad)
 
 
 def test_global_and_instance_rubric_sets_differ():

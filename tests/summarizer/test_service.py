@@ -137,6 +137,23 @@ async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadl
     assert await redis.xlen(keys.summaries) == 1
 
 
+async def test_a_step_closed_without_a_count_is_summarized_at_its_deadline_and_its_state_expires(
+    stack, redis, keys, memory, start_summarizer
+):
+    start_summarizer(step_deadline_s=2, sweep_interval_s=0.2)
+    await record(redis, keys, memory, [analysis("run", 4, 0), analysis("run", 4, 1)])
+    await redis.xadd(keys.steps, wire.entry(StepClosed(run_id="run", step=4)))
+    [summary] = await summaries(redis, keys, 1, timeout=30)
+    assert summary.step == 4 and summary.analyses == 2 and summary.expected_rollouts is None
+    # Analyses of a step that is never closed are counted in keys that expire (a week), not kept for ever.
+    await record(redis, keys, memory, [analysis("run", 9, 0)])
+    deadline = time.monotonic() + 30
+    while not await redis.exists(keys.step_analyses("run", 9)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert 0 < await redis.ttl(keys.step_analyses("run", 9)) <= 7 * 86_400
+    assert 0 < await redis.ttl(keys.step("run", 4)) <= 7 * 86_400
+
+
 async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary_per_instance(
     stack, redis, keys, memory, start_summarizer
 ):

@@ -119,3 +119,9 @@ def test_a_step_is_due_when_complete_or_past_its_deadline() -> None:
     )
     assert not named.complete and named.missing == ("c",)
     assert not StepState(run_id="r", step=1, expected=0, summarized=True).due(1e12)
+
+
+def test_a_closure_without_a_count_is_summarized_at_its_deadline_with_what_arrived():
+    uncounted = StepState(run_id="r", step=1, closed_at=50.0, deadline=100.0, analyzed=frozenset({"a", "b"}))
+    assert uncounted.closed and not uncounted.complete
+    assert not uncounted.due(99.0) and uncounted.due(100.0)

@@ -5,11 +5,18 @@ from typing import Annotated
 import msgspec
 
 # Ids end up inside Redis keys and Weaviate filters, so they are restricted to a
-# safe alphabet: no spaces, no key separators beyond '.', '-', '_', '/'.
-RunId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
-RolloutId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_./-]{1,200}$")]
-InstanceKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
-Step = Annotated[int, msgspec.Meta(ge=0)]
+# safe alphabet: no spaces, no key separators beyond '.', '-', '_', '/'. The
+# `(?!\n)` before `$` matters: in Python (msgspec) `$` also matches before a
+# trailing newline; the lookahead keeps the schema valid JSON Schema (ECMA) too.
+RunId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(?!\n)$")]
+RolloutId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_./-]{1,200}(?!\n)$")]
+InstanceKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,128}(?!\n)$")]
+# Steps and counts are bounded so every one stays exact and filterable wherever it is stored
+# (Redis scores, Weaviate int properties, JSON readers with 53-bit numbers).
+MAX_STEP = 1_000_000_000
+MAX_ROLLOUTS_PER_STEP = 1_000_000
+Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
+RolloutCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_ROLLOUTS_PER_STEP)]
 Version = Annotated[int, msgspec.Meta(ge=0)]
 Points = Annotated[float, msgspec.Meta(ge=-100, le=100)]
 UnitInterval = Annotated[float, msgspec.Meta(ge=0, le=1)]

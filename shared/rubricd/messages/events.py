@@ -64,7 +64,9 @@ class DeadLetter(Message, tag="dead_letter", frozen=True, kw_only=True):
     """A message a service gave up on, kept whole with the reason.
 
     `payload` is the entry's raw body (base64 in JSON), so nothing is lost and
-    a fixed copy can be replayed onto `stream`.
+    a fixed copy can be replayed onto `stream`; a body larger than the
+    service's `dead_letter_max_bytes` is kept cut to that size, with its full
+    size in `payload_size`. `reason` is at most 2000 characters.
     """
 
     stream: str
@@ -75,3 +77,4 @@ class DeadLetter(Message, tag="dead_letter", frozen=True, kw_only=True):
     deliveries: int
     payload: bytes
     at: float
+    payload_size: int | None = None  # the entry's size in bytes when `payload` holds only its start

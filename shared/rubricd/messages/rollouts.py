@@ -1,10 +1,11 @@
 """What the trainer publishes: rollouts, and the end of a step."""
 
 import hashlib
+from typing import Annotated
 
 import msgspec
 
-from ._base import InstanceKey, Message, RolloutId, RunId, Step
+from ._base import MAX_ROLLOUTS_PER_STEP, MAX_STEP, InstanceKey, Message, RolloutCount, RolloutId, RunId, Step
 
 
 class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -12,7 +13,7 @@ class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
 
     goal: str = ""
     model_size: str = ""
-    total_steps: int | None = None
+    total_steps: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)] | None = None
 
 
 class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
@@ -45,9 +46,9 @@ class StepClosed(Message, tag="step_closed", frozen=True, kw_only=True):
 
     run_id: RunId
     step: Step
-    rollouts: int | None = None
+    rollouts: RolloutCount | None = None
     closed_at: float | None = None
-    rollout_ids: list[RolloutId] = []
+    rollout_ids: Annotated[list[RolloutId], msgspec.Meta(max_length=MAX_ROLLOUTS_PER_STEP)] = []
 
 
 def instance_key(rollout: Rollout) -> str:
