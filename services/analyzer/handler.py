@@ -80,7 +80,7 @@ class Analyzer:
         try:
             return (await self.gateway.structured(ANALYZER, messages, AnalysisDraft)).value
         except LLMError as e:
-            raise AnalysisFailed(str(e)) from None
+            raise AnalysisFailed(str(e)) from e  # the cause says whether the endpoint was down
 
 
 def memory_item(analysis: RolloutAnalysis) -> MemoryItem:

@@ -31,6 +31,7 @@ R = TypeVar("R")
 # httpx.Limits under openai 1.x, httpx2.Limits under 3.x: take it from the SDK.
 _Limits = type(openai.DEFAULT_CONNECTION_LIMITS)
 _MAX_BACKOFF_S = 30.0
+_OVERLOADED = (408, 429, 502, 503, 504)  # statuses that say the endpoint, not the request, failed
 _USERINFO = re.compile(r"//[^/@\s]+@")
 _KEYLIKE = re.compile(r"\b(sk|key|api[-_]?key)[-_][A-Za-z0-9_*.\-]{4,}", re.I)
 # Keywords OpenAI strict mode rejects; msgspec still checks them on decode.
@@ -47,10 +48,14 @@ _STRICT_DROP = {
 
 
 class LLMError(Exception):
-    """An agent's call failed after its retries. The text is short and safe to log."""
+    """An agent's call failed after its retries. The text is short and safe to log.
 
-    def __init__(self, agent: str, attempts: int, reason: str) -> None:
-        self.agent, self.attempts, self.reason = agent, attempts, reason
+    `transient`: the last attempt failed for the endpoint's sake (unreachable, timed out, overloaded: 429, 502,
+    503, 504), not for the request's; a later try of the same request may succeed.
+    """
+
+    def __init__(self, agent: str, attempts: int, reason: str, *, transient: bool = False) -> None:
+        self.agent, self.attempts, self.reason, self.transient = agent, attempts, reason, transient
         super().__init__(f"LLM agent {agent!r} failed after {attempts} attempt(s): {reason}")
 
 
@@ -239,12 +244,12 @@ class LLMGateway:
         """Attempt `once` up to 1 + max_retries times; each attempt holds one concurrency slot."""
         s, usage = self._settings[agent], self._usage[agent]
         usage.calls += 1
-        start, reason, wait_s = time.perf_counter(), "", 0.0
+        start, reason, wait_s, transient = time.perf_counter(), "", 0.0, False
         for attempt in range(1, s.max_retries + 2):
             if attempt > 1:
                 usage.retries += 1
                 await asyncio.sleep(max(wait_s, _backoff(s.backoff_s, attempt - 1)))
-            wait_s = 0.0
+            wait_s, transient = 0.0, True
             try:
                 async with self._slots[agent]:
                     value = await once(self._client(s))
@@ -252,7 +257,7 @@ class LLMGateway:
                 usage.elapsed_s += elapsed
                 return value, attempt, elapsed
             except _Retryable as e:
-                reason = e.reason
+                reason, transient = e.reason, False
             except openai.APITimeoutError as e:
                 # aiohttp's refused connection reaches us as a connect timeout: say which it was.
                 reason = (
@@ -263,12 +268,12 @@ class LLMGateway:
             except openai.APIConnectionError:
                 reason = f"cannot connect to {s.base_url}"
             except openai.APIStatusError as e:
-                reason = f"HTTP {e.status_code}: {_clip(e.message)}"
+                reason, transient = f"HTTP {e.status_code}: {_clip(e.message)}", e.status_code in _OVERLOADED
                 if e.status_code not in (408, 429) and e.status_code < 500:
                     break  # the request itself is wrong: retrying cannot help
                 wait_s = _retry_after(e.response.headers)
         usage.failures += 1
-        raise LLMError(agent, attempt, redact(reason, s.api_key.get_secret_value()))
+        raise LLMError(agent, attempt, redact(reason, s.api_key.get_secret_value()), transient=transient)
 
     def _agent(self, agent: str) -> LLMSettings:
         try:

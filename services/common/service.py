@@ -6,11 +6,16 @@ subscriptions. `ServiceApp` does the rest the same way for every service:
 - `consume(stream, group, handle)` registers the consumer pair on a stream's
   group, both with manual ack: *fresh* reads new entries (`max_records` a read,
   `max_in_flight` at once); *reclaimed* takes over entries left pending longer
-  than `reclaim_idle_ms` by a consumer that died or failed (XAUTOCLAIM), and
-  dead-letters an entry delivered more than `max_deliveries` times, with the
-  last error its handler raised. A handler that raises `streams.Rejected` has
-  its entry dead-lettered at once; any other exception leaves the entry
-  pending (recorded as its last failure) for a reclaim to retry.
+  than `reclaim_idle_ms` by a consumer that died or failed (XAUTOCLAIM). A
+  handler that raises `streams.Rejected` has its entry dead-lettered at once;
+  any other exception leaves the entry pending for a reclaim to retry, and is
+  recorded with the entry (`keys.failure`): as *transient* when Redis,
+  Weaviate or the LLM endpoint was down (`streams.transient`), else as the
+  entry's own failure. Only its own failures count: an entry is dead-lettered,
+  with its last error, once it failed `max_deliveries` times for a reason of
+  its own, or was taken `max_redeliveries` times from consumers that died
+  with it (a crash loop); outages are retried every `reclaim_idle_ms` for as
+  long as they last.
 - `listen(stream, handle)` reads a stream without a group: every process sees
   every entry (the scorer's rubric updates).
 - `every(interval_s, chore)` runs upkeep in the background; a failure is
@@ -150,13 +155,13 @@ class ServiceApp(Generic[W]):
             decoder=streams.raw_body,
         )
         async def reclaimed(msg: Entry) -> None:
-            deliveries = await msg.get_delivery_count()
-            if deliveries <= s.max_deliveries:
+            reason = await self._spent(msg)
+            if reason is None:
                 await self._handle(handle, msg)
                 return
             if on_give_up is not None:
                 await on_give_up(self.worker, msg)
-            await self._give_up(msg, deliveries)
+            await self._give_up(msg, reason)
 
     def listen(self, stream: str, handle: Handler[W]) -> None:
         """Every new entry of `stream`, in every process (no group, no ack)."""
@@ -238,16 +243,37 @@ class ServiceApp(Generic[W]):
                 max_payload=self.settings.dead_letter_max_bytes,
             )
         except Exception as e:
-            # Left pending: a reclaiming consumer retries it, then dead-letters it with this error.
+            # Left pending: a reclaiming consumer retries it; the record says whether it counts against the entry.
             with contextlib.suppress(Exception):
-                await self.clients.redis.set(self._failure_key(msg), repr(e), ex=FAILURE_TTL_S)
+                key = self._failure_key(msg)
+                async with self.clients.redis.pipeline(transaction=True) as pipe:
+                    pipe.hset(key, "error", repr(e)[: streams.MAX_REASON_CHARS])
+                    pipe.hincrby(key, "transient" if streams.transient(e) else "failed", 1)
+                    pipe.expire(key, FAILURE_TTL_S)
+                    await pipe.execute()
             raise
 
-    async def _give_up(self, msg: RedisStreamMessage, deliveries: int) -> None:
-        reason = f"failed {deliveries} deliveries (max_deliveries={self.settings.max_deliveries})"
-        last_error = cast(bytes | None, await self.clients.redis.get(self._failure_key(msg)))
-        if last_error:
-            reason += f"; last error: {last_error.decode()}"
+    async def _spent(self, msg: RedisStreamMessage) -> str | None:
+        """Why a reclaimed entry is given up on, or None to handle it again."""
+        s = self.settings
+        record = cast(dict[bytes, bytes], await self.clients.redis.hgetall(self._failure_key(msg)))
+        failed, outages = int(record.get(b"failed", 0)), int(record.get(b"transient", 0))
+        deliveries = await msg.get_delivery_count()
+        died = deliveries - 1 - failed - outages  # deliveries to consumers that died before recording anything
+        if failed >= s.max_deliveries:
+            reason = f"failed {failed} of {deliveries} deliveries (max_deliveries={s.max_deliveries})"
+        elif died >= s.max_redeliveries:
+            reason = (
+                f"{died} of {deliveries} deliveries ended with their consumer (max_redeliveries={s.max_redeliveries})"
+            )
+        else:
+            return None
+        if b"error" in record:
+            reason += f"; last error: {record[b'error'].decode(errors='replace')}"
+        return reason
+
+    async def _give_up(self, msg: RedisStreamMessage, reason: str) -> None:
+        deliveries = await msg.get_delivery_count()
         await streams.dead_letter(
             self.clients.redis,
             self.keys,

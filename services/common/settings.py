@@ -61,7 +61,14 @@ class ServiceSettings(BaseSettings):
     reclaim_idle_ms: int = Field(
         60_000, ge=100, description="an entry pending this long is reclaimed from its consumer"
     )
-    max_deliveries: int = Field(3, ge=1, description="deliveries before an entry that keeps failing is dead-lettered")
+    max_deliveries: int = Field(
+        3, ge=1, description="an entry that failed this often for a reason of its own (not an outage) is dead-lettered"
+    )
+    max_redeliveries: int = Field(
+        20,
+        ge=1,
+        description="an entry taken this often from consumers that died with it (a crash loop) is dead-lettered",
+    )
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of the streams this service writes")
     dead_letter_max_bytes: int = Field(
         1_048_576, ge=1024, description="a dead letter keeps this much of its entry (the rest: its size only)"

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
+import redis.exceptions
+import weaviate.exceptions
 from faststream.message import StreamMessage
 from faststream.redis.message import RedisStreamMessage
 from redis.asyncio import Redis
@@ -76,6 +78,29 @@ async def raw_body(message: StreamMessage[Any]) -> Any:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+
+
+# Failures of what a service depends on, not of the entry it was handling.
+_INFRASTRUCTURE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    weaviate.exceptions.WeaviateConnectionError,
+    weaviate.exceptions.WeaviateTimeoutError,
+    weaviate.exceptions.WeaviateGRPCUnavailableError,
+    weaviate.exceptions.WeaviateClosedClientError,
+)
+
+
+def transient(error: BaseException) -> bool:
+    """Whether `error`, or what caused it, is an outage of Redis, Weaviate or the LLM endpoint: no evidence
+    against the entry, so its retries do not spend the entry's `max_deliveries`."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, _INFRASTRUCTURE) or getattr(seen, "transient", False) is True:
+            return True
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return False
 
 
 def decode(body: bytes, type_: type[M], what: str) -> M:

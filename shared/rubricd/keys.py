@@ -65,7 +65,8 @@ class Keys:
         return f"{self.namespace}:rubric-step:{run_id}"
 
     def failure(self, stream: str, entry_id: str) -> str:
-        """The last error a stream entry's handler raised, kept for its dead letter."""
+        """Hash of a stream entry's failures, kept for its retries and its dead letter: `error` (the last one),
+        `failed` (how often it failed for a reason of its own), `transient` (how often an outage failed it)."""
         return f"{self.namespace}:failure:{stream}:{entry_id}"
 
     def step(self, run_id: str, step: int, instance_key: str | None = None) -> str:

@@ -1,6 +1,7 @@
 """The analyzer service against the real Redis, Weaviate and the LLM simulator."""
 
 import asyncio
+import socket
 import time
 from collections import Counter
 
@@ -142,7 +143,35 @@ async def test_a_failing_analyst_is_retried_then_dead_lettered(stack, redis, key
     assert len(letters) == 1, [wire.decode(wire.payload(f), DeadLetter) for _, f in letters]
     [(_, fields)] = letters
     letter = wire.decode(wire.payload(fields), DeadLetter)
-    assert letter.service == "analyzer" and "failed 3 deliveries" in letter.reason and "500" in letter.reason
+    assert (
+        letter.service == "analyzer"
+        and "failed 2 of 3 deliveries (max_deliveries=2)" in letter.reason
+        and "500" in letter.reason
+    )
     assert wire.decode(letter.payload, ScoredRollout).rollout.rollout_id == "s0-r0"
     assert [a.rollout_id for a in await analyses(redis, keys, 1)] == ["s0-r1"]
     assert (await redis.xpending(keys.scored, ANALYZERS))["pending"] == 0
+
+
+async def test_an_llm_endpoint_that_is_down_is_waited_out_without_spending_the_entrys_deliveries(
+    stack, redis, keys, start_analyzer
+):
+    with socket.socket() as s:  # a port where nothing listens: the endpoint is down
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    start_analyzer(reclaim_idle_ms=300, max_deliveries=1, llm__base_url=down, llm__max_retries=0).wait_consuming(
+        stack.redis_url, keys
+    )
+    await publish(redis, keys, [scored("run", 0)])
+    [(entry_id, _)] = await redis.xrange(keys.scored)
+    failures = keys.failure(keys.scored, entry_id.decode())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and int(await redis.hget(failures, "transient") or 0) < 4:
+        await asyncio.sleep(0.2)
+    assert int(await redis.hget(failures, "transient") or 0) >= 4  # far past max_deliveries=1, and still retried
+    assert await redis.hget(failures, "failed") is None and not await redis.xlen(keys.dead_letters)
+    assert b"cannot connect" in await redis.hget(failures, "error")
+    # The endpoint is back (a worker that reaches it): the same entry is analyzed, nothing dead-lettered.
+    start_analyzer(reclaim_idle_ms=300).wait_consuming(stack.redis_url, keys)
+    [analysis] = await analyses(redis, keys, 1)
+    assert analysis.rollout_id == "s0-r0" and not await redis.xlen(keys.dead_letters)

@@ -114,13 +114,22 @@ async def test_too_few_retries_raise_an_error_naming_the_agent(url, sim) -> None
     assert e.agent == "judge" and e.attempts == 2 and "'judge'" in str(e) and "500" in str(e)
     assert "6 x 7" not in str(e) and len(str(e)) < 300  # short, and never the prompt
     assert (usage.calls, usage.retries, usage.failures) == (1, 1, 1)
+    assert not e.transient  # a 500 for this request while the endpoint answers others: the request's own failure
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+async def test_an_overloaded_endpoint_is_a_transient_failure(url, sim, status: int) -> None:
+    async with LLMGateway({"judge": settings(url, max_retries=0)}) as gateway:
+        with pytest.raises(LLMError) as caught:
+            await gateway.structured("judge", judge_messages(f"42 [sim:fail={status}]"), judge.JudgeVerdict)
+    assert caught.value.transient and str(status) in caught.value.reason
 
 
 async def test_a_client_error_fails_at_once(url, sim) -> None:
     async with LLMGateway({"judge": settings(url, max_retries=3)}) as gateway:
         with pytest.raises(LLMError) as caught:
             await gateway.structured("judge", judge_messages("42 [sim:fail=400]"), judge.JudgeVerdict)
-    assert caught.value.attempts == 1 and "400" in caught.value.reason
+    assert caught.value.attempts == 1 and "400" in caught.value.reason and not caught.value.transient
 
 
 @pytest.mark.parametrize("how", ["marker", "latency"])
@@ -133,7 +142,7 @@ async def test_a_timeout_raises_after_bounded_attempts(url, sim, how: str) -> No
         with pytest.raises(LLMError) as caught:
             await gateway.structured("judge", judge_messages(response), judge.JudgeVerdict)
         took = time.perf_counter() - started
-    assert caught.value.attempts == 3 and "timed out after 0.3s" in str(caught.value)
+    assert caught.value.attempts == 3 and "timed out after 0.3s" in str(caught.value) and caught.value.transient
     assert 0.85 <= took < 4
 
 
@@ -144,9 +153,10 @@ async def test_bad_output_is_retried(url, sim, kind: str, mode: str) -> None:
         done = await gateway.structured("judge", judge_messages(f"42 [sim:fail={kind},times=1]"), judge.JudgeVerdict)
         assert gateway.usage("judge").retries == 1
     assert done.attempts == 2 and met(done.value)["correct"] is True
-    with pytest.raises(LLMError, match="truncated" if kind == "truncated" else "malformed|invalid"):
+    with pytest.raises(LLMError, match="truncated" if kind == "truncated" else "malformed|invalid") as caught:
         async with LLMGateway({"judge": settings(url, max_retries=1, output_mode=mode)}) as gateway:
             await gateway.structured("judge", judge_messages(f"42 [sim:fail={kind}]"), judge.JudgeVerdict)
+    assert not caught.value.transient
 
 
 async def test_usage_is_counted_per_agent(url, sim) -> None:
@@ -198,7 +208,7 @@ async def test_an_unreachable_endpoint_fails_after_its_retries() -> None:
     with pytest.raises(LLMError, match="cannot connect") as caught:
         await gateway.structured("judge", judge_messages("42"), judge.JudgeVerdict)
     await gateway.aclose()
-    assert caught.value.attempts == 2 and API_KEY not in str(caught.value)
+    assert caught.value.attempts == 2 and API_KEY not in str(caught.value) and caught.value.transient
 
 
 def test_credentials_in_the_endpoint_url_are_refused_naming_the_setting(monkeypatch) -> None:
