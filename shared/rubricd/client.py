@@ -10,18 +10,25 @@ one connection's worth of reads. The stream is deleted when the client closes.
 
 `SyncRubricdClient` offers the same calls to synchronous code (and to many
 threads at once).
+
+The client rides out a Redis restart or failover: every call retries with
+backoff within its caller's timeout, and once the reader reconnects it
+publishes again every rollout still waiting for its score (the scorer answers
+a rollout id it has scored with that same score, so nothing is scored twice).
 """
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
 import msgspec
+from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from . import wire
@@ -31,6 +38,9 @@ from .store import RubricStore
 
 T = TypeVar("T")
 log = logging.getLogger("rubricd.client")
+# What a Redis restart or failover looks like from here; anything else is a real error.
+_OUTAGE = (redis_errors.ConnectionError, redis_errors.TimeoutError, redis_errors.BusyLoadingError, OSError)
+_BACKOFF_S = (0.05, 2.0)  # first and longest wait between tries
 _score_decoder = msgspec.json.Decoder(Score)
 
 # redis-py types stream replies for every protocol and decode_responses setting at
@@ -86,6 +96,7 @@ class RubricdClient:
         )
         self.rubrics = RubricStore(self.redis, self.keys)
         self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
+        self._published: dict[tuple[str, str], bytes] = {}  # what is waiting, as sent: published again after an outage
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -103,22 +114,45 @@ class RubricdClient:
         """
         now = time.time()
         sent = [checked(msgspec.structs.replace(r, reply_to=self.reply_stream, published_at=now)) for r in rollouts]
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
         self._ensure_reader()
         futures = [self._future(r.run_id, r.rollout_id) for r in rollouts]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for data in sent:
-                pipe.xadd(self.keys.rollouts, {wire.FIELD: data})
-            await pipe.execute()
-        limit = self.timeout if timeout is None else timeout
-        done, pending = await asyncio.wait(set(futures), timeout=limit)
+        for r, data in zip(rollouts, sent):
+            self._published[(r.run_id, r.rollout_id)] = data
+        try:
+            await self._retrying(lambda: self._publish(sent), deadline)
+            done, pending = await asyncio.wait(set(futures), timeout=max(0.0, deadline - time.monotonic()))
+        except _OUTAGE:
+            done, pending = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
         if pending:
             missing = [r.rollout_id for r, f in zip(rollouts, futures) if f in pending]
             for r, f in zip(rollouts, futures):
                 if f in pending:
                     self._waiting.pop((r.run_id, r.rollout_id), None)
+                    self._published.pop((r.run_id, r.rollout_id), None)
             arrived = {r.rollout_id: f.result() for r, f in zip(rollouts, futures) if f in done}
             raise ScoreTimeout(missing, limit, arrived)
         return [f.result() for f in futures]
+
+    async def _publish(self, sent: Sequence[bytes]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for data in sent:
+                pipe.xadd(self.keys.rollouts, {wire.FIELD: data})
+            await pipe.execute()
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float) -> T:
+        """`call()`, tried again with backoff while Redis is unreachable, until `deadline` (then its error)."""
+        wait = _BACKOFF_S[0]
+        while True:
+            try:
+                return await call()
+            except _OUTAGE as e:
+                if self._closing or time.monotonic() + wait > deadline:
+                    raise
+                log.warning("Redis unreachable (%s); trying again in %.2f s", e, wait)
+                await asyncio.sleep(wait)
+                wait = min(_BACKOFF_S[1], wait * 2)
 
     async def score_one(self, rollout: Rollout, *, timeout: float | None = None) -> Score:
         return (await self.score([rollout], timeout=timeout))[0]
@@ -134,22 +168,25 @@ class RubricdClient:
         closed = StepClosed(
             run_id=run_id, step=step, rollouts=count, rollout_ids=list(rollout_ids), closed_at=time.time()
         )
-        await self.redis.xadd(self.keys.steps, wire.entry(closed))
+        await self._retrying(
+            lambda: self.redis.xadd(self.keys.steps, wire.entry(closed)), time.monotonic() + self.timeout
+        )
 
     async def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:
         """Return once the rubric update that follows `step` is in place."""
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        last = await self._last_id(self.keys.rubrics_updated)
-        while (done := await self.rubrics.step(run_id)) is None or done < step:
+        last = await self._retrying(lambda: self._last_id(self.keys.rubrics_updated), deadline)
+        while (done := await self._retrying(lambda: self.rubrics.step(run_id), deadline)) is None or done < step:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"rubrics for run {run_id!r} step {step} not in place after {limit:g} s")
-            # Woken by the next RubricsUpdated, or re-checks at least once a second.
-            block_ms = max(1, int(min(remaining, 1.0) * 1000))
-            response = cast(_XRead, await self.redis.xread({self.keys.rubrics_updated: last}, block=block_ms))
-            for _, entries in response or []:
-                last = entries[-1][0]
+            # Woken by the next RubricsUpdated, or re-checks at least once a second (an outage: the next check retries).
+            with contextlib.suppress(*_OUTAGE):
+                block_ms = max(1, int(min(remaining, 1.0) * 1000))
+                response = cast(_XRead, await self.redis.xread({self.keys.rubrics_updated: last}, block=block_ms))
+                for _, entries in response or []:
+                    last = entries[-1][0]
 
     async def close(self) -> None:
         """Stop reading, delete this client's reply stream, release the connection."""
@@ -162,7 +199,9 @@ class RubricdClient:
         for future in self._waiting.values():
             future.cancel()
         self._waiting.clear()
-        await self.redis.delete(self.reply_stream)
+        self._published.clear()
+        with contextlib.suppress(*_OUTAGE):  # Redis down: the stream expires on its own (reply_ttl_s)
+            await asyncio.wait_for(self.redis.delete(self.reply_stream), timeout=2)
         if self._owns_redis:
             await self.redis.aclose()
 
@@ -178,8 +217,21 @@ class RubricdClient:
 
     async def _read_replies(self) -> None:
         last: bytes | str = "0-0"
+        wait, outage = _BACKOFF_S[0], False
         while not self._closing:
-            response = cast(_XRead, await self.redis.xread({self.reply_stream: last}, count=1000, block=1000))
+            try:
+                response = cast(_XRead, await self.redis.xread({self.reply_stream: last}, count=1000, block=1000))
+                if outage:  # back: what was in flight may be lost with the outage, so publish it again
+                    await self._publish(list(self._published.values()))
+                    log.warning("Redis reachable again: published %d waiting rollouts again", len(self._published))
+                    wait, outage = _BACKOFF_S[0], False
+            except _OUTAGE as e:
+                if not outage:
+                    log.warning("Redis unreachable (%s); the reply reader keeps trying", e)
+                outage = True
+                await asyncio.sleep(wait)
+                wait = min(_BACKOFF_S[1], wait * 2)
+                continue
             for _, entries in response or []:
                 for entry_id, fields in entries:
                     try:
@@ -188,9 +240,11 @@ class RubricdClient:
                         log.warning("ignored reply %s on %s: %s", entry_id, self.reply_stream, e)
                 last = entries[-1][0]
                 # Read replies are ours alone: drop them so the stream stays small.
-                await self.redis.xdel(self.reply_stream, *(e[0] for e in entries))
+                with contextlib.suppress(*_OUTAGE):
+                    await self.redis.xdel(self.reply_stream, *(e[0] for e in entries))
 
     def _deliver(self, score: Score) -> None:
+        self._published.pop((score.run_id, score.rollout_id), None)
         future = self._waiting.pop((score.run_id, score.rollout_id), None)
         if future is not None and not future.done():
             future.set_result(score)

@@ -2,9 +2,11 @@
 
 import asyncio
 import threading
+import time
 
 import msgspec
 import pytest
+from redis.asyncio import Redis
 
 from rubricd import InvalidRollout, RubricdClient, ScoreTimeout, SyncRubricdClient, wire
 from rubricd.keys import Keys
@@ -143,3 +145,31 @@ def test_the_sync_client_serves_many_threads_at_once(stack):
             t.join()
     stop.set()
     assert results == {i: 1.0 for i in range(16)}
+
+
+async def test_the_client_rides_out_a_redis_restart_and_closes_cleanly_without_redis(start_stack, fresh_ports):
+    own = start_stack(fresh_ports, "redis")  # a Redis of this test's own, to restart
+    keys = Keys("trestart")
+    batch = [rollout(i) for i in range(20)]
+    async with RubricdClient(own.redis_url, namespace=keys.namespace) as client:
+        scoring = asyncio.create_task(client.score(batch, timeout=60))
+        redis = Redis.from_url(own.redis_url)
+        while await redis.xlen(keys.rollouts) < len(batch):  # published; nobody answers yet
+            await asyncio.sleep(0.05)
+        await redis.aclose()
+        own.sh("down", "redis")
+        await asyncio.sleep(1.0)  # the client's calls now fail with connection errors
+        own.sh("up", "redis")
+        redis = Redis.from_url(own.redis_url)
+        # Answers every entry: the 20 kept through the restart, and the 20 the client published again.
+        answering = asyncio.create_task(fake_scorer(redis, keys, 2 * len(batch)))
+        scores = await scoring  # no connection error reaches the caller
+        await asyncio.wait_for(answering, 30)
+        published = [wire.decode(wire.payload(f), Rollout).rollout_id for _, f in await redis.xrange(keys.rollouts)]
+        await redis.aclose()
+        assert [s.rollout_id for s in scores] == [r.rollout_id for r in batch]
+        assert all(s.status is JudgeStatus.OK for s in scores)
+        assert sorted(published) == sorted([r.rollout_id for r in batch] * 2)  # what was waiting, published again
+        own.sh("down", "redis")
+        started = time.monotonic()
+    assert time.monotonic() - started < 10  # closing without Redis neither hangs nor raises
