@@ -96,7 +96,10 @@ class RubricdClient:
         )
         self.rubrics = RubricStore(self.redis, self.keys)
         self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
-        self._published: dict[tuple[str, str], bytes] = {}  # what is waiting, as sent: published again after an outage
+        self._published: dict[tuple[str, str], bytes] = {}
+        self._closed: dict[
+            str, set[int]
+        ] = {}  # run -> the steps this client closed (wait_for_rubrics waits on them)  # what is waiting, as sent: published again after an outage
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -171,16 +174,22 @@ class RubricdClient:
         await self._retrying(
             lambda: self.redis.xadd(self.keys.steps, wire.entry(closed)), time.monotonic() + self.timeout
         )
+        self._closed.setdefault(run_id, set()).add(step)
 
     async def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:
-        """Return once the rubric update that follows `step` is in place."""
+        """Return once the rubric updates that follow `step`, and every earlier step this client closed, are in
+        place: each of those steps has been through the loop, however the updates were ordered."""
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        wanted = {s for s in self._closed.get(run_id, ()) if s <= step} | {step}
         last = await self._retrying(lambda: self._last_id(self.keys.rubrics_updated), deadline)
-        while (done := await self._retrying(lambda: self.rubrics.step(run_id), deadline)) is None or done < step:
+        while undone := await self._retrying(lambda: self.rubrics.undone(run_id, wanted), deadline):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"rubrics for run {run_id!r} step {step} not in place after {limit:g} s")
+                steps = ", ".join(map(str, undone))
+                raise TimeoutError(
+                    f"rubrics for run {run_id!r} step {step} not in place after {limit:g} s (steps {steps})"
+                )
             # Woken by the next RubricsUpdated, or re-checks at least once a second (an outage: the next check retries).
             with contextlib.suppress(*_OUTAGE):
                 block_ms = max(1, int(min(remaining, 1.0) * 1000))

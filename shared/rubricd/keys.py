@@ -64,6 +64,10 @@ class Keys:
         """The last step whose rubric update (or decision not to) is complete."""
         return f"{self.namespace}:rubric-step:{run_id}"
 
+    def rubric_steps(self, run_id: str) -> str:
+        """Sorted set of the steps whose rubric update (or decision not to) is complete; member and score: the step."""
+        return f"{self.namespace}:rubric-steps:{run_id}"
+
     def failure(self, stream: str, entry_id: str) -> str:
         """Hash of a stream entry's failures, kept for its retries and its dead letter: `error` (the last one),
         `failed` (how often it failed for a reason of its own), `transient` (how often an outage failed it)."""

@@ -7,6 +7,7 @@ compare-and-set), so two writers can never race on one rubric set.
 """
 
 import time
+from collections.abc import Iterable
 from typing import cast
 
 import msgspec
@@ -27,7 +28,9 @@ redis.call('HSET', KEYS[1], 'v' .. ARGV[2], ARGV[3], 'current', ARGV[3])
 return 1
 """
 
+# KEYS: step marker, done steps. ARGV: step
 _ADVANCE = """
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1])
 local cur = tonumber(redis.call('GET', KEYS[1]) or '-1')
 if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
 return math.max(cur, tonumber(ARGV[1]))
@@ -77,8 +80,19 @@ class RubricStore:
         return current
 
     async def advance_step(self, run_id: str, step: int) -> int:
-        """Record that the rubrics for `step` are in place (monotonic)."""
-        return int(await self._advance(keys=[self.keys.rubric_step(run_id)], args=[step]))
+        """Record that the rubrics for `step` are in place: among the run's done steps, and in its marker
+        (the highest such step, never going back)."""
+        keys = [self.keys.rubric_step(run_id), self.keys.rubric_steps(run_id)]
+        return int(await self._advance(keys=keys, args=[step]))
+
+    async def undone(self, run_id: str, steps: Iterable[int]) -> list[int]:
+        """Those of `steps` whose rubric update is not complete yet, in order."""
+        wanted = sorted(set(steps))
+        if not wanted:
+            return []
+        members = [str(step) for step in wanted]
+        scores: list[float | None] = await self.redis.zmscore(self.keys.rubric_steps(run_id), members)
+        return [step for step, score in zip(wanted, scores) if score is None]
 
     async def step(self, run_id: str) -> int | None:
         """The last step whose rubrics are in place, or None."""

@@ -111,6 +111,24 @@ async def test_wait_for_rubrics_returns_once_the_step_is_in_place(stack, redis):
     assert await store.advance_step("run", 1) == 2  # never goes back
 
 
+async def test_wait_for_rubrics_waits_for_every_step_it_closed_up_to_the_one_asked(stack, redis):
+    keys = Keys("tclient-order")
+    store = RubricStore(redis, keys)
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        for step in (0, 1, 2):
+            await client.close_step("run", step, rollouts=1)
+        await store.advance_step("run", 0)
+        await store.advance_step("run", 2)  # step 2's update overtook step 1's
+        with pytest.raises(TimeoutError, match=r"step 2 not in place .*\(steps 1\)"):
+            await client.wait_for_rubrics("run", 2, timeout=0.5)
+        await client.wait_for_rubrics("run", 0, timeout=5)  # later steps are not waited for
+        waiting = asyncio.create_task(client.wait_for_rubrics("run", 2, timeout=10))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await store.advance_step("run", 1)
+        await asyncio.wait_for(waiting, 5)
+
+
 def test_the_sync_client_serves_many_threads_at_once(stack):
     import redis as redis_sync
 
