@@ -51,7 +51,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import EventKind
+from rubricd.messages import EventKind, Message
 
 from . import streams
 from .embedder import make_embedder
@@ -155,13 +155,13 @@ class ServiceApp(Generic[W]):
             decoder=streams.raw_body,
         )
         async def reclaimed(msg: Entry) -> None:
-            reason = await self._spent(msg)
-            if reason is None:
+            spent = await self._spent(msg)
+            if spent is None:
                 await self._handle(handle, msg)
                 return
             if on_give_up is not None:
                 await on_give_up(self.worker, msg)
-            await self._give_up(msg, reason)
+            await self._dead_letter(msg, *spent)
 
     def listen(self, stream: str, handle: Handler[W]) -> None:
         """Every new entry of `stream`, in every process (no group, no ack)."""
@@ -232,16 +232,7 @@ class ServiceApp(Generic[W]):
                 raise streams.Rejected(msg.headers[streams.MALFORMED])
             await handle(self.worker, msg)
         except streams.Rejected as e:
-            await streams.dead_letter(
-                self.clients.redis,
-                self.keys,
-                msg,
-                service=self.name,
-                reason=str(e),
-                notify=e.notify,
-                maxlen=self.settings.stream_maxlen,
-                max_payload=self.settings.dead_letter_max_bytes,
-            )
+            await self._dead_letter(msg, str(e), notify=e.notify)
         except Exception as e:
             # Left pending: a reclaiming consumer retries it; the record says whether it counts against the entry.
             with contextlib.suppress(Exception):
@@ -253,8 +244,8 @@ class ServiceApp(Generic[W]):
                     await pipe.execute()
             raise
 
-    async def _spent(self, msg: RedisStreamMessage) -> str | None:
-        """Why a reclaimed entry is given up on, or None to handle it again."""
+    async def _spent(self, msg: RedisStreamMessage) -> tuple[str, int] | None:
+        """Why a reclaimed entry is given up on, and its deliveries; None to handle it again."""
         s = self.settings
         record = cast(dict[bytes, bytes], await self.clients.redis.hgetall(self._failure_key(msg)))
         failed, outages = int(record.get(b"failed", 0)), int(record.get(b"transient", 0))
@@ -270,10 +261,11 @@ class ServiceApp(Generic[W]):
             return None
         if b"error" in record:
             reason += f"; last error: {record[b'error'].decode(errors='replace')}"
-        return reason
+        return reason, deliveries
 
-    async def _give_up(self, msg: RedisStreamMessage, reason: str) -> None:
-        deliveries = await msg.get_delivery_count()
+    async def _dead_letter(
+        self, msg: RedisStreamMessage, reason: str, deliveries: int = 1, notify: tuple[str, Message] | None = None
+    ) -> None:
         await streams.dead_letter(
             self.clients.redis,
             self.keys,
@@ -283,6 +275,7 @@ class ServiceApp(Generic[W]):
             deliveries=deliveries,
             maxlen=self.settings.stream_maxlen,
             max_payload=self.settings.dead_letter_max_bytes,
+            notify=notify,
         )
 
     def _failure_key(self, msg: RedisStreamMessage) -> str:
