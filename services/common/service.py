@@ -15,7 +15,12 @@ subscriptions. `ServiceApp` does the rest the same way for every service:
   with its last error, once it failed `max_deliveries` times for a reason of
   its own, or was taken `max_redeliveries` times from consumers that died
   with it (a crash loop); outages are retried every `reclaim_idle_ms` for as
-  long as they last.
+  long as they last. While a process lives, what it holds never looks idle:
+  every `reclaim_idle_ms / 4` it resets the idle time of the entries it has
+  read and not settled (XCLAIM ... JUSTID, which counts no delivery), except
+  those whose handler failed. So `reclaim_idle_ms` can be seconds: it bounds
+  how long a dead consumer's work waits, and how soon a failure is retried,
+  never how long a handler may take (a slow model, a long update).
 - `listen(stream, handle)` reads a stream without a group: every process sees
   every entry (the scorer's rubric updates).
 - `every(interval_s, chore)` runs upkeep in the background; a failure is
@@ -36,6 +41,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -65,6 +71,7 @@ W = TypeVar("W")
 S = TypeVar("S", bound=ServiceSettings)
 Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
 
+HELD_MAX = 100_000  # most entries one consumer holds that _keep_claimed looks at
 FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
 log = logging.getLogger("rubricd.service")
 
@@ -109,8 +116,15 @@ class ServiceApp(Generic[W]):
         self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
         self._shutdown: list[Callable[[W], Awaitable[None]]] = []
         self._trimmed: list[str] = []
+        self._failed: set[tuple[str, bytes]] = set()  # (stream, entry id): left to go idle for a retry
+        self._started = time.monotonic()
         self._worker: W | None = None
         self._clients: Clients | None = None
+
+    @property
+    def reclaimer(self) -> str:
+        """This process's name as the consumer of reclaimed entries."""
+        return f"{self.consumer}-reclaim"
 
     @property
     def worker(self) -> W:
@@ -148,7 +162,7 @@ class ServiceApp(Generic[W]):
             await self._handle(handle, msg)
 
         @self.broker.subscriber(
-            stream=StreamSub(stream, group=group, consumer=f"{self.consumer}-reclaim", min_idle_time=s.reclaim_idle_ms),
+            stream=StreamSub(stream, group=group, consumer=self.reclaimer, min_idle_time=s.reclaim_idle_ms),
             max_workers=max(1, s.max_in_flight // 4),
             ack_policy=AckPolicy.MANUAL,
             parser=streams.parse_entry,
@@ -211,6 +225,7 @@ class ServiceApp(Generic[W]):
             self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, memory)
             self._worker = worker = make_worker(self._clients)
             tasks = [asyncio.create_task(self.metrics.watch_groups(redis, self.groups))]
+            tasks.append(asyncio.create_task(self._repeat(s.reclaim_idle_ms / 4000, self._keep_claimed)))
             tasks += [asyncio.create_task(self._repeat(interval, chore)) for interval, chore in self._chores]
             if self._trimmed:
                 tasks.append(asyncio.create_task(self._repeat(s.trim_interval_s, self._trim)))
@@ -226,7 +241,30 @@ class ServiceApp(Generic[W]):
         for stream in self._trimmed:
             await streams.trim_consumed(self.clients.redis, stream)
 
+    async def _keep_claimed(self, _: W) -> None:
+        """Reset the idle time of what this process read and has not settled, but for failed entries.
+
+        Only entries delivered since this process started count: a consumer name reused by a restarted
+        process (RUBRICD_CONSUMER) must not keep its predecessor's entries from being reclaimed.
+        """
+        redis = self.clients.redis
+        alive_ms = (time.monotonic() - self._started) * 1000
+        known, held = set(self._failed), set()
+        for stream, group in self.groups:
+            for consumer in (self.consumer, self.reclaimer):
+                pending = await redis.xpending_range(stream, group, "-", "+", HELD_MAX, consumername=consumer)
+                ages = {cast(bytes, p["message_id"]): cast(int, p["time_since_delivered"]) for p in pending}
+                held |= {(stream, i) for i in ages}
+                live: list[bytes | str | int | memoryview] = [
+                    i for i, age in ages.items() if age < alive_ms and (stream, i) not in self._failed
+                ]
+                if live:
+                    await redis.xclaim(stream, group, consumer, 0, live, justid=True)
+        self._failed -= known - held  # failures another process has reclaimed (or settled) meanwhile
+
     async def _handle(self, handle: Handler[W], msg: RedisStreamMessage) -> None:
+        entry = (msg.raw_message["channel"], streams.entry_id(msg))
+        self._failed.discard(entry)
         try:
             if streams.MALFORMED in msg.headers:
                 raise streams.Rejected(msg.headers[streams.MALFORMED])
@@ -234,7 +272,8 @@ class ServiceApp(Generic[W]):
         except streams.Rejected as e:
             await self._dead_letter(msg, str(e), notify=e.notify)
         except Exception as e:
-            # Left pending: a reclaiming consumer retries it; the record says whether it counts against the entry.
+            # Left pending and idle: a reclaiming consumer retries it; the record says whether it counts against it.
+            self._failed.add(entry)
             with contextlib.suppress(Exception):
                 key = self._failure_key(msg)
                 async with self.clients.redis.pipeline(transaction=True) as pipe:

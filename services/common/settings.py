@@ -59,7 +59,9 @@ class ServiceSettings(BaseSettings):
     max_in_flight: InFlight = 32
     max_records: ReadSize = 8
     reclaim_idle_ms: int = Field(
-        60_000, ge=100, description="an entry pending this long is reclaimed from its consumer"
+        5_000,
+        ge=100,
+        description="an entry its consumer has not touched this long (it died, or its handler failed) is reclaimed",
     )
     max_deliveries: int = Field(
         3, ge=1, description="an entry that failed this often for a reason of its own (not an outage) is dead-lettered"

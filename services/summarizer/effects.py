@@ -4,9 +4,10 @@ Every change is one Lua script, so the state survives any crash whole:
 - `closed` records a StepClosed (expected count, rollout ids, deadline) and
   acks it; `analyzed` adds an analysis's rollout id to the step's set (closing
   the step itself after `rollouts_per_step`, if set) and acks it;
-- `claim` gives one summarizer the step for `claim_ttl_s` (a dead one's claim
-  lapses, so another retakes the step; a failed attempt moves its own claim's
-  end to when the step should be retried);
+- `claim` gives one summarizer the step for `claim_ttl_s`, and `hold` moves
+  the end of its own claim: renewed while it summarizes, so only a dead
+  summarizer's claim lapses (another then retakes the step); a failed attempt
+  moves it to when the step should be retried;
 - `commit` marks the step summarized, publishes its summaries and takes it
   off the open steps, only if it was not summarized already: exactly once,
   however many summarizers raced or restarted.
@@ -72,7 +73,7 @@ return 1
 """
 
 # KEYS: step hash. ARGV: token, until
-_RETRY = """
+_HOLD = """
 if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then redis.call('HSET', KEYS[1], 'claim_until', ARGV[2]) end
 return 1
 """
@@ -166,7 +167,7 @@ class StepBook:
         self._analyzed = redis.register_script(_ANALYZED)
         self._claim = redis.register_script(_CLAIM)
         self._commit = redis.register_script(_COMMIT)
-        self._retry = redis.register_script(_RETRY)
+        self._hold = redis.register_script(_HOLD)
 
     async def closed(self, msg: StepClosed, now: float, entry_id: bytes | str) -> None:
         """Record the trainer's StepClosed and ack its entry."""
@@ -234,9 +235,9 @@ class StepBook:
         """Take the step for `claim_ttl_s` unless it is summarized or someone else holds it."""
         return bool(await self._claim(keys=[self.keys.step(run_id, step)], args=[token, now, now + self.claim_ttl_s]))
 
-    async def retry_at(self, run_id: str, step: int, token: str, at: float) -> None:
-        """Shorten (or lengthen) our own claim after a failure, so the step is retried at `at`."""
-        await self._retry(keys=[self.keys.step(run_id, step)], args=[token, at])
+    async def hold(self, run_id: str, step: int, token: str, until: float) -> None:
+        """Move the end of our own claim (if it still is ours): to renew it, or to when a failed step is retried."""
+        await self._hold(keys=[self.keys.step(run_id, step)], args=[token, until])
 
     async def commit(self, run_id: str, step: int, summaries: list[StepSummary], event: Event, now: float) -> bool:
         """Mark the step summarized and publish its summaries, unless it already was; True if this call did."""

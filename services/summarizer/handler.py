@@ -3,8 +3,9 @@
 Handlers only record what arrived (a StepClosed, an analysis's rollout id) in
 Redis, acking in the same script (`effects`), then try the step: nothing is
 held in memory, so a summarizer killed at any point loses nothing. A step is
-summarized by whoever claims it (a claim lapses after `claim_ttl_s`; a failed
-attempt, e.g. an LLM outage, is retried after `retry_after_s`), and its
+summarized by whoever claims it (a claim is renewed while its summarizer
+works, and lapses `claim_ttl_s` after it died; a failed attempt, e.g. an LLM
+outage, is retried after `retry_after_s`), and its
 summaries are published together with its `summarized` flag, once. `sweep`
 looks at every open step: it finishes steps a dead summarizer left claimed,
 and summarizes steps whose deadline passed with the analyses that did arrive,
@@ -16,6 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -112,19 +114,37 @@ class Summarizer:
             now = time.time()
             if not state.due(now) or not await self.book.claim(run_id, step, token, now):
                 return
-            await self.summarize(await self.book.state(run_id, step))
+            async with self.holding(run_id, step, token):
+                await self.summarize(await self.book.state(run_id, step))
         except Exception as e:
             # Our claim now ends at the retry time; the sweeper then tries again.
             log.exception("summarizing %s step %s failed", run_id, step)
             self.summaries.labels("failed").inc()
             with contextlib.suppress(Exception):
-                await self.book.retry_at(run_id, step, token, time.time() + self.settings.retry_after_s)
+                await self.book.hold(run_id, step, token, time.time() + self.settings.retry_after_s)
                 failed = streams.event(
                     SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500]
                 )
                 await self.redis.xadd(
                     self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True
                 )
+
+    @contextlib.asynccontextmanager
+    async def holding(self, run_id: str, step: int, token: str) -> AsyncIterator[None]:
+        """Renew our claim on the step every `claim_ttl_s / 3` while the body runs."""
+        ttl = self.settings.claim_ttl_s
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(ttl / 3)
+                with contextlib.suppress(Exception):  # Redis down: the claim may lapse; commit is still once
+                    await self.book.hold(run_id, step, token, time.time() + ttl)
+
+        renewing = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            renewing.cancel()
 
     async def summarize(self, state: StepState) -> None:
         """Summarize a claimed step: memory first (idempotent ids), then the summaries and the flag, once."""

@@ -19,10 +19,12 @@ class SummarizerSettings(ServiceSettings):
         20, ge=1, description="analyses per chunk summary; chunks run in parallel, then a meta-summary"
     )
     claim_ttl_s: float = Field(
-        300.0, gt=0, description="a summarizer's claim on a step lapses after this (so a dead one's step is retaken)"
+        15.0,
+        gt=0,
+        description="a summarizer's claim on a step, renewed while it works, lapses this long after it died",
     )
     retry_after_s: float = Field(
-        30.0, gt=0, description="a step whose summary failed (LLM down, ...) is retried after this"
+        10.0, gt=0, description="a step whose summary failed (LLM down, ...) is retried after this"
     )
     sweep_interval_s: float = Field(
         1.0, gt=0, description="how often open steps are checked for completeness and deadlines"

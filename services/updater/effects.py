@@ -1,4 +1,4 @@
-"""The updater's Redis side: the run's update lock, keeping a long update's entry claimed, and the commit.
+"""The updater's Redis side: the run's update lock and the commit.
 
 A new rubric set version itself is written by the store's compare-and-set
 (`RubricStore.publish`, called from `update`); what follows it is here:
@@ -33,40 +33,33 @@ class Effects:
 
     @contextlib.asynccontextmanager
     async def lock(self, run_id: str, instance_key: str | None) -> AsyncIterator[None]:
-        """Hold the run's update lock; it expires on its own if its holder dies."""
+        """Hold the run's update lock for as long as the update runs: renewed every `lock_timeout_s / 3`, it
+        expires `lock_timeout_s` after its holder died. A waiter waits while the holder lives."""
         # thread_local=False: the token is this coroutine's own, not shared by every handler on the thread.
-        wait_s = self.lock_timeout_s + 5
         name = self.keys.update_lock(run_id, instance_key)
-        lock = self.redis.lock(name, timeout=self.lock_timeout_s, blocking_timeout=wait_s, thread_local=False)
-        if not await lock.acquire():
-            raise LockError(f"update lock of {run_id}/{instance_key} not free after {wait_s:g} s")
+        lock = self.redis.lock(name, timeout=self.lock_timeout_s, thread_local=False)
+        await lock.acquire()
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.lock_timeout_s / 3)
+                try:
+                    await lock.reacquire()
+                except LockError:
+                    log.warning("the update lock of %s/%s was lost (expired)", run_id, instance_key)
+                    return
+                except Exception:
+                    log.exception("could not renew the update lock of %s/%s", run_id, instance_key)
+
+        renewing = asyncio.create_task(renew())
         try:
             yield
         finally:
+            renewing.cancel()
             try:
                 await lock.release()
             except LockError:  # it expired meanwhile: the store's compare-and-set still kept the update safe
                 log.warning("the update lock of %s/%s expired before the update ended", run_id, instance_key)
-
-    @contextlib.asynccontextmanager
-    async def keep_claimed(self, entry_id: bytes, consumer: str, idle_ms: int) -> AsyncIterator[None]:
-        """Keep a live update's entry from looking idle for `idle_ms`: an update can outlast it (a slow
-        model, a wait for the run's lock), and a reclaimer must only take entries of dead updaters.
-        XCLAIM ... JUSTID resets the idle time without counting a delivery."""
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(idle_ms / 3000)
-                try:
-                    await self.redis.xclaim(self.keys.summaries, self.group, consumer, 0, [entry_id], justid=True)
-                except Exception:
-                    log.exception("could not keep summary entry %s claimed", entry_id)
-
-        task = asyncio.create_task(beat())
-        try:
-            yield
-        finally:
-            task.cancel()
 
     async def commit(
         self, entry_id: bytes, run_id: str, step: int, events: list[Event], announcement: bytes | None

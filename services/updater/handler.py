@@ -47,7 +47,6 @@ class Updater:
         self.rubric_version = metrics.gauge(
             "rubricd_rubric_version", "the run's current rubric version (global sets)", ["run_id"]
         )
-        self.consumer = clients.consumer
         self.gateway = clients.gateway
         self.effects = Effects(
             clients.redis, clients.keys, UPDATERS, maxlen=settings.stream_maxlen, lock_timeout_s=settings.lock_timeout_s
@@ -72,8 +71,7 @@ class Updater:
     async def handle(self, msg: RedisStreamMessage) -> None:
         summary = streams.decode(msg.body, StepSummary, "step summary")
         entry_id = streams.entry_id(msg)
-        async with self.effects.keep_claimed(entry_id, self.consumer, self.settings.reclaim_idle_ms):
-            events, announcement = await self.process(summary)
+        events, announcement = await self.process(summary)
         await self.effects.commit(entry_id, summary.run_id, summary.step, events, announcement)
         for event in events:
             self.outcomes.labels(event.kind).inc()

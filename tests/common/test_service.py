@@ -6,10 +6,11 @@ own envelope) is dead-lettered at once with the reason, never left pending; a va
 
 import asyncio
 
+import httpx
 import msgspec
 import pytest
 
-from rubricd import wire
+from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import DeadLetter, JudgeStatus, Rollout, Score, StepClosed
 
@@ -102,3 +103,43 @@ async def test_the_streams_trainers_write_are_trimmed_below_what_is_acked(stack,
         await asyncio.sleep(0.1)
     assert await redis.xlen(keys.steps) == 0
     assert (await redis.xinfo_groups(keys.steps))[0]["entries-read"] == 20  # read and acked, then trimmed
+
+
+async def judge_calls(stack) -> int:
+    async with httpx.AsyncClient() as http:
+        stats = (await http.get(f"{stack.llm_base_url.removesuffix('/v1')}/admin/stats")).json()
+    return stats["schemas"].get("JudgeVerdict", 0)
+
+
+async def test_a_live_consumer_keeps_a_slow_entry_and_a_dead_ones_is_taken_within_seconds(
+    stack, redis, keys, start_service
+):
+    slow = " [sim:latency_ms=3000]"  # each judge call takes 3 s: three times reclaim_idle_ms
+    pair = [start_service("scorer", reclaim_idle_ms=1000) for _ in range(2)]
+    before = await judge_calls(stack)
+    batch = [Rollout(run_id="run", rollout_id=f"r{i}", step=0, prompt="2 + 2?", response=f"4{slow}") for i in range(4)]
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        scores = await client.score(batch, timeout=60)
+    assert all(s.status is JudgeStatus.OK for s in scores)
+    await asyncio.sleep(4)  # a second judging of a reclaimed entry would have ended by now
+    assert await judge_calls(stack) - before == len(batch)  # judged once each: no live consumer's entry reclaimed
+    for process in pair:
+        process.stop()
+
+    # With the default reclaim_idle_ms, what a killed scorer held is judged again within seconds.
+    slower = " [sim:latency_ms=8000]"  # long enough to start the second scorer while the first one judges
+    doomed = start_service("scorer")
+    late = Rollout(run_id="run", rollout_id="late", step=0, prompt="2 + 2?", response=f"4{slower}")
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        scoring = asyncio.create_task(client.score_one(late, timeout=60))
+        while not (await redis.xpending(keys.rollouts, SCORERS))["pending"]:
+            await asyncio.sleep(0.05)
+        start_service("scorer")  # it reads new entries only: the pending one can reach it by a reclaim alone
+        assert not scoring.done()
+        doomed.kill()
+        killed = asyncio.get_running_loop().time()
+        score = await scoring
+    waited = asyncio.get_running_loop().time() - killed
+    assert score.status is JudgeStatus.OK
+    # reclaim_idle_ms (5 s) + one 8 s judge call, with room for a loaded machine
+    assert waited < 5 + 8 + 7, f"a dead consumer's rollout waited {waited:.1f} s"
