@@ -7,6 +7,7 @@ that ask for it (directly or through `redis`) start it; they are marked
 `integration` automatically, so `pytest -m "not integration"` needs no server.
 """
 
+import asyncio
 import fcntl
 import os
 import random
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -30,7 +31,7 @@ from common.embedder import MiniLMEmbedder
 from common.memory import Memory
 from common.settings import ServiceSettings
 from rubricd import wire
-from rubricd.keys import Keys
+from rubricd.keys import ANALYZERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import Event
 from simulator.app import Simulator, serve_in_background
 from simulator.faults import SimConfig
@@ -332,6 +333,29 @@ def start_service(
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture
+def settled(keys: Keys) -> Callable[[Redis, float], Awaitable[None]]:
+    """`await settled(redis, timeout)`: until every group of the loop has read and acked all of its stream."""
+    groups = [
+        (keys.rollouts, SCORERS),
+        (keys.scored, ANALYZERS),
+        (keys.analyses, SUMMARIZERS),
+        (keys.steps, SUMMARIZERS),
+        (keys.summaries, UPDATERS),
+    ]
+
+    async def wait(redis: Redis, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [(s, g) for s, name in groups for g in await redis.xinfo_groups(s) if g["name"].decode() == name]
+            if len(found) == len(groups) and all(g["pending"] == 0 and not g["lag"] for _, g in found):
+                return
+            assert time.monotonic() < deadline, f"the loop did not settle in {timeout} s: {found}"
+            await asyncio.sleep(0.5)
+
+    return wait
 
 
 def pytest_configure(config: pytest.Config) -> None:

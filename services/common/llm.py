@@ -23,6 +23,8 @@ import json_repair
 import msgspec
 import openai
 
+from rubricd import wire
+
 from .settings import LLMSettings, ServiceSettings
 
 T = TypeVar("T")
@@ -234,7 +236,7 @@ class LLMGateway:
         """
         raw = await client.post(path, cast_to=bytes, body=body, options={"timeout": s.timeout_s})
         try:
-            reply = msgspec.json.decode(raw, type=reply_type)
+            reply = wire.decode(raw, reply_type)
         except msgspec.DecodeError as e:
             raise _Retryable(f"unreadable reply: {_clip(e, 80)}") from None
         self._count(agent, getattr(reply, "usage", None), tokens)
@@ -354,7 +356,7 @@ def redact(text: str, *secrets: str) -> str:
 def _decode(content: str, type_: type[T], *, tolerant: bool) -> T:
     """Validate `content` as `type_`; tolerant mode digs JSON out of fences, prose and near-JSON."""
     try:
-        return msgspec.json.decode(content, type=type_)
+        return wire.decode(content, type_)
     except msgspec.ValidationError as e:
         raise _Retryable(f"invalid output: {_clip(e, 120)}") from None
     except msgspec.DecodeError:

@@ -57,7 +57,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import EventKind, Message
+from rubricd.messages import EventKind
 
 from . import streams
 from .embedder import make_embedder
@@ -266,6 +266,10 @@ class ServiceApp(Generic[W]):
         entry = (msg.raw_message["channel"], streams.entry_id(msg))
         self._failed.discard(entry)
         try:
+            if len(msg.body) > self.settings.max_entry_bytes:
+                raise streams.Rejected(
+                    f"oversized entry: {len(msg.body)} bytes > max_entry_bytes={self.settings.max_entry_bytes}"
+                )
             if streams.MALFORMED in msg.headers:
                 raise streams.Rejected(msg.headers[streams.MALFORMED])
             await handle(self.worker, msg)
@@ -303,7 +307,7 @@ class ServiceApp(Generic[W]):
         return reason, deliveries
 
     async def _dead_letter(
-        self, msg: RedisStreamMessage, reason: str, deliveries: int = 1, notify: tuple[str, Message] | None = None
+        self, msg: RedisStreamMessage, reason: str, deliveries: int = 1, notify: streams.Notice | None = None
     ) -> None:
         await streams.dead_letter(
             self.clients.redis,
@@ -312,7 +316,8 @@ class ServiceApp(Generic[W]):
             service=self.name,
             reason=reason,
             deliveries=deliveries,
-            maxlen=self.settings.stream_maxlen,
+            maxlen=self.settings.dead_letter_maxlen,
+            events_maxlen=self.settings.stream_maxlen,
             max_payload=self.settings.dead_letter_max_bytes,
             notify=notify,
         )

@@ -47,6 +47,7 @@ class ServiceSettings(BaseSettings):
     redis_max_connections: int = Field(512, ge=8)
     weaviate_url: str = "http://127.0.0.1:8089"
     weaviate_grpc_port: int = Field(50061, ge=1, le=65535)
+    weaviate_api_key: SecretStr | None = Field(None, description="sent to a Weaviate that requires an API key")
     # Vectors of the evaluation memory. `minilm`: all-MiniLM-L6-v2 in-process, offline.
     # `openai`: the gateway's agent named `embedder` (base_url/api_key from `llm` and
     # `agents.embedder`), e.g. RUBRICD_AGENTS__EMBEDDER__MODEL=text-embedding-3-small.
@@ -72,9 +73,13 @@ class ServiceSettings(BaseSettings):
         description="an entry taken this often from consumers that died with it (a crash loop) is dead-lettered",
     )
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of the streams this service writes")
-    dead_letter_max_bytes: int = Field(
-        1_048_576, ge=1024, description="a dead letter keeps this much of its entry (the rest: its size only)"
+    max_entry_bytes: int = Field(
+        16_777_216, ge=1024, description="a larger entry of an input stream is dead-lettered unread"
     )
+    dead_letter_max_bytes: int = Field(
+        65_536, ge=1024, description="a dead letter keeps this much of its entry (the rest: its size only)"
+    )
+    dead_letter_maxlen: int = Field(10_000, ge=100, description="cap of the dead-letter stream")
     trim_interval_s: float = Field(5.0, gt=0, description="how often input streams are trimmed below what is acked")
     # Health and metrics: with a port, GET /health (204 when the broker answers) and GET /metrics (Prometheus).
     metrics_port: int | None = Field(

@@ -8,6 +8,7 @@ work.
 
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -25,19 +26,46 @@ from rubricd.messages import DeadLetter, Event, EventKind, Message
 M = TypeVar("M", bound=Message)
 
 
+@dataclass(frozen=True)
+class Notice:
+    """A message for whoever sent a rejected entry: written with its dead letter to `stream` (a reply stream,
+    which then expires after `ttl_s` unless written again), if that key is a stream or does not exist."""
+
+    stream: str
+    message: Message
+    ttl_s: int
+
+
 class Rejected(Exception):
     """An entry that can never be handled as sent: it goes to the dead letters at once, with this reason.
 
-    `notify` = (stream, message) is written in the same step: the scorer uses it
-    to tell a waiting trainer its rollout was rejected.
+    `notify` is written in the same step: the scorer uses it to tell a waiting
+    trainer its rollout was rejected.
     """
 
-    def __init__(self, reason: str, notify: tuple[str, Message] | None = None) -> None:
+    def __init__(self, reason: str, notify: Notice | None = None) -> None:
         super().__init__(reason)
         self.notify = notify
 
 
 MAX_REASON_CHARS = 2000  # a dead letter's reason is cut to this (an error can quote a whole payload)
+MAX_DETAIL_CHARS = 500  # and the dead_lettered event's detail to this
+
+# KEYS: dead letters, events, the entry's stream[, reply stream]
+# ARGV: letter, event, maxlen of dead letters, maxlen of events, group, entry id[, notice, notice ttl]
+_DEAD_LETTER = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', '__data__', ARGV[1])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', '__data__', ARGV[2])
+if KEYS[4] then
+  local held = redis.call('TYPE', KEYS[4])['ok']
+  if held == 'none' or held == 'stream' then
+    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', '__data__', ARGV[7])
+    redis.call('EXPIRE', KEYS[4], ARGV[8])
+  end
+end
+redis.call('XACK', KEYS[3], ARGV[5], ARGV[6])
+return 1
+"""
 
 # The header the entry parser sets on an entry whose shape is not the wire format's (its value: why).
 MALFORMED = "rubricd-malformed"
@@ -131,38 +159,54 @@ async def dead_letter(
     service: str,
     reason: str,
     deliveries: int = 1,
-    maxlen: int = 100_000,
-    max_payload: int = 1_048_576,
-    notify: tuple[str, Message] | None = None,
+    maxlen: int,
+    events_maxlen: int,
+    max_payload: int,
+    notify: Notice | None = None,
 ) -> None:
-    """Move `msg` to the dead-letter stream with `reason`, and ack it, atomically; `notify` as in Rejected.
+    """Move `msg` to the dead-letter stream (capped at `maxlen`) with `reason`, note it on the events stream, and
+    ack it, in one script; `notify` as in Rejected (a key of another type than a stream is left alone).
 
     The letter is bounded: its payload cut to `max_payload` bytes, its reason to MAX_REASON_CHARS.
     """
     stream = msg.raw_message["channel"]
     entry_id = msg.raw_message["message_ids"][0]
-    group = msg.group or ""
     body: bytes = msg.body
-    reason = reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
     letter = DeadLetter(
         stream=stream,
         entry_id=entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id),
-        group=group,
+        group=msg.group or "",
         service=service,
-        reason=reason,
+        reason=_cut(reason, MAX_REASON_CHARS),
         deliveries=deliveries,
         payload=body[:max_payload],
         payload_size=len(body) if len(body) > max_payload else None,
         at=time.time(),
     )
-    note = event(service, EventKind.DEAD_LETTERED, detail=reason, stream=stream, entry_id=letter.entry_id)
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.xadd(keys.dead_letters, wire.entry(letter), maxlen=maxlen, approximate=True)
-        pipe.xadd(keys.events, wire.entry(note), maxlen=maxlen, approximate=True)
-        if notify:
-            pipe.xadd(notify[0], wire.entry(notify[1]), maxlen=maxlen, approximate=True)
-        pipe.xack(stream, group, entry_id)
-        await pipe.execute()
+    note = event(
+        service,
+        EventKind.DEAD_LETTERED,
+        detail=_cut(reason, MAX_DETAIL_CHARS),
+        stream=stream,
+        entry_id=letter.entry_id,
+    )
+    script_keys = [keys.dead_letters, keys.events, stream]
+    args: list[bytes | str | int] = [
+        wire.encode(letter),
+        wire.encode(note),
+        maxlen,
+        events_maxlen,
+        letter.group,
+        entry_id,
+    ]
+    if notify:
+        script_keys.append(notify.stream)
+        args += [wire.encode(notify.message), notify.ttl_s]
+    await redis.register_script(_DEAD_LETTER)(keys=script_keys, args=args)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 async def ensure_group(redis: Redis, stream: str, group: str) -> None:

@@ -19,7 +19,7 @@ from common.llm import LLMError
 from common.metrics import Metrics
 from common.seeds import Seeds
 from common.service import Clients
-from common.streams import Rejected
+from common.streams import Notice, Rejected
 from rubricd import wire
 from rubricd.keys import SCORERS, InvalidKey
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RolloutId, RubricsUpdated, RunId, Score
@@ -135,10 +135,10 @@ class Scorer:
             self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
             raise Rejected(str(e), notify=self.rejection(body, str(e))) from None
 
-    def rejection(self, body: bytes, reason: str) -> tuple[str, Score] | None:
+    def rejection(self, body: bytes, reason: str) -> Notice | None:
         """A rejected Score for the trainer, if the entry says where to send it."""
         try:
-            addressed = msgspec.json.decode(body, type=_Addressed)
+            addressed = wire.decode(body, _Addressed)
             reply_to = self.keys.check_reply_to(addressed.reply_to or "")
         except ValueError:  # msgspec errors, a string that is not UTF-8, InvalidKey
             return None
@@ -153,7 +153,7 @@ class Scorer:
             error=reason,
             scored_at=time.time(),
         )
-        return reply_to, score
+        return Notice(reply_to, score, self.settings.reply_ttl_s)
 
     async def call_judge(self, messages: list[dict[str, str]]) -> judge.JudgeVerdict:
         try:

@@ -13,7 +13,7 @@ from redis.typing import EncodableT, FieldT
 from .messages import Message
 
 FIELD = "__data__"
-M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
 
@@ -31,12 +31,14 @@ def entry(message: Message) -> dict[FieldT, EncodableT]:
     return {FIELD: _encoder.encode(message)}
 
 
-def decode(data: bytes | str, type_: type[M]) -> M:
-    """Decode and validate one message; raises msgspec.ValidationError/DecodeError."""
+def decode(data: bytes | str, type_: type[T]) -> T:
+    """Decode and validate one message (or any msgspec type); raises msgspec.ValidationError/DecodeError only."""
     try:
         return msgspec.json.decode(data, type=type_)
     except UnicodeDecodeError as e:  # msgspec lets this through for a string that is not UTF-8
         raise msgspec.DecodeError(f"JSON is malformed: not UTF-8 ({e.reason} at byte {e.start})") from None
+    except RecursionError:  # nesting deeper than msgspec follows (it raises this while skipping unknown fields)
+        raise msgspec.DecodeError("JSON is malformed: nested too deeply") from None
 
 
 def payload(fields: dict[bytes, bytes]) -> bytes:

@@ -55,3 +55,13 @@ def test_messages_have_no_top_level_data_field():
     # FastStream would read a top-level string "data" as its own envelope.
     for message in MESSAGES:
         assert "data" not in message.__struct_fields__
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"run_id": "\xff"}', b'{"a":' * 100_000 + b"1" + b"}" * 100_000, b"[" * 100_000],
+    ids=["not UTF-8", "objects nested too deeply", "arrays nested too deeply"],
+)
+def test_any_bytes_decode_to_a_message_or_a_decode_error(raw):
+    with pytest.raises(msgspec.DecodeError):
+        wire.decode(raw, Rollout)
