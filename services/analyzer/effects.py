@@ -4,7 +4,8 @@ The analysis is in memory before this runs (idempotent: its object id is
 derived from the rollout), so a crash in between only redoes the memory write.
 The step's set of analyzed rollout ids makes the announcement once-only: an
 entry analyzed twice (reclaimed while still in flight, or re-scored) is acked
-but not announced again.
+but not announced again. A rollout whose analysis is given up on (its entry
+dead-lettered) goes into the step's given-up set, which the summarizer reads.
 """
 
 from redis.asyncio import Redis
@@ -25,8 +26,12 @@ return first
 """
 
 
+GIVEN_UP_TTL_S = 7 * 86_400  # as long as the summarizer keeps a step's state
+
+
 class Effects:
     def __init__(self, redis: Redis, keys: Keys, group: str, *, maxlen: int) -> None:
+        self.redis = redis
         self.keys = keys
         self.group = group
         self.maxlen = maxlen
@@ -44,3 +49,11 @@ class Effects:
             args=[analysis.rollout_id, wire.encode(analysis), wire.encode(event), self.maxlen, self.group, entry_id],
         )
         return bool(first)
+
+    async def given_up(self, run_id: str, step: int, rollout_id: str) -> None:
+        """Record that this rollout's analysis will not come, so the summarizer does not wait for it."""
+        key = self.keys.step_given_up(run_id, step)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.sadd(key, rollout_id)
+            pipe.expire(key, GIVEN_UP_TTL_S)
+            await pipe.execute()

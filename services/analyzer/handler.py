@@ -2,11 +2,14 @@
 
 `handle` asks the analyst (`analysis`) about the rollout, writes the analysis
 to memory, then announces it and acks the entry in one step (`effects`). An
-analyst that fails leaves the entry pending for a reclaim to retry; once
-dead-lettered, the summarizer's step deadline summarizes the step without it
-and names the rollout as missing.
+analyst that fails leaves the entry pending for a reclaim to retry; once it is
+given up on (dead-lettered), `given_up` tells the summarizer not to wait for
+it: the step is summarized without it, naming the rollout as missing.
 """
 
+import contextlib
+
+import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from common import streams
@@ -64,6 +67,12 @@ class Analyzer:
         self.analyzed.labels("announced" if first else "repeat").inc()
         if first and analysis.reward_hacking:
             self.flagged.inc()
+
+    async def given_up(self, msg: RedisStreamMessage) -> None:
+        """Before a scored rollout is dead-lettered: its step's summary need not wait for its analysis."""
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            rollout = wire.decode(msg.body, ScoredRollout).rollout
+            await self.effects.given_up(rollout.run_id, rollout.step, rollout.rollout_id)
 
     async def rubrics(self, scored: ScoredRollout) -> list[Rubric]:
         """The rubrics the score was given with (for their criteria); versions never change, so cached."""

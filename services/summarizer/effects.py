@@ -11,7 +11,10 @@ Every change is one Lua script, so the state survives any crash whole:
 - `commit` marks the step summarized, publishes its summaries and takes it
   off the open steps, only if it was not summarized already: exactly once,
   however many summarizers raced or restarted.
-A step's state expires `state_ttl_s` (a week) after its last change, so a step
+A step is complete once each of its rollouts is analyzed, or given up on: the
+analyzer adds a rollout whose entry it dead-lettered to the step's given-up
+set (keys.step_given_up), so no step waits its deadline for an analysis that
+will not come. A step's state expires `state_ttl_s` (a week) after its last change, so a step
 that is never closed, or never finished, does not stay in Redis for ever. A
 StepClosed that gives no count (neither `rollouts` nor `rollout_ids`) closes
 the step all the same: it is summarized at its deadline with what arrived.
@@ -106,6 +109,7 @@ class StepState:
     deadline: float | None = None
     summarized: bool = False
     analyzed: frozenset[str] = field(default_factory=frozenset)
+    given_up: frozenset[str] = field(default_factory=frozenset)  # rollouts whose analysis was dead-lettered
     closed_at: float | None = None
 
     @property
@@ -114,11 +118,12 @@ class StepState:
 
     @property
     def complete(self) -> bool:
-        """Every analysis the trainer announced is in (never, for a closure that gave no count: its deadline
-        decides)."""
+        """Every analysis the trainer announced is in or given up on (never, for a closure that gave no count:
+        its deadline decides)."""
+        settled = self.analyzed | self.given_up
         if self.rollout_ids:
-            return self.closed and set(self.rollout_ids) <= self.analyzed
-        return self.expected is not None and len(self.analyzed) >= self.expected
+            return self.closed and set(self.rollout_ids) <= settled
+        return self.expected is not None and len(settled) >= self.expected
 
     def due(self, now: float) -> bool:
         """Ready to summarize: complete, or closed and past its deadline."""
@@ -214,7 +219,8 @@ class StepBook:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.step(run_id, step))
             pipe.smembers(self.keys.step_analyses(run_id, step))
-            raw, analyzed = await pipe.execute()
+            pipe.smembers(self.keys.step_given_up(run_id, step))
+            raw, analyzed, given_up = await pipe.execute()
         h = {k.decode(): v.decode() for k, v in raw.items()}
         return StepState(
             run_id=run_id,
@@ -224,6 +230,7 @@ class StepBook:
             deadline=float(h["deadline"]) if "deadline" in h else None,
             summarized=h.get("summarized") == "1",
             analyzed=frozenset(x.decode() for x in analyzed),
+            given_up=frozenset(x.decode() for x in given_up),
             closed_at=float(h["closed_at"]) if "closed_at" in h else None,
         )
 

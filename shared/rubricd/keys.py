@@ -81,6 +81,10 @@ class Keys:
         """Set of the rollout ids of a step whose analysis is in memory."""
         return f"{self.namespace}:step-analyses:{run_id}:{step}"
 
+    def step_given_up(self, run_id: str, step: int) -> str:
+        """Set of the rollout ids of a step whose analysis was given up on (dead-lettered): not waited for."""
+        return f"{self.namespace}:step-given-up:{run_id}:{step}"
+
     @property
     def open_steps(self) -> str:
         """Sorted set of open steps ('run_id|step'), scored by their summary deadline."""

@@ -10,6 +10,7 @@ from analyzer.handler import memory_item
 from common.memory import MemoryKind
 from rubricd import wire
 from rubricd.messages import (
+    DeadLetter,
     Event,
     HackingEvidence,
     JudgeStatus,
@@ -135,6 +136,22 @@ async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadl
     await record(redis, keys, memory, [analysis("run", 1, 2)])
     await asyncio.sleep(1.0)
     assert await redis.xlen(keys.summaries) == 1
+
+
+async def test_a_step_does_not_wait_its_deadline_for_an_analysis_that_was_given_up_on(
+    stack, redis, keys, memory, start_analyzer, start_summarizer
+):
+    # The analyst's output for this rollout is always malformed: its entry is dead-lettered after max_deliveries.
+    start_analyzer(reclaim_idle_ms=300, max_deliveries=2, llm__max_retries=0).wait_consuming(stack.redis_url, keys)
+    start_summarizer(step_deadline_s=600, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
+    await RubricStore(redis, keys).seed(RubricSet(run_id="run", version=1, rubrics=RUBRICS))
+    for i, response in enumerate(["17 + 25 = 42.", "17 + 25 = 42. [sim:fail=malformed]", PADDED]):
+        await redis.xadd(keys.scored, wire.entry(scored("run", i, response)))
+    await close(redis, keys, "run", 0, rollouts=3, ids=["s0-r0", "s0-r1", "s0-r2"])
+    [summary] = await summaries(redis, keys, 1, timeout=60)  # long before the 600 s deadline
+    assert summary.missing_rollouts == ["s0-r1"] and summary.analyses == 2
+    [letter] = [wire.decode(wire.payload(f), DeadLetter) for _, f in await redis.xrange(keys.dead_letters)]
+    assert letter.stream == keys.scored and "max_deliveries=2" in letter.reason
 
 
 async def test_a_step_closed_without_a_count_is_summarized_at_its_deadline_and_its_state_expires(
