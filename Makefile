@@ -4,6 +4,8 @@
 
 PY := .venv/bin/python
 STACK := deploy/local/stack.sh
+# make up SECURE=1 [TLS=1]: a locked-down stack (README: Locked-down deployments); the stack dir remembers it.
+STACK_MODE := $(if $(SECURE),RUBRICD_SECURE=$(SECURE)) $(if $(TLS),RUBRICD_REDIS_TLS=$(TLS))
 
 .PHONY: all install system-deps weaviate up down status lint format typecheck test bench schemas demo clean
 
@@ -33,7 +35,7 @@ weaviate:
 	$(STACK) build-weaviate
 
 up: install weaviate
-	$(STACK) up
+	$(STACK_MODE) $(STACK) up
 
 down:
 	$(STACK) down

@@ -8,6 +8,7 @@ that ask for it (directly or through `redis`) start it; they are marked
 """
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import random
@@ -192,9 +193,9 @@ def fresh_ports() -> dict[str, int]:
     return stack_ports(free_port_block(21))
 
 
-@pytest.fixture
-def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
-    """Start extra stacks: `start_stack(ports, *components, env={...})` in a temporary dir; all go down after the test."""
+@contextlib.contextmanager
+def extra_stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
+    """`start(ports, *components, env={...})` starts a stack in a temporary dir; all go down on exit."""
     started: list[Stack] = []
 
     def start(ports: dict[str, int], *components: str, env: dict[str, str] | None = None) -> Stack:
@@ -203,9 +204,26 @@ def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
         extra.sh("up", *components)
         return extra
 
-    yield start
-    for extra in started:
-        extra.sh("down", check=False)
+    try:
+        yield start
+    finally:
+        for extra in started:
+            extra.sh("down", check=False)
+
+
+@pytest.fixture
+def start_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
+    """Start extra stacks: `start_stack(ports, *components, env={...})` in a temporary dir; all go down after the test."""
+    with extra_stacks(tmp_path_factory) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def start_module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
+    """A stack the tests of a module share: `start_module_stack(*components, env={...})` on fresh ports;
+    it goes down after the module."""
+    with extra_stacks(tmp_path_factory) as start:
+        yield lambda *components, env=None: start(stack_ports(free_port_block(21)), *components, env=env)
 
 
 @pytest.fixture(scope="module")

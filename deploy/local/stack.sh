@@ -6,12 +6,21 @@
 #   deploy/local/stack.sh up [redis weaviate simulator services]   (default: all)
 #   deploy/local/stack.sh down [components]                         (default: all)
 #   deploy/local/stack.sh status
-#   deploy/local/stack.sh env            # export lines that point a shell at this stack
+#   deploy/local/stack.sh env [USER]     # export lines that point a shell at this stack (as USER: default trainer)
+#   deploy/local/stack.sh secrets        # make a locked-down stack's secrets (compose.secure.yaml uses them)
 #   deploy/local/stack.sh build-weaviate # go install the pinned server into the cache
 #
 # State (data, logs, pid files) lives under $RUBRICD_STACK_DIR (default
 # <repo>/.stack). Every process started here carries RUBRICD_STACK_OWNER=<that
 # dir> in its environment, so `down` finds it even when a pid file is stale.
+#
+# Locked down (RUBRICD_SECURE=1; `make up SECURE=1`): Redis loads an ACL file
+# (default user off; an admin, a user per service, cli and trainer, each
+# limited to what it does: services/common/acl.py), Weaviate wants an API key,
+# and each service gets its own credentials. RUBRICD_REDIS_TLS=1 (`TLS=1`)
+# also serves Redis over TLS only, with a certificate from a CA made here.
+# The secrets are made once, under $STACK/secrets (mode 600), and their
+# presence keeps the stack locked down (RUBRICD_SECURE=0 unlocks it).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
@@ -35,6 +44,17 @@ ANALYZER_WORKERS=${RUBRICD_ANALYZER_WORKERS:-2}
 # updater B+3, analyzer-i B+10+i (B = this base port).
 METRICS_BASE_PORT=${RUBRICD_METRICS_BASE_PORT:-9100}
 STOP_TIMEOUT=${RUBRICD_STACK_STOP_TIMEOUT:-20}
+
+SECRETS=$STACK/secrets
+SECURE=${RUBRICD_SECURE:-$([[ -d $SECRETS ]] && echo 1 || echo 0)}
+TLS=0
+if [[ $SECURE == 1 ]]; then
+  TLS=${RUBRICD_REDIS_TLS:-$([[ -s $SECRETS/tls/ca.crt ]] && echo 1 || echo 0)}
+elif [[ ${RUBRICD_REDIS_TLS:-0} == 1 ]]; then
+  echo "stack: RUBRICD_REDIS_TLS=1 goes with RUBRICD_SECURE=1 (make up SECURE=1 TLS=1)" >&2
+  exit 1
+fi
+REDIS_USERS=(admin scorer analyzer summarizer updater cli trainer)
 
 WEAVIATE_VERSION=v1.36.15
 WEAVIATE_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/weaviate-$WEAVIATE_VERSION/weaviate-server
@@ -176,9 +196,76 @@ ports_free() {
   done
 }
 
+# --- secrets (locked-down stacks) -------------------------------------------
+
+# A fresh random secret: 48 hex digits.
+random_secret() { od -An -N24 -tx1 /dev/urandom | tr -d ' \n'; }
+
+# Passwords of the Redis users, the Weaviate key, the ACL file and compose's env
+# file, made where missing (an existing secret is kept); with TLS, the certificates.
+make_secrets() {
+  local name
+  mkdir -p "$SECRETS" && chmod 700 "$SECRETS"
+  for name in "${REDIS_USERS[@]/#/redis-}" weaviate-key; do
+    [[ -s $SECRETS/$name ]] || (umask 077 && random_secret >"$SECRETS/$name")
+  done
+  # Hashes only, so Redis (in a container: another uid) may read it.
+  "$PY" -m cli acl --passwords "$SECRETS" >"$SECRETS/users.acl.new" || die "redis: could not write the ACL file"
+  chmod 644 "$SECRETS/users.acl.new" && mv "$SECRETS/users.acl.new" "$SECRETS/users.acl"
+  (
+    umask 077
+    {
+      for name in "${REDIS_USERS[@]}"; do echo "RUBRICD_REDIS_PASSWORD_${name^^}=$(<"$SECRETS/redis-$name")"; done
+      echo "RUBRICD_WEAVIATE_API_KEY=$(<"$SECRETS/weaviate-key")"
+      echo "RUBRICD_SECRETS_DIR=$SECRETS"
+    } >"$SECRETS/compose.env"
+  )
+  if [[ $TLS == 1 ]]; then make_certs; fi
+}
+
+# A CA (its key discarded once used) and Redis's certificate for 127.0.0.1 and localhost.
+make_certs() {
+  local tls=$SECRETS/tls
+  [[ -s $tls/redis.crt ]] && return
+  command -v openssl >/dev/null || die "redis: openssl is needed for TLS (apt-get install openssl)"
+  (umask 077 && mkdir -p "$tls")
+  (
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -days 825 -subj "/CN=rubricd stack CA" \
+      -keyout "$tls/ca.key" -out "$tls/ca.crt"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$tls/redis.key" -out "$tls/redis.csr"
+    openssl x509 -req -in "$tls/redis.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -set_serial "0x$(random_secret)" \
+      -days 825 -out "$tls/redis.crt" -extfile <(printf '%s\n' \
+        "subjectAltName=IP:127.0.0.1,DNS:localhost" "basicConstraints=CA:FALSE" \
+        "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+        "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid")
+  ) >/dev/null 2>"$tls/openssl.log" || die "redis: could not make the TLS certificate: $(cat "$tls/openssl.log")"
+  rm -f "$tls/ca.key" "$tls/redis.csr" "$tls/openssl.log"
+}
+
+# The URL Redis user USER reaches this stack's Redis with (no user: the unlocked stack's).
+redis_url() {
+  if [[ $SECURE != 1 ]]; then echo "redis://127.0.0.1:$REDIS_PORT/0"; return; fi
+  if [[ $TLS == 1 ]]; then
+    echo "rediss://$1:$(<"$SECRETS/redis-$1")@127.0.0.1:$REDIS_PORT/0?ssl_ca_certs=$SECRETS/tls/ca.crt"
+  else
+    echo "redis://$1:$(<"$SECRETS/redis-$1")@127.0.0.1:$REDIS_PORT/0"
+  fi
+}
+
+# redis-cli on PORT, as admin on a locked-down stack (the password in the environment, not on the command line).
+redis_cli() {
+  local port=$1
+  shift
+  if [[ $SECURE != 1 ]]; then redis-cli -p "$port" "$@"; return; fi
+  local tls=()
+  [[ $TLS == 1 ]] && tls=(--tls --cacert "$SECRETS/tls/ca.crt")
+  REDISCLI_AUTH=$(<"$SECRETS/redis-admin") redis-cli -p "$port" --user admin "${tls[@]}" "$@"
+}
+
 # --- components ------------------------------------------------------------
 
-redis_ping() { [[ $(redis-cli -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
+redis_ping() { [[ $(redis_cli "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
 
 up_redis() {
   live_pid redis >/dev/null && { say "redis: already up on $REDIS_PORT"; return; }
@@ -186,15 +273,26 @@ up_redis() {
   ports_free redis REDIS_PORT
   mkdir -p "$STACK/redis" "$STACK/run" "$STACK/logs"
   echo "$REDIS_PORT" >"$STACK/run/redis.port"
+  local listen=(--port "$REDIS_PORT") mode=""
+  if [[ $SECURE == 1 ]]; then
+    listen+=(--aclfile "$SECRETS/users.acl")
+    mode=" (ACL users)"
+  fi
+  if [[ $TLS == 1 ]]; then
+    # TLS only; a client proves who it is with its password, not with a certificate.
+    listen+=(--port 0 --tls-port "$REDIS_PORT" --tls-auth-clients no --tls-cert-file "$SECRETS/tls/redis.crt"
+      --tls-key-file "$SECRETS/tls/redis.key" --tls-ca-cert-file "$SECRETS/tls/ca.crt")
+    mode=" (ACL users, TLS)"
+  fi
   # appendonly: a rubric set must survive a Redis restart. No proc title:
   # Redis would write it over its environment, and with it our marker.
   RUBRICD_STACK_OWNER=$STACK RUBRICD_STACK_PROCESS=redis redis-server \
-    --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$STACK/redis" \
+    --bind 127.0.0.1 "${listen[@]}" --dir "$STACK/redis" \
     --appendonly yes --appendfsync everysec \
     --set-proc-title no --daemonize yes --pidfile "$(pidfile redis)" --logfile "$(logfile redis)"
   wait_until redis 30 redis_ping
-  echo "127.0.0.1:$REDIS_PORT" >"$STACK/run/redis.addr"
-  say "redis: up on 127.0.0.1:$REDIS_PORT"
+  echo "127.0.0.1:$REDIS_PORT$mode" >"$STACK/run/redis.addr"
+  say "redis: up on 127.0.0.1:$REDIS_PORT$mode"
 }
 
 down_redis() {
@@ -202,7 +300,7 @@ down_redis() {
   port=$(cat "$STACK/run/redis.port" 2>/dev/null || echo "$REDIS_PORT")
   # SHUTDOWN fsyncs the append-only file; only ask the Redis we started.
   if live_pid redis >/dev/null; then
-    redis-cli -p "$port" shutdown >/dev/null 2>&1 || true
+    redis_cli "$port" shutdown >/dev/null 2>&1 || true
     say "redis: shut down"
   fi
   stop redis # waits for the exit; kills it if SHUTDOWN failed
@@ -227,13 +325,22 @@ up_weaviate() {
   [[ -x $WEAVIATE_BIN ]] || build_weaviate
   ports_free weaviate WEAVIATE_PORT WEAVIATE_GRPC_PORT WEAVIATE_GOSSIP_PORT WEAVIATE_DATA_PORT WEAVIATE_RAFT_PORT WEAVIATE_RAFT_RPC_PORT
   mkdir -p "$STACK/weaviate"
+  # Locked down: no anonymous access; the services' key (user `rubricd`) is in
+  # the environment, not on a command line.
+  local anonymous=true
+  if [[ $SECURE == 1 ]]; then
+    anonymous=false
+    local -x AUTHENTICATION_APIKEY_ENABLED=true AUTHENTICATION_APIKEY_USERS=rubricd
+    local -x AUTHENTICATION_APIKEY_ALLOWED_KEYS
+    AUTHENTICATION_APIKEY_ALLOWED_KEYS=$(<"$SECRETS/weaviate-key")
+  fi
   # A single node on loopback: fixed node name (raft state is keyed by it),
   # no modules (vectors come from rubricd), no telemetry, profiling or metrics
   # listeners beyond the ports above.
   spawn weaviate env \
     PERSISTENCE_DATA_PATH="$STACK/weaviate" \
     DEFAULT_VECTORIZER_MODULE=none ENABLE_MODULES= \
-    AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=true QUERY_DEFAULTS_LIMIT=25 \
+    AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED=$anonymous QUERY_DEFAULTS_LIMIT=25 \
     CLUSTER_HOSTNAME=node1 CLUSTER_BIND_ADDR=127.0.0.1 CLUSTER_IN_LOCALHOST=true \
     CLUSTER_GOSSIP_BIND_PORT="$WEAVIATE_GOSSIP_PORT" CLUSTER_DATA_BIND_PORT="$WEAVIATE_DATA_PORT" \
     RAFT_PORT="$WEAVIATE_RAFT_PORT" RAFT_INTERNAL_RPC_PORT="$WEAVIATE_RAFT_RPC_PORT" \
@@ -264,12 +371,17 @@ up_simulator() {
   say "simulator: up on 127.0.0.1:$SIMULATOR_PORT (offline LLM simulator, for tests and the demo)"
 }
 
-# Where the services find Redis, Weaviate and the LLM.
+# Where Redis user USER (a service, cli, trainer) finds Redis, Weaviate and the LLM; locked down,
+# with its credentials: its own Redis password, and the Weaviate key for all but the trainer.
 service_env() {
-  echo "RUBRICD_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0"
+  local user=$1
+  echo "RUBRICD_REDIS_URL=$(redis_url "$user")"
   echo "RUBRICD_WEAVIATE_URL=${EXTERNAL_WEAVIATE:-http://127.0.0.1:$WEAVIATE_PORT}"
   echo "RUBRICD_WEAVIATE_GRPC_PORT=$WEAVIATE_GRPC_PORT"
   echo "RUBRICD_LLM__BASE_URL=${RUBRICD_LLM__BASE_URL:-http://127.0.0.1:$SIMULATOR_PORT/v1}"
+  if [[ $SECURE == 1 && -z $EXTERNAL_WEAVIATE && $user != trainer ]]; then
+    echo "RUBRICD_WEAVIATE_API_KEY=$(<"$SECRETS/weaviate-key")"
+  fi
 }
 
 service_names() {
@@ -287,14 +399,21 @@ metrics_port() {
   esac
 }
 
+# Spawn service NAME with its settings in its environment (a command line would show its password to anyone).
+spawn_service() {
+  local name=$1 setting
+  while IFS= read -r setting; do local -x "$setting"; done < <(service_env "${name%-*}")
+  local -x RUBRICD_METRICS_PORT=$SERVICE_METRICS_PORT
+  spawn "$name" "$PY" -m "${name%-*}"
+}
+
 up_services() {
-  local name started=() env=()
-  mapfile -t env < <(service_env)
+  local name started=()
   for name in $(service_names); do
     live_pid "$name" >/dev/null && continue
     SERVICE_METRICS_PORT=$(metrics_port "$name")
     ports_free "$name" SERVICE_METRICS_PORT
-    spawn "$name" env "${env[@]}" RUBRICD_METRICS_PORT="$SERVICE_METRICS_PORT" "$PY" -m "${name%-*}"
+    spawn_service "$name"
     echo "127.0.0.1:$SERVICE_METRICS_PORT (/health, /metrics)" >"$STACK/run/$name.addr"
     started+=("$name")
   done
@@ -329,6 +448,7 @@ components() {
 cmd_up() {
   local c list
   list=$(components "$@")
+  if [[ $SECURE == 1 ]]; then make_secrets; fi
   for c in $list; do "up_$c"; done
 }
 
@@ -366,13 +486,24 @@ cmd_status() {
   done
 }
 
-cmd_env() { service_env | sed 's/^/export /'; }
+cmd_env() {
+  local user=${1:-trainer}
+  [[ " ${REDIS_USERS[*]} " == *" $user "* ]] || die "env: unknown user '$user' (known: ${REDIS_USERS[*]})"
+  if [[ $SECURE == 1 && ! -s $SECRETS/redis-$user ]]; then die "env: no secrets yet; run: $0 up (or: $0 secrets)"; fi
+  service_env "$user" | sed 's/^/export /'
+}
+
+cmd_secrets() {
+  make_secrets
+  say "secrets: in $SECRETS (compose: --env-file $SECRETS/compose.env)"
+}
 
 case ${1:-} in
   up) shift && cmd_up "$@" ;;
   down) shift && cmd_down "$@" ;;
   status) cmd_status ;;
-  env) cmd_env ;;
+  env) shift && cmd_env "$@" ;;
+  secrets) cmd_secrets ;;
   build-weaviate) build_weaviate ;;
-  *) die "usage: $0 up|down [redis weaviate simulator services] | status | env | build-weaviate" ;;
+  *) die "usage: $0 up|down [redis weaviate simulator services] | status | env [USER] | secrets | build-weaviate" ;;
 esac

@@ -11,10 +11,11 @@ import sys
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from common.llm import redact
 from common.settings import ServiceSettings, load
 from rubricd.keys import InvalidKey, Keys
 
-from . import dlq, memory, rubrics, status, tail
+from . import acl, dlq, memory, rubrics, status, tail
 from .context import Context, Failed
 
 
@@ -25,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--namespace", help="key namespace of the deployment (default: RUBRICD_NAMESPACE or rubricd)")
     top.add_argument("--redis-url", help="Redis of the deployment (default: RUBRICD_REDIS_URL)")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (tail, status, rubrics, memory, dlq):
+    for module in (tail, status, rubrics, memory, dlq, acl):
         module.add(commands)
     return top
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rubricd {args.command}: {e}", file=sys.stderr)
         return 1
     except RedisConnectionError as e:
-        print(f"rubricd {args.command}: cannot reach Redis at {settings.redis_url}: {e}", file=sys.stderr)
+        print(f"rubricd {args.command}: cannot reach Redis at {redact(settings.redis_url)}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -2,6 +2,7 @@
 
 import logging
 import sys
+from urllib.parse import unquote, urlsplit
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
@@ -15,7 +16,7 @@ _NOISY = ("httpx", "httpx2", "openai", "uvicorn.access")
 
 class Redacted(logging.Formatter):
     """Formats with `inner`, then masks secrets in the whole line, tracebacks included:
-    configured API keys, key-like words and passwords in URLs."""
+    configured secrets (`secrets`), key-like words and passwords in URLs."""
 
     def __init__(self, inner: logging.Formatter, secrets: list[str]) -> None:
         super().__init__()
@@ -23,6 +24,14 @@ class Redacted(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return redact(self.inner.format(record), *self.secrets)
+
+
+def secrets(settings: ServiceSettings) -> list[str]:
+    """Every secret the settings hold: the LLM API keys, the Redis password, the Weaviate API key."""
+    keys = [settings.llm.api_key, *(settings.agent(a).api_key for a in settings.agents), settings.weaviate_api_key]
+    found = [k.get_secret_value() for k in keys if k is not None]
+    password = urlsplit(settings.redis_url).password
+    return [*found, unquote(password)] if password else found
 
 
 def configure_logging(settings: ServiceSettings) -> None:
@@ -37,9 +46,8 @@ def configure_logging(settings: ServiceSettings) -> None:
         )
     else:
         inner = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
-    keys = [settings.llm.api_key, *(settings.agent(a).api_key for a in settings.agents)]
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(Redacted(inner, [k.get_secret_value() for k in keys]))
+    handler.setFormatter(Redacted(inner, secrets(settings)))
     logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
     # FastStream's logger has a coloured handler of its own: send its lines through ours.
     faststream_logger = logging.getLogger("faststream")

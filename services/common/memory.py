@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import msgspec
 import weaviate
 from weaviate.classes.config import Configure, DataType, Property, Tokenization
+from weaviate.classes.init import Auth
 from weaviate.classes.query import Filter, MetadataQuery, Sort
 from weaviate.collections import CollectionAsync
 from weaviate.collections.classes.data import DataObject
@@ -76,10 +77,12 @@ class Memory:
 
     @classmethod
     async def connect(cls, settings: ServiceSettings, embedder: Embedder) -> "Memory":
-        """Connect to `settings.weaviate_url` (+ gRPC port) and make sure the collection exists."""
+        """Connect to `settings.weaviate_url` (+ gRPC port), with its API key if set, and make sure the collection
+        exists."""
         url = urlsplit(settings.weaviate_url)
         secure = url.scheme == "https"
         host = url.hostname or "127.0.0.1"
+        key = settings.weaviate_api_key
         client = weaviate.use_async_with_custom(
             http_host=host,
             http_port=url.port or (443 if secure else 80),
@@ -87,6 +90,7 @@ class Memory:
             grpc_host=host,
             grpc_port=settings.weaviate_grpc_port,
             grpc_secure=secure,
+            auth_credentials=Auth.api_key(key.get_secret_value()) if key else None,
         )
         await client.connect()
         memory = cls(client, embedder, settings.namespace)

@@ -4,6 +4,9 @@ Each client has its own reply stream (`<namespace>:replies:<client_id>`); one
 background task reads it and hands each Score to whoever is waiting for it, so
 any number of `score` calls (a batch, or many per-sample calls at once) share
 one connection's worth of reads. The stream is deleted when the client closes.
+A client that logs in as a Redis ACL user (`redis://trainer:PASSWORD@host/0`)
+names it `<user>-<random>` unless given a `client_id`: a locked-down
+deployment lets that user read `<namespace>:replies:<user>-*` and no other.
 
     async with RubricdClient("redis://127.0.0.1:6399/0") as client:
         scores = await client.score(rollouts)
@@ -21,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import re
 import threading
 import time
 import uuid
@@ -42,6 +46,7 @@ log = logging.getLogger("rubricd.client")
 _OUTAGE = (redis_errors.ConnectionError, redis_errors.TimeoutError, redis_errors.BusyLoadingError, OSError)
 _BACKOFF_S = (0.05, 2.0)  # first and longest wait between tries
 _score_decoder = msgspec.json.Decoder(Score)
+_USER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a user name that can prefix a client id
 
 # redis-py types stream replies for every protocol and decode_responses setting at
 # once (list or dict, bytes or str). This client talks RESP2 with bytes replies:
@@ -74,6 +79,14 @@ def checked(rollout: Rollout) -> bytes:
     return data
 
 
+def default_client_id(redis: Redis) -> str:
+    """`<user>-<random>` for a client that logs in as a Redis ACL user (whose reply streams are
+    `<namespace>:replies:<user>-*`), else `c-<random>`."""
+    user = redis.connection_pool.connection_kwargs.get("username")
+    prefix = user if isinstance(user, str) and _USER.fullmatch(user) else "c"
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
 class RubricdClient:
     def __init__(
         self,
@@ -85,8 +98,6 @@ class RubricdClient:
         redis: Redis | None = None,
     ) -> None:
         self.keys = Keys(namespace)
-        self.client_id = client_id or f"c-{uuid.uuid4().hex[:16]}"
-        self.reply_stream = self.keys.replies(self.client_id)
         self.timeout = timeout
         self._owns_redis = redis is None
         # A blocking pool: a thousand concurrent score_one() calls wait for a
@@ -94,6 +105,8 @@ class RubricdClient:
         self.redis = redis or Redis.from_pool(
             BlockingConnectionPool.from_url(redis_url, max_connections=64, timeout=None)
         )
+        self.client_id = client_id or default_client_id(self.redis)
+        self.reply_stream = self.keys.replies(self.client_id)
         self.rubrics = RubricStore(self.redis, self.keys)
         self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
         self._published: dict[tuple[str, str], bytes] = {}

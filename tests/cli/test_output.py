@@ -1,5 +1,7 @@
-"""The pure parts of the command line: a rubric diff and the column printing (no server needed)."""
+"""The pure parts of the command line: a rubric diff, the column printing, an unreachable Redis (no server
+needed)."""
 
+from cli.__main__ import main
 from cli.context import ago, table
 from cli.rubrics import changes, summary
 from rubricd.messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
@@ -52,3 +54,9 @@ def test_table_aligns_columns_and_durations_read_short():
         "bbb  2      last",
     ]
     assert [ago(0.25), ago(12.34), ago(245), ago(7620), ago(None)] == ["250ms", "12.3s", "4m05s", "2h07m", "-"]
+
+
+def test_an_unreachable_redis_is_named_without_its_password(capsys) -> None:
+    assert main(["--redis-url", "redis://cli:s3cret-pw@127.0.0.1:1/0", "status"]) == 1
+    error = capsys.readouterr().err
+    assert "cannot reach Redis at redis://***@127.0.0.1:1/0" in error and "s3cret-pw" not in error

@@ -58,3 +58,13 @@ def test_redacted_wraps_any_formatter() -> None:
     formatter = Redacted(logging.Formatter("%(message)s"), [KEY])
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "key=%s", (KEY,), None)
     assert formatter.format(record) == "key=***"
+
+
+def test_the_redis_password_and_the_weaviate_key_never_reach_a_line(lines) -> None:
+    configure_logging(
+        ServiceSettings(redis_url="rediss://scorer:p4ssw0rd-abc@host:6379/0", weaviate_api_key="wv-opaque-0123")
+    )
+    logging.getLogger("rubricd.test").error("refused p4ssw0rd-abc; weaviate said: bad key wv-opaque-0123")
+    text = "\n".join(lines())
+    assert "p4ssw0rd-abc" not in text and "wv-opaque-0123" not in text
+    assert text.count("***") == 2

@@ -1,0 +1,193 @@
+"""The Redis ACL users of a locked-down deployment: what each service, the CLI and a trainer may do.
+
+Redis checks every command against the user its connection logged in as,
+each `redis.call` of a Lua script included, and every key the command names
+against that user's key patterns (`~` read and write, `%R~` read only, `%W~`
+write only; a key handed to a script is read and written). So a user lists
+each command its code issues (its own, its scripts', the template's,
+FastStream's and redis-py's) and the key families they touch, all built from
+the deployment's `Keys`. `rubricd acl` writes them
+as an ACL file (passwords as SHA-256 hashes) that Redis loads with `--aclfile`;
+`deploy/local/stack.sh` does so when RUBRICD_SECURE=1.
+
+Users: `admin` (every command and key: the operator's, and stack.sh's for
+PING and SHUTDOWN; never a service's), one per service, `cli` (the `rubricd`
+command) and a trainer user per trainer. `default` is off: a connection that
+does not log in can do nothing.
+"""
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rubricd.keys import Keys
+
+SERVICES = ("scorer", "analyzer", "summarizer", "updater")
+ADMIN, CLI = "admin", "cli"
+# A trainer's name prefixes its client ids (`<name>-<random>`), so it may hold no '-': the pattern of
+# trainer `a` must not match the reply streams of a trainer `a-b`.
+TRAINER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+
+# What every consuming service does through the template (common.service, common.streams, common.metrics)
+# and FastStream: consumer groups, reading, reclaiming (XAUTOCLAIM) and holding (XCLAIM JUSTID) entries,
+# the backlog gauges, trimming, failure records (MULTI), dead letters and events (a script), the health
+# PING; scripts run by EVALSHA, loaded on a miss.
+CONSUMER = (
+    "ping",
+    "xgroup|create",
+    "xreadgroup",
+    "xautoclaim",
+    "xclaim",
+    "xack",
+    "xpending",
+    "xinfo|groups",
+    "xrange",
+    "xtrim",
+    "xadd",
+    "type",
+    "expire",
+    "hset",
+    "hincrby",
+    "hgetall",
+    "multi",
+    "exec",
+    "evalsha",
+    "script|load",
+)
+
+
+@dataclass(frozen=True)
+class User:
+    """One ACL user: the commands it may issue and the keys it may read and write, read, or write."""
+
+    name: str
+    commands: Sequence[str]
+    keys: Sequence[str] = ()
+    read: Sequence[str] = ()
+    write: Sequence[str] = ()
+
+    def rules(self) -> str:
+        """The user's ACL rules, from nothing: no command, key or channel but those listed."""
+        rules = ["resetkeys", "resetchannels", "-@all", *(f"+{c}" for c in self.commands)]
+        rules += [f"~{k}" for k in self.keys] + [f"%R~{k}" for k in self.read] + [f"%W~{k}" for k in self.write]
+        return " ".join(rules)
+
+
+def family(key: str) -> str:
+    """Every key of the family `key` belongs to: `<namespace>:<kind>:*` (e.g. every step hash)."""
+    namespace, kind, _ = key.split(":", 2)
+    return f"{namespace}:{kind}:*"
+
+
+def consuming(keys: Keys, *streams: str) -> list[str]:
+    """The streams a service reads in a group and the failure records of their entries."""
+    return [*streams, *(keys.failure(stream, "*") for stream in streams)]
+
+
+def services(keys: Keys) -> list[User]:
+    k = keys
+    rubric_sets = family(k.rubric_set("run"))
+    logs = [k.events, k.dead_letters]
+    return [
+        User(
+            "scorer",
+            # listen: XREAD; score records: GET, SET; rubric sets: HGET, and the store's seed script: HGET, HSET
+            (*CONSUMER, "xread", "get", "set", "hget"),
+            keys=[
+                *consuming(k, k.rollouts),
+                family(k.score("run", "rollout")),
+                rubric_sets,
+                family(k.replies("c")),
+                k.scored,
+                *logs,
+            ],
+            read=[k.rubrics_updated],
+        ),
+        User(
+            "analyzer",
+            (*CONSUMER, "sadd", "hget"),  # the announce script's SADD; the rollout's rubric set version
+            keys=[
+                *consuming(k, k.scored),
+                family(k.step_analyses("run", 0)),
+                family(k.step_given_up("run", 0)),  # given_up: SADD, EXPIRE
+                k.analyses,
+                *logs,
+            ],
+            read=[rubric_sets],
+        ),
+        User(
+            "summarizer",
+            # the step book's scripts and reads
+            (*CONSUMER, "hget", "hmget", "hsetnx", "hexists", "hdel", "sadd", "smembers", "zadd", "zrem", "zrange"),
+            keys=[
+                *consuming(k, k.steps, k.analyses),
+                family(k.step("run", 0)),
+                family(k.step_analyses("run", 0)),
+                family(k.step_given_up("run", 0)),
+                k.open_steps,
+                k.summaries,
+                *logs,
+            ],
+        ),
+        User(
+            "updater",
+            # the run lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, PTTL, DEL); the store: HGET,
+            # HGETALL, its publish script (HGET, HSET) and its step script (ZADD, GET, SET)
+            (*CONSUMER, "set", "get", "pexpire", "pttl", "del", "hget", "zadd"),
+            keys=[
+                *consuming(k, k.summaries),
+                family(k.update_lock("run")),
+                rubric_sets,
+                family(k.rubric_step("run")),
+                family(k.rubric_steps("run")),
+                k.rubrics_updated,
+                *logs,
+            ],
+        ),
+    ]
+
+
+def cli(keys: Keys) -> User:
+    """`rubricd`: reads every stream and rubric set of the namespace (tail, status, rubrics, dlq list);
+    `dlq replay` writes a stream the letter came from, deletes the letter and logs an event (a script)."""
+    streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
+    reads = (*streams, "scan", "hget", "hgetall", "get")
+    return User(CLI, ("ping", *reads, "xadd", "xdel", "evalsha", "script|load"), keys=[f"{keys.namespace}:*"])
+
+
+def trainer(keys: Keys, name: str) -> User:
+    """A trainer (RubricdClient, the TRL and verl adapters): publishes rollouts and step closures, reads rubric
+    sets, their announcements and done steps (wait_for_rubrics), and reads and deletes its own reply streams."""
+    if not TRAINER_NAME.fullmatch(name):
+        raise ValueError(f"trainer name {name!r} must match {TRAINER_NAME.pattern}")
+    k = keys
+    return User(
+        name,
+        ("ping", "xadd", "xread", "xrevrange", "xdel", "del", "hget", "hgetall", "zmscore", "get"),
+        keys=[k.replies(f"{name}-") + "*"],
+        read=[
+            k.rubrics_updated,
+            family(k.rubric_set("run")),
+            family(k.rubric_step("run")),
+            family(k.rubric_steps("run")),
+        ],
+        write=[k.rollouts, k.steps],
+    )
+
+
+def users(keys: Keys, trainers: Sequence[str] = ("trainer",)) -> list[User]:
+    """Every user of a deployment but `admin` and `default`."""
+    return [*services(keys), cli(keys), *(trainer(keys, name) for name in trainers)]
+
+
+def acl_file(keys: Keys, passwords: Mapping[str, str], trainers: Sequence[str] = ("trainer",)) -> str:
+    """The ACL file: `default` off, `admin` with every right, then `users`; `passwords` holds one per user."""
+    lines = ["user default off resetpass resetkeys resetchannels -@all"]
+    for user in [User(ADMIN, ["@all"], keys=["*"]), *users(keys, trainers)]:
+        lines.append(f"user {user.name} on #{_sha256(passwords[user.name])} {user.rules()}")
+    return "\n".join(lines) + "\n"
+
+
+def _sha256(password: str) -> str:
+    return hashlib.sha256(password.encode()).hexdigest()

@@ -1,0 +1,81 @@
+"""The ACL users' key patterns match the keys each role uses, and only those (no server needed; the
+commands themselves are checked against a real Redis in tests/test_secure.py)."""
+
+from fnmatch import fnmatchcase
+
+import pytest
+
+from common.acl import acl_file, cli, services, trainer
+from rubricd.keys import Keys
+
+keys = Keys("ns")
+
+
+def patterns(name: str) -> list[str]:
+    user = next(u for u in [*services(keys), cli(keys), trainer(keys, "trainer")] if u.name == name)
+    return [*user.keys, *user.read, *user.write]
+
+
+def allows(name: str, key: str) -> bool:
+    return any(fnmatchcase(key, pattern) for pattern in patterns(name))
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("scorer", keys.failure(keys.rollouts, "1-0")),
+        ("scorer", keys.score("run", "r1")),
+        ("scorer", keys.rubric_set("run", "instance")),
+        ("scorer", keys.replies("trainer-abc")),
+        ("analyzer", keys.step_analyses("run", 3)),
+        ("analyzer", keys.rubric_set("run")),
+        ("analyzer", keys.step_given_up("run", 3)),
+        ("summarizer", keys.step_given_up("run", 3)),
+        ("summarizer", keys.step("run", 3, "instance")),
+        ("summarizer", keys.failure(keys.analyses, "1-0")),
+        ("summarizer", keys.open_steps),
+        ("updater", keys.update_lock("run")),
+        ("updater", keys.rubric_step("run")),
+        ("updater", keys.rubric_steps("run")),
+        ("trainer", keys.replies("trainer-abc")),
+        ("trainer", keys.rubric_steps("run")),
+        ("cli", keys.step("run", 3)),
+    ],
+)
+def test_each_role_reaches_the_keys_it_uses(name: str, key: str) -> None:
+    assert allows(name, key)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("scorer", keys.step("run", 3)),
+        ("scorer", keys.failure(keys.scored, "1-0")),  # another service's failure records
+        ("analyzer", keys.score("run", "r1")),
+        ("summarizer", keys.rubric_set("run")),
+        ("updater", keys.replies("trainer-abc")),
+        ("trainer", keys.replies("c-abc")),
+        ("trainer", keys.replies("trainer_b-abc")),  # trainer `trainer_b`'s, though it starts with `trainer`
+        ("trainer", keys.scored),
+        ("cli", Keys("other").events),
+    ],
+)
+def test_no_role_reaches_keys_it_does_not_use(name: str, key: str) -> None:
+    assert not allows(name, key)
+
+
+def test_a_trainer_name_that_could_prefix_another_s_is_refused() -> None:
+    with pytest.raises(ValueError, match="trainer name"):
+        trainer(keys, "team-a")
+
+
+def test_the_acl_file_turns_default_off_and_holds_hashes_not_passwords() -> None:
+    users = ["admin", "scorer", "analyzer", "summarizer", "updater", "cli", "trainer", "other"]
+    passwords = {name: f"password-of-{name}" for name in users}
+    text = acl_file(keys, passwords, trainers=["trainer", "other"])
+    lines = text.splitlines()
+    assert lines[0].startswith("user default off ") and " +@all" not in lines[0]
+    assert [line.split()[1] for line in lines[1:]] == users
+    assert all(line.split()[2] == "on" and line.split()[3].startswith("#") for line in lines[1:])
+    assert "password-of-" not in text
+    assert " ~ns:replies:other-* " in lines[-1]
