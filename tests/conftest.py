@@ -52,8 +52,17 @@ TEST_PORTS = {
 # A second pytest session running at the same time (another checkout, another
 # terminal) takes the next slot: .stack/test-1 on the ports above + 100, ...
 SLOTS = 4
-# Settings that would send the script or the services to someone else's server.
-FOREIGN_SETTINGS = ("RUBRICD_REDIS_URL", "RUBRICD_WEAVIATE_URL", "WEAVIATE_URL", "RUBRICD_LLM__BASE_URL")
+# Settings that would send the script or the services to someone else's server, or lock the suite's stack
+# down (a test that wants a locked-down stack asks for one).
+FOREIGN_SETTINGS = (
+    "RUBRICD_REDIS_URL",
+    "RUBRICD_WEAVIATE_URL",
+    "WEAVIATE_URL",
+    "RUBRICD_LLM__BASE_URL",
+    "RUBRICD_SECURE",
+    "RUBRICD_REDIS_TLS",
+    "RUBRICD_WEAVIATE_API_KEY",
+)
 
 
 @dataclass(frozen=True)

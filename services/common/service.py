@@ -328,10 +328,14 @@ class ServiceApp(Generic[W]):
     async def _repeat(self, interval_s: float, chore: Callable[[W], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(interval_s)
+            name = getattr(chore, "__qualname__", chore)
             try:
                 await chore(self.worker)
-            except Exception:
-                log.exception("%s: %s failed", self.name, getattr(chore, "__qualname__", chore))
+            except Exception as e:
+                if streams.transient(e):  # an outage: one line, not a traceback every interval
+                    log.warning("%s: %s skipped: %r", self.name, name, e)
+                else:
+                    log.exception("%s: %s failed", self.name, name)
 
 
 def consumer_name(settings: ServiceSettings) -> str:
