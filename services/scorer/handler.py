@@ -155,9 +155,9 @@ class Scorer:
         )
         return Notice(reply_to, score, self.settings.reply_ttl_s)
 
-    async def call_judge(self, messages: list[dict[str, str]]) -> judge.JudgeVerdict:
+    async def call_judge(self, messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
         try:
-            return (await self.gateway.structured(judge.JUDGE, messages, judge.JudgeVerdict)).value
+            return (await self.gateway.structured(judge.JUDGE, messages, verdict)).value
         except LLMError as e:
             raise JudgeFailed(str(e)) from None
 

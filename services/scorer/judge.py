@@ -4,28 +4,48 @@ The stable part (instructions and the rubric list) comes first, in the system
 message, so providers can cache the prefix across rollouts of one rubric
 version. The rollout follows as JSON data with `<` escaped, so nothing in it can
 close the data block or pose as an instruction.
+
+The verdict's schema is made per rubric list (`verdict_type`): an object with
+one required verdict per rubric id and no other key. So an endpoint that
+enforces the schema (a grammar) cannot let a model skip or invent a rubric, and
+an answer that does is invalid, and retried, wherever it is checked.
 """
 
+from functools import lru_cache
 from pathlib import Path
 
 import msgspec
 
 from common import prompts
-from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd.messages import Rollout, RubricSet
 
 JUDGE = "judge"  # the agent: its settings are `agents.judge`, its prompt prompts/judge.md
 
 
-class RubricVerdict(msgspec.Struct, frozen=True, kw_only=True):
-    rubric_id: str
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """The judge's decision on one rubric: its reasons first, then whether the rubric is met."""
+
     explanation: str
     met: bool
 
 
-class JudgeVerdict(msgspec.Struct, frozen=True, kw_only=True):
-    """What the judge returns: one verdict per rubric."""
+@lru_cache(maxsize=1024)
+def verdict_type(rubric_ids: tuple[str, ...]) -> type[msgspec.Struct]:
+    """What the judge returns for these rubrics: `{"<rubric id>": Verdict, ...}`, every id required, no other.
 
-    results: list[RubricVerdict]
+    Named `JudgeVerdict` (the schema's name); its fields are `r0, r1, ...` renamed to the ids, which need not
+    be Python names. One type per rubric list, cached: the gateway caches its schema by type.
+    """
+    fields = [(f"r{i}", Verdict) for i in range(len(rubric_ids))]
+    rename = {f"r{i}": rubric_id for i, rubric_id in enumerate(rubric_ids)}
+    return msgspec.defstruct(
+        "JudgeVerdict", fields, rename=rename, forbid_unknown_fields=True, frozen=True, kw_only=True
+    )
+
+
+def verdicts(verdict: msgspec.Struct, rubric_ids: tuple[str, ...]) -> dict[str, Verdict]:
+    """The verdicts of a `verdict_type(rubric_ids)` answer, keyed by rubric id."""
+    return {rubric_id: getattr(verdict, f"r{i}") for i, rubric_id in enumerate(rubric_ids)}
 
 
 class _RubricView(msgspec.Struct, frozen=True):
@@ -59,9 +79,3 @@ def user_message(rollout: Rollout) -> str:
 def messages(system: str, rollout: Rollout) -> list[dict[str, str]]:
     """The chat messages for one judge call; `system` comes from system_message()."""
     return [{"role": "system", "content": system}, {"role": "user", "content": user_message(rollout)}]
-
-
-def met_by_id(verdict: JudgeVerdict, rubrics: list[Rubric]) -> dict[str, bool]:
-    """Verdicts keyed by rubric id; ids the judge skipped or invented are ignored."""
-    known = {r.id for r in rubrics}
-    return {v.rubric_id: v.met for v in verdict.results if v.rubric_id in known}

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from common.seeds import Seeds
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Score, instance_key
 from rubricd.reward import Policy
@@ -17,7 +19,8 @@ from rubricd.store import RubricStore
 
 from . import judge
 
-Judge = Callable[[list[dict[str, str]]], Awaitable[judge.JudgeVerdict]]
+# (messages, the verdict type of the rubric list) -> an instance of that type
+Judge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[msgspec.Struct]]
 
 
 class JudgeFailed(Exception):
@@ -31,6 +34,10 @@ class Rubrics:
     set: RubricSet
     system: str
     step: int  # the newest rollout step this entry was checked against Redis for
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.set.rubrics)
 
 
 class RubricCache:
@@ -91,7 +98,7 @@ async def score_rollout(
         "policy": policy_name,
     }
     try:
-        verdict = await call_judge(judge.messages(rubrics.system, rollout))
+        verdict = await call_judge(judge.messages(rubrics.system, rollout), judge.verdict_type(rubrics.ids))
     except JudgeFailed as e:
         return Score(
             **base,
@@ -101,25 +108,17 @@ async def score_rollout(
             judge_ms=_ms(started),
             scored_at=time.time(),
         )
-    met = judge.met_by_id(verdict, rubrics.set.rubrics)
-    explanations = {v.rubric_id: v.explanation for v in verdict.results}
-    reward = policy(rubrics.set.rubrics, met)
-    skipped = [r.id for r in rubrics.set.rubrics if r.id not in met]
+    decided = judge.verdicts(verdict, rubrics.ids)
+    reward = policy(rubrics.set.rubrics, {rubric_id: v.met for rubric_id, v in decided.items()})
     return Score(
         **base,
         status=JudgeStatus.OK,
         reward=reward.total,
         meta_class_scores=reward.meta_class_scores,
         results=[
-            RubricResult(
-                rubric_id=r.id,
-                met=met.get(r.id, False),
-                points=r.points,
-                explanation=explanations.get(r.id, "the judge gave no verdict; counted as not met"),
-            )
+            RubricResult(rubric_id=r.id, met=decided[r.id].met, points=r.points, explanation=decided[r.id].explanation)
             for r in rubrics.set.rubrics
         ],
-        error=f"judge gave no verdict for: {', '.join(skipped)}" if skipped else None,
         judge_ms=_ms(started),
         scored_at=time.time(),
     )

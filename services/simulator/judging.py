@@ -127,22 +127,22 @@ at from into than then so such their there they them user uses use using provide
 
 
 def verdict(system: str, user: str) -> dict[str, Any]:
-    """A JudgeVerdict as builtins: one result per rubric, in the listed order."""
+    """A JudgeVerdict as builtins: {rubric id: {explanation, met}} for each listed rubric, in order."""
     rubrics = _block(system, "rubrics") or _block(user, "rubrics") or []
     rollout = _block(user, "rollout") or _block(system, "rollout") or {}
     if not isinstance(rubrics, list) or not isinstance(rollout, dict):
-        return {"results": []}
+        return {}
     response = str(rollout.get("response") or "")
     reference = rollout.get("reference")
     note = (
         " The response addresses the grader; it was graded as data, not obeyed." if addresses_grader(response) else ""
     )
-    results = []
+    verdicts = {}
     for rubric in rubrics:
         if isinstance(rubric, dict) and "id" in rubric:
             met, why = decide(str(rubric.get("criterion", "")), float(rubric.get("points") or 0), response, reference)
-            results.append({"rubric_id": str(rubric["id"]), "explanation": f"[simulator] {why}{note}", "met": met})
-    return {"results": results}
+            verdicts[str(rubric["id"])] = {"explanation": f"[simulator] {why}{note}", "met": met}
+    return verdicts
 
 
 def decide(criterion: str, points: float, response: str, reference: str | None) -> tuple[bool, str]:

@@ -84,7 +84,8 @@ async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[fl
     """The same judge calls, made by the trainer itself with the openai client."""
     seed = RubricSet(run_id="direct", version=1, rubrics=Seeds.load(ScorerSettings()).rubrics(None))
     system = judge.system_message(judge.load_template(), seed)
-    schema = msgspec.json.schema(judge.JudgeVerdict)
+    verdict = judge.verdict_type(tuple(r.id for r in seed.rubrics))
+    schema = msgspec.json.schema(verdict)
     fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}
     client = openai.AsyncOpenAI(
         base_url=LLM_URL,
@@ -102,7 +103,7 @@ async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[fl
         resp = await client.chat.completions.create(
             model="rubricd-simulator", messages=judge.messages(system, rollout), response_format=fmt
         )
-        msgspec.json.decode(resp.choices[0].message.content, type=judge.JudgeVerdict)
+        msgspec.json.decode(resp.choices[0].message.content, type=verdict)
 
     try:
         return await run_pool(batch, concurrency, call)

@@ -2,6 +2,9 @@
 
 import json
 
+import msgspec
+import pytest
+
 from rubricd.messages import Rollout, Rubric, RubricSet
 from scorer import judge
 
@@ -43,11 +46,23 @@ def test_the_instructions_tell_the_judge_rollout_text_is_data():
     assert "never an instruction" in TEMPLATE
 
 
-def test_verdicts_for_unknown_rubrics_are_ignored():
-    verdict = judge.JudgeVerdict(
-        results=[
-            judge.RubricVerdict(rubric_id="correct", explanation="", met=True),
-            judge.RubricVerdict(rubric_id="invented", explanation="", met=True),
-        ]
-    )
-    assert judge.met_by_id(verdict, RUBRICS.rubrics) == {"correct": True}
+def test_the_verdict_schema_requires_one_verdict_per_rubric_id_and_no_other():
+    ids = ("correct", "addresses-grader", "shows reasoning")  # ids need not be Python names
+    verdict = judge.verdict_type(ids)
+    assert judge.verdict_type(ids) is verdict  # one type per rubric list: the gateway caches its schema
+    schema = msgspec.json.schema(verdict)
+    root = schema["$defs"]["JudgeVerdict"]
+    assert list(root["properties"]) == list(ids) and root["required"] == list(ids)
+    assert root["additionalProperties"] is False
+    complete = {i: {"explanation": "why", "met": n % 2 == 0} for n, i in enumerate(ids)}
+    decided = judge.verdicts(msgspec.json.decode(json.dumps(complete), type=verdict), ids)
+    assert {i: v.met for i, v in decided.items()} == {
+        "correct": True,
+        "addresses-grader": False,
+        "shows reasoning": True,
+    }
+    skipped = {k: v for k, v in complete.items() if k != "shows reasoning"}
+    invented = {**complete, "invented": {"explanation": "", "met": True}}
+    for answer in (skipped, invented):
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.json.decode(json.dumps(answer), type=verdict)

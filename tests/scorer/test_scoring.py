@@ -1,5 +1,7 @@
 """Scoring without a broker: a verdict becomes a Score; a failed judge is visible."""
 
+import msgspec
+
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
 from rubricd.reward import weighted_sum
 from scorer import judge
@@ -19,10 +21,9 @@ ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=2, prompt="q", response="a
 
 
 def judge_saying(**met: bool):
-    async def call(messages):
-        return judge.JudgeVerdict(
-            results=[judge.RubricVerdict(rubric_id=k, explanation=f"{k} decided", met=v) for k, v in met.items()]
-        )
+    async def call(messages, verdict):
+        answer = {k: {"explanation": f"{k} decided", "met": v} for k, v in met.items()}
+        return msgspec.convert(answer, verdict)
 
     return call
 
@@ -38,14 +39,19 @@ async def test_a_verdict_becomes_reward_results_and_meta_class_scores():
     assert score.error is None
 
 
-async def test_a_rubric_the_judge_skipped_counts_as_not_met_and_is_reported():
-    score = await score_rollout(ROLLOUT, RUBRICS, judge_saying(correct=True), weighted_sum, "weighted_sum")
-    assert score.reward == 0.5
-    assert score.error == "judge gave no verdict for: pads, steps"
+async def test_the_judge_is_asked_for_a_verdict_on_each_rubric_of_the_set():
+    asked = []
+
+    async def call(messages, verdict):
+        asked.append(verdict)
+        return msgspec.convert({i: {"explanation": "", "met": True} for i in ("correct", "pads", "steps")}, verdict)
+
+    await score_rollout(ROLLOUT, RUBRICS, call, weighted_sum, "weighted_sum")
+    assert asked == [judge.verdict_type(("correct", "pads", "steps"))]
 
 
 async def test_a_failed_judge_gives_no_reward_and_says_why():
-    async def failing(messages):
+    async def failing(messages, verdict):
         raise JudgeFailed("LLM agent 'judge' failed after 4 attempt(s): HTTP 500")
 
     score = await score_rollout(ROLLOUT, RUBRICS, failing, weighted_sum, "weighted_sum")

@@ -37,9 +37,10 @@ RUBRICS = [
     Rubric(id="reasoning", criterion="The response shows the reasoning or steps that lead to its answer.", points=1),
 ]
 SYSTEM = judge.system_message(judge.load_template(), RubricSet(run_id="run", version=1, rubrics=RUBRICS))
+VERDICT = judge.verdict_type(tuple(r.id for r in RUBRICS))
 VERDICT_FORMAT = {
     "type": "json_schema",
-    "json_schema": {"name": "JudgeVerdict", "schema": msgspec.json.schema(judge.JudgeVerdict)},
+    "json_schema": {"name": "JudgeVerdict", "schema": msgspec.json.schema(VERDICT)},
 }
 
 
@@ -64,10 +65,10 @@ def judge_request(response: str, reference: str | None = "42", **extra: object) 
 def verdict(http: httpx.Client, response: str, reference: str | None = "42") -> dict[str, bool]:
     r = http.post("/v1/chat/completions", json=judge_request(response, reference))
     assert r.status_code == 200, r.text
-    decoded = msgspec.json.decode(r.json()["choices"][0]["message"]["content"], type=judge.JudgeVerdict)
-    assert [v.rubric_id for v in decoded.results] == [r.id for r in RUBRICS]
-    assert all(v.explanation.startswith("[simulator]") for v in decoded.results)
-    return {v.rubric_id: v.met for v in decoded.results}
+    decoded = msgspec.json.decode(r.json()["choices"][0]["message"]["content"], type=VERDICT)
+    verdicts = judge.verdicts(decoded, tuple(r.id for r in RUBRICS))
+    assert all(v.explanation.startswith("[simulator]") for v in verdicts.values())
+    return {rubric_id: v.met for rubric_id, v in verdicts.items()}
 
 
 # -- the judge's heuristics
@@ -128,7 +129,7 @@ def test_malformed_and_invalid_and_truncated_content(http, sim) -> None:
         json.loads(malformed["message"]["content"])
     invalid = http.post("/v1/chat/completions", json=judge_request("42 [sim:fail=invalid]")).json()["choices"][0]
     with pytest.raises(msgspec.ValidationError):
-        msgspec.json.decode(invalid["message"]["content"], type=judge.JudgeVerdict)
+        msgspec.json.decode(invalid["message"]["content"], type=VERDICT)
     body = judge_request("42")
     whole = http.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
     body["messages"][1]["content"] += " [sim:fail=truncated]"
