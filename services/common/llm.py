@@ -2,22 +2,38 @@
 
 Every agent (judge, analyzer, summarizer, ...) has its own `LLMSettings`, so one
 service can point agents at different endpoints and models. The gateway turns a
-msgspec Struct into a JSON Schema, asks the endpoint for it in the agent's
-`output_mode`, validates the answer with msgspec, and retries what a retry can
-fix (timeouts, connection errors, 429, 5xx, invalid or truncated output). It
-counts retries itself (the openai client's own retries are off) so usage and
-failures are visible per agent.
+msgspec Struct into a JSON Schema, asks the endpoint for it in the endpoint's
+dialect (`output_mode`), validates the answer with msgspec, and retries what a
+retry can fix (timeouts, connection errors, 429, 5xx, invalid or truncated
+output). A refusal a retry cannot fix (4xx, or a 5xx that says the request is
+invalid) fails the call at once with the server's reason. It counts retries
+itself (the openai client's own retries are off) so usage and failures are
+visible per agent.
+
+The dialects, each making the server enforce the schema (but the last two):
+- `json_schema`: `response_format: {"type": "json_schema", ...}` (OpenAI, vLLM,
+  llama.cpp's llama-server, Ollama >= 0.5);
+- `json_object_schema`: `response_format: {"type": "json_object", "schema":
+  ...}` (llama-cpp-python's server, llama-server);
+- `guided_json`: vLLM's `guided_json` request field;
+- `format`: Ollama's `format` request field;
+- `json_object`: JSON without a schema, the schema described in the system
+  message, the answer parsed tolerantly; `text`: the same without asking for JSON.
+`auto` probes each endpoint once at start (`detect`) with a schema no model
+would meet unless the server enforced it, in the order above, and keeps the
+first dialect that works.
 """
 
 import asyncio
 import json
+import logging
 import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import json_repair
 import msgspec
@@ -29,12 +45,19 @@ from .settings import LLMSettings, ServiceSettings
 
 T = TypeVar("T")
 R = TypeVar("R")
+log = logging.getLogger("rubricd.llm")
 
 # httpx.Limits under openai 1.x, httpx2.Limits under 3.x: take it from the SDK.
 _Limits = type(openai.DEFAULT_CONNECTION_LIMITS)
 _MAX_BACKOFF_S = 30.0
 _OVERLOADED = (408, 429, 502, 503, 504)  # statuses that say the endpoint, not the request, failed
 _USERINFO = re.compile(r"//[^/@\s]+@")
+_INVALID_REQUEST = re.compile(
+    r"input should be|not supported|unsupported|invalid|validation error|extra (inputs|fields)|unknown (field|param)",
+    re.I,
+)
+ENFORCING = ("json_schema", "json_object_schema", "guided_json", "format")  # the server holds the model to it
+DIALECTS = (*ENFORCING, "json_object", "text")  # in the order `auto` tries them
 _KEYLIKE = re.compile(r"\b(sk|key|api[-_]?key)[-_][A-Za-z0-9_*.\-]{4,}", re.I)
 # Keywords OpenAI strict mode rejects; msgspec still checks them on decode.
 _STRICT_DROP = {
@@ -47,6 +70,19 @@ _STRICT_DROP = {
     "uniqueItems",
     "examples",
 }
+
+
+class _Probe(msgspec.Struct, frozen=True, kw_only=True):
+    """What `detect` asks for: no model writes this unless the server holds it to the schema (or, in the
+    json_object and text dialects, the schema is shown to it)."""
+
+    rubricd_probe: Literal["k7q2"]
+
+
+_PROBE_MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Say hello."},
+]
 
 
 class LLMError(Exception):
@@ -175,23 +211,12 @@ class LLMGateway:
     async def structured(self, agent: str, messages: list[dict[str, str]], type_: type[T]) -> Completion[T]:
         """Ask `agent` for one `type_` instance; raise LLMError when every attempt failed."""
         s, schema, tokens = self._agent(agent), _schema_of(cast(type, type_)), [0, 0, 0]
-        body: dict[str, Any] = {"model": s.model, "temperature": s.temperature}
+        if s.output_mode == "auto":
+            raise RuntimeError(f"agent {agent!r}: output_mode auto is resolved by LLMGateway.detect() at start")
+        fields, messages = _request(s.output_mode, schema, messages)
+        body: dict[str, Any] = {"model": s.model, "temperature": s.temperature, **fields, "messages": messages}
         if s.max_tokens:
             body["max_tokens"] = s.max_tokens
-        if s.output_mode == "json_schema":
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": schema.name,
-                    "schema": schema.strict or schema.plain,
-                    "strict": schema.strict is not None,
-                },
-            }
-        else:
-            messages = _with_instruction(messages, schema.instruction)
-            if s.output_mode == "json_object":
-                body["response_format"] = {"type": "json_object"}
-        body["messages"] = messages
 
         async def once(client: openai.AsyncOpenAI) -> T:
             reply = await self._post(client, "/chat/completions", body, s, _ChatReply, tokens, agent)
@@ -200,10 +225,49 @@ class LLMGateway:
             if reply.choices[0].finish_reason == "length":
                 raise _Retryable("truncated output (finish_reason=length)")
             content = reply.choices[0].message.content or ""
-            return _decode(content, type_, tolerant=s.output_mode != "json_schema")
+            return _decode(content, type_, tolerant=s.output_mode not in ENFORCING)
 
         value, attempts, elapsed = await self._run(agent, once)
         return Completion(value, attempts, elapsed, *tokens)
+
+    async def detect(self, agents: Iterable[str]) -> dict[str, str]:
+        """Resolve each of these (chat) agents whose output_mode is `auto`: probe its endpoint (URL, key, model)
+        once, trying the dialects in order, and keep the first that works; {agent: dialect} of those resolved.
+        Raise LLMError, with each dialect's failure, when none works."""
+        found: dict[tuple[str, str, str], str] = {}
+        resolved: dict[str, str] = {}
+        for name in agents:
+            s = self._agent(name)
+            if s.output_mode != "auto":
+                continue
+            key = (*_endpoint(s), s.model)
+            if key not in found:
+                found[key] = await self._probe(name, s)
+            self._settings[name] = s.model_copy(update={"output_mode": found[key]})
+            resolved[name] = found[key]
+        return resolved
+
+    async def _probe(self, agent: str, s: LLMSettings) -> str:
+        failures = []
+        try:
+            for mode in DIALECTS:
+                self._settings[agent] = s.model_copy(update={"output_mode": mode, "max_retries": 0, "max_tokens": 256})
+                try:
+                    await self.structured(agent, _PROBE_MESSAGES, _Probe)
+                except LLMError as e:
+                    failures.append(f"{mode}: {e.reason}")
+                    continue
+                log.info(
+                    "%s at %s: output_mode %s%s",
+                    s.model,
+                    s.base_url,
+                    mode,
+                    f" (refused or not enforced: {'; '.join(failures)})" if failures else "",
+                )
+                return mode
+        finally:
+            self._settings[agent] = s
+        raise LLMError(agent, len(failures), f"no output_mode works with {s.base_url}: {'; '.join(failures)}")
 
     async def embed(self, agent: str, texts: list[str]) -> Completion[list[list[float]]]:
         """Embed `texts` with `agent`'s model (memory objects: Weaviate runs without a vectorizer)."""
@@ -271,7 +335,7 @@ class LLMGateway:
                 reason = f"cannot connect to {s.base_url}"
             except openai.APIStatusError as e:
                 reason, transient = f"HTTP {e.status_code}: {_clip(e.message)}", e.status_code in _OVERLOADED
-                if e.status_code not in (408, 429) and e.status_code < 500:
+                if (e.status_code not in (408, 429) and e.status_code < 500) or _refused(e):
                     break  # the request itself is wrong: retrying cannot help
                 wait_s = _retry_after(e.response.headers)
         usage.failures += 1
@@ -312,6 +376,38 @@ class LLMGateway:
             u.cached_tokens + got[2],
         )
         tokens[:] = [a + b for a, b in zip(tokens, got)]
+
+
+def _refused(error: openai.APIStatusError) -> bool:
+    """A 500 or 501 whose message says the request was invalid (some servers answer a request they cannot
+    parse, e.g. an unsupported response_format, with 500): retrying the same request cannot help."""
+    return error.status_code in (500, 501) and bool(_INVALID_REQUEST.search(str(error.message)))
+
+
+def _request(
+    mode: str, schema: "_Schema", messages: list[dict[str, str]]
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The request fields, and the messages, that ask for `schema` in dialect `mode`."""
+    spec = schema.strict or schema.plain
+    match mode:
+        case "json_schema":
+            strict = schema.strict is not None
+            return {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": schema.name, "schema": spec, "strict": strict},
+                }
+            }, messages
+        case "json_object_schema":
+            return {"response_format": {"type": "json_object", "schema": spec}}, messages
+        case "guided_json":
+            return {"guided_json": spec}, messages
+        case "format":
+            return {"format": spec}, messages
+        case "json_object":
+            return {"response_format": {"type": "json_object"}}, _with_instruction(messages, schema.instruction)
+        case _:
+            return {}, _with_instruction(messages, schema.instruction)
 
 
 def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:

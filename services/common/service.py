@@ -60,7 +60,7 @@ from rubricd.keys import Keys
 from rubricd.messages import EventKind
 
 from . import streams
-from .embedder import make_embedder
+from .embedder import EMBEDDER, make_embedder
 from .llm import LLMGateway
 from .logs import configure_logging
 from .memory import Memory
@@ -215,6 +215,8 @@ class ServiceApp(Generic[W]):
             stack.push_async_callback(redis.aclose)
             gateway = LLMGateway.from_settings(s, self.agents)
             stack.push_async_callback(gateway.aclose)
+            for agent, mode in (await gateway.detect(a for a in self.agents if a != EMBEDDER)).items():
+                log.info("%s: agent %s speaks output_mode %s", self.name, agent, mode)
             self.metrics.watch_gateway(gateway)
             memory = await Memory.connect(s, make_embedder(s, gateway)) if self.with_memory else None
             if memory is not None:

@@ -12,7 +12,8 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-OutputMode = Literal["json_schema", "json_object", "text"]
+# How an endpoint is asked for structured output (its dialect); see common.llm. `auto`: probed at start.
+OutputMode = Literal["auto", "json_schema", "json_object_schema", "guided_json", "format", "json_object", "text"]
 RubricsMode = Literal["global", "per_instance"]
 
 # Delivery settings whose defaults a service may change (its settings class re-declares

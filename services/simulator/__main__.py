@@ -14,7 +14,7 @@ import uvicorn
 
 from . import BANNER
 from .app import create_app, serve_workers, server_config
-from .faults import SimConfig, kinds
+from .faults import DIALECTS, SimConfig, kinds
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--failures", type=kinds, help="comma list: timeout,429,500,malformed,invalid,truncated")
     p.add_argument("--timeout-hold-s", type=float, help="how long a `timeout` failure holds a request")
     p.add_argument("--cache-ttl-s", type=float, help="prefix-cache lifetime of a system message")
+    p.add_argument(
+        "--dialects",
+        type=lambda text: [d.strip() for d in text.split(",") if d.strip()],
+        help=f"comma list of the structured-output requests honoured (default all: {','.join(DIALECTS)})",
+    )
     p.add_argument(
         "--workers",
         type=int,

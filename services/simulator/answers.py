@@ -46,12 +46,31 @@ def text_of(message: dict[str, Any]) -> str:
     return str(content or "")
 
 
-def requested_schema(body: dict[str, Any], system: str) -> tuple[str | None, dict[str, Any] | None]:
-    """(name, JSON Schema) the caller asked for, or (None, None) for free text."""
+def refusal(body: dict[str, Any], dialects: list[str]) -> str | None:
+    """Why a server that honours only `dialects` refuses this request, as llama-cpp-python's does; None if not."""
+    kind = (body.get("response_format") or {}).get("type")
+    if kind in ("json_schema", "json_object") and kind not in dialects:
+        allowed = " or ".join(repr(k) for k in ("text", "json_object") if k in dialects)
+        return f"1 validation error: response_format.type: Input should be {allowed or repr('text')}"
+    return None
+
+
+def requested_schema(
+    body: dict[str, Any], system: str, dialects: list[str] | tuple[str, ...] = ()
+) -> tuple[str | None, dict[str, Any] | None]:
+    """(name, JSON Schema) the caller asked for, or (None, None) for free text. A schema sent in a way not in
+    `dialects` is not enforced (ignored, as a server ignores a field it does not know)."""
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
         spec = fmt.get("json_schema") or {}
         return spec.get("name"), spec.get("schema")
+    for dialect, schema in (
+        ("json_object_schema", fmt.get("schema") if fmt.get("type") == "json_object" else None),
+        ("guided_json", body.get("guided_json")),
+        ("format", body.get("format")),
+    ):
+        if isinstance(schema, dict) and dialect in dialects:
+            return schema.get("title"), schema
     match = _NAMED.search(system)
     if not match:
         return None, None
@@ -63,12 +82,12 @@ def requested_schema(body: dict[str, Any], system: str) -> tuple[str | None, dic
     return match.group(1), schema if isinstance(schema, dict) else None
 
 
-def answer(body: dict[str, Any]) -> tuple[str, str]:
-    """(content, schema name or "text") for a chat completion request."""
+def answer(body: dict[str, Any], dialects: list[str] | tuple[str, ...] = ()) -> tuple[str, str]:
+    """(content, schema name or "text") for a chat completion request to a server honouring `dialects`."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     system = "\n".join(text_of(m) for m in messages if m.get("role") in ("system", "developer"))
     user = "\n".join(text_of(m) for m in messages if m.get("role") == "user")
-    name, schema = requested_schema(body, system)
+    name, schema = requested_schema(body, system, dialects)
     if name in AGENTS:
         return json.dumps(AGENTS[name](system, user)), name
     words = _WORD.findall(re.sub(r"</?\w+>|\\u003c", " ", user))[:8] or ["simulated"]

@@ -131,6 +131,9 @@ async def chat_completions(request: Request) -> Response:
         d = directive(request.headers, [answers.text_of(m) for m in messages])
     except (ValueError, msgspec.DecodeError) as e:
         return _error(400, str(e))
+    if refused := answers.refusal(body, sim.config.dialects):
+        sim.outcomes["refused"] += 1
+        return _error(500, refused)
     fault = sim.faults.decide(sim.config, d, hashlib.blake2b(msgspec.json.encode(messages)).digest())
     sim.in_flight += 1
     sim.max_in_flight = max(sim.max_in_flight, sim.in_flight)
@@ -152,7 +155,7 @@ async def chat_completions(request: Request) -> Response:
 
 
 def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, Any]], fault: str | None) -> dict:
-    content, schema = answers.answer(body)
+    content, schema = answers.answer(body, sim.config.dialects)
     sim.schemas[schema] += 1
     finish = "stop"
     if fault == "malformed":

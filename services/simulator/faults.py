@@ -22,6 +22,8 @@ from collections.abc import Mapping
 import msgspec
 
 CONTENT_KINDS = ("timeout", "malformed", "invalid", "truncated")
+# Ways of asking for structured output (common.llm's dialects); `text` is always understood.
+DIALECTS = ("json_schema", "json_object_schema", "guided_json", "format", "json_object", "text")
 MARKER = re.compile(r"\[sim:([^\]\n]{1,200})\]")
 _MAX_TRACKED = 100_000
 
@@ -35,6 +37,9 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     failures: list[str] = msgspec.field(default_factory=lambda: ["429", "500", "malformed", "truncated"])
     timeout_hold_s: float = 600.0  # how long a `timeout` holds a request whose client stays
     cache_ttl_s: float = 300.0  # a system message seen this recently counts as cached
+    # The structured-output requests it honours (see common.llm); like real servers, it answers an unsupported
+    # response_format with a 500 that names the request invalid, and ignores unknown fields (guided_json, format).
+    dialects: list[str] = msgspec.field(default_factory=lambda: list(DIALECTS))
 
     def __post_init__(self) -> None:
         if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.timeout_hold_s < 0:
@@ -43,10 +48,12 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("fail_rate must be within [0, 1]")
         for kind in self.failures:
             check_kind(kind)
+        if unknown := set(self.dialects) - set(DIALECTS):
+            raise ValueError(f"unknown dialects {sorted(unknown)}: use {', '.join(DIALECTS)}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "SimConfig":
-        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FAILURES (comma list)."""
+        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FAILURES and _DIALECTS (comma lists)."""
         fields = {
             "latency_ms": "RUBRICD_SIM_LATENCY_MS",
             "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
@@ -57,6 +64,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         values: dict[str, object] = {k: float(env[v]) for k, v in fields.items() if env.get(v)}
         if env.get("RUBRICD_SIM_FAILURES"):
             values["failures"] = kinds(env["RUBRICD_SIM_FAILURES"])
+        if env.get("RUBRICD_SIM_DIALECTS"):
+            values["dialects"] = [d.strip() for d in env["RUBRICD_SIM_DIALECTS"].split(",") if d.strip()]
         return cls(**values)  # type: ignore[arg-type]
 
     def latency_s(self) -> float:

@@ -284,3 +284,22 @@ async def test_a_reply_key_that_is_not_a_stream_is_dead_lettered_with_nothing_ha
     assert await redis.get(taken) == b"a string, not a stream"
     assert await redis.get(keys.score("run", "s0-r7")) is None and await redis.xlen(keys.scored) == 0
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
+
+
+async def test_a_scorer_with_output_mode_auto_speaks_what_the_endpoint_enforces(stack, redis, keys, start_scorer):
+    await sim(stack, dialects=["json_object_schema", "json_object", "text"])  # as llama-cpp-python's server
+    try:
+        scorer = start_scorer(llm__output_mode="auto")
+        async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+            score = await client.score_one(rollout("run", 1), timeout=30)
+    finally:
+        await sim(stack, dialects=["json_schema", "json_object_schema", "guided_json", "format", "json_object", "text"])
+    assert score.status is JudgeStatus.OK and score.reward is not None and score.results
+    assert "agent judge speaks output_mode json_object_schema" in scorer.log.read_text()
+
+
+def test_a_scorer_whose_endpoint_speaks_no_dialect_stops_at_start_saying_why(start_scorer):
+    scorer = start_scorer(llm__output_mode="auto", llm__base_url="http://127.0.0.1:9/v1", wait=False)
+    assert scorer.proc.wait(timeout=60) != 0
+    log = scorer.log.read_text()
+    assert "no output_mode works with http://127.0.0.1:9/v1" in log and "json_schema: cannot connect" in log
