@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from rubricd.keys import Keys
 
+from .slots import slots_key
+
 SERVICES = ("scorer", "analyzer", "summarizer", "updater")
 ADMIN, CLI = "admin", "cli"
 # A trainer's name prefixes its client ids (`<name>-<random>`), so it may hold no '-': the pattern of
@@ -57,6 +59,11 @@ CONSUMER = (
 )
 
 
+# What every service's LLM gateway does with an endpoint's shared slots (common.slots): its lease script and
+# giving a lease back.
+LLM_SLOTS = ("time", "zremrangebyscore", "zcard", "zadd", "pexpire", "zrem")
+
+
 @dataclass(frozen=True)
 class User:
     """One ACL user: the commands it may issue and the keys it may read and write, read, or write."""
@@ -88,38 +95,38 @@ def consuming(keys: Keys, *streams: str) -> list[str]:
 def services(keys: Keys) -> list[User]:
     k = keys
     rubric_sets = family(k.rubric_set("run"))
-    logs = [k.events, k.dead_letters]
+    every = [k.events, k.dead_letters, family(slots_key(k.namespace, "endpoint"))]  # what all services write
     return [
         User(
             "scorer",
             # listen: XREAD; score records: GET, SET; rubric sets: HGET, and the store's seed script: HGET, HSET
-            (*CONSUMER, "xread", "get", "set", "hget"),
+            (*CONSUMER, *LLM_SLOTS, "xread", "get", "set", "hget"),
             keys=[
                 *consuming(k, k.rollouts),
                 family(k.score("run", "rollout")),
                 rubric_sets,
                 family(k.replies("c")),
                 k.scored,
-                *logs,
+                *every,
             ],
             read=[k.rubrics_updated],
         ),
         User(
             "analyzer",
-            (*CONSUMER, "sadd", "hget"),  # the announce script's SADD; the rollout's rubric set version
+            (*CONSUMER, *LLM_SLOTS, "sadd", "hget"),  # the announce script's SADD; the rollout's rubric set version
             keys=[
                 *consuming(k, k.scored),
                 family(k.step_analyses("run", 0)),
                 family(k.step_given_up("run", 0)),  # given_up: SADD, EXPIRE
                 k.analyses,
-                *logs,
+                *every,
             ],
             read=[rubric_sets],
         ),
         User(
             "summarizer",
             # the step book's scripts and reads
-            (*CONSUMER, "hget", "hmget", "hsetnx", "hexists", "hdel", "sadd", "smembers", "zadd", "zrem", "zrange"),
+            (*CONSUMER, *LLM_SLOTS, "hget", "hmget", "hsetnx", "hexists", "hdel", "sadd", "smembers", "zrange"),
             keys=[
                 *consuming(k, k.steps, k.analyses),
                 family(k.step("run", 0)),
@@ -127,14 +134,14 @@ def services(keys: Keys) -> list[User]:
                 family(k.step_given_up("run", 0)),
                 k.open_steps,
                 k.summaries,
-                *logs,
+                *every,
             ],
         ),
         User(
             "updater",
             # the run lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, PTTL, DEL); the store: HGET,
             # HGETALL, its publish script (HGET, HSET) and its step script (ZADD, GET, SET)
-            (*CONSUMER, "set", "get", "pexpire", "pttl", "del", "hget", "zadd"),
+            (*CONSUMER, *LLM_SLOTS, "set", "get", "pttl", "del", "hget"),
             keys=[
                 *consuming(k, k.summaries),
                 family(k.update_lock("run")),
@@ -142,7 +149,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.rubric_step("run")),
                 family(k.rubric_steps("run")),
                 k.rubrics_updated,
-                *logs,
+                *every,
             ],
         ),
     ]

@@ -25,6 +25,7 @@ first dialect that works.
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -38,10 +39,12 @@ from typing import Any, Generic, Literal, TypeVar, cast
 import json_repair
 import msgspec
 import openai
+from redis.asyncio import Redis
 
 from rubricd import wire
 
 from .settings import LLMSettings, ServiceSettings
+from .slots import SharedSlots, slots_key
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -172,8 +175,17 @@ class _Schema:
 class LLMGateway:
     """Typed LLM calls for a set of named agents; one HTTP client per endpoint and key."""
 
-    def __init__(self, agents: Mapping[str, LLMSettings]) -> None:
+    def __init__(
+        self, agents: Mapping[str, LLMSettings], *, redis: Redis | None = None, namespace: str = "rubricd"
+    ) -> None:
+        """`redis`: where endpoints with `shared_slots` count their calls (see common.slots); without it, or
+        without that setting, an endpoint's calls are only limited per process (`concurrency`)."""
         self._settings = dict(agents)
+        self._shared = {
+            s.base_url: SharedSlots(redis, slots_key(namespace, s.base_url), s.shared_slots)
+            for s in self._settings.values()
+            if redis is not None and s.shared_slots is not None
+        }
         self._usage = {name: Usage() for name in self._settings}
         self._slots = {name: asyncio.Semaphore(s.concurrency) for name, s in self._settings.items()}
         self._pool: dict[tuple[str, str], int] = {}
@@ -182,8 +194,10 @@ class LLMGateway:
         self._clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
 
     @classmethod
-    def from_settings(cls, settings: ServiceSettings, agents: Iterable[str]) -> "LLMGateway":
-        return cls({name: settings.agent(name) for name in agents})
+    def from_settings(
+        cls, settings: ServiceSettings, agents: Iterable[str], redis: Redis | None = None
+    ) -> "LLMGateway":
+        return cls({name: settings.agent(name) for name in agents}, redis=redis, namespace=settings.namespace)
 
     async def start(self) -> None:
         """Create the clients now rather than on first use (nothing connects yet)."""
@@ -317,7 +331,7 @@ class LLMGateway:
                 await asyncio.sleep(max(wait_s, _backoff(s.backoff_s, attempt - 1)))
             wait_s, transient = 0.0, True
             try:
-                async with self._slots[agent]:
+                async with self._slots[agent], self._shared_slot(s):
                     value = await once(self._client(s))
                 elapsed = time.perf_counter() - start
                 usage.elapsed_s += elapsed
@@ -340,6 +354,11 @@ class LLMGateway:
                 wait_s = _retry_after(e.response.headers)
         usage.failures += 1
         raise LLMError(agent, attempt, redact(reason, s.api_key.get_secret_value()), transient=transient)
+
+    def _shared_slot(self, s: LLMSettings) -> contextlib.AbstractAsyncContextManager[None]:
+        """A slot of the endpoint's `shared_slots`, within the agent's share, held for one attempt."""
+        shared = self._shared.get(s.base_url)
+        return shared.hold(s.max_share, s.timeout_s + 5) if shared else contextlib.nullcontext()
 
     def _agent(self, agent: str) -> LLMSettings:
         try:

@@ -213,7 +213,7 @@ class ServiceApp(Generic[W]):
         async with contextlib.AsyncExitStack() as stack:
             redis = make_redis(s)
             stack.push_async_callback(redis.aclose)
-            gateway = LLMGateway.from_settings(s, self.agents)
+            gateway = LLMGateway.from_settings(s, self.agents, redis)
             stack.push_async_callback(gateway.aclose)
             for agent, mode in (await gateway.detect(a for a in self.agents if a != EMBEDDER)).items():
                 log.info("%s: agent %s speaks output_mode %s", self.name, agent, mode)

@@ -36,6 +36,24 @@ class LLMSettings(BaseModel):
     concurrency: int = Field(256, ge=1)
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int | None = Field(None, ge=1)
+    shared_slots: int | None = Field(
+        None,
+        ge=1,
+        description="requests the endpoint serves at once (llama-server's --parallel, a replica's batch), "
+        "shared by every process of the deployment through Redis; unset: not counted",
+    )
+    max_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="with shared_slots, the share of them this agent's calls may fill (the judge: 1), so the "
+        "background agents never hold the slots the judge needs",
+    )
+
+
+# Per-agent defaults that differ from `llm`'s: the judge is on the trainer's path, so it may take every shared slot
+# of its endpoint while the background agents (analyzer, summarizers, query writer, updater) take at most half.
+_AGENT_DEFAULTS: dict[str, dict[str, object]] = {"judge": {"max_share": 1.0}}
 
 
 class ServiceSettings(BaseSettings):
@@ -94,8 +112,9 @@ class ServiceSettings(BaseSettings):
     )
 
     def agent(self, name: str) -> LLMSettings:
-        """The LLM settings of one agent: defaults from `llm`, overridden by `agents.<name>`."""
-        return LLMSettings.model_validate({**self.llm.model_dump(), **self.agents.get(name, {})})
+        """The LLM settings of one agent: defaults from `llm` (and _AGENT_DEFAULTS), overridden by `agents.<name>`."""
+        defaults = {**self.llm.model_dump(), **_AGENT_DEFAULTS.get(name, {})}
+        return LLMSettings.model_validate({**defaults, **self.agents.get(name, {})})
 
 
 S = TypeVar("S", bound=BaseSettings)

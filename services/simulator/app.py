@@ -7,6 +7,7 @@ a few regexes), so one process keeps hundreds of slow requests in flight.
 """
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -48,6 +49,7 @@ class Simulator:
         self.schemas: Counter[str] = Counter()
         self.embeddings = self.in_flight = self.max_in_flight = 0
         self.ids = itertools.count(1)
+        self._slots: tuple[int, asyncio.Semaphore] | None = None
 
     def reset(self) -> None:
         """Back to the startup config, with no history (for tests and benchmarks)."""
@@ -68,6 +70,15 @@ class Simulator:
         if len(self.prefixes) > _MAX_PREFIXES:
             self.prefixes.popitem(last=False)
         return tokens(system) if seen is not None and now - seen <= self.config.cache_ttl_s else 0
+
+    def slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """One of the `slots` requests served at once (the rest queue, first come first served), as a model
+        server's parallel slots; no limit without `slots`."""
+        if self.config.slots is None:
+            return contextlib.nullcontext()
+        if self._slots is None or self._slots[0] != self.config.slots:
+            self._slots = (self.config.slots, asyncio.Semaphore(self.config.slots))
+        return self._slots[1]
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -135,6 +146,13 @@ async def chat_completions(request: Request) -> Response:
         sim.outcomes["refused"] += 1
         return _error(500, refused)
     fault = sim.faults.decide(sim.config, d, hashlib.blake2b(msgspec.json.encode(messages)).digest())
+    async with sim.slot():
+        return await _serve(request, sim, body, messages, d, fault)
+
+
+async def _serve(
+    request: Request, sim: "Simulator", body: dict[str, Any], messages: list[dict[str, Any]], d: Any, fault: str | None
+) -> Response:
     sim.in_flight += 1
     sim.max_in_flight = max(sim.max_in_flight, sim.in_flight)
     try:

@@ -40,6 +40,7 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # The structured-output requests it honours (see common.llm); like real servers, it answers an unsupported
     # response_format with a 500 that names the request invalid, and ignores unknown fields (guided_json, format).
     dialects: list[str] = msgspec.field(default_factory=lambda: list(DIALECTS))
+    slots: int | None = None  # chat completions served at once (the rest wait in line), as a model server's
 
     def __post_init__(self) -> None:
         if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.timeout_hold_s < 0:
@@ -48,12 +49,15 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("fail_rate must be within [0, 1]")
         for kind in self.failures:
             check_kind(kind)
+        if self.slots is not None and self.slots < 1:
+            raise ValueError("slots must be >= 1")
         if unknown := set(self.dialects) - set(DIALECTS):
             raise ValueError(f"unknown dialects {sorted(unknown)}: use {', '.join(DIALECTS)}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "SimConfig":
-        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FAILURES and _DIALECTS (comma lists)."""
+        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _SLOTS, _FAILURES and _DIALECTS (comma
+        lists)."""
         fields = {
             "latency_ms": "RUBRICD_SIM_LATENCY_MS",
             "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
@@ -64,6 +68,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         values: dict[str, object] = {k: float(env[v]) for k, v in fields.items() if env.get(v)}
         if env.get("RUBRICD_SIM_FAILURES"):
             values["failures"] = kinds(env["RUBRICD_SIM_FAILURES"])
+        if env.get("RUBRICD_SIM_SLOTS"):
+            values["slots"] = int(env["RUBRICD_SIM_SLOTS"])
         if env.get("RUBRICD_SIM_DIALECTS"):
             values["dialects"] = [d.strip() for d in env["RUBRICD_SIM_DIALECTS"].split(",") if d.strip()]
         return cls(**values)  # type: ignore[arg-type]
