@@ -20,6 +20,9 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
     raise KeyError(f"{name}{labels}")
 
 
+VERDICT = judge.verdict_type(("correct",))
+
+
 def messages(response: str) -> list[dict[str, str]]:
     rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
     system = judge.system_message(judge.load_template(), RubricSet(run_id="run", version=1, rubrics=rubrics))
@@ -39,9 +42,9 @@ async def test_the_gateways_usage_is_scraped_per_agent(simulator, sim) -> None:
     llm = LLMSettings(base_url=simulator[0], max_retries=1, backoff_s=0.01)
     async with LLMGateway({"judge": llm, "analyzer": llm}) as gateway:
         metrics.watch_gateway(gateway)
-        await gateway.structured("judge", messages("42 [sim:fail=500,times=1]"), judge.JudgeVerdict)
+        await gateway.structured("judge", messages("42 [sim:fail=500,times=1]"), VERDICT)
         try:
-            await gateway.structured("judge", messages("42 [sim:fail=500,times=2]"), judge.JudgeVerdict)
+            await gateway.structured("judge", messages("42 [sim:fail=500,times=2]"), VERDICT)
         except LLMError:
             pass
     assert sample(metrics, "rubricd_llm_calls_total", agent="judge") == 2
