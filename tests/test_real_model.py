@@ -30,6 +30,7 @@ async def test_a_real_server_judges_every_rubric_with_schema_valid_verdicts(
         llm__base_url=f"http://127.0.0.1:{model.ports['RUBRICD_MODEL_PORT']}/v1",
         llm__model=MODEL,
         llm__output_mode="auto",
+        llm__strict="false",  # the whole schema: the server bounds each explanation's length
         llm__shared_slots=2,
         llm__max_tokens=1024,
         llm__timeout_s=300,

@@ -227,7 +227,7 @@ class LLMGateway:
         s, schema, tokens = self._agent(agent), _schema_of(cast(type, type_)), [0, 0, 0]
         if s.output_mode == "auto":
             raise RuntimeError(f"agent {agent!r}: output_mode auto is resolved by LLMGateway.detect() at start")
-        fields, messages = _request(s.output_mode, schema, messages)
+        fields, messages = _request(s, schema, messages)
         body: dict[str, Any] = {"model": s.model, "temperature": s.temperature, **fields, "messages": messages}
         if s.max_tokens:
             body["max_tokens"] = s.max_tokens
@@ -404,13 +404,15 @@ def _refused(error: openai.APIStatusError) -> bool:
 
 
 def _request(
-    mode: str, schema: "_Schema", messages: list[dict[str, str]]
+    s: LLMSettings, schema: "_Schema", messages: list[dict[str, str]]
 ) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """The request fields, and the messages, that ask for `schema` in dialect `mode`."""
-    spec = schema.strict or schema.plain
-    match mode:
+    """The request fields, and the messages, that ask for `schema` in the agent's dialect. Only OpenAI's strict
+    mode gets the strict form; grammar-enforcing servers get the whole schema, length bounds included."""
+    spec, strict = schema.plain, False
+    match s.output_mode:
         case "json_schema":
-            strict = schema.strict is not None
+            if s.strict and schema.strict is not None:
+                spec, strict = schema.strict, True
             return {
                 "response_format": {
                     "type": "json_schema",

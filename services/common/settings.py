@@ -30,6 +30,12 @@ class LLMSettings(BaseModel):
     api_key: SecretStr = SecretStr("not-needed")
     model: str = "rubricd-simulator"
     output_mode: OutputMode = "json_schema"
+    strict: bool = Field(
+        True,
+        description="json_schema: send OpenAI's strict form of the schema (objects closed, no length bounds, which "
+        "strict mode refuses); false: the whole schema, its bounds included, for servers that enforce every keyword "
+        "by grammar (llama-server, vLLM), so a small model cannot run on inside a string",
+    )
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(3, ge=0, le=10)
     backoff_s: float = Field(0.5, ge=0)

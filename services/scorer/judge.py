@@ -13,6 +13,7 @@ an answer that does is invalid, and retried, wherever it is checked.
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -20,12 +21,17 @@ from common import prompts
 from rubricd.messages import Rollout, RubricSet
 
 JUDGE = "judge"  # the agent: its settings are `agents.judge`, its prompt prompts/judge.md
+MAX_EXPLANATION_CHARS = 400
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
-    """The judge's decision on one rubric: its reasons first, then whether the rubric is met."""
+    """The judge's decision on one rubric: its reasons first, then whether the rubric is met.
 
-    explanation: str
+    The explanation's bound is in the schema only (not checked on decode): a server that enforces it by
+    grammar stops a small model that would run on; OpenAI's strict mode, which refuses it, never sees it.
+    """
+
+    explanation: Annotated[str, msgspec.Meta(extra_json_schema={"maxLength": MAX_EXPLANATION_CHARS})]
     met: bool
 
 

@@ -1,6 +1,7 @@
 """The LLM gateway against the simulator: output modes, retries, timeouts, usage, concurrency."""
 
 import asyncio
+import json
 import socket
 import time
 import uuid
@@ -8,7 +9,7 @@ import uuid
 import msgspec
 import pytest
 
-from common.llm import DIALECTS, LLMError, LLMGateway, _decode, _Retryable, _schema_of
+from common.llm import DIALECTS, LLMError, LLMGateway, _decode, _request, _Retryable, _schema_of
 from common.settings import LLMSettings, ServiceSettings, load
 from rubricd.messages import Event, Rollout, RolloutAnalysis, Rubric, RubricSet
 from scorer import judge
@@ -273,3 +274,17 @@ async def test_a_500_that_says_the_request_is_invalid_fails_at_once_with_the_ser
             await gateway.structured("judge", judge_messages("42"), VERDICT)
     assert failed.value.attempts == 1 and not failed.value.transient
     assert "HTTP 500" in failed.value.reason and "Input should be 'text' or 'json_object'" in failed.value.reason
+
+
+def test_only_openai_strict_mode_gets_the_strict_schema_grammar_servers_get_its_bounds_too() -> None:
+    schema = _schema_of(VERDICT)
+    strict, _ = _request(settings("http://x/v1", output_mode="json_schema"), schema, [])
+    whole, _ = _request(settings("http://x/v1", output_mode="json_schema", strict=False), schema, [])
+    schema_object, _ = _request(settings("http://x/v1", output_mode="json_object_schema"), schema, [])
+    assert strict["response_format"]["json_schema"]["strict"] is True
+    assert "maxLength" not in json.dumps(strict)  # OpenAI's strict mode refuses it
+    assert whole["response_format"]["json_schema"]["strict"] is False
+    for request in (whole, schema_object):
+        assert f'"maxLength": {judge.MAX_EXPLANATION_CHARS}' in json.dumps(request)
+    long = {rubric.id: {"explanation": "x" * 1000, "met": True} for rubric in RUBRICS}
+    assert msgspec.convert(long, VERDICT)  # the bound is the server's to enforce, not checked on decode
