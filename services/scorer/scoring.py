@@ -5,6 +5,7 @@ needs no broker.
 """
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,9 +36,15 @@ class Rubrics:
     system: str
     step: int  # the newest rollout step this entry was checked against Redis for
 
-    @property
+    # Derived once per cached set, not per rollout (cached_property writes past the frozen __setattr__).
+    @functools.cached_property
     def ids(self) -> tuple[str, ...]:
         return tuple(r.id for r in self.set.rubrics)
+
+    @functools.cached_property
+    def verdict(self) -> type[msgspec.Struct]:
+        """The judge's answer type for this set (judge.verdict_type)."""
+        return judge.verdict_type(self.ids)
 
 
 class RubricCache:
@@ -98,7 +105,7 @@ async def score_rollout(
         "policy": policy_name,
     }
     try:
-        verdict = await call_judge(judge.messages(rubrics.system, rollout), judge.verdict_type(rubrics.ids))
+        verdict = await call_judge(judge.messages(rubrics.system, rollout), rubrics.verdict)
     except JudgeFailed as e:
         return Score(
             **base,
