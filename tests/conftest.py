@@ -200,6 +200,12 @@ def free_port_block(n: int) -> int:
     raise RuntimeError(f"no {n} consecutive free ports")
 
 
+@pytest.fixture
+def free_port() -> int:
+    """A free loopback port, away from the stacks' ports."""
+    return free_port_block(1)
+
+
 def stack_ports(base: int) -> dict[str, int]:
     """Every port a whole stack (services too) binds, from BASE on: 8 for the servers, the services' above, and
     the local model's last."""

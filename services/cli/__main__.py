@@ -15,7 +15,7 @@ from common.llm import redact
 from common.settings import ServiceSettings, load
 from rubricd.keys import InvalidKey, Keys
 
-from . import accuracy, acl, dlq, export, memory, replay, rubrics, schedule, status, tail
+from . import accuracy, acl, dashboard, dlq, export, memory, replay, rubrics, schedule, status, tail
 from .context import Context, Failed
 
 
@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--namespace", help="key namespace of the deployment (default: RUBRICD_NAMESPACE or rubricd)")
     top.add_argument("--redis-url", help="Redis of the deployment (default: RUBRICD_REDIS_URL)")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (tail, status, schedule, accuracy, export, replay, rubrics, memory, dlq, acl):
+    for module in (tail, status, dashboard, schedule, accuracy, export, replay, rubrics, memory, dlq, acl):
         module.add(commands)
     return top
 

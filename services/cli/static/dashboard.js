@@ -1,0 +1,275 @@
+// rubricd dashboard: polls the JSON routes of `rubricd dashboard` and draws them (plain DOM and SVG, no build step).
+"use strict";
+
+const COLORS = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d", "#4d7c0f"];
+const SVG = "http://www.w3.org/2000/svg";
+const state = { run: new URLSearchParams(location.hash.slice(1)).get("run"), services: new Set(), classes: [] };
+// A meta-class has one color in the reward chart and the schedule strip; the total is COLORS[0].
+const classColor = (name) => COLORS[(1 + state.classes.indexOf(name)) % COLORS.length];
+
+function el(tag, attrs = {}, ...children) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v !== null && v !== undefined) node.setAttribute(k, v);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+async function get(path) {
+  const response = await fetch(path, { cache: "no-store" });
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response.json();
+}
+
+const fmt = (x, digits = 3) => (x === null || x === undefined ? "–" : Number(x).toFixed(digits));
+const clock = (at) => (at ? new Date(at * 1000).toISOString().slice(11, 23) : "–");
+const day = (at) => (at ? new Date(at * 1000).toISOString().slice(0, 19).replace("T", " ") : "–");
+
+// --- Charts ---
+
+function frame(steps, yMin, yMax, width = 540, height = 220, label = (v) => fmt(v, 2)) {
+  const m = { left: 40, right: 10, top: 10, bottom: 24 };
+  const x0 = Math.min(...steps), x1 = Math.max(...steps);
+  const x = (s) => m.left + (x1 === x0 ? 0.5 : (s - x0) / (x1 - x0)) * (width - m.left - m.right);
+  const y = (v) => height - m.bottom - ((v - yMin) / (yMax - yMin || 1)) * (height - m.top - m.bottom);
+  const svg = el("svg:svg", { width, height, viewBox: `0 0 ${width} ${height}` });
+  for (let i = 0; i <= 4; i++) {
+    const v = yMin + ((yMax - yMin) * i) / 4;
+    svg.append(el("svg:line", { x1: m.left, x2: width - m.right, y1: y(v), y2: y(v), stroke: "#e3e5e8" }));
+    svg.append(el("svg:text", { x: m.left - 6, y: y(v) + 4, "text-anchor": "end" }, label(v)));
+  }
+  const every = Math.max(1, Math.ceil(steps.length / 12));
+  steps.forEach((s, i) => {
+    if (i % every === 0) svg.append(el("svg:text", { x: x(s), y: height - 6, "text-anchor": "middle" }, s));
+  });
+  return { svg, x, y, m };
+}
+
+function lineChart(container, steps, series, yMin, yMax) {
+  container.replaceChildren();
+  if (!steps.length) {
+    container.append(el("p", { class: "note empty" }, "no recorded scores yet"));
+    return;
+  }
+  const { svg, x, y } = frame(steps, yMin, yMax);
+  const legend = el("div", { class: "legend" });
+  series.forEach((s) => {
+    const color = s.color;
+    const group = el("svg:g", { class: "series", "data-series": s.name });
+    let d = "";
+    let pen = "M";
+    s.values.forEach((v, j) => {
+      if (v === null || v === undefined) {
+        pen = "M";
+        return;
+      }
+      d += `${pen}${x(steps[j]).toFixed(1)},${y(v).toFixed(1)} `;
+      pen = "L";
+      group.append(
+        el("svg:circle", { cx: x(steps[j]), cy: y(v), r: s.width > 2 ? 3 : 2, fill: color },
+          el("svg:title", {}, `${s.name}, step ${steps[j]}: ${fmt(v)}`)),
+      );
+    });
+    group.prepend(el("svg:path", { d, fill: "none", stroke: color, "stroke-width": s.width, "stroke-dasharray": s.dash }));
+    svg.append(group);
+    legend.append(el("span", {}, el("i", { style: `background:${color}` }), s.name));
+  });
+  container.append(svg, legend);
+}
+
+function barChart(container, steps, values, titles) {
+  container.replaceChildren();
+  if (!steps.length) {
+    container.append(el("p", { class: "note empty" }, "no recorded scores yet"));
+    return;
+  }
+  const top = Math.max(0.1, ...values.filter((v) => v !== null));
+  const { svg, x, y } = frame(steps, 0, top, 540, 160, (v) => `${Math.round(100 * v)}%`);
+  const width = Math.max(2, Math.min(24, 400 / steps.length));
+  steps.forEach((s, i) => {
+    const v = values[i] ?? 0;
+    svg.append(
+      el("svg:rect", { class: "bar", "data-step": s, x: x(s) - width / 2, y: y(v), width, height: y(0) - y(v), fill: v ? "#b91c1c" : "#ccc" },
+        el("svg:title", {}, titles[i])),
+    );
+  });
+  container.append(svg);
+}
+
+// --- Sections ---
+
+function drawRewards(steps) {
+  const xs = steps.map((s) => s.step);
+  const series = [{ name: "total", values: steps.map((s) => s.reward), width: 3, color: COLORS[0] }];
+  for (const c of state.classes) {
+    series.push({ name: c, values: steps.map((s) => s.meta_classes[c] ?? null), width: 1.5, dash: "5 3", color: classColor(c) });
+  }
+  if (steps.some((s) => s.evaluation_rollouts)) {
+    series.push({ name: "evaluation", values: steps.map((s) => s.evaluation_reward), width: 1.5, dash: "1 3", color: "#555" });
+  }
+  const values = series.flatMap((s) => s.values).filter((v) => v !== null);
+  lineChart(document.querySelector("#rewards .chart"), xs, series, Math.min(0, ...values), Math.max(1, ...values));
+}
+
+function drawFailures(steps) {
+  const titles = steps.map((s) => `step ${s.step}: ${s.failed} of ${s.scored} judge calls failed` + (s.rejected ? `, ${s.rejected} rejected` : ""));
+  barChart(document.querySelector("#failures .chart"), steps.map((s) => s.step), steps.map((s) => s.failure_rate), titles);
+  const failed = steps.reduce((n, s) => n + s.failed, 0), scored = steps.reduce((n, s) => n + s.scored, 0);
+  document.getElementById("failure-total").textContent = scored
+    ? `${failed} of ${scored} scores failed (${fmt((100 * failed) / scored, 1)}%): no reward, never a silent 0.`
+    : "";
+}
+
+function drawSchedule(schedule) {
+  const strip = document.querySelector("#classes .strip");
+  strip.replaceChildren();
+  if (!schedule.length) return;
+  const latest = schedule[schedule.length - 1];
+  document.getElementById("active-class").textContent =
+    `step ${latest.step}: ${latest.meta_class ?? "weighted total"} (${latest.reason}, strategy ${latest.strategy})`;
+  for (const d of schedule) {
+    const color = d.meta_class ? classColor(d.meta_class) : null;
+    strip.append(el("span", { "data-step": d.step, title: `step ${d.step}: ${d.reason}`, style: color ? `background:${color};color:#fff` : null },
+      `${d.step}: ${d.meta_class ?? "total"}`));
+  }
+}
+
+function drawRubrics(steps) {
+  const box = document.querySelector("#rubrics .heatmap");
+  const shown = steps.slice(-30);
+  const ids = [...new Set(shown.flatMap((s) => Object.keys(s.rubrics)))];
+  if (!ids.length) {
+    box.replaceChildren(el("p", { class: "note empty" }, "no verdicts recorded yet"));
+    return;
+  }
+  const head = el("tr", {}, el("th", {}, "rubric"), el("th", { class: "num" }, "points"), shown.map((s) => el("th", { class: "num" }, s.step)));
+  const rows = ids.map((id) => {
+    const points = shown.map((s) => s.rubrics[id]?.points).filter((p) => p !== undefined).pop();
+    return el("tr", { "data-rubric": id }, el("td", {}, id), el("td", { class: "num" }, points > 0 ? `+${points}` : points),
+      shown.map((s) => {
+        const r = s.rubrics[id];
+        if (!r) return el("td", {});
+        // green when met is good (positive points), red when met is bad (a penalty)
+        const good = points >= 0 ? r.met : 1 - r.met;
+        const style = `background:hsl(${Math.round(good * 120)},60%,${88 - 20 * Math.abs(good - 0.5)}%)`;
+        return el("td", { class: "num", style, title: `step ${s.step}: met by ${Math.round(r.met * r.judged)} of ${r.judged}` }, fmt(r.met, 2));
+      }));
+  });
+  box.replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+function drawVersions(versions) {
+  const list = document.querySelector("#versions ol");
+  list.replaceChildren(
+    ...versions.slice().reverse().map((v) => {
+      const head = `v${v.version} · ` + (v.step === null ? "seed" : `from step ${v.step}`) +
+        (v.strategy ? ` · ${v.strategy}` : "") + ` · ${v.rubrics.length} rubrics · ${day(v.at)}`;
+      const changes = v.changes.map((c) =>
+        el("li", { class: c.change, "data-rubric": c.rubric_id }, c.text, el("div", { class: "why" }, "why: " + (c.rationale || "(no rationale recorded)"))));
+      return el("li", { "data-version": v.version }, el("strong", {}, head),
+        v.step !== null && !changes.length ? el("div", { class: "note" }, "no change") : el("ul", {}, changes));
+    }),
+  );
+}
+
+function drawGroups(groups) {
+  const box = document.querySelector("#groups .table");
+  if (!groups.length) {
+    box.replaceChildren(el("p", { class: "note empty" }, "no consumer groups: no service has started"));
+    return;
+  }
+  const head = el("tr", {}, ["stream", "group", "consumers", "pending", "lag", "oldest pending"].map((h) => el("th", {}, h)));
+  const rows = groups.map((g) =>
+    el("tr", { "data-group": `${g.stream}/${g.group}` }, el("td", {}, g.stream), el("td", {}, g.group),
+      el("td", { class: "num" }, g.consumers), el("td", { class: "num" }, g.pending),
+      el("td", { class: g.lag ? "num lagging" : "num" }, g.lag ?? "?"),
+      el("td", { class: "num" }, g.oldest_pending_age_s === null ? "–" : `${g.oldest_pending_age_s.toFixed(1)}s`)));
+  box.replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+function drawEvents(events) {
+  const select = document.getElementById("event-service");
+  for (const e of events) {
+    if (!state.services.has(e.service)) {
+      state.services.add(e.service);
+      select.append(el("option", { value: e.service }, e.service));
+    }
+  }
+  const head = el("tr", {}, ["time", "service", "kind", "run/step/rollout", "detail", "fields"].map((h) => el("th", {}, h)));
+  const rows = events.map((e) => {
+    const where = [e.run_id, e.step, e.rollout_id].filter((x) => x !== null && x !== undefined).join("/");
+    const fields = Object.entries(e.fields || {}).filter(([, v]) => v !== null)
+      .map(([k, v]) => `${k}=${typeof v === "number" && !Number.isInteger(v) ? v.toFixed(4) : v}`).join(" ");
+    return el("tr", { "data-kind": e.kind, "data-service": e.service }, el("td", {}, clock(e.at)), el("td", {}, e.service),
+      el("td", {}, e.kind), el("td", {}, where || "–"), el("td", { class: "wrap" }, e.detail || ""), el("td", { class: "wrap" }, fields));
+  });
+  document.querySelector("#events .table").replaceChildren(
+    events.length ? el("table", {}, el("thead", {}, head), el("tbody", {}, rows)) : el("p", { class: "note empty" }, "no matching events"));
+}
+
+// --- Polling ---
+
+async function refresh() {
+  try {
+    const { runs } = await get("api/runs");
+    const select = document.getElementById("run");
+    const ids = runs.map((r) => r.run_id);
+    if (!ids.includes(state.run)) state.run = (runs.find((r) => r.recorded) || runs[0] || {}).run_id ?? null;
+    if ([...select.options].map((o) => o.value).join() !== ids.join()) {
+      select.replaceChildren(...runs.map((r) => el("option", { value: r.run_id }, r.run_id)));
+    }
+    select.value = state.run ?? "";
+    const info = runs.find((r) => r.run_id === state.run);
+    document.getElementById("run-info").textContent = info
+      ? `rubrics v${info.version ?? "–"}` + (info.instance_sets ? ` · ${info.instance_sets} instance sets` : "") +
+        ` · ${info.recorded} recorded` + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
+      : "no runs yet";
+    const q = new URLSearchParams({
+      run: document.getElementById("event-this-run").checked ? state.run ?? "" : "",
+      service: document.getElementById("event-service").value,
+      kind: document.getElementById("event-kind").value,
+    });
+    const [run, groups, events] = await Promise.all([
+      state.run ? get(`api/runs/${encodeURIComponent(state.run)}`) : null,
+      get("api/groups"),
+      get(`api/events?${q}`),
+    ]);
+    if (run) {
+      const named = [...run.steps.flatMap((s) => Object.keys(s.meta_classes)), ...run.schedule.map((d) => d.meta_class)];
+      state.classes = [...new Set(named.filter((c) => c))].sort();
+      drawRewards(run.steps);
+      drawFailures(run.steps);
+      drawSchedule(run.schedule);
+      drawRubrics(run.steps);
+      drawVersions(run.versions);
+    }
+    drawGroups(groups);
+    drawEvents(events);
+    document.getElementById("problem").textContent = "";
+    document.getElementById("updated").textContent = "updated " + new Date().toISOString().slice(11, 19) + " UTC";
+    document.body.dataset.loaded = "true";
+  } catch (e) {
+    document.getElementById("problem").textContent = String(e);
+  }
+}
+
+let timer = null;
+function soon(delay = 0) {
+  clearTimeout(timer);
+  timer = setTimeout(async () => {
+    await refresh();
+    soon(REFRESH_MS);
+  }, delay);
+}
+
+document.getElementById("event-kind").append(...EVENT_KINDS.map((k) => el("option", { value: k }, k)));
+document.getElementById("run").addEventListener("change", (e) => {
+  state.run = e.target.value;
+  location.hash = new URLSearchParams({ run: state.run });
+  soon();
+});
+for (const id of ["event-this-run", "event-service", "event-kind"]) document.getElementById(id).addEventListener("change", () => soon());
+soon();

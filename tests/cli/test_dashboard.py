@@ -1,0 +1,254 @@
+"""`rubricd dashboard` in Debian's headless chromium (driven by selenium), against the real stack and the four
+services of the loop running an alternating-reward run; and its step tally without a broker.
+
+The browser test keeps a screenshot: .stack/artifacts/dashboard.png.
+"""
+
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from cli.dashboard import StepTally
+from demo.policy import respond
+from rubricd import RubricdClient, wire
+from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricsUpdated, Score, ScoredRollout
+
+pytestmark = pytest.mark.integration
+
+RUN, PER_STEP = "dash", 6
+FAIL_JUDGE = " [sim:fail=500,times=99,agent=JudgeVerdict]"  # every judge call on this prompt fails, nothing else
+ARTIFACTS = Path(__file__).resolve().parents[2] / ".stack" / "artifacts"
+
+
+def rollouts(step: int) -> list[Rollout]:
+    """Honest answers at step 0; from step 1 every other one is padded; at step 2 one judge call fails."""
+    out = []
+    for i in range(PER_STEP):
+        a, b = 10 + step, 20 + i
+        behaviour = "padded" if step >= 1 and i % 2 else "correct"
+        failing = step == 2 and i == 0
+        out.append(
+            Rollout(
+                run_id=RUN,
+                rollout_id=f"s{step}-r{i}",
+                step=step,
+                prompt=f"What is {a} + {b}?" + (FAIL_JUDGE if failing else ""),
+                response=respond(behaviour, a, b),
+                reference=str(a + b),
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    profile = tempfile.mkdtemp(prefix="rubricd-chromium-")
+    # Headless, as root, on a machine without network: no sandbox, no background calls home.
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,2000",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def dashboard(service_env, free_port) -> Iterator[str]:
+    """`rubricd dashboard` in this test's namespace, refreshing twice a second: its URL."""
+    port = free_port
+    cmd = [sys.executable, "-m", "cli", "dashboard", "--port", str(port), "--refresh", "0.5"]
+    server = subprocess.Popen(cmd, env=service_env, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "api/groups", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def until(driver: WebDriver, found: Callable[[WebDriver], object], timeout: float = 30) -> None:
+    WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=[WebDriverException]).until(found)
+
+
+def texts(driver: WebDriver, css: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+
+
+@pytest.mark.timeout(600)
+async def test_the_dashboard_shows_a_live_run(stack, keys, start_service, redis, dashboard, browser):
+    services = [
+        start_service(
+            "scorer", wait=False, reward_policy="alternating", schedule_strategy="round_robin", warmup_steps=1
+        ),
+        *(start_service(name, wait=False, step_deadline_s=120) for name in ("analyzer", "summarizer", "updater")),
+    ]
+    for service in services:
+        service.wait_consuming(stack.redis_url, keys)
+    scores: dict[int, list[Score]] = {}
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        for step in range(3):
+            scores[step] = await client.score(rollouts(step), timeout=120)
+            await client.close_step(RUN, step, rollouts=PER_STEP)
+            await client.wait_for_rubrics(RUN, step, timeout=300)
+        evaluation = Rollout(
+            run_id=RUN,
+            rollout_id="eval-0",
+            step=2,
+            prompt="What is 2 + 2?",
+            response="4",
+            reference="4",
+            evaluation=True,
+        )
+        [evaluated] = await client.score([evaluation], timeout=60)
+    assert [s.status for s in scores[2]].count(JudgeStatus.JUDGE_FAILED) == 1
+    updates = [wire.decode(wire.payload(f), RubricsUpdated) for _, f in await redis.xrange(keys.rubrics_updated)]
+    [made] = [u for u in updates if u.version == 2]  # the padding from step 1 gave version 2
+    [added] = [m for m in made.modifications if m.rubric is not None]
+
+    browser.get(dashboard + f"#run={RUN}")
+    until(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#versions li[data-version='2']"))
+    assert Select(browser.find_element(By.ID, "run")).first_selected_option.text == RUN
+
+    # Reward per step: the total (each step's mean), each meta-class, and the evaluation rollout.
+    series = {e.get_attribute("data-series"): e for e in browser.find_elements(By.CSS_SELECTOR, "#rewards g.series")}
+    classes = set(scores[0][0].meta_class_scores)
+    assert set(series) == {"total", "evaluation", *classes}
+    points = [c.get_attribute("textContent") for c in series["total"].find_elements(By.TAG_NAME, "title")]
+    for step in range(3):
+        rewarded = [s.reward for s in scores[step] if s.reward is not None]
+        assert f"total, step {step}: {sum(rewarded) / len(rewarded):.3f}" in points
+    evaluation_points = series["evaluation"].find_elements(By.TAG_NAME, "title")
+    assert [t.get_attribute("textContent") for t in evaluation_points] == [
+        f"evaluation, step 2: {evaluated.reward:.3f}"
+    ]
+
+    # The judge failure rate: one of six at step 2, none before.
+    bars = {
+        b.get_attribute("data-step"): b.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+        for b in browser.find_elements(By.CSS_SELECTOR, "#failures rect.bar")
+    }
+    assert bars == {
+        "0": "step 0: 0 of 6 judge calls failed",
+        "1": "step 1: 0 of 6 judge calls failed",
+        "2": "step 2: 1 of 6 judge calls failed",
+    }
+    assert "1 of 18 scores failed" in browser.find_element(By.ID, "failure-total").text
+
+    # The active meta-class of each step: the weighted total while warming up, then the scorer's choice.
+    active = [scores[step][-1].active_meta_class for step in range(3)]
+    assert active[0] is None and active[1] in classes
+    assert texts(browser, "#classes .strip span") == [f"{s}: {c or 'total'}" for s, c in enumerate(active)]
+
+    # Each rubric's met rate per step; the rubric version 2 added is judged from the step after it was made.
+    correct = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#rubrics tr[data-rubric='correct'] td")]
+    met = [
+        [r.met for s in scores[step] for r in s.results if r.rubric_id == "correct"] for step in range(3)
+    ]  # the failed judge gave no verdicts
+    assert correct == ["correct", "+5", *(f"{sum(m) / len(m):.2f}" for m in met)]
+    new_row = [
+        c.text for c in browser.find_elements(By.CSS_SELECTOR, f"#rubrics tr[data-rubric='{added.rubric.id}'] td")
+    ]
+    assert made.step is not None and made.step <= 1
+    judged_from = 2 + made.step + 1  # the cells after the rubric and points columns: steps 0, 1, ...
+    assert set(new_row[2:judged_from]) == {""} and new_row[judged_from] != ""
+
+    # The version timeline: version 2, the step it was made from, its change and why.
+    version = browser.find_element(By.CSS_SELECTOR, "#versions li[data-version='2']")
+    assert f"v2 · from step {made.step}" in version.text and f"+ {added.rubric.id}" in version.text
+    assert "why: " + " ".join(added.rationale.split()) in " ".join(version.text.split())
+
+    # Consumer groups of every service of the loop.
+    groups = {e.get_attribute("data-group") for e in browser.find_elements(By.CSS_SELECTOR, "#groups tr[data-group]")}
+    assert {"rollouts/scorers", "scored/analyzers", "analyses/summarizers", "steps/summarizers"} <= groups
+    assert "summaries/updaters" in groups
+
+    # The event tail, filtered by kind and then by service.
+    Select(browser.find_element(By.ID, "event-kind")).select_by_value("judge_failed")
+    until(browser, lambda d: set(texts(d, "#events td:nth-child(3)")) == {"judge_failed"})
+    assert texts(browser, "#events td:nth-child(4)") == [f"{RUN}/2/s2-r0"]
+    Select(browser.find_element(By.ID, "event-kind")).select_by_value("")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#event-service option[value='updater']"))
+    Select(browser.find_element(By.ID, "event-service")).select_by_value("updater")
+    until(
+        browser,
+        lambda d: texts(d, "#events td:nth-child(2)") and set(texts(d, "#events td:nth-child(2)")) == {"updater"},
+    )
+    Select(browser.find_element(By.ID, "event-service")).select_by_value("")
+
+    # Live: a new step shows up without reloading the page.
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        await client.score(rollouts(3), timeout=120)
+    until(
+        browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#rewards g.series[data-series='total'] circle")) == 4
+    )
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert not errors, errors
+
+
+def scored(step: int, status: JudgeStatus, reward: float | None, **score: object) -> ScoredRollout:
+    rollout = Rollout(run_id="r", rollout_id=f"x{reward}", step=step, prompt="p", response="a")
+    return ScoredRollout(
+        rollout=rollout,
+        score=Score(run_id="r", rollout_id="x", step=step, status=status, reward=reward, rubric_version=1, **score),
+    )
+
+
+def test_a_step_tally_keeps_failures_rejections_masks_and_evaluation_apart():
+    tally = StepTally()
+    results = [
+        RubricResult(rubric_id="correct", met=True, points=5),
+        RubricResult(rubric_id="pad", met=False, points=-2),
+    ]
+    tally.add(scored(0, JudgeStatus.OK, 1.0, results=results, meta_class_scores={"accuracy": 1.0}))
+    tally.add(scored(0, JudgeStatus.OK, 0.0, meta_class_scores={"accuracy": 0.0}))
+    tally.add(scored(0, JudgeStatus.JUDGE_FAILED, None))
+    tally.add(scored(0, JudgeStatus.REJECTED, None))
+    tally.add(scored(0, JudgeStatus.OK, None, masked=True))
+    tally.add(scored(0, JudgeStatus.OK, 0.25, evaluation=True))
+    row = tally.row(0)
+    assert (row["scored"], row["failed"], row["rejected"], row["masked"]) == (4, 1, 1, 1)
+    assert row["failure_rate"] == 0.25
+    assert row["reward"] == 0.5  # the two rewarded training rollouts only
+    assert (row["evaluation_reward"], row["evaluation_rollouts"]) == (0.25, 1)
+    assert row["meta_classes"] == {"accuracy": 0.5}
+    assert row["rubrics"] == {
+        "correct": {"met": 1.0, "judged": 1, "points": 5.0},
+        "pad": {"met": 0.0, "judged": 1, "points": -2.0},
+    }
