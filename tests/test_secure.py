@@ -7,6 +7,8 @@ One stack for the module: the fixture runs a short training run on it (and one r
 the tests look at what it left and try what each user may not do.
 """
 
+import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -56,6 +58,7 @@ class Run:
     status: subprocess.CompletedProcess[str]  # `rubricd status --json` as the cli user
     healthbench: list[subprocess.CompletedProcess[str]]  # `rubricd rubrics import` and `report` as the cli user
     gateway: dict[str, Any]  # the HTTP gateway's answers to an OpenRLHF request and its retry, as its own user
+    dashboard: dict[str, httpx.Response]  # `rubricd dashboard`'s JSON routes, as the cli user
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +108,24 @@ async def run(start_module_stack) -> Run:
         again = await http.post(f"http://127.0.0.1:{base + 4}/get_reward?run={RUN}-http", json=request)  # a retry
         assert asked.status_code == again.status_code == 200, (asked.text, again.text)
         gateway = {"first": asked.json(), "retried": again.json()}
+    dashboard = subprocess.Popen(  # `rubricd dashboard` as the cli user, on a port of the stack's block left free
+        [sys.executable, "-m", "cli", "dashboard", "--port", str(base + 5)],
+        env={**os.environ, **settings_of(stack, "cli")},
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        pages = {}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{base + 5}", timeout=60) as http:
+            for _ in range(100):
+                with contextlib.suppress(httpx.TransportError):
+                    pages["runs"] = await http.get("/api/runs")
+                    break
+                await asyncio.sleep(0.1)
+            for name, path in {"run": f"/api/runs/{RUN}", "groups": "/api/groups", "events": "/api/events"}.items():
+                pages[name] = await http.get(path)
+    finally:
+        dashboard.terminate()
+        dashboard.wait(10)
     admin = Redis.from_url(url_of(stack, "admin"))
     try:
         refused = await admin.acl_log()
@@ -120,7 +141,16 @@ async def run(start_module_stack) -> Run:
         timeout=60,
     )
     return Run(
-        stack, secrets, scores, wire.decode(wire.payload(fields), Score), refused, metrics, status, healthbench, gateway
+        stack,
+        secrets,
+        scores,
+        wire.decode(wire.payload(fields), Score),
+        refused,
+        metrics,
+        status,
+        healthbench,
+        gateway,
+        pages,
     )
 
 
@@ -158,6 +188,12 @@ def test_no_service_was_refused_anything_the_run_needed(run: Run) -> None:
     assert run.refused == []  # the gateway's answers below included: it publishes, waits and re-reads as itself
     assert run.gateway["first"]["rewards"] == run.gateway["retried"]["rewards"] == [1.0]
     assert run.status.returncode == 0, run.status.stderr  # the cli user reads what `rubricd status` shows
+    assert {name: page.status_code for name, page in run.dashboard.items()} == dict.fromkeys(
+        ("runs", "run", "groups", "events"), 200
+    )  # and what the dashboard shows
+    [step] = run.dashboard["run"].json()["steps"]
+    assert (step["step"], step["scored"], step["failed"]) == (0, 4, 0)
+    assert RUN in {r["run_id"] for r in run.dashboard["runs"].json()["runs"]}
     report = msgspec.json.decode(run.status.stdout)
     assert {s["stream"]: s["length"] for s in report["streams"]}[keys.dead_letters] == 1
 

@@ -3,6 +3,7 @@
 
 const COLORS = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d", "#4d7c0f"];
 const SVG = "http://www.w3.org/2000/svg";
+const MAX_RUBRICS = 40; // rows of the met-rate table
 const state = { run: new URLSearchParams(location.hash.slice(1)).get("run"), services: new Set(), classes: [] };
 // A meta-class has one color in the reward chart and the schedule strip; the total is COLORS[0].
 const classColor = (name) => COLORS[(1 + state.classes.indexOf(name)) % COLORS.length];
@@ -140,11 +141,15 @@ function drawSchedule(schedule) {
 function drawRubrics(steps) {
   const box = document.querySelector("#rubrics .heatmap");
   const shown = steps.slice(-30);
-  const ids = [...new Set(shown.flatMap((s) => Object.keys(s.rubrics)))];
-  if (!ids.length) {
+  const judged = new Map();
+  for (const s of shown) for (const [id, r] of Object.entries(s.rubrics)) judged.set(id, (judged.get(id) ?? 0) + r.judged);
+  if (!judged.size) {
     box.replaceChildren(el("p", { class: "note empty" }, "no verdicts recorded yet"));
     return;
   }
+  // Per-instance sets (generated rubrics) can name hundreds of rubrics: the most judged first, MAX_RUBRICS rows.
+  const ranked = [...judged.keys()];
+  const ids = ranked.length > MAX_RUBRICS ? ranked.sort((a, b) => judged.get(b) - judged.get(a)).slice(0, MAX_RUBRICS) : ranked;
   const head = el("tr", {}, el("th", {}, "rubric"), el("th", { class: "num" }, "points"), shown.map((s) => el("th", { class: "num" }, s.step)));
   const rows = ids.map((id) => {
     const points = shown.map((s) => s.rubrics[id]?.points).filter((p) => p !== undefined).pop();
@@ -158,7 +163,9 @@ function drawRubrics(steps) {
         return el("td", { class: "num", style, title: `step ${s.step}: met by ${Math.round(r.met * r.judged)} of ${r.judged}` }, fmt(r.met, 2));
       }));
   });
-  box.replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
+  const more = ranked.length - ids.length;
+  box.replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, rows)),
+    more > 0 ? el("p", { class: "note" }, `and ${more} less judged rubrics`) : null);
 }
 
 function drawVersions(versions) {
