@@ -13,7 +13,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 # The demo's size: a real model on a CPU takes seconds a call, so its run is short (a few steps, few rollouts).
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,--steps 10 --rollouts 24)
 
-.PHONY: all install system-deps weaviate model trl trl-python up down status lint format typecheck test bench schemas demo clean
+.PHONY: all install system-deps weaviate model trl trl-python k8s-tools k8s-tools-path up down status lint format typecheck test bench schemas demo clean
 
 all: install lint typecheck test
 
@@ -81,8 +81,30 @@ trl:
 trl-python:
 	@echo $(TRL_VENV)/bin/python
 
+# What tests/test_k8s.py checks deploy/k8s with, offline (no cluster, no kubectl), pinned and cached outside
+# the repo: kustomize built from its Go module, and the CRDs (KEDA's ScaledObject and TriggerAuthentication,
+# the Prometheus Operator's PodMonitor) with KEDA's redis-streams scaler source (its metadata names) from
+# their Go modules. The Kubernetes schemas come with the kubernetes-validate package (the dev extra).
+KUSTOMIZE_VERSION := v5.8.2
+KEDA_VERSION := v2.21.0
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+K8S_TOOLS := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/k8s-kustomize-$(KUSTOMIZE_VERSION)-keda-$(KEDA_VERSION)-prometheus-operator-$(PROMETHEUS_OPERATOR_VERSION)
+k8s-tools:
+	@test -x $(K8S_TOOLS)/kustomize || { rm -rf $(K8S_TOOLS).new && mkdir -p $(K8S_TOOLS).new && \
+	  GOBIN=$(K8S_TOOLS).new go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) && \
+	  keda=$$(go mod download -json github.com/kedacore/keda/v2@$(KEDA_VERSION) | sed -n 's/.*"Dir": "\(.*\)",/\1/p') && \
+	  prom=$$(go mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) | \
+	    sed -n 's/.*"Dir": "\(.*\)",/\1/p') && \
+	  cp $$keda/config/crd/bases/keda.sh_scaledobjects.yaml $$keda/config/crd/bases/keda.sh_triggerauthentications.yaml \
+	    $$prom/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml \
+	    $$keda/pkg/scalers/redis_streams_scaler.go $$keda/pkg/scalers/redis_scaler.go $(K8S_TOOLS).new/ && \
+	  chmod -R u+w $(K8S_TOOLS).new && mv $(K8S_TOOLS).new $(K8S_TOOLS); }
+
+k8s-tools-path:
+	@echo $(K8S_TOOLS)
+
 # The tests start their own stack (.stack/test, other ports) and take it down.
-test: install weaviate model trl
+test: install weaviate model trl k8s-tools
 	$(PY) -m pytest -q
 
 # Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory; then two

@@ -1,0 +1,249 @@
+"""deploy/k8s, checked without a cluster: every overlay rendered by kustomize, every document validated, and what
+the manifests promise checked against the code.
+
+Validation is strict, like `kubectl apply`'s default field validation: an unknown field is an error. Built-in
+kinds are checked against the Kubernetes API's JSON schemas (the kubernetes-validate package ships them), KEDA's
+and the Prometheus Operator's against their CRDs' openAPIV3Schema, and a redis-streams trigger's metadata against
+the names KEDA's scaler reads (which KEDA would otherwise ignore silently). kustomize, the CRDs and the scaler's
+source come pinned from their Go modules through `make k8s-tools`, cached outside the repo; the test runs it.
+"""
+
+import copy
+import importlib
+import re
+import subprocess
+import typing
+from collections import Counter
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from common.service import ServiceApp
+from common.settings import AGENT_DEFAULTS, LLMSettings
+from gateway.settings import GatewaySettings
+from rubricd.keys import ANALYZERS, JUDGES, SCORERS, SUMMARIZERS, UPDATERS, Keys
+
+ROOT = Path(__file__).parents[1]
+K8S = ROOT / "deploy" / "k8s"
+KUBERNETES = "1.37"  # the API version the built-in kinds are checked against
+CONSUMERS = ("scorer", "analyzer", "summarizer", "updater")
+METRICS_PORT = 9100  # rubricd-config's RUBRICD_METRICS_PORT
+GATEWAY_PORT = GatewaySettings.model_fields["gateway_port"].default
+
+# What each overlay renders: a test that validated nothing cannot pass.
+OVERLAYS = {
+    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 6},
+    "production": {
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 2, "Deployment": 5},
+        **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
+    },
+    "external-redis": {
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 2, "StatefulSet": 1, "Deployment": 5},
+        **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
+    },
+}
+
+
+@cache
+def tools() -> Path:
+    subprocess.run(["make", "-s", "k8s-tools"], cwd=ROOT, check=True, timeout=900)
+    done = subprocess.run(["make", "-s", "--no-print-directory", "k8s-tools-path"], cwd=ROOT, capture_output=True)
+    return Path(done.stdout.decode().strip())
+
+
+def render(path: Path) -> list[dict[str, Any]]:
+    done = subprocess.run([tools() / "kustomize", "build", path], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def strict(schema: Any) -> Any:
+    """A CRD's schema with unknown fields refused: the API server prunes them, `kubectl apply` refuses them."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strict(value) for key, value in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+@cache
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> the strict schema, for every version of every CRD `make k8s-tools` fetched."""
+    schemas = {}
+    for path in tools().glob("*.yaml"):
+        crd = yaml.safe_load(path.read_text())
+        for version in crd["spec"]["versions"]:
+            key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+            schemas[key] = strict(version["schema"]["openAPIV3Schema"])
+    return schemas
+
+
+@cache
+def keda_redis_names() -> tuple[frozenset[str], frozenset[str]]:
+    """The trigger metadata and the authentication parameters KEDA's redis-streams scaler reads, from its source:
+    its `keda:"name=a;b, order=..."` tags (a name read from the environment is given as `<name>FromEnv`)."""
+    structs = [
+        (tools() / "redis_streams_scaler.go", "redisStreamsMetadata"),
+        (tools() / "redis_scaler.go", "redisConnectionInfo"),
+    ]
+    metadata, auth = set(), set()
+    for path, struct in structs:
+        body = re.search(rf"type {struct} struct {{(.*?)\n}}", path.read_text(), re.S)
+        assert body, f"{struct} not in {path}"
+        for names, order in re.findall(r'keda:"name=([^,"]+),\s*order=([^,"]+)', body.group(1)):
+            for name in names.split(";"):
+                if "triggerMetadata" in order:
+                    metadata.add(name)
+                if "resolvedEnv" in order:
+                    metadata.add(f"{name}FromEnv")
+                if "authParams" in order:
+                    auth.add(name)
+    return frozenset(metadata), frozenset(auth)
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Raise if `doc` is not a valid object of its kind (a kind with no schema is an error too)."""
+    schema = crd_schemas().get((doc["apiVersion"], doc["kind"]))
+    if schema is None:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+        return
+    jsonschema.validate(doc, schema)
+    metadata_names, auth_names = keda_redis_names()
+    for trigger in doc["spec"].get("triggers", []) if doc["kind"] == "ScaledObject" else []:
+        if trigger["type"] == "redis-streams" and (unknown := set(trigger["metadata"]) - metadata_names):
+            raise jsonschema.ValidationError(f"redis-streams trigger: KEDA reads no metadata {sorted(unknown)}")
+    for ref in doc["spec"].get("secretTargetRef", []) if doc["kind"] == "TriggerAuthentication" else []:
+        if ref["parameter"] not in auth_names:
+            raise jsonschema.ValidationError(f"KEDA's redis scalers read no parameter {ref['parameter']!r}")
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == kind}
+
+
+@cache
+def wiring(service: str) -> ServiceApp[Any]:
+    """The service's ServiceApp as its `create_app` wires it, with default settings (nothing connects)."""
+    built: list[ServiceApp[Any]] = []
+    real_build = ServiceApp.build
+
+    def build(self: ServiceApp[Any], *args: Any, **kwargs: Any) -> Any:
+        built.append(self)
+        return real_build(self, *args, **kwargs)
+
+    module = importlib.import_module(f"{service}.app")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ServiceApp, "build", build)
+        module.create_app(typing.get_type_hints(module.create_app)["settings"]())
+    return built[0]
+
+
+def longest_call_s(service: str) -> float:
+    """The longest timeout of the service's LLM agents, by default (AGENT_DEFAULTS, else LLMSettings')."""
+    default = LLMSettings.model_fields["timeout_s"].default
+    return max(float(AGENT_DEFAULTS[agent].get("timeout_s", default)) for agent in wiring(service).agents)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_document_of_each_overlay_validates(overlay: str) -> None:
+    docs = render(K8S / "overlays" / overlay)
+    for doc in docs:
+        validate(doc)
+    assert Counter(doc["kind"] for doc in docs) == OVERLAYS[overlay]
+
+
+def test_the_secret_example_validates() -> None:
+    validate(yaml.safe_load((K8S / "base" / "secret.example.yaml").read_text()))
+
+
+def test_each_service_is_probed_scraped_given_resources_and_time_to_finish() -> None:
+    deployments = of_kind(render(K8S / "overlays" / "production"), "Deployment")
+    assert set(deployments) == {*CONSUMERS, "gateway"}
+    for name, deployment in deployments.items():
+        pod = deployment["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        port = METRICS_PORT if name in CONSUMERS else GATEWAY_PORT
+        (named,) = [p["name"] for p in container["ports"] if p["containerPort"] == port]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"] == {"path": "/health", "port": named}, (name, probe)
+        assert pod["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(port),
+            "prometheus.io/path": "/metrics",
+        }, name
+        assert {"cpu", "memory"} <= set(container["resources"]["requests"]), name
+        assert container["command"] == ["python", "-m", name]
+        # Long enough to finish the longest LLM call in flight (the gateway: a request's whole deadline).
+        needed = longest_call_s(name) if name in CONSUMERS else GatewaySettings.model_fields["deadline_s"].default
+        assert pod["spec"]["terminationGracePeriodSeconds"] >= needed, name
+
+
+def test_the_simulator_is_only_in_the_demo_and_labelled_a_test_tool() -> None:
+    simulator = of_kind(render(K8S / "overlays" / "demo"), "Deployment")["simulator"]
+    assert simulator["metadata"]["labels"]["rubricd.dev/test-tool"] == "true"
+    for overlay in ("production", "external-redis"):
+        assert "simulator" not in of_kind(render(K8S / "overlays" / overlay), "Deployment")
+
+
+def test_each_consumer_is_scaled_on_the_groups_it_reads() -> None:
+    keys = Keys("rubricd")  # the namespace the manifests deploy (RUBRICD_NAMESPACE unset)
+    expected = {
+        "scorer": {(keys.rollouts, SCORERS), (keys.comparisons, JUDGES)},
+        "analyzer": {(keys.scored, ANALYZERS)},
+        "summarizer": {(keys.steps, SUMMARIZERS), (keys.analyses, SUMMARIZERS)},
+        "updater": {(keys.summaries, UPDATERS)},
+    }
+    for overlay in ("production", "external-redis"):
+        scaled = of_kind(render(K8S / "overlays" / overlay), "ScaledObject")
+        assert set(scaled) == set(CONSUMERS)
+        for name, obj in scaled.items():
+            assert obj["spec"]["scaleTargetRef"]["name"] == name
+            triggers = obj["spec"]["triggers"]
+            assert {t["type"] for t in triggers} == {"redis-streams"}
+            groups = {(t["metadata"]["stream"], t["metadata"]["consumerGroup"]) for t in triggers}
+            assert groups == expected[name] == set(wiring(name).groups), name
+    assert wiring("gateway").groups == []  # scaled by hand: it reads no group
+
+
+def test_the_updater_never_runs_twice() -> None:
+    docs = render(K8S / "overlays" / "production")
+    assert of_kind(docs, "ScaledObject")["updater"]["spec"]["maxReplicaCount"] == 1
+    assert of_kind(docs, "Deployment")["updater"]["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_a_broken_manifest_is_refused() -> None:
+    docs = render(K8S / "overlays" / "production")
+    deployment = of_kind(docs, "Deployment")["analyzer"]
+    scaled = of_kind(docs, "ScaledObject")["analyzer"]
+    broken: list[dict[str, Any]] = []
+
+    def breaking(doc: dict[str, Any]) -> dict[str, Any]:
+        broken.append(copy.deepcopy(doc))
+        return broken[-1]
+
+    breaking(deployment)["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["paht"] = "/x"
+    breaking(deployment)["spec"]["replicas"] = "two"
+    del breaking(deployment)["spec"]["selector"]
+    breaking(scaled)["spec"]["triggers"][0]["metdata"] = {}
+    breaking(scaled)["spec"]["minReplicaCount"] = "one"
+    breaking(scaled)["spec"]["triggers"][0]["metadata"]["lagcount"] = "32"  # KEDA reads lagCount
+    breaking(of_kind(docs, "TriggerAuthentication")["rubricd-keda-redis"])["spec"]["secretTargetRef"][0][
+        "parameter"
+    ] = "adress"
+    breaking(of_kind(docs, "PodMonitor")["rubricd"])["spec"]["podMetricsEndpoints"][0]["prot"] = "metrics"
+    breaking({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledThing", "metadata": {"name": "x"}})
+    for doc in broken:
+        with pytest.raises((jsonschema.ValidationError, kubernetes_validate.SchemaNotFoundError)):
+            validate(doc)
