@@ -70,13 +70,18 @@ typecheck: install
 
 # TRL's GRPOTrainer and torch (about 6 GB and 3 minutes, once) in a venv cached outside the repo, for the test
 # that trains through the TRL adapter (tests/test_trl.py; the project's own code comes from the checkout, its
-# client's dependencies, those of shared/pyproject.toml, are installed beside TRL).
+# client's dependencies, those of shared/pyproject.toml, are installed beside TRL). OpenRLHF's own remote-reward
+# client (its single-turn agent executor) joins it for the gateway's test (tests/gateway/test_openrlhf.py):
+# --no-deps, as the executor needs only torch, transformers and aiohttp, not OpenRLHF's vLLM, Ray and DeepSpeed.
 TRL_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/trl-1.16.0-torch-2.15.0
+OPENRLHF := openrlhf==0.11.2
 trl:
 	@test -x $(TRL_VENV)/bin/python || { rm -rf $(TRL_VENV).new && python3 -m venv $(TRL_VENV).new && \
 	  $(TRL_VENV).new/bin/python -m pip install -q trl==1.16.0 torch==2.15.0 transformers==5.23.0 \
 	    "msgspec>=0.19" "redis>=5.0" && \
 	  mv $(TRL_VENV).new $(TRL_VENV); }
+	@test -e $(TRL_VENV)/.$(OPENRLHF) || { $(TRL_VENV)/bin/python -m pip install -q aiohttp==3.13.2 pylatexenc==2.10 && \
+	  $(TRL_VENV)/bin/python -m pip install -q --no-deps $(OPENRLHF) && touch $(TRL_VENV)/.$(OPENRLHF); }
 
 trl-python:
 	@echo $(TRL_VENV)/bin/python

@@ -200,6 +200,16 @@ def free_port_block(n: int) -> int:
     raise RuntimeError(f"no {n} consecutive free ports")
 
 
+@pytest.fixture(scope="session")
+def trl_python() -> str:
+    """The python of `make trl`'s venv (torch, TRL, OpenRLHF's reward client; cached outside the repo), built if
+    missing."""
+    root = Path(__file__).parents[1]
+    subprocess.run(["make", "-s", "trl"], cwd=root, check=True, timeout=1200)
+    done = subprocess.run(["make", "-s", "--no-print-directory", "trl-python"], cwd=root, capture_output=True)
+    return done.stdout.decode().strip()
+
+
 @pytest.fixture
 def free_port() -> int:
     """A free loopback port, away from the stacks' ports."""

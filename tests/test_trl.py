@@ -21,21 +21,15 @@ STEPS = [0, 1, 2]  # max_steps=3; TRL's global_step is 0, 1, 2 while it trains, 
 PER_RANK = 4  # per_device_train_batch_size: one prompt's 4 generations a step on each rank
 
 
-def trl_python() -> str:
-    subprocess.run(["make", "-s", "trl"], cwd=ROOT, check=True, timeout=1200)
-    done = subprocess.run(["make", "-s", "--no-print-directory", "trl-python"], cwd=ROOT, capture_output=True)
-    return done.stdout.decode().strip()
-
-
 def entries(client: redis_sync.Redis, stream: str, type_: type) -> list:
     return [wire.decode(wire.payload(f), type_) for _, f in client.xrange(stream)]
 
 
 @pytest.mark.timeout(1800)
 def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_kept_apart(
-    stack, keys, start_service, tmp_path
+    stack, keys, start_service, tmp_path, trl_python
 ) -> None:
-    python = trl_python()
+    python = trl_python
     services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
