@@ -185,9 +185,16 @@ def test_each_service_is_probed_scraped_given_resources_and_time_to_finish() -> 
         }, name
         assert {"cpu", "memory"} <= set(container["resources"]["requests"]), name
         assert container["command"] == ["python", "-m", name]
-        # Long enough to finish the longest LLM call in flight (the gateway: a request's whole deadline).
-        needed = longest_call_s(name) if name in CONSUMERS else GatewaySettings.model_fields["deadline_s"].default
-        assert pod["spec"]["terminationGracePeriodSeconds"] >= needed, name
+        # Long enough to finish the longest LLM call in flight (the gateway: a request's whole deadline): a consumer
+        # waits for its handlers RUBRICD_GRACEFUL_TIMEOUT_S, and Kubernetes waits longer than that.
+        if name in CONSUMERS:
+            env = {e["name"]: e["value"] for e in container.get("env", [])}
+            graceful = float(env["RUBRICD_GRACEFUL_TIMEOUT_S"])
+            assert graceful >= longest_call_s(name), name
+            assert pod["spec"]["terminationGracePeriodSeconds"] > graceful, name
+        else:
+            needed = GatewaySettings.model_fields["deadline_s"].default
+            assert pod["spec"]["terminationGracePeriodSeconds"] >= needed, name
 
 
 def test_the_simulator_is_only_in_the_demo_and_labelled_a_test_tool() -> None:

@@ -351,6 +351,7 @@ def make_broker(settings: ServiceSettings, metrics: Metrics) -> RedisBroker:
     return RedisBroker(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
+        graceful_timeout=settings.graceful_timeout_s,
         log_level=logging.DEBUG,
         logger=logging.getLogger("rubricd.broker"),
         middlewares=[metrics.middleware],

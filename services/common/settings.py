@@ -150,6 +150,13 @@ class ServiceSettings(BaseSettings):
     namespace: str = Field("rubricd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     redis_url: str = Field("redis://127.0.0.1:6399/0", pattern=r"^rediss?://")
     redis_max_connections: int = Field(512, ge=8)
+    graceful_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        description="on SIGTERM, how long the handlers in flight may take to finish and ack before they are "
+        "cancelled (their entries then stay pending, and another consumer reclaims them); below the orchestrator's "
+        "grace period (compose's stop_grace_period, Kubernetes' terminationGracePeriodSeconds)",
+    )
     weaviate_url: str = "http://127.0.0.1:8089"
     weaviate_grpc_port: int = Field(50061, ge=1, le=65535)
     weaviate_api_key: SecretStr | None = Field(None, description="sent to a Weaviate that requires an API key")

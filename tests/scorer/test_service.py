@@ -160,6 +160,30 @@ async def test_a_scorer_killed_mid_batch_loses_nothing_and_scores_nothing_twice(
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 
 
+async def test_a_stopped_scorer_finishes_its_judge_call_within_its_graceful_timeout_else_leaves_it_pending(
+    stack, redis, keys, start_scorer
+):
+    slow = " [sim:latency_ms=3000]"  # the judge's call on this rollout takes 3 s
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        for i, (graceful, finished) in enumerate([(10.0, True), (1.0, False)]):
+            scorer = start_scorer(graceful_timeout_s=graceful, judge_cache_ttl_s=0)
+            scoring = asyncio.create_task(client.score([rollout("run", i, extra=slow)], timeout=60))
+            while not (await redis.xpending(keys.rollouts, SCORERS))["pending"]:
+                await asyncio.sleep(0.05)
+            scorer.stop()  # SIGTERM mid-call
+            assert scorer.proc.returncode == 0
+            pending = (await redis.xpending(keys.rollouts, SCORERS))["pending"]
+            if finished:  # scored and acked before it exited
+                assert pending == 0 and await redis.exists(keys.score("run", f"s0-r{i}"))
+                [score] = await scoring
+                assert score.status is JudgeStatus.OK
+            else:  # cut short: nothing written, the entry left for another scorer to reclaim
+                assert pending == 1 and not await redis.exists(keys.score("run", f"s0-r{i}"))
+                start_scorer(reclaim_idle_ms=1000)
+                [score] = await scoring
+                assert score.status is JudgeStatus.OK and (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
+
+
 async def test_malformed_and_oversized_messages_are_dead_lettered_and_the_scorer_goes_on(
     stack, redis, keys, start_scorer
 ):
