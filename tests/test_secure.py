@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, ConnectionError, NoPermissionError, TimeoutError
 
 from rubricd import Rollout, RubricdClient, wire
-from rubricd.keys import Keys
+from rubricd.keys import ANALYZERS, JUDGES, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import JudgeStatus, Score
 
 pytestmark = pytest.mark.integration
@@ -242,6 +242,34 @@ async def test_each_service_user_is_held_to_its_role(run: Run) -> None:
         assert await refused(url(user), "ACL", "LIST")
 
 
+async def test_keda_s_user_reads_each_group_s_backlog_and_nothing_else(run: Run) -> None:
+    # What KEDA's redis-streams scaler sends, after its client's HELLO 3 (which redis-py says too, with protocol 3).
+    consumed = {
+        keys.rollouts: SCORERS,
+        keys.comparisons: JUDGES,
+        keys.scored: ANALYZERS,
+        keys.steps: SUMMARIZERS,
+        keys.analyses: SUMMARIZERS,
+        keys.summaries: UPDATERS,
+    }
+    client = Redis.from_url(url_of(run.stack, "keda"), protocol=3, decode_responses=True)
+    try:
+        assert await client.ping()
+        assert (await client.info())["redis_version"]
+        for stream, group in consumed.items():
+            assert group in {g["name"] for g in await client.xinfo_groups(stream)}, stream
+            assert await client.xlen(stream) >= 0
+            assert (await client.xpending(stream, group))["pending"] >= 0
+    finally:
+        await client.aclose()
+    keda = url_of(run.stack, "keda")
+    assert await refused(keda, "XADD", keys.rollouts, "*", wire.FIELD, "{}")
+    assert await refused(keda, "XREADGROUP", "GROUP", SCORERS, "keda", "COUNT", "1", "STREAMS", keys.rollouts, ">")
+    assert await refused(keda, "XRANGE", keys.rollouts, "-", "+")  # the backlog's size, never its content
+    assert await refused(keda, "GET", keys.score(RUN, "r0"))
+    assert await refused(keda, "XLEN", keys.events)  # only the streams a group consumes
+
+
 def test_weaviate_refuses_requests_without_the_key(run: Run) -> None:
     schema = f"http://127.0.0.1:{run.stack.weaviate_port}/v1/schema"
     assert httpx.get(schema, timeout=10).status_code == 401
@@ -270,7 +298,7 @@ async def test_no_secret_reaches_a_log_an_event_a_metric_or_a_dead_letter(run: R
         **{f"{name} /metrics": page for name, page in run.metrics.items()},
         "rubricd status": run.status.stdout + run.status.stderr,
     }
-    assert len(run.secrets) == 9  # eight Redis users and the Weaviate key
+    assert len(run.secrets) == 10  # nine Redis users and the Weaviate key
     for name, secret in run.secrets.items():
         for place, text in places.items():
             assert secret not in text, f"{name} in {place}"
@@ -282,7 +310,7 @@ async def test_a_locked_down_stack_without_tls_keeps_its_secrets_to_its_owner(st
     assert secrets.stat().st_mode & 0o777 == 0o700
     assert {p.name: p.stat().st_mode & 0o777 for p in secrets.glob("redis-*")} == {
         f"redis-{user}": 0o600
-        for user in ("admin", "scorer", "analyzer", "summarizer", "updater", "gateway", "cli", "trainer")
+        for user in ("admin", "scorer", "analyzer", "summarizer", "updater", "gateway", "cli", "keda", "trainer")
     }
     acl = (secrets / "users.acl").read_text()  # hashes only: readable by a Redis of another uid
     assert not any(p.read_text().strip() in acl for p in secrets.glob("redis-*"))

@@ -62,7 +62,7 @@ elif [[ ${RUBRICD_REDIS_TLS:-0} == 1 ]]; then
   echo "stack: RUBRICD_REDIS_TLS=1 goes with RUBRICD_SECURE=1 (make up SECURE=1 TLS=1)" >&2
   exit 1
 fi
-REDIS_USERS=(admin scorer analyzer summarizer updater gateway cli trainer)
+REDIS_USERS=(admin scorer analyzer summarizer updater gateway cli keda trainer)
 
 WEAVIATE_VERSION=v1.36.15
 WEAVIATE_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/weaviate-$WEAVIATE_VERSION/weaviate-server

@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from common.acl import ADMIN, CLI, SERVICES, acl_file
+from common.acl import ADMIN, CLI, KEDA, SERVICES, acl_file
 
 from .context import Context, Failed
 
@@ -13,7 +13,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         "acl",
         help="print the Redis ACL file of a locked-down deployment",
         description="Print the Redis ACL file (for redis-server --aclfile) of this namespace: default off, admin, "
-        "one user per service, cli, and each trainer, limited to the commands and keys it needs. Passwords are "
+        "one user per service, cli, keda (KEDA's scaler) and each trainer, limited to the commands and keys it needs. Passwords are "
         "read from DIR/redis-<user> and written as SHA-256 hashes.",
     )
     p.add_argument("--passwords", type=Path, required=True, metavar="DIR", help="holds one file redis-<user> per user")
@@ -29,7 +29,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     trainers = args.trainer or ["trainer"]
     passwords = {}
-    for user in (ADMIN, *SERVICES, CLI, *trainers):
+    for user in (ADMIN, *SERVICES, CLI, KEDA, *trainers):
         path = args.passwords / f"redis-{user}"
         try:
             passwords[user] = path.read_text().strip()

@@ -12,7 +12,8 @@ as an ACL file (passwords as SHA-256 hashes) that Redis loads with `--aclfile`;
 
 Users: `admin` (every command and key: the operator's, and stack.sh's for
 PING and SHUTDOWN; never a service's), one per service, `cli` (the `rubricd`
-command) and a trainer user per trainer. `default` is off: a connection that
+command), `keda` (KEDA's scaler, reading the consumer groups' backlog) and a
+trainer user per trainer. `default` is off: a connection that
 does not log in can do nothing.
 """
 
@@ -27,7 +28,7 @@ from .limits import rate_key
 from .slots import slots_key
 
 SERVICES = ("scorer", "analyzer", "summarizer", "updater", "gateway")
-ADMIN, CLI = "admin", "cli"
+ADMIN, CLI, KEDA = "admin", "cli", "keda"
 # A trainer's name prefixes its client ids (`<name>-<random>`), so it may hold no '-': the pattern of
 # trainer `a` must not match the reply streams of a trainer `a-b`.
 TRAINER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
@@ -219,9 +220,22 @@ def gateway(keys: Keys) -> User:
     )
 
 
+def keda(keys: Keys) -> User:
+    """KEDA's redis-streams scaler (deploy/k8s/components/keda): the backlog of each consumer group, read only.
+    Its commands, from the scaler's source (KEDA v2.21, pkg/scalers/redis_streams_scaler.go, redis_scaler.go):
+    PING on connecting, XPENDING (pendingEntriesCount), XLEN (streamLength), INFO (lagCount: the server's
+    version) and XINFO GROUPS (lagCount). Its client's HELLO needs no right (Redis lets anyone say it)."""
+    k = keys
+    return User(
+        KEDA,
+        ("ping", "info", "xinfo|groups", "xlen", "xpending"),
+        read=[k.rollouts, k.comparisons, k.scored, k.steps, k.analyses, k.summaries],
+    )
+
+
 def users(keys: Keys, trainers: Sequence[str] = ("trainer",)) -> list[User]:
     """Every user of a deployment but `admin` and `default`."""
-    return [*services(keys), gateway(keys), cli(keys), *(trainer(keys, name) for name in trainers)]
+    return [*services(keys), gateway(keys), cli(keys), keda(keys), *(trainer(keys, name) for name in trainers)]
 
 
 def acl_file(keys: Keys, passwords: Mapping[str, str], trainers: Sequence[str] = ("trainer",)) -> str:

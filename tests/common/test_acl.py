@@ -95,7 +95,7 @@ def test_a_trainer_name_that_could_prefix_another_s_is_refused() -> None:
 
 
 def test_the_acl_file_turns_default_off_and_holds_hashes_not_passwords() -> None:
-    users = ["admin", "scorer", "analyzer", "summarizer", "updater", "gateway", "cli", "trainer", "other"]
+    users = ["admin", "scorer", "analyzer", "summarizer", "updater", "gateway", "cli", "keda", "trainer", "other"]
     passwords = {name: f"password-of-{name}" for name in users}
     text = acl_file(keys, passwords, trainers=["trainer", "other"])
     lines = text.splitlines()
