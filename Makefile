@@ -13,7 +13,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 # The demo's size: a real model on a CPU takes seconds a call, so its run is short (a few steps, few rollouts).
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,--steps 10 --rollouts 24)
 
-.PHONY: all install system-deps weaviate model trl trl-python k8s-tools k8s-tools-path up down status lint format typecheck test bench schemas demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test bench schemas demo clean
 
 all: install lint typecheck test
 
@@ -68,23 +68,28 @@ format: install
 typecheck: install
 	.venv/bin/mypy
 
-# TRL's GRPOTrainer and torch (about 6 GB and 3 minutes, once) in a venv cached outside the repo, for the test
-# that trains through the TRL adapter (tests/test_trl.py; the project's own code comes from the checkout, its
-# client's dependencies, those of shared/pyproject.toml, are installed beside TRL). OpenRLHF's own remote-reward
-# client (its single-turn agent executor) joins it for the gateway's test (tests/gateway/test_openrlhf.py):
-# --no-deps, as the executor needs only torch, transformers and aiohttp, not OpenRLHF's vLLM, Ray and DeepSpeed.
-TRL_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/trl-1.16.0-torch-2.15.0
+# The RL frameworks' own code, for the tests that run it, in a venv cached outside the repo (about 6 GB and 5
+# minutes, once; the project's code comes from the checkout, its client's dependencies, shared/pyproject.toml's,
+# are installed beside): TRL's GRPOTrainer and torch (tests/test_trl.py); OpenRLHF's remote-reward client, its
+# single-turn agent executor (tests/gateway/test_openrlhf.py); verl's reward loop, its Ray workers and reward
+# manager (tests/test_verl.py). OpenRLHF and verl go in with --no-deps: those parts need only what is installed
+# beside them, not vLLM, DeepSpeed or Megatron (a stamp says they are in, so a cached venv is completed).
+FRAMEWORKS_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/trl-1.16.0-torch-2.15.0
 OPENRLHF := openrlhf==0.11.2
-trl:
-	@test -x $(TRL_VENV)/bin/python || { rm -rf $(TRL_VENV).new && python3 -m venv $(TRL_VENV).new && \
-	  $(TRL_VENV).new/bin/python -m pip install -q trl==1.16.0 torch==2.15.0 transformers==5.23.0 \
+VERL := verl==0.9.1
+frameworks:
+	@test -x $(FRAMEWORKS_VENV)/bin/python || { rm -rf $(FRAMEWORKS_VENV).new && python3 -m venv $(FRAMEWORKS_VENV).new && \
+	  $(FRAMEWORKS_VENV).new/bin/python -m pip install -q trl==1.16.0 torch==2.15.0 transformers==5.23.0 \
 	    "msgspec>=0.19" "redis>=5.0" && \
-	  mv $(TRL_VENV).new $(TRL_VENV); }
-	@test -e $(TRL_VENV)/.$(OPENRLHF) || { $(TRL_VENV)/bin/python -m pip install -q aiohttp==3.13.2 pylatexenc==2.10 && \
-	  $(TRL_VENV)/bin/python -m pip install -q --no-deps $(OPENRLHF) && touch $(TRL_VENV)/.$(OPENRLHF); }
+	  mv $(FRAMEWORKS_VENV).new $(FRAMEWORKS_VENV); }
+	@test -e $(FRAMEWORKS_VENV)/.$(OPENRLHF)-$(VERL) || { \
+	  $(FRAMEWORKS_VENV)/bin/python -m pip install -q aiohttp==3.13.2 pylatexenc==2.10 ray==2.60.0 tensordict==0.15.3 \
+	    omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0 && \
+	  $(FRAMEWORKS_VENV)/bin/python -m pip install -q --no-deps $(OPENRLHF) $(VERL) && \
+	  touch $(FRAMEWORKS_VENV)/.$(OPENRLHF)-$(VERL); }
 
-trl-python:
-	@echo $(TRL_VENV)/bin/python
+frameworks-python:
+	@echo $(FRAMEWORKS_VENV)/bin/python
 
 # What tests/test_k8s.py checks deploy/k8s with, offline (no cluster, no kubectl), pinned and cached outside
 # the repo: kustomize built from its Go module, and the CRDs (KEDA's ScaledObject and TriggerAuthentication,
@@ -109,7 +114,7 @@ k8s-tools-path:
 	@echo $(K8S_TOOLS)
 
 # The tests start their own stack (.stack/test, other ports) and take it down.
-test: install weaviate model trl k8s-tools
+test: install weaviate model frameworks k8s-tools
 	$(PY) -m pytest -q
 
 # Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory; then two

@@ -201,12 +201,12 @@ def free_port_block(n: int) -> int:
 
 
 @pytest.fixture(scope="session")
-def trl_python() -> str:
-    """The python of `make trl`'s venv (torch, TRL, OpenRLHF's reward client; cached outside the repo), built if
-    missing."""
+def frameworks_python() -> str:
+    """The python of `make frameworks`'s venv (torch, TRL, OpenRLHF's reward client, verl's reward loop; cached
+    outside the repo), built if missing."""
     root = Path(__file__).parents[1]
-    subprocess.run(["make", "-s", "trl"], cwd=root, check=True, timeout=1200)
-    done = subprocess.run(["make", "-s", "--no-print-directory", "trl-python"], cwd=root, capture_output=True)
+    subprocess.run(["make", "-s", "frameworks"], cwd=root, check=True, timeout=1200)
+    done = subprocess.run(["make", "-s", "--no-print-directory", "frameworks-python"], cwd=root, capture_output=True)
     return done.stdout.decode().strip()
 
 

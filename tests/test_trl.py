@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer for real, on CPU with a tiny model built here (no download), rewarded by rubricd through the
-TRL adapter (tests/trl/train_grpo.py): one process, then two ranks under torchrun, each evaluating as it trains.
-The venv with torch and TRL is `make trl`'s (cached outside the repo); the test builds it if it is missing."""
+TRL adapter (tests/frameworks/train_grpo.py): one process, then two ranks under torchrun, each evaluating as it trains.
+The venv with torch and TRL is `make frameworks`'s (cached outside the repo); the test builds it if it is missing."""
 
 import json
 import subprocess
@@ -27,9 +27,9 @@ def entries(client: redis_sync.Redis, stream: str, type_: type) -> list:
 
 @pytest.mark.timeout(1800)
 def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_kept_apart(
-    stack, keys, start_service, tmp_path, trl_python
+    stack, keys, start_service, tmp_path, frameworks_python
 ) -> None:
-    python = trl_python
+    python = frameworks_python
     services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
@@ -44,7 +44,7 @@ def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_
         out.mkdir()
         launch = [python] if ranks == 1 else [python, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
         done = subprocess.run(
-            [*launch, str(ROOT / "tests" / "trl" / "train_grpo.py"), run, str(out)],
+            [*launch, str(ROOT / "tests" / "frameworks" / "train_grpo.py"), run, str(out)],
             env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
             capture_output=True,
             text=True,

@@ -40,7 +40,6 @@ trainer). Elsewhere pass `evaluation=True` (e.g. verl's `val_reward_fn`).
 """
 
 import asyncio
-import math
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -282,13 +281,11 @@ class VerlReward:
       batch reward manager; the whole batch in one round trip.
 
     Each returns {"score": reward, "judge_ok": 1.0 or 0.0, "masked": 1.0 or 0.0, "rubric_version": v,
-    "rubric/<id>": met (1.0/0.0), "meta/<class>": sub-score, "weighted_total": w}; verl logs the extra keys.
+    "weighted_total": w}, the same keys for every sample (see `result`); verl logs the extra keys.
     A failed judge scores `failed_score` with judge_ok 0.0 (verl needs a number); so does a sample the
     `alternating` policy masks (its step's meta-class is undefined for it), with masked 1.0: drop it.
     The prompt comes from extra_info[prompt_field]; the step from extra_info[step_field],
-    else from `self.step`, which a trainer callback may set. Per-sample results carry
-    the criteria of the rubric set that scored them: where sets can differ within one
-    batch (per-instance rubrics), use the batch form, whose results share one set of keys.
+    else from `self.step`, which a trainer callback may set.
     The rollout's instance key comes from extra_info[instance_key_field]. (The old
     keyword names prompt_key, step_key and instance_key are still accepted.)
 
@@ -345,26 +342,22 @@ class VerlReward:
             samples = [self._sample(data_sources[i], solution_strs[i], ground_truths[i], infos[i]) for i in indices]
             for i, score in zip(indices, self.reward.score(step, samples)):
                 results[i] = self.result(score)
-        keys = sorted({k for r in results for k in r})  # one set of keys for the batch, NaN where a set lacks one
-        return [{k: r.get(k, math.nan) for k in keys} for r in results]
+        return results
 
     def finish(self) -> None:
         self.reward.finish()
 
     def result(self, score: Score) -> dict[str, float]:
-        out: dict[str, float] = {
+        """The same keys for every sample of a run, whatever its status or rubric set: verl's reward loop takes a
+        batch's keys from its first sample (a later sample without one fails the step), and its validation wants
+        every key of every batch for every sample. Per rubric and per meta-class: `rubricd dashboard`."""
+        return {
             "score": self.failed_score if score.reward is None else score.reward,
             "judge_ok": float(score.status is JudgeStatus.OK),
             "masked": float(score.masked),
             "rubric_version": float(score.rubric_version),
+            "weighted_total": self.failed_score if score.weighted_total is None else score.weighted_total,
         }
-        if score.weighted_total is not None:
-            out["weighted_total"] = score.weighted_total
-        out |= {f"rubric/{r.rubric_id}": float(r.met) for r in score.results}
-        out |= {f"meta/{name}": value for name, value in score.meta_class_scores.items()}
-        if score.active_meta_class is not None:  # alternating: which class this sample was rewarded on
-            out[f"active/{score.active_meta_class}"] = 1.0
-        return out
 
     def _one(
         self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None

@@ -1,6 +1,6 @@
-"""OpenRLHF's own remote-reward client (openrlhf 0.11.2's single-turn agent executor, in `make trl`'s venv)
+"""OpenRLHF's own remote-reward client (openrlhf 0.11.2's single-turn agent executor, in `make frameworks`'s venv)
 against the gateway and a scorer on the real stack: what it hands OpenRLHF's trainer for a right, a wrong and
-an unjudgeable response, and where the rollouts went (tests/trl/openrlhf_reward.py)."""
+an unjudgeable response, and where the rollouts went (tests/frameworks/openrlhf_reward.py)."""
 
 import json
 import subprocess
@@ -15,7 +15,7 @@ from .conftest import RUN
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = Path(__file__).parents[1] / "trl" / "openrlhf_reward.py"
+SCRIPT = Path(__file__).parents[1] / "frameworks" / "openrlhf_reward.py"
 PROMPT = "What is 17 + 25 ?"
 CASES = [
     {"prompt": PROMPT, "response": "The sum is 42 .", "label": "42"},
@@ -36,12 +36,12 @@ def flags(judge_ok: float, no_reward: float) -> dict[str, list[float]]:
 
 @pytest.mark.timeout(600)
 async def test_openrlhf_s_own_client_gets_each_reward_and_its_flags(
-    run_rubrics, start_scorer, start_gateway, redis, keys, trl_python
+    run_rubrics, start_scorer, start_gateway, redis, keys, frameworks_python
 ):
     start_scorer()
     url = start_gateway(failed_reward=-1.0)  # a failure value OpenRLHF's trainer cannot take for a real 0
     done = subprocess.run(
-        [trl_python, str(SCRIPT), f"{url}/get_reward?run={run_rubrics}&step=2"],
+        [frameworks_python, str(SCRIPT), f"{url}/get_reward?run={run_rubrics}&step=2"],
         input=json.dumps(CASES),
         env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
         capture_output=True,

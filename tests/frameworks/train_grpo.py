@@ -1,7 +1,7 @@
 """GRPO on CPU with a tiny model built here (no download), rewarded by rubricd through the TRL adapter.
 
-    python tests/trl/train_grpo.py RUN OUT_DIR                 # one process
-    torchrun --nproc_per_node 2 tests/trl/train_grpo.py RUN OUT_DIR   # two ranks (gloo)
+    python tests/frameworks/train_grpo.py RUN OUT_DIR                 # one process
+    torchrun --nproc_per_node 2 tests/frameworks/train_grpo.py RUN OUT_DIR   # two ranks (gloo)
 
 RUBRICD_REDIS_URL and RUBRICD_NAMESPACE say where rubricd is. It trains 3 steps on arithmetic prompts, evaluates
 every 2 steps and at the end, and writes what each rank's reward function returned to OUT_DIR/rank-<r>.json.
@@ -16,10 +16,10 @@ import torch
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOConfig, GRPOTrainer
 
 from rubricd import SyncRubricdClient
 from rubricd.adapters import trl_reward
-from trl import GRPOConfig, GRPOTrainer
 
 WORDS = ["What", "is", "+", "?", "The", "answer", "sum", "=", *map(str, range(60))]
 

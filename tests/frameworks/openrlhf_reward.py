@@ -2,7 +2,7 @@
 OpenRLHF's vLLM engine actors runs for `--reward.remote_url` (openrlhf.utils.agent.SingleTurnAgentExecutor),
 with a tokenizer built here (no download).
 
-    python tests/trl/openrlhf_reward.py URL < cases.json     # cases: [{"prompt", "response", "label"}, ...]
+    python tests/frameworks/openrlhf_reward.py URL < cases.json     # cases: [{"prompt", "response", "label"}, ...]
 
 Prints, per case, what the executor hands OpenRLHF's trainer (its reward, scores and extra_logs), one JSON
 line each. The one stand-in is the vLLM engine (there is no GPU here): it answers each prompt with its case's

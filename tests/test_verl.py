@@ -1,0 +1,77 @@
+"""verl's reward loop for real (verl 0.9.1's RewardLoopManager, two Ray workers, its naive reward manager),
+scoring a batch through the README's verl reward function file with a scorer on the real stack
+(tests/frameworks/verl_reward_loop.py, in `make frameworks`'s venv): each sample's reward lands in verl's
+`rm_scores`, and every sample carries the same extra keys whatever its status (verl takes them from the first
+sample: a failed judge among judged ones once failed the step)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rubricd import wire
+from rubricd.messages import JudgeStatus, Rubric, RubricSet, ScoredRollout
+from rubricd.store import RubricStore
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[1]
+RUN = "verl-run"
+CASES = [
+    {"prompt": "What is 17 + 25 ?", "response": "The sum is 42 .", "label": "42", "step": 4},
+    # The judge's every call on this prompt fails (the simulator's marker), and nothing else's.
+    {
+        "prompt": "What is 3 + 4 ? [sim:fail=500,times=99,agent=JudgeVerdict]",
+        "response": "It is 7 .",
+        "label": "7",
+        "step": 4,
+    },
+    {"prompt": "What is 17 + 25 ?", "response": "The sum is 41 .", "label": "42", "step": 4},
+]
+
+
+@pytest.mark.timeout(900)
+async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
+    stack, redis, keys, start_service, tmp_path, frameworks_python
+):
+    rubric = Rubric(
+        id="correct", criterion="The response states the correct final answer, matching the reference.", points=5
+    )
+    assert await RubricStore(redis, keys).publish(RubricSet(run_id=RUN, version=1, rubrics=[rubric]))
+    start_service("scorer", llm__max_retries=1, judge_cache_ttl_s=0)
+    functions = ["compute_score", "compute_score_async"]
+    done = subprocess.run(
+        [frameworks_python, str(ROOT / "tests" / "frameworks" / "verl_reward_loop.py"), str(tmp_path), *functions],
+        input=json.dumps(CASES),
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(ROOT / "shared"),
+            "RUBRICD_REDIS_URL": stack.redis_url,
+            "RUBRICD_NAMESPACE": keys.namespace,
+            "RUBRICD_RUN": RUN,
+            "RAY_USAGE_STATS_ENABLED": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = {r["function"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert set(results) == set(functions)
+    for name, result in results.items():
+        assert result["rewards"] == [1.0, 0.0, 0.0], name  # the failed judge's is the failure value, flagged
+        extra = result["extra"]
+        assert set(extra) == {"score", "judge_ok", "masked", "rubric_version", "weighted_total"}, name
+        assert extra["judge_ok"] == [1.0, 0.0, 1.0] and extra["rubric_version"] == [1.0, 1.0, 1.0], name
+    # Each sample reached the run at its step with verl's prompt and ground truth. verl pads a batch to a multiple
+    # of its reward workers with copies of its first samples and scores them too: 3 samples, 2 workers, 4 scored
+    # a function (verl gives no ids, so each call's rollouts are new ones).
+    recorded = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.recorded(RUN))]
+    assert len(recorded) == 2 * 4
+    assert {(r.rollout.step, r.rollout.prompt, r.rollout.reference) for r in recorded} == {
+        (c["step"], c["prompt"], c["label"]) for c in CASES
+    }
+    assert [r.score.status for r in recorded].count(JudgeStatus.JUDGE_FAILED) == 2
+    assert [r.rollout.response for r in recorded].count(CASES[0]["response"]) == 2 * 2  # the padding
