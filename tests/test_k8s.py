@@ -37,13 +37,13 @@ GATEWAY_PORT = GatewaySettings.model_fields["gateway_port"].default
 
 # What each overlay renders: a test that validated nothing cannot pass.
 OVERLAYS = {
-    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 6},
+    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 7},
     "production": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 2, "Deployment": 5},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 6},
         **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
     "external-redis": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 2, "StatefulSet": 1, "Deployment": 5},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 1, "Deployment": 6},
         **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
 }
@@ -170,7 +170,11 @@ def test_the_secret_example_validates() -> None:
 
 def test_each_service_is_probed_scraped_given_resources_and_time_to_finish() -> None:
     deployments = of_kind(render(K8S / "overlays" / "production"), "Deployment")
-    assert set(deployments) == {*CONSUMERS, "gateway"}
+    assert set(deployments) == {*CONSUMERS, "gateway", "dashboard"}
+    dashboard = deployments.pop("dashboard")["spec"]["template"]["spec"]
+    (container,) = dashboard["containers"]
+    assert container["command"][:4] == ["python", "-m", "cli", "dashboard"]
+    assert {container[p]["httpGet"]["path"] for p in ("readinessProbe", "livenessProbe")} == {"/health"}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]
         (container,) = pod["spec"]["containers"]

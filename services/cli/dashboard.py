@@ -28,6 +28,7 @@ from typing import Any, cast
 import msgspec
 import uvicorn
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -299,6 +300,14 @@ def app(ctx: Context, refresh_s: float) -> Starlette:
     async def index(_: Request) -> Response:
         return HTMLResponse(page)
 
+    async def health(_: Request) -> Response:
+        """204 while Redis answers (a probe's), else 503."""
+        try:
+            await read().redis.ping()
+        except RedisError:
+            return Response(status_code=503)
+        return Response(status_code=204)
+
     async def dashboard_js(_: Request) -> Response:
         return Response(script, media_type="text/javascript")
 
@@ -318,6 +327,7 @@ def app(ctx: Context, refresh_s: float) -> Starlette:
     return Starlette(
         routes=[
             Route("/", index),
+            Route("/health", health),
             Route("/dashboard.js", dashboard_js),
             Route("/api/runs", runs),
             Route("/api/runs/{run_id:str}", run_view),

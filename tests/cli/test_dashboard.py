@@ -89,7 +89,7 @@ def dashboard(service_env, free_port) -> Iterator[str]:
     try:
         for _ in range(100):
             try:
-                urllib.request.urlopen(url + "api/groups", timeout=2)
+                assert urllib.request.urlopen(url + "health", timeout=2).status == 204  # Redis answers
                 break
             except OSError:
                 time.sleep(0.1)
