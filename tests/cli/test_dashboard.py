@@ -103,8 +103,26 @@ def until(driver: WebDriver, found: Callable[[WebDriver], object], timeout: floa
     WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=[WebDriverException]).until(found)
 
 
+# The page redraws every half second: each read takes what it needs in one script, never an element to read later.
 def texts(driver: WebDriver, css: str) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+    """The rendered text of each element CSS selects."""
+    return driver.execute_script("return [...document.querySelectorAll(arguments[0])].map(e => e.innerText)", css)
+
+
+def attributes(driver: WebDriver, css: str, name: str) -> list[str]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.getAttribute(arguments[1]))", css, name
+    )
+
+
+def titles(driver: WebDriver, css: str, key: str) -> dict[str, list[str]]:
+    """Each element's `key` attribute -> the tooltips (SVG titles) inside it."""
+    return driver.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll(arguments[0])].map("
+        "e => [e.getAttribute(arguments[1]), [...e.querySelectorAll('title')].map(t => t.textContent)]))",
+        css,
+        key,
+    )
 
 
 @pytest.mark.timeout(600)
@@ -141,32 +159,24 @@ async def test_the_dashboard_shows_a_live_run(stack, keys, start_service, redis,
     browser.get(dashboard + f"#run={RUN}")
     until(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#versions li[data-version='2']"))
-    assert Select(browser.find_element(By.ID, "run")).first_selected_option.text == RUN
+    assert browser.execute_script("return document.getElementById('run').value") == RUN
 
     # Reward per step: the total (each step's mean), each meta-class, and the evaluation rollout.
-    series = {e.get_attribute("data-series"): e for e in browser.find_elements(By.CSS_SELECTOR, "#rewards g.series")}
+    series = titles(browser, "#rewards g.series", "data-series")
     classes = set(scores[0][0].meta_class_scores)
     assert set(series) == {"total", "evaluation", *classes}
-    points = [c.get_attribute("textContent") for c in series["total"].find_elements(By.TAG_NAME, "title")]
     for step in range(3):
         rewarded = [s.reward for s in scores[step] if s.reward is not None]
-        assert f"total, step {step}: {sum(rewarded) / len(rewarded):.3f}" in points
-    evaluation_points = series["evaluation"].find_elements(By.TAG_NAME, "title")
-    assert [t.get_attribute("textContent") for t in evaluation_points] == [
-        f"evaluation, step 2: {evaluated.reward:.3f}"
-    ]
+        assert f"total, step {step}: {sum(rewarded) / len(rewarded):.3f}" in series["total"]
+    assert series["evaluation"] == [f"evaluation, step 2: {evaluated.reward:.3f}"]
 
     # The judge failure rate: one of six at step 2, none before.
-    bars = {
-        b.get_attribute("data-step"): b.find_element(By.TAG_NAME, "title").get_attribute("textContent")
-        for b in browser.find_elements(By.CSS_SELECTOR, "#failures rect.bar")
+    assert titles(browser, "#failures rect.bar", "data-step") == {
+        "0": ["step 0: 0 of 6 judge calls failed"],
+        "1": ["step 1: 0 of 6 judge calls failed"],
+        "2": ["step 2: 1 of 6 judge calls failed"],
     }
-    assert bars == {
-        "0": "step 0: 0 of 6 judge calls failed",
-        "1": "step 1: 0 of 6 judge calls failed",
-        "2": "step 2: 1 of 6 judge calls failed",
-    }
-    assert "1 of 18 scores failed" in browser.find_element(By.ID, "failure-total").text
+    assert "1 of 18 scores failed" in texts(browser, "#failure-total")[0]
 
     # The active meta-class of each step: the weighted total while warming up, then the scorer's choice.
     active = [scores[step][-1].active_meta_class for step in range(3)]
@@ -174,25 +184,23 @@ async def test_the_dashboard_shows_a_live_run(stack, keys, start_service, redis,
     assert texts(browser, "#classes .strip span") == [f"{s}: {c or 'total'}" for s, c in enumerate(active)]
 
     # Each rubric's met rate per step; the rubric version 2 added is judged from the step after it was made.
-    correct = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#rubrics tr[data-rubric='correct'] td")]
+    correct = texts(browser, "#rubrics tr[data-rubric='correct'] td")
     met = [
         [r.met for s in scores[step] for r in s.results if r.rubric_id == "correct"] for step in range(3)
     ]  # the failed judge gave no verdicts
     assert correct == ["correct", "+5", *(f"{sum(m) / len(m):.2f}" for m in met)]
-    new_row = [
-        c.text for c in browser.find_elements(By.CSS_SELECTOR, f"#rubrics tr[data-rubric='{added.rubric.id}'] td")
-    ]
+    new_row = texts(browser, f"#rubrics tr[data-rubric='{added.rubric.id}'] td")
     assert made.step is not None and made.step <= 1
     judged_from = 2 + made.step + 1  # the cells after the rubric and points columns: steps 0, 1, ...
     assert set(new_row[2:judged_from]) == {""} and new_row[judged_from] != ""
 
     # The version timeline: version 2, the step it was made from, its change and why.
-    version = browser.find_element(By.CSS_SELECTOR, "#versions li[data-version='2']")
-    assert f"v2 · from step {made.step}" in version.text and f"+ {added.rubric.id}" in version.text
-    assert "why: " + " ".join(added.rationale.split()) in " ".join(version.text.split())
+    [version] = texts(browser, "#versions li[data-version='2']")
+    assert f"v2 · from step {made.step}" in version and f"+ {added.rubric.id}" in version
+    assert "why: " + " ".join(added.rationale.split()) in " ".join(version.split())
 
     # Consumer groups of every service of the loop.
-    groups = {e.get_attribute("data-group") for e in browser.find_elements(By.CSS_SELECTOR, "#groups tr[data-group]")}
+    groups = set(attributes(browser, "#groups tr[data-group]", "data-group"))
     assert {"rollouts/scorers", "scored/analyzers", "analyses/summarizers", "steps/summarizers"} <= groups
     assert "summaries/updaters" in groups
 
