@@ -15,17 +15,7 @@ import sys
 from types import SimpleNamespace
 
 from openrlhf.utils.agent import SingleTurnAgentExecutor
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-
-
-def tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
-    """Word-level over the cases' words: decoding gives the words back, joined by single spaces."""
-    words = sorted({w for t in texts for w in t.split()})
-    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", *words])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+from word_level import tokenizer
 
 
 class Engine:
@@ -41,7 +31,7 @@ class Engine:
 
 
 async def main(url: str, cases: list[dict[str, str]]) -> None:
-    tok = tokenizer([c["prompt"] + " " + c["response"] for c in cases])
+    tok = tokenizer(w for c in cases for w in (c["prompt"] + " " + c["response"]).split())
     executor = SingleTurnAgentExecutor(url)
     sampling = SimpleNamespace(max_tokens=32, logprobs=None)  # what the executor reads of vLLM's SamplingParams
 

@@ -14,21 +14,14 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
 from trl import GRPOConfig, GRPOTrainer
+from word_level import tokenizer
 
 from rubricd import SyncRubricdClient
 from rubricd.adapters import trl_reward
 
 WORDS = ["What", "is", "+", "?", "The", "answer", "sum", "=", *map(str, range(60))]
-
-
-def tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", *WORDS])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
 
 
 def dataset(n: int, offset: int) -> Dataset:
@@ -38,7 +31,7 @@ def dataset(n: int, offset: int) -> Dataset:
 
 def main(run_id: str, out: Path) -> None:
     torch.manual_seed(0)
-    tok = tokenizer()
+    tok = tokenizer(WORDS)
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=16,

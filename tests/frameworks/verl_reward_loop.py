@@ -19,20 +19,12 @@ import numpy as np
 import ray
 import torch
 from omegaconf import OmegaConf
-from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from verl import DataProto
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
+from word_level import tokenizer
 
 FUNCTIONS = Path(__file__).with_name("verl_compute_score.py")
-
-
-def tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
-    words = sorted({w for t in texts for w in t.split()})
-    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", *words])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
 
 
 def batch(tok: PreTrainedTokenizerFast, cases: list[dict]) -> DataProto:
@@ -61,7 +53,7 @@ def batch(tok: PreTrainedTokenizerFast, cases: list[dict]) -> DataProto:
 
 
 def main(out: Path, functions: list[str], cases: list[dict]) -> None:
-    tok = tokenizer([c["prompt"] + " " + c["response"] for c in cases])
+    tok = tokenizer(w for c in cases for w in (c["prompt"] + " " + c["response"]).split())
     tok.save_pretrained(out / "tokenizer")
     ray.init(num_cpus=2, include_dashboard=False)
     try:
