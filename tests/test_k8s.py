@@ -42,6 +42,10 @@ OVERLAYS = {
         **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 6},
         **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
+    "locked-down": {
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 6},
+        **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
+    },
     "external-redis": {
         **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 1, "Deployment": 6},
         **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
@@ -199,6 +203,31 @@ def test_each_service_is_probed_scraped_given_resources_and_time_to_finish() -> 
         else:
             needed = GatewaySettings.model_fields["deadline_s"].default
             assert pod["spec"]["terminationGracePeriodSeconds"] >= needed, name
+
+
+def test_locked_down_redis_loads_the_acl_file_and_weaviate_wants_its_key() -> None:
+    docs = render(K8S / "overlays" / "locked-down")
+    redis = of_kind(docs, "StatefulSet")["redis"]["spec"]["template"]["spec"]
+    (container,) = redis["containers"]
+    assert container["args"][-2:] == ["--aclfile", "/etc/rubricd/users.acl"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/rubricd"]
+    (volume,) = [v for v in redis["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "rubricd-redis-acl"
+    assert "--user admin" in container["readinessProbe"]["exec"]["command"][-1]  # default is off: the probe logs in
+    weaviate = of_kind(docs, "StatefulSet")["weaviate"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in weaviate["env"]}
+    assert env["AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED"]["value"] == "false"
+    assert env["AUTHENTICATION_APIKEY_ALLOWED_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "rubricd-weaviate-key"
+    (auth,) = of_kind(docs, "TriggerAuthentication").values()  # KEDA logs in as its own user
+    assert {r["parameter"]: r["name"] for r in auth["spec"]["secretTargetRef"]} == {
+        "address": "rubricd-keda-redis",
+        "username": "rubricd-keda-user",
+        "password": "rubricd-keda-user",
+    }
+    # Every service still reads its own Secret (its Redis user's URL), which wins over the shared ones.
+    for name, deployment in of_kind(docs, "Deployment").items():
+        (service,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert service["envFrom"][-1] == {"secretRef": {"name": f"rubricd-{name}", "optional": True}}, name
 
 
 def test_the_simulator_is_only_in_the_demo_and_labelled_a_test_tool() -> None:
