@@ -47,6 +47,7 @@ PAGE = 1000  # recorded entries read at a time
 EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
 EVENTS_SHOWN = 100
 MISSING_RETRY_S = 30.0  # how often an announcement not found (stream trimmed, memory down) is looked for again
+RUNS_EVERY_S = 15.0  # how often the run list is read again: it SCANs the keyspace, which holds a key per score
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -161,9 +162,16 @@ class Reader:
         self.tallies: dict[str, RunTally] = {}
         self.updates: dict[str, dict[int, RubricsUpdated]] = {}
         self.looked_up: dict[str, float] = {}  # run -> when missing announcements were last looked for
+        self.listed: tuple[float, list[dict[str, Any]]] | None = None  # when the run list was read, and it
 
     async def runs(self) -> list[dict[str, Any]]:
-        """Every run with a rubric set or a record: its current version, recorded rollouts, and LLM cost."""
+        """Every run with a rubric set or a record: its current version, recorded rollouts, and LLM cost (read
+        again RUNS_EVERY_S after the last read)."""
+        if self.listed is None or time.monotonic() - self.listed[0] >= RUNS_EVERY_S:
+            self.listed = (time.monotonic(), await self.list_runs())
+        return self.listed[1]
+
+    async def list_runs(self) -> list[dict[str, Any]]:
         found = {r["run_id"]: r for r in await status.rubric_versions(self.redis, self.keys)}
         prefix = self.keys.recorded("")
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
