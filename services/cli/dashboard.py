@@ -16,6 +16,7 @@ Served on 127.0.0.1 by default: it has no authentication of its own.
 """
 
 import argparse
+import asyncio
 import contextlib
 import html
 import time
@@ -137,15 +138,17 @@ class RunTally:
 
     steps: dict[int, StepTally] = field(default_factory=dict)
     last_id: str = "-"
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)  # two pages (or polls) at once read each entry once
 
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
         stream = keys.recorded(run_id)
-        while entries := cast(list[StreamEntry], await redis.xrange(stream, min=self.last_id, count=PAGE)):
-            for _, fields in entries:
-                with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                    scored = wire.decode(wire.payload(fields), ScoredRollout)
-                    self.steps.setdefault(scored.rollout.step, StepTally()).add(scored)
-            self.last_id = "(" + entries[-1][0].decode()
+        async with self.reading:
+            while entries := cast(list[StreamEntry], await redis.xrange(stream, min=self.last_id, count=PAGE)):
+                for _, fields in entries:
+                    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                        scored = wire.decode(wire.payload(fields), ScoredRollout)
+                        self.steps.setdefault(scored.rollout.step, StepTally()).add(scored)
+                self.last_id = "(" + entries[-1][0].decode()
 
     def rows(self) -> list[dict[str, Any]]:
         return [t.row(step) for step, t in sorted(self.steps.items())]

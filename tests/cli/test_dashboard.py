@@ -4,6 +4,7 @@ services of the loop running an alternating-reward run; and its step tally witho
 The browser test keeps a screenshot: .stack/artifacts/dashboard.png.
 """
 
+import asyncio
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from cli.dashboard import StepTally
+from cli.dashboard import PAGE, RunTally, StepTally
 from demo.policy import respond
 from rubricd import RubricdClient, wire
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricsUpdated, Score, ScoredRollout
@@ -260,3 +261,16 @@ def test_a_step_tally_keeps_failures_rejections_masks_and_evaluation_apart():
         "correct": {"met": 1.0, "judged": 1, "points": 5.0},
         "pad": {"met": 0.0, "judged": 1, "points": -2.0},
     }
+
+
+async def test_two_reads_at_once_count_each_recorded_score_once(redis, keys):
+    entries = [scored(0, JudgeStatus.OK, i / 10) for i in range(PAGE + 5)]  # more than one page
+    for entry in entries:
+        await redis.xadd(keys.recorded("r"), {wire.FIELD: wire.encode(entry)})
+    tally = RunTally()
+    await asyncio.gather(*(tally.catch_up(redis, keys, "r") for _ in range(3)))  # two tabs, a poll and a click
+    [row] = tally.rows()
+    assert row["scored"] == len(entries)
+    await redis.xadd(keys.recorded("r"), {wire.FIELD: wire.encode(scored(1, JudgeStatus.OK, 1.0))})
+    await tally.catch_up(redis, keys, "r")  # only what came since
+    assert [r["scored"] for r in tally.rows()] == [len(entries), 1]
