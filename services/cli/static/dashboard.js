@@ -4,7 +4,12 @@
 const COLORS = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d", "#4d7c0f"];
 const SVG = "http://www.w3.org/2000/svg";
 const MAX_RUBRICS = 40; // rows of the met-rate table
-const state = { run: new URLSearchParams(location.hash.slice(1)).get("run"), services: new Set(), classes: [] };
+const state = {
+  run: new URLSearchParams(location.hash.slice(1)).get("run"),
+  services: new Set(),
+  classes: [],
+  refreshes: 0,
+};
 // A meta-class has one color in the reward chart and the schedule strip; the total is COLORS[0].
 const classColor = (name) => COLORS[(1 + state.classes.indexOf(name)) % COLORS.length];
 
@@ -220,6 +225,7 @@ function drawEvents(events) {
 // --- Polling ---
 
 async function refresh() {
+  const mine = ++state.refreshes; // a later refresh (a click during this one) draws instead of this one
   try {
     const { runs } = await get("api/runs");
     const select = document.getElementById("run");
@@ -244,6 +250,7 @@ async function refresh() {
       get("api/groups"),
       get(`api/events?${q}`),
     ]);
+    if (mine !== state.refreshes) return;
     if (run) {
       const named = [...run.steps.flatMap((s) => Object.keys(s.meta_classes)), ...run.schedule.map((d) => d.meta_class)];
       state.classes = [...new Set(named.filter((c) => c))].sort();
