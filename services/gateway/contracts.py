@@ -13,6 +13,7 @@ silent 0: each answer carries the closest form the framework can act on (the REA
   echoed with `reward` and `reward_components` (the meta-class sub-scores), as a BaseMultiRewardVerifyResponse.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,21 +114,30 @@ def slime_reward(o: Outcome, failed_reward: float) -> float:
     return failed_reward if o.reward is None else o.reward
 
 
-def slime_reward_dict(o: Outcome, failed_reward: float) -> dict[str, Any]:
-    """For `--reward-key reward`: the reward beside its flags and sub-scores."""
-    out: dict[str, Any] = {
+def class_scores(o: Outcome, classes: Sequence[str], failed_reward: float) -> dict[str, float]:
+    """Every declared meta-class's score, the failure value where the sample has none (no positive-point rubric of
+    the class for its prompt, or no score at all): the same keys for every sample, as per-objective consumers
+    (NeMo Gym's GDPO, a trainer's per-key logs) need; `undefined_classes` counts the filled ones."""
+    return {c: o.meta_class_scores.get(c, failed_reward) for c in classes}
+
+
+def undefined_classes(o: Outcome, classes: Sequence[str]) -> float:
+    return float(sum(c not in o.meta_class_scores for c in classes))
+
+
+def slime_reward_dict(o: Outcome, failed_reward: float, classes: Sequence[str]) -> dict[str, Any]:
+    """For `--reward-key reward`: the reward beside its flags and sub-scores, the same keys for every sample."""
+    return {
         "reward": slime_reward(o, failed_reward),
         "judge_ok": float(o.judge_ok),
         "masked": float(o.masked),
         "timed_out": float(o.timed_out),
         "no_reward": float(o.reward is None),
+        "rubric_version": float(o.rubric_version or 0),
+        **{f"meta/{c}": v for c, v in class_scores(o, classes, failed_reward).items()},
+        "undefined_classes": undefined_classes(o, classes),
+        "error": o.error,
     }
-    if o.rubric_version is not None:
-        out["rubric_version"] = float(o.rubric_version)
-    out |= {f"meta/{name}": value for name, value in o.meta_class_scores.items()}
-    if o.error is not None:
-        out["error"] = o.error
-    return out
 
 
 # --- NeMo Gym ----------------------------------------------------------------
@@ -173,13 +183,15 @@ def nemo_gym_sample(request: NemoGymRequest) -> Sample:
     return Sample(prompt=prompt, response=response, reference=_label(reference))
 
 
-def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float) -> dict[str, Any]:
-    """The verify response: the request, `reward`, `reward_components`, and numeric flags that NeMo Gym's
-    aggregate metrics average (they read top-level numbers only)."""
+def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, classes: Sequence[str]) -> dict[str, Any]:
+    """The verify response: the request, `reward`, `reward_components` (every declared meta-class: NeMo Gym wants
+    the same objectives for every task), and numeric flags that its aggregate metrics average (they read
+    top-level numbers only)."""
     return {
         **body,
         "reward": failed_reward if o.reward is None else o.reward,
-        "reward_components": dict(o.meta_class_scores),
+        "reward_components": class_scores(o, classes, failed_reward),
+        "undefined_classes": undefined_classes(o, classes),
         "judge_ok": float(o.judge_ok),
         "masked": float(o.masked),
         "timed_out": float(o.timed_out),

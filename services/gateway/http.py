@@ -126,7 +126,8 @@ async def slime(gateway: RewardGateway, request: Request, raw: bytes) -> object:
 
 
 async def slime_dict(gateway: RewardGateway, request: Request, raw: bytes) -> object:
-    return contracts.slime_reward_dict(await _slime(gateway, request, raw), gateway.settings.failed_reward)
+    s = gateway.settings
+    return contracts.slime_reward_dict(await _slime(gateway, request, raw), s.failed_reward, s.meta_classes)
 
 
 async def nemo_gym_verify(gateway: RewardGateway, request: Request, raw: bytes) -> object:
@@ -135,7 +136,7 @@ async def nemo_gym_verify(gateway: RewardGateway, request: Request, raw: bytes) 
         raise BadRequest("a verify request is a JSON object")
     sample = contracts.nemo_gym_sample(msgspec.convert(body, contracts.NemoGymRequest))
     [outcome] = await _outcomes(gateway, "nemo_gym", read_call(request, body, gateway), [sample])
-    return contracts.nemo_gym_answer(body, outcome, gateway.settings.failed_reward)
+    return contracts.nemo_gym_answer(body, outcome, gateway.settings.failed_reward, gateway.settings.meta_classes)
 
 
 async def nemo_gym_seed_session(request: Request) -> Response:

@@ -37,7 +37,12 @@ def test_a_sample_without_reward_gets_the_failure_value_and_its_flags():
     assert answer["extra_logs"]["rubricd/judge_ok"] == [1.0, 0.0, 1.0, 0.0]
     assert answer["extra_logs"]["rubricd/masked"] == [0.0, 0.0, 1.0, 0.0]
     assert answer["extra_logs"]["rubricd/timed_out"] == [0.0, 0.0, 0.0, 1.0]
-    assert contracts.slime_reward_dict(outcomes[1], 0.0)["error"] == "judge down"
+    classes = ["accuracy", "completeness"]
+    keyed = [contracts.slime_reward_dict(o, -1.0, classes) for o in outcomes]
+    assert keyed[1]["error"] == "judge down" and len({tuple(k) for k in keyed}) == 1  # one set of keys
+    verified = [contracts.nemo_gym_answer({}, o, -1.0, classes) for o in outcomes]
+    assert [v["reward_components"] for v in verified] == [{"accuracy": -1.0, "completeness": -1.0}] * 4
+    assert [v["undefined_classes"] for v in verified] == [2.0] * 4
 
 
 def test_nemo_gym_prompt_and_response_from_the_responses_api():

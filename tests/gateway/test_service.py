@@ -45,9 +45,12 @@ async def test_openrlhf_get_reward(run_rubrics, start_scorer, start_gateway):
     assert logs["rubricd/timed_out"] == [0.0, 0.0, 0.0]
 
 
+CLASSES = '["accuracy", "completeness"]'  # the deployment's meta-classes: the run's rubric is of accuracy only
+
+
 async def test_slime_reward_and_reward_dict(run_rubrics, start_scorer, start_gateway):
     start_scorer()
-    url = start_gateway()
+    url = start_gateway(meta_classes=CLASSES)
     headers = {"X-Rubricd-Run": run_rubrics, "X-Rubricd-Step": "1"}
     async with httpx.AsyncClient(timeout=60, headers=headers) as http:
         right = await http.post(f"{url}/slime/reward", json={"prompt": QUESTION, "response": RIGHT, "label": "42"})
@@ -66,10 +69,13 @@ async def test_slime_reward_and_reward_dict(run_rubrics, start_scorer, start_gat
         "no_reward": 0.0,
         "rubric_version": None,
         "meta/accuracy": 1.0,
+        "meta/completeness": 0.0,  # no rubric of the class: the failure value, counted as undefined
+        "undefined_classes": 1.0,
+        "error": None,
     }
     flagged = failed.json()
     assert (flagged["reward"], flagged["judge_ok"], flagged["no_reward"]) == (0.0, 0.0, 1.0)
-    assert flagged["error"]
+    assert flagged["error"] and set(flagged) == set(keyed.json())  # the same keys for every sample
 
 
 def nemo_gym_verify_request(text: str) -> dict:
@@ -103,22 +109,30 @@ def nemo_gym_verify_request(text: str) -> dict:
 
 async def test_nemo_gym_verify(run_rubrics, start_scorer, start_gateway):
     start_scorer()
-    url = start_gateway()
+    url = start_gateway(meta_classes=CLASSES)
     async with httpx.AsyncClient(timeout=60) as http:
         seeded = await http.post(f"{url}/seed_session", json={})
         right = (await http.post(f"{url}/verify", json=nemo_gym_verify_request(RIGHT))).json()
         wrong = (await http.post(f"{url}/verify", json=nemo_gym_verify_request(WRONG))).json()
         failed = (await http.post(f"{url}/verify", json=nemo_gym_verify_request(FAILED))).json()
     assert seeded.status_code == 200
-    assert (right["reward"], right["reward_components"], right["judge_ok"]) == (1.0, {"accuracy": 1.0}, 1.0)
+    # Every declared class in every response (NeMo Gym wants the same objectives for every task): a class without a
+    # score has the failure value, counted in undefined_classes.
+    assert (right["reward"], right["reward_components"], right["judge_ok"]) == (
+        1.0,
+        {"accuracy": 1.0, "completeness": 0.0},
+        1.0,
+    )
+    assert right["undefined_classes"] == 1.0
     assert right["expected_answer"] == "42" and right["response"]["id"] == "resp_1"  # the request, echoed
-    assert (wrong["reward"], wrong["reward_components"]) == (0.0, {"accuracy": 0.0})
+    assert (wrong["reward"], wrong["reward_components"]) == (0.0, {"accuracy": 0.0, "completeness": 0.0})
     assert (failed["reward"], failed["judge_ok"], failed["no_reward"], failed["reward_components"]) == (
         0.0,
         0.0,
         1.0,
-        {},
+        {"accuracy": 0.0, "completeness": 0.0},
     )
+    assert failed["undefined_classes"] == 2.0
     assert failed["rubricd_error"]
 
 
