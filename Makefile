@@ -73,20 +73,16 @@ typecheck: install
 # are installed beside): TRL's GRPOTrainer and torch (tests/test_trl.py); OpenRLHF's remote-reward client, its
 # single-turn agent executor (tests/gateway/test_openrlhf.py); verl's reward loop, its Ray workers and reward
 # manager (tests/test_verl.py). OpenRLHF and verl go in with --no-deps: those parts need only what is installed
-# beside them, not vLLM, DeepSpeed or Megatron (a stamp says they are in, so a cached venv is completed).
-FRAMEWORKS_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/trl-1.16.0-torch-2.15.0
-OPENRLHF := openrlhf==0.11.2
-VERL := verl==0.9.1
+# beside them, not vLLM, DeepSpeed or Megatron.
+FRAMEWORKS := trl-1.16.0-torch-2.15.0-openrlhf-0.11.2-verl-0.9.1
+FRAMEWORKS_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/frameworks-$(FRAMEWORKS)
 frameworks:
 	@test -x $(FRAMEWORKS_VENV)/bin/python || { rm -rf $(FRAMEWORKS_VENV).new && python3 -m venv $(FRAMEWORKS_VENV).new && \
 	  $(FRAMEWORKS_VENV).new/bin/python -m pip install -q trl==1.16.0 torch==2.15.0 transformers==5.23.0 \
-	    "msgspec>=0.19" "redis>=5.0" && \
-	  mv $(FRAMEWORKS_VENV).new $(FRAMEWORKS_VENV); }
-	@test -e $(FRAMEWORKS_VENV)/.$(OPENRLHF)-$(VERL) || { \
-	  $(FRAMEWORKS_VENV)/bin/python -m pip install -q aiohttp==3.13.2 pylatexenc==2.10 ray==2.60.0 tensordict==0.15.3 \
+	    "msgspec>=0.19" "redis>=5.0" aiohttp==3.13.2 pylatexenc==2.10 ray==2.60.0 tensordict==0.15.3 \
 	    omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0 && \
-	  $(FRAMEWORKS_VENV)/bin/python -m pip install -q --no-deps $(OPENRLHF) $(VERL) && \
-	  touch $(FRAMEWORKS_VENV)/.$(OPENRLHF)-$(VERL); }
+	  $(FRAMEWORKS_VENV).new/bin/python -m pip install -q --no-deps openrlhf==0.11.2 verl==0.9.1 && \
+	  mv $(FRAMEWORKS_VENV).new $(FRAMEWORKS_VENV); }
 
 frameworks-python:
 	@echo $(FRAMEWORKS_VENV)/bin/python

@@ -12,6 +12,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,10 +117,12 @@ async def run(start_module_stack) -> Run:
     try:
         pages = {}
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{base + 5}", timeout=60) as http:
-            for _ in range(100):
+            deadline = time.monotonic() + 60
+            while "runs" not in pages:
                 with contextlib.suppress(httpx.TransportError):
                     pages["runs"] = await http.get("/api/runs")
-                    break
+                if dashboard.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the dashboard did not answer (exit status {dashboard.poll()})")
                 await asyncio.sleep(0.1)
             for name, path in {"run": f"/api/runs/{RUN}", "groups": "/api/groups", "events": "/api/events"}.items():
                 pages[name] = await http.get(path)

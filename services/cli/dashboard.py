@@ -23,7 +23,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from importlib.resources import files
-from statistics import fmean
 from typing import Any, cast
 
 import msgspec
@@ -75,6 +74,21 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 @dataclass
+class Mean:
+    """A running mean: a sum and a count, whatever the number of values."""
+
+    total: float = 0.0
+    n: int = 0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+
+    def value(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
+@dataclass
 class StepTally:
     """What one step's recorded scores add up to (training rollouts; evaluation ones counted apart)."""
 
@@ -82,10 +96,10 @@ class StepTally:
     failed: int = 0  # judge_failed: no reward
     rejected: int = 0
     masked: int = 0
-    rewards: list[float] = field(default_factory=list)
-    evaluation: list[float] = field(default_factory=list)  # evaluation rollouts' rewards
-    classes: dict[str, list[float]] = field(default_factory=dict)  # meta-class -> its scores
-    met: dict[str, list[bool]] = field(default_factory=dict)  # rubric id -> its verdicts
+    reward: Mean = field(default_factory=Mean)
+    evaluation: Mean = field(default_factory=Mean)  # evaluation rollouts' rewards
+    classes: dict[str, Mean] = field(default_factory=dict)  # meta-class -> its scores
+    met: dict[str, Mean] = field(default_factory=dict)  # rubric id -> its verdicts (1.0 met)
     points: dict[str, float] = field(default_factory=dict)  # rubric id -> its points (the latest seen)
     versions: set[int] = field(default_factory=set)
 
@@ -96,7 +110,7 @@ class StepTally:
             return
         if score.evaluation:
             if score.reward is not None:
-                self.evaluation.append(score.reward)
+                self.evaluation.add(score.reward)
             return
         self.scored += 1
         self.versions.add(score.rubric_version)
@@ -106,11 +120,11 @@ class StepTally:
         if score.masked:
             self.masked += 1
         elif score.reward is not None:
-            self.rewards.append(score.reward)
+            self.reward.add(score.reward)
         for meta_class, value in score.meta_class_scores.items():
-            self.classes.setdefault(meta_class, []).append(value)
+            self.classes.setdefault(meta_class, Mean()).add(value)
         for r in score.results:
-            self.met.setdefault(r.rubric_id, []).append(r.met)
+            self.met.setdefault(r.rubric_id, Mean()).add(float(r.met))
             self.points[r.rubric_id] = r.points
 
     def row(self, step: int) -> dict[str, Any]:
@@ -121,13 +135,11 @@ class StepTally:
             "rejected": self.rejected,
             "masked": self.masked,
             "failure_rate": self.failed / self.scored if self.scored else None,
-            "reward": _mean(self.rewards),
-            "evaluation_reward": _mean(self.evaluation),
-            "evaluation_rollouts": len(self.evaluation),
-            "meta_classes": {c: fmean(v) for c, v in sorted(self.classes.items())},
-            "rubrics": {
-                r: {"met": sum(v) / len(v), "judged": len(v), "points": self.points[r]} for r, v in self.met.items()
-            },
+            "reward": self.reward.value(),
+            "evaluation_reward": self.evaluation.value(),
+            "evaluation_rollouts": self.evaluation.n,
+            "meta_classes": {c: m.value() for c, m in sorted(self.classes.items())},
+            "rubrics": {r: {"met": m.value(), "judged": m.n, "points": self.points[r]} for r, m in self.met.items()},
             "versions": sorted(self.versions),
         }
 
@@ -196,12 +208,15 @@ class Reader:
         ]
 
     async def run(self, run_id: str) -> dict[str, Any]:
-        tally = self.tallies.setdefault(run_id, RunTally())
-        await tally.catch_up(self.redis, self.keys, run_id)
+        tally = self.tallies.get(run_id)
+        if tally is None and await self.redis.xlen(self.keys.recorded(run_id)):  # kept only for a recorded run
+            tally = self.tallies[run_id] = RunTally()
+        if tally is not None:
+            await tally.catch_up(self.redis, self.keys, run_id)
         schedule = await read_history(self.redis, self.keys, run_id)
         return {
             "run_id": run_id,
-            "steps": tally.rows(),
+            "steps": tally.rows() if tally is not None else [],
             "versions": await self.versions(run_id),
             "schedule": [
                 {"step": d.step, "meta_class": d.meta_class, "reason": d.reason, "strategy": d.strategy}
@@ -266,7 +281,6 @@ class Reader:
 
     async def events(self, run: str | None, service: str | None, kind: str | None) -> list[dict[str, Any]]:
         """The newest matching events, newest first (EVENTS_SHOWN at most, among the newest EVENTS_SCANNED)."""
-        filters = argparse.Namespace(run=run, service=[service] if service else None, kind=[kind] if kind else None)
         shown: list[dict[str, Any]] = []
         last, scanned = "+", 0
         while len(shown) < EVENTS_SHOWN and scanned < EVENTS_SCANNED:
@@ -276,11 +290,11 @@ class Reader:
             for entry_id, fields in entries:
                 with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
                     event = wire.decode(wire.payload(fields), Event)
-                    if tail.matches(event, filters) and len(shown) < EVENTS_SHOWN:
+                    if tail.matches(event, run, [service] if service else None, [kind] if kind else None):
                         shown.append({"id": entry_id.decode(), **msgspec.to_builtins(event)})
             scanned += len(entries)
             last = "(" + entries[-1][0].decode()
-        return shown
+        return shown[:EVENTS_SHOWN]
 
 
 # --- The web app ---
@@ -351,10 +365,6 @@ def app(ctx: Context, refresh_s: float) -> Starlette:
 
 def _json(body: object) -> Response:
     return Response(msgspec.json.encode(body), media_type="application/json", headers={"Cache-Control": "no-store"})
-
-
-def _mean(values: list[float]) -> float | None:
-    return fmean(values) if values else None
 
 
 def _int(raw: bytes | str | None) -> int | None:

@@ -227,6 +227,8 @@ async def remembered(ctx: Context, run_id: str, instance: str | None) -> list[Ru
         return []
     try:
         items = await memory.recent(run_id, MemoryKind.RUBRIC_UPDATE, limit=10_000, instance_key=instance)
+    except Exception:  # the memory failed mid-read: the versions show without their rationale
+        return []
     finally:
         await memory.close()
     out = []

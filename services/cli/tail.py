@@ -58,7 +58,11 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 for entry_id, fields in entries:
                     last = entry_id
                     event = _decode(fields)
-                    if event is not None and matches(event, args) and (args.count is None or shown < args.count):
+                    if (
+                        event is not None
+                        and matches(event, args.run, args.service, args.kind)
+                        and (args.count is None or shown < args.count)
+                    ):
                         print(line(entry_id.decode(), event, args.json), flush=True)
                         shown += 1
     if args.count is not None and shown < args.count:
@@ -80,11 +84,12 @@ def kind(name: str) -> str:
     return RENAMED_KINDS.get(name, name)
 
 
-def matches(event: Event, args: argparse.Namespace) -> bool:
+def matches(event: Event, run: str | None, services: list[str] | None, kinds: list[str] | None) -> bool:
+    """The event is of `run` (None: any), one of `services` and one of `kinds` (None or empty: any)."""
     return (
-        (args.run is None or event.run_id == args.run)
-        and (not args.service or event.service in args.service)
-        and (not args.kind or kind(event.kind) in args.kind)
+        (run is None or event.run_id == run)
+        and (not services or event.service in services)
+        and (not kinds or kind(event.kind) in kinds)
     )
 
 

@@ -88,11 +88,14 @@ def dashboard(service_env, free_port) -> Iterator[str]:
     server = subprocess.Popen(cmd, env=service_env, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
-        for _ in range(100):
+        deadline = time.monotonic() + 60
+        while True:
             try:
                 assert urllib.request.urlopen(url + "health", timeout=2).status == 204  # Redis answers
                 break
             except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the dashboard did not answer on {url} (exit status {server.poll()})")
                 time.sleep(0.1)
         yield url
     finally:
@@ -157,6 +160,7 @@ async def test_the_dashboard_shows_a_live_run(stack, keys, start_service, redis,
     [made] = [u for u in updates if u.version == 2]  # the padding from step 1 gave version 2
     [added] = [m for m in made.modifications if m.rubric is not None]
 
+    # The scorer records a score in the same commit that replies it: every score the client got is on the page.
     browser.get(dashboard + f"#run={RUN}")
     until(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "true")
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#versions li[data-version='2']"))

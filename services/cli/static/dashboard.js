@@ -132,7 +132,10 @@ function drawFailures(steps) {
 function drawSchedule(schedule) {
   const strip = document.querySelector("#classes .strip");
   strip.replaceChildren();
-  if (!schedule.length) return;
+  if (!schedule.length) {
+    document.getElementById("active-class").textContent = "no schedule: this run's reward is not alternating";
+    return;
+  }
   const latest = schedule[schedule.length - 1];
   document.getElementById("active-class").textContent =
     `step ${latest.step}: ${latest.meta_class ?? "weighted total"} (${latest.reason}, strategy ${latest.strategy})`;
@@ -224,22 +227,24 @@ function drawEvents(events) {
 
 // --- Polling ---
 
-async function refresh() {
-  const mine = ++state.refreshes; // a later refresh (a click during this one) draws instead of this one
+// `mine`: the refresh's number; one asked for later (a click while this one waits) draws instead of this one.
+async function refresh(mine) {
   try {
     const { runs } = await get("api/runs");
     const select = document.getElementById("run");
     const ids = runs.map((r) => r.run_id);
-    if (!ids.includes(state.run)) state.run = (runs.find((r) => r.recorded) || runs[0] || {}).run_id ?? null;
+    // The run the page was opened for stays, even before the run list (read every 15 s) names it.
+    if (!state.run) state.run = (runs.find((r) => r.recorded) || runs[0] || {}).run_id ?? null;
+    if (state.run && !ids.includes(state.run)) ids.push(state.run);
     if ([...select.options].map((o) => o.value).join() !== ids.join()) {
-      select.replaceChildren(...runs.map((r) => el("option", { value: r.run_id }, r.run_id)));
+      select.replaceChildren(...ids.map((id) => el("option", { value: id }, id)));
     }
     select.value = state.run ?? "";
     const info = runs.find((r) => r.run_id === state.run);
     document.getElementById("run-info").textContent = info
       ? `rubrics v${info.version ?? "–"}` + (info.instance_sets ? ` · ${info.instance_sets} instance sets` : "") +
         ` · ${info.recorded} recorded` + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
-      : "no runs yet";
+      : state.run ? "not recorded yet" : "no runs yet";
     const q = new URLSearchParams({
       run: document.getElementById("event-this-run").checked ? state.run ?? "" : "",
       service: document.getElementById("event-service").value,
@@ -273,9 +278,10 @@ async function refresh() {
 let timer = null;
 function soon(delay = 0) {
   clearTimeout(timer);
+  const mine = ++state.refreshes;
   timer = setTimeout(async () => {
-    await refresh();
-    soon(REFRESH_MS);
+    await refresh(mine);
+    if (mine === state.refreshes) soon(REFRESH_MS); // else a later refresh keeps the polling going
   }, delay);
 }
 
