@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -208,6 +209,38 @@ def frameworks_python() -> str:
     subprocess.run(["make", "-s", "frameworks"], cwd=root, check=True, timeout=1200)
     done = subprocess.run(["make", "-s", "--no-print-directory", "frameworks-python"], cwd=root, capture_output=True)
     return done.stdout.decode().strip()
+
+
+@contextlib.contextmanager
+def _serve_dashboard(env: dict[str, str], port: int) -> Iterator[str]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cli", "dashboard", "--port", str(port), "--refresh", "0.5"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if urllib.request.urlopen(url + "health", timeout=2).status == 204:  # Redis answers
+                    break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the dashboard did not answer on {url} (exit status {server.poll()})")
+            time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture(scope="session")
+def serve_dashboard() -> Callable[[dict[str, str], int], contextlib.AbstractContextManager[str]]:
+    """`with serve_dashboard(env, port) as url:` `rubricd dashboard` with ENV's settings (refreshing twice a second),
+    once its /health answers; stopped on leaving."""
+    return _serve_dashboard
 
 
 @pytest.fixture

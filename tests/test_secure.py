@@ -7,12 +7,9 @@ One stack for the module: the fixture runs a short training run on it (and one r
 the tests look at what it left and try what each user may not do.
 """
 
-import asyncio
-import contextlib
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +60,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-async def run(start_module_stack) -> Run:
+async def run(start_module_stack, serve_dashboard) -> Run:
     env = {"RUBRICD_SECURE": "1", "RUBRICD_REDIS_TLS": "1", "RUBRICD_ANALYZER_WORKERS": "1"}
     env["RUBRICD_REWARD_POLICY"] = "alternating"  # the scorer's schedule and class statistics under its ACL too
     stack = start_module_stack("redis", "weaviate", "simulator", "services", env=env)
@@ -109,26 +106,12 @@ async def run(start_module_stack) -> Run:
         again = await http.post(f"http://127.0.0.1:{base + 4}/get_reward?run={RUN}-http", json=request)  # a retry
         assert asked.status_code == again.status_code == 200, (asked.text, again.text)
         gateway = {"first": asked.json(), "retried": again.json()}
-    dashboard = subprocess.Popen(  # `rubricd dashboard` as the cli user, on a port of the stack's block left free
-        [sys.executable, "-m", "cli", "dashboard", "--port", str(base + 5)],
-        env={**os.environ, **settings_of(stack, "cli")},
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        pages = {}
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{base + 5}", timeout=60) as http:
-            deadline = time.monotonic() + 60
-            while "runs" not in pages:
-                with contextlib.suppress(httpx.TransportError):
-                    pages["runs"] = await http.get("/api/runs")
-                if dashboard.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the dashboard did not answer (exit status {dashboard.poll()})")
-                await asyncio.sleep(0.1)
-            for name, path in {"run": f"/api/runs/{RUN}", "groups": "/api/groups", "events": "/api/events"}.items():
+    pages = {}  # `rubricd dashboard` as the cli user, on a port of the stack's block left free
+    with serve_dashboard({**os.environ, **settings_of(stack, "cli")}, base + 5) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            routes = {"runs": "api/runs", "run": f"api/runs/{RUN}", "groups": "api/groups", "events": "api/events"}
+            for name, path in routes.items():
                 pages[name] = await http.get(path)
-    finally:
-        dashboard.terminate()
-        dashboard.wait(10)
     admin = Redis.from_url(url_of(stack, "admin"))
     try:
         refused = await admin.acl_log()

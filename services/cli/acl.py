@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from common.acl import ADMIN, CLI, KEDA, SERVICES, acl_file
+from common.acl import ADMIN, acl_file, users
 
 from .context import Context, Failed
 
@@ -29,7 +29,11 @@ def add(commands: argparse._SubParsersAction) -> None:
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     trainers = args.trainer or ["trainer"]
     passwords = {}
-    for user in (ADMIN, *SERVICES, CLI, KEDA, *trainers):
+    try:  # every user of the deployment but default
+        names = [ADMIN, *(user.name for user in users(ctx.keys, trainers))]
+    except ValueError as e:  # a trainer name that cannot prefix its client ids
+        raise Failed(str(e)) from None
+    for user in names:
         path = args.passwords / f"redis-{user}"
         try:
             passwords[user] = path.read_text().strip()
@@ -37,8 +41,5 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             raise Failed(f"no password for {user}: {e}") from None
         if not passwords[user]:
             raise Failed(f"no password for {user}: {path} is empty")
-    try:
-        print(acl_file(ctx.keys, passwords, trainers), end="")
-    except ValueError as e:  # a trainer name that cannot prefix its client ids
-        raise Failed(str(e)) from None
+    print(acl_file(ctx.keys, passwords, trainers), end="")
     return 0

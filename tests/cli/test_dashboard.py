@@ -5,11 +5,7 @@ The browser test keeps a screenshot: .stack/artifacts/dashboard.png.
 """
 
 import asyncio
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -81,26 +77,10 @@ def browser() -> Iterator[WebDriver]:
 
 
 @pytest.fixture
-def dashboard(service_env, free_port) -> Iterator[str]:
-    """`rubricd dashboard` in this test's namespace, refreshing twice a second: its URL."""
-    port = free_port
-    cmd = [sys.executable, "-m", "cli", "dashboard", "--port", str(port), "--refresh", "0.5"]
-    server = subprocess.Popen(cmd, env=service_env, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                assert urllib.request.urlopen(url + "health", timeout=2).status == 204  # Redis answers
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the dashboard did not answer on {url} (exit status {server.poll()})")
-                time.sleep(0.1)
+def dashboard(service_env, free_port, serve_dashboard) -> Iterator[str]:
+    """`rubricd dashboard` in this test's namespace: its URL."""
+    with serve_dashboard(service_env, free_port) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def until(driver: WebDriver, found: Callable[[WebDriver], object], timeout: float = 30) -> None:
