@@ -20,7 +20,7 @@ from .settings import AnalyzerSettings
 
 def create_app(settings: AnalyzerSettings, metrics: Metrics | None = None) -> FastStream:
     app: ServiceApp[Analyzer] = ServiceApp(SERVICE, settings, metrics, agents=[ANALYZER, EMBEDDER], memory=True)
-    app.consume(app.keys.scored, ANALYZERS, Analyzer.handle, on_give_up=Analyzer.given_up)
+    app.consume(app.keys.scored, ANALYZERS, Analyzer.handle, agents=[ANALYZER, EMBEDDER], on_give_up=Analyzer.given_up)
     return app.build(lambda clients: Analyzer(settings, clients))
 
 

@@ -16,7 +16,6 @@ Every service gets one registry holding
 /health when RUBRICD_METRICS_PORT is set.
 """
 
-import asyncio
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -61,19 +60,12 @@ class Metrics:
         """`models`: each agent's model, which `prices` (per model) turns its tokens into cost with."""
         self.registry.register(GatewayCollector(gateway, prices or {}, models or {}))
 
-    async def watch_groups(self, redis: Redis, groups: Iterable[tuple[str, str]], interval_s: float = 5.0) -> None:
-        """Refresh pending and lag of each (stream, group) every `interval_s`, until cancelled."""
-        groups = list(groups)
-        while True:
-            for stream, group in groups:
-                try:
-                    pending, lag = await backlog(redis, stream, group)
-                except Exception:
-                    log.exception("reading the backlog of %s/%s failed", stream, group)
-                    continue
-                self.group_pending.labels(stream, group).set(pending)
-                self.group_lag.labels(stream, group).set(lag)
-            await asyncio.sleep(interval_s)
+    async def read_groups(self, redis: Redis, groups: Iterable[tuple[str, str]]) -> None:
+        """Refresh pending and lag of each (stream, group)."""
+        for stream, group in groups:
+            pending, lag = await backlog(redis, stream, group)
+            self.group_pending.labels(stream, group).set(pending)
+            self.group_lag.labels(stream, group).set(lag)
 
 
 async def backlog(redis: Redis, stream: str, group: str) -> tuple[int, int]:

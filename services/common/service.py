@@ -3,28 +3,30 @@
 A service's `create_app` reads as: its settings, the clients it needs, its
 subscriptions. `ServiceApp` does the rest the same way for every service:
 
-- `consume(stream, group, handle)` registers the consumer pair on a stream's
-  group, both with manual ack: *fresh* reads new entries (`max_records` a read,
-  `max_in_flight` at once); *reclaimed* takes over entries left pending longer
-  than `reclaim_idle_ms` by a consumer that died or failed (XAUTOCLAIM). A
-  handler that raises `streams.Rejected` has its entry dead-lettered at once;
-  any other exception leaves the entry pending for a reclaim to retry, and is
-  recorded with the entry (`keys.failure`): as *transient* when Redis,
-  Weaviate or the LLM endpoint was down (`streams.transient`), else as the
-  entry's own failure. Only its own failures count: an entry is dead-lettered,
-  with its last error, once it failed `max_deliveries` times for a reason of
-  its own, or was taken `max_redeliveries` times from consumers that died
-  with it (a crash loop); outages are retried every `reclaim_idle_ms` for as
-  long as they last. While a process lives, what it holds never looks idle:
-  every `reclaim_idle_ms / 4` it resets the idle time of the entries it has
-  read and not settled (XCLAIM ... JUSTID, which counts no delivery), except
-  those whose handler failed. So `reclaim_idle_ms` can be seconds: it bounds
-  how long a dead consumer's work waits, and how soon a failure is retried,
-  never how long a handler may take (a slow model, a long update).
+- `consume(stream, group, handle, agents=...)` registers the consumer pair on a
+  stream's group, both with manual ack: *fresh* reads new entries (`max_records`
+  a read, `max_in_flight` at once); *reclaimed* takes over entries left pending
+  longer than `reclaim_idle_ms` (XAUTOCLAIM). A handler that raises
+  `streams.Rejected` has its entry dead-lettered at once; any other exception
+  leaves the entry pending for a reclaim, recorded with the entry
+  (`keys.failure`) as an outage (`outage.dependency`) or as the entry's own
+  failure. An entry is dead-lettered once it failed `max_deliveries` times for a
+  reason of its own, or was taken `max_redeliveries` times from consumers that
+  died with it; outages are retried for as long as they last.
+- Keep-alive: every `reclaim_idle_ms / 4` a process resets the idle time of the
+  entries its handlers are working on now (XCLAIM ... JUSTID), and of nothing
+  else: whatever else it holds (a read whose reply was lost, an entry whose
+  handler ended without its ack landing) goes idle and is reclaimed. So
+  `reclaim_idle_ms` bounds how long orphaned work waits, never how long a
+  handler may take. That is bounded by the handler's deadline
+  (`ServiceSettings.handler_deadline`): past it the handler is cancelled and
+  the entry retried, as a failure of its own.
 - `listen(stream, handle)` reads a stream without a group: every process sees
   every entry (the scorer's rubric updates).
 - `every(interval_s, chore)` runs upkeep in the background; a failure is
   logged and tried again next time.
+- Outages (`common.outage`) are one warning when first seen and one when over,
+  whoever met them: a handler, a chore or FastStream's fetch loop.
 - `build(make_worker)` makes the FastStream app whose lifespan opens the
   clients (Redis, the LLM gateway, the memory if asked for), creates the
   groups, makes the service's worker (the object whose methods the
@@ -37,15 +39,16 @@ or 500) and /metrics (Prometheus) beside the broker.
 """
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
 import socket
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+import msgspec
 from faststream import FastStream
 from faststream.asgi import make_ping_asgi
 from faststream.middlewares import AckPolicy
@@ -65,15 +68,36 @@ from .llm import LLMGateway
 from .logs import configure_logging
 from .memory import Memory
 from .metrics import Metrics
+from .outage import REDIS, Outages, QuietOutages
 from .settings import ServiceSettings, load
 
 W = TypeVar("W")
 S = TypeVar("S", bound=ServiceSettings)
 Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
 
-HELD_MAX = 100_000  # most entries one consumer holds that _keep_claimed looks at
+GROUPS_INTERVAL_S = 5.0  # how often each group's pending and lag are read for the metrics
 FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
 log = logging.getLogger("rubricd.service")
+
+# Reset the idle time of the entries (ARGV[3:]) that the consumer ARGV[2] of group ARGV[1] still holds: one that
+# was settled, or taken over by another consumer after all, is left alone.
+# KEYS: the stream. ARGV: group, consumer, entry ids.
+_KEEP = """
+local kept = 0
+for i = 3, #ARGV do
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) == 1 then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    kept = kept + 1
+  end
+end
+return kept
+"""
+
+Working = tuple[str, str, str, bytes]  # an entry a handler works on: (stream, group, consumer, entry id)
+
+
+class DeadlineExceeded(Exception):
+    """A handler ran past its deadline: a failure of the entry's own, retried by a reclaim."""
 
 
 @dataclass
@@ -85,6 +109,7 @@ class Clients:
     metrics: Metrics
     keys: Keys
     consumer: str  # this process's name in its consumer groups
+    outages: Outages  # a worker's background tasks report outages here too
     memory_: Memory | None = None
 
     @property
@@ -113,11 +138,13 @@ class ServiceApp(Generic[W]):
         self.metrics = metrics or Metrics(name)
         self.broker = make_broker(settings, self.metrics)
         self.groups: list[tuple[str, str]] = []
+        self.deadlines: dict[str, float] = {}  # per consumed stream: how long its handler may take
+        self.outages = Outages(name)
         self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
         self._shutdown: list[Callable[[W], Awaitable[None]]] = []
         self._trimmed: list[str] = []
-        self._failed: set[tuple[str, bytes]] = set()  # (stream, entry id): left to go idle for a retry
-        self._started = time.monotonic()
+        self._working: collections.Counter[Working] = collections.Counter()
+        self._cancelled = 0  # handlers cancelled at shutdown
         self._worker: W | None = None
         self._clients: Clients | None = None
 
@@ -139,15 +166,24 @@ class ServiceApp(Generic[W]):
         return self._clients
 
     def consume(
-        self, stream: str, group: str, handle: Handler[W], *, on_give_up: Handler[W] | None = None, trim: bool = False
+        self,
+        stream: str,
+        group: str,
+        handle: Handler[W],
+        *,
+        agents: Sequence[str] = (),
+        on_give_up: Handler[W] | None = None,
+        trim: bool = False,
     ) -> None:
         """The consumer pair on `stream`'s `group`; `on_give_up` runs before an entry is dead-lettered.
 
-        With `trim`, the stream is trimmed every `trim_interval_s` below what every group has acked: for the
-        streams trainers write (rollouts, steps), which no MAXLEN bounds.
+        `agents`: those the handler calls, one after another, for its deadline. With `trim`, the stream is trimmed
+        every `trim_interval_s` below what every group has acked: for the streams trainers write (rollouts,
+        steps), which no MAXLEN bounds.
         """
         s = self.settings
         self.groups.append((stream, group))
+        self.deadlines[stream] = deadline = s.handler_deadline(agents)
         if trim:
             self._trimmed.append(stream)
 
@@ -159,7 +195,8 @@ class ServiceApp(Generic[W]):
             decoder=streams.raw_body,
         )
         async def fresh(msg: Entry) -> None:
-            await self._handle(handle, msg)
+            with self._working_on(msg, self.consumer):
+                await self._handle(handle, msg, deadline)
 
         @self.broker.subscriber(
             stream=StreamSub(stream, group=group, consumer=self.reclaimer, min_idle_time=s.reclaim_idle_ms),
@@ -169,23 +206,29 @@ class ServiceApp(Generic[W]):
             decoder=streams.raw_body,
         )
         async def reclaimed(msg: Entry) -> None:
-            spent = await self._spent(msg)
-            if spent is None:
-                await self._handle(handle, msg)
-                return
-            if on_give_up is not None:
-                await on_give_up(self.worker, msg)
-            await self._dead_letter(msg, *spent)
+            with self._working_on(msg, self.reclaimer):
+                spent = await self._spent(msg)
+                if spent is None:
+                    await self._handle(handle, msg, deadline)
+                    return
+                if on_give_up is not None:
+                    await on_give_up(self.worker, msg)
+                await self._dead_letter(msg, *spent)
 
     def listen(self, stream: str, handle: Handler[W]) -> None:
         """Every new entry of `stream`, in every process (no group, no ack)."""
 
         @self.broker.subscriber(stream=StreamSub(stream), parser=streams.parse_entry, decoder=streams.raw_body)
         async def listener(msg: Entry) -> None:
-            if streams.MALFORMED in msg.headers:
-                log.warning("%s: skipped an entry of %s: %s", self.name, stream, msg.headers[streams.MALFORMED])
-                return
-            await handle(self.worker, msg)
+            try:
+                if streams.MALFORMED in msg.headers:
+                    raise streams.Rejected(msg.headers[streams.MALFORMED])
+                await handle(self.worker, msg)
+            except (streams.Rejected, msgspec.DecodeError) as e:  # bad input: one line, no traceback
+                log.warning("%s: skipped entry %s of %s: %s", self.name, streams.entry_id(msg).decode(), stream, e)
+            except Exception as e:
+                if not self.outages.down(f"reading {stream}", e):
+                    raise
 
     def every(self, interval_s: float, chore: Callable[[W], Awaitable[None]]) -> None:
         """Run `chore(worker)` every `interval_s` while the service runs."""
@@ -199,7 +242,12 @@ class ServiceApp(Generic[W]):
         """The app; `started` adds fields to the service_started event."""
 
         async def announce() -> None:
-            fields = {"consumer": self.consumer, "max_in_flight": self.settings.max_in_flight, **started}
+            fields = {
+                "consumer": self.consumer,
+                "max_in_flight": self.settings.max_in_flight,
+                "handler_deadline_s": ", ".join(f"{stream} {s:g}" for stream, s in self.deadlines.items()),
+                **started,
+            }
             event = streams.event(self.name, EventKind.SERVICE_STARTED, **fields)
             await self.clients.redis.xadd(
                 self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
@@ -224,10 +272,14 @@ class ServiceApp(Generic[W]):
             # Created at 0, not $: entries published before the service first ran are handled too.
             for stream, group in self.groups:
                 await streams.ensure_group(redis, stream, group)
-            self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, memory)
+            self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, self.outages, memory)
+            quiet = QuietOutages(self.outages)
+            broker_log = logging.getLogger("rubricd.broker")
+            broker_log.addFilter(quiet)
+            stack.callback(broker_log.removeFilter, quiet)
             self._worker = worker = make_worker(self._clients)
-            tasks = [asyncio.create_task(self.metrics.watch_groups(redis, self.groups))]
-            tasks.append(asyncio.create_task(self._repeat(s.reclaim_idle_ms / 4000, self._keep_claimed)))
+            tasks = [asyncio.create_task(self._repeat(s.reclaim_idle_ms / 4000, self._keep_claimed))]
+            tasks.append(asyncio.create_task(self._repeat(GROUPS_INTERVAL_S, self._read_groups)))
             tasks += [asyncio.create_task(self._repeat(interval, chore)) for interval, chore in self._chores]
             if self._trimmed:
                 tasks.append(asyncio.create_task(self._repeat(s.trim_interval_s, self._trim)))
@@ -239,34 +291,45 @@ class ServiceApp(Generic[W]):
                 for stop in self._shutdown:
                     await stop(worker)
 
+    async def _read_groups(self, _: W) -> None:
+        await self.metrics.read_groups(self.clients.redis, self.groups)
+
     async def _trim(self, _: W) -> None:
         for stream in self._trimmed:
             await streams.trim_consumed(self.clients.redis, stream)
 
     async def _keep_claimed(self, _: W) -> None:
-        """Reset the idle time of what this process read and has not settled, but for failed entries.
-
-        Only entries delivered since this process started count: a consumer name reused by a restarted
-        process (RUBRICD_CONSUMER) must not keep its predecessor's entries from being reclaimed.
-        """
+        """Reset the idle time of the entries this process's handlers are working on now (with none, a PING:
+        this is also the heartbeat that says Redis is back)."""
         redis = self.clients.redis
-        alive_ms = (time.monotonic() - self._started) * 1000
-        known, held = set(self._failed), set()
-        for stream, group in self.groups:
-            for consumer in (self.consumer, self.reclaimer):
-                pending = await redis.xpending_range(stream, group, "-", "+", HELD_MAX, consumername=consumer)
-                ages = {cast(bytes, p["message_id"]): cast(int, p["time_since_delivered"]) for p in pending}
-                held |= {(stream, i) for i in ages}
-                live: list[bytes | str | int | memoryview] = [
-                    i for i, age in ages.items() if age < alive_ms and (stream, i) not in self._failed
-                ]
-                if live:
-                    await redis.xclaim(stream, group, consumer, 0, live, justid=True)
-        self._failed -= known - held  # failures another process has reclaimed (or settled) meanwhile
+        by_consumer: dict[tuple[str, str, str], list[bytes]] = collections.defaultdict(list)
+        for stream, group, consumer, entry_id in list(self._working):
+            by_consumer[stream, group, consumer].append(entry_id)
+        if not by_consumer:
+            await redis.ping()
+        for (stream, group, consumer), ids in by_consumer.items():
+            await redis.register_script(_KEEP)(keys=[stream], args=[group, consumer, *ids])
+        self.outages.up(REDIS)
 
-    async def _handle(self, handle: Handler[W], msg: RedisStreamMessage) -> None:
-        entry = (msg.raw_message["channel"], streams.entry_id(msg))
-        self._failed.discard(entry)
+    @contextlib.contextmanager
+    def _working_on(self, msg: RedisStreamMessage, consumer: str) -> Iterator[None]:
+        """While the body runs, the keep-alive keeps `msg`'s entry from going idle; after, whatever the outcome,
+        it does not."""
+        entry = (msg.raw_message["channel"], msg.group or "", consumer, streams.entry_id(msg))
+        self._working[entry] += 1
+        try:
+            yield
+        except asyncio.CancelledError:
+            self._cancelled += 1
+            if self._cancelled == 1:
+                log.warning("%s: handlers still running are cancelled; their entries wait for a reclaim", self.name)
+            raise
+        finally:
+            self._working[entry] -= 1
+            if self._working[entry] <= 0:
+                del self._working[entry]
+
+    async def _handle(self, handle: Handler[W], msg: RedisStreamMessage, deadline_s: float) -> None:
         try:
             if len(msg.body) > self.settings.max_entry_bytes:
                 raise streams.Rejected(
@@ -274,20 +337,32 @@ class ServiceApp(Generic[W]):
                 )
             if streams.MALFORMED in msg.headers:
                 raise streams.Rejected(msg.headers[streams.MALFORMED])
-            await handle(self.worker, msg)
+            async with asyncio.timeout(deadline_s) as deadline:
+                try:
+                    await handle(self.worker, msg)
+                except asyncio.CancelledError:
+                    if deadline.expired():
+                        ran_past = f"the handler ran past its deadline (handler_deadline_s={deadline_s:g})"
+                        raise DeadlineExceeded(ran_past) from None
+                    raise
         except streams.Rejected as e:
             await self._dead_letter(msg, str(e), notify=e.notify)
         except Exception as e:
-            # Left pending and idle: a reclaiming consumer retries it; the record says whether it counts against it.
-            self._failed.add(entry)
+            # Left pending: once idle, a reclaiming consumer retries it; the record says whether it counts against it.
+            outage = self.outages.down(
+                f"handling entry {streams.entry_id(msg).decode()} of {msg.raw_message['channel']}", e
+            )
             with contextlib.suppress(Exception):
                 key = self._failure_key(msg)
                 async with self.clients.redis.pipeline(transaction=True) as pipe:
                     pipe.hset(key, "error", repr(e)[: streams.MAX_REASON_CHARS])
-                    pipe.hincrby(key, "transient" if streams.transient(e) else "failed", 1)
+                    pipe.hincrby(key, "transient" if outage else "failed", 1)
                     pipe.expire(key, FAILURE_TTL_S)
                     await pipe.execute()
-            raise
+            if not outage:
+                raise  # FastStream logs it, with its traceback
+        else:
+            self.outages.up()
 
     async def _spent(self, msg: RedisStreamMessage) -> tuple[str, int] | None:
         """Why a reclaimed entry is given up on, and its deliveries; None to handle it again."""
@@ -334,9 +409,7 @@ class ServiceApp(Generic[W]):
             try:
                 await chore(self.worker)
             except Exception as e:
-                if streams.transient(e):  # an outage: one line, not a traceback every interval
-                    log.warning("%s: %s skipped: %r", self.name, name, e)
-                else:
+                if not self.outages.down(str(name), e):
                     log.exception("%s: %s failed", self.name, name)
 
 

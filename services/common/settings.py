@@ -7,6 +7,7 @@ with the setting's name (see `load`).
 """
 
 import sys
+from collections.abc import Sequence
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -24,6 +25,9 @@ META_CLASS = r"^[A-Za-z0-9_.-]{1,64}$"  # a meta-class name (HealthBench's axis,
 # tokenizers, so cuts err safe (SmolLM2's gave 2.9 on a full updater prompt, chat template included: at 3 that
 # prompt overran its budget by 3%, and the answer ran into the end of the window).
 CHARS_PER_TOKEN = 2.5
+MAX_BACKOFF_S = 30.0  # the longest backoff between two attempts of an LLM call (before jitter), or Retry-After
+# What a handler's deadline allows beyond its LLM calls: its Redis and Weaviate work, and waiting for a shared slot.
+HANDLER_MARGIN_S = 60.0
 
 # Delivery settings whose defaults a service may change (its settings class re-declares
 # the field with the same type and its own default).
@@ -113,6 +117,12 @@ class LLMSettings(BaseModel):
             )
         return self
 
+    def longest_call_s(self) -> float:
+        """The longest one call may take: every attempt (failovers to replicas too) timing out, and the longest
+        wait between each."""
+        attempts = 1 + self.max_retries + len(self.replicas)
+        return attempts * self.timeout_s + self.max_retries * MAX_BACKOFF_S * 1.5  # backoffs are jittered up to 1.5x
+
     def prompt_chars(self) -> int | None:
         """How many characters of prompt fit beside the answer (None: no context window set). A token is taken
         as CHARS_PER_TOKEN characters, an underestimate for English and JSON, so the cut errs on the safe side."""
@@ -182,6 +192,13 @@ class ServiceSettings(BaseSettings):
         ge=100,
         description="an entry its consumer has not touched this long (it died, or its handler failed) is reclaimed",
     )
+    handler_deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="how long one handler may work on an entry before it is cancelled, its failure recorded as "
+        "the entry's own and the entry retried by a reclaim; unset: per stream, the longest calls of the agents its "
+        "handler calls, one after another, plus 60 s (the service_started event names each)",
+    )
     max_deliveries: int = Field(
         3, ge=1, description="an entry that failed this often for a reason of its own (not an outage) is dead-lettered"
     )
@@ -238,6 +255,12 @@ class ServiceSettings(BaseSettings):
                     f"agent {name!r} (RUBRICD_LLM__*, RUBRICD_AGENTS__{name.upper()}__*): {problems}"
                 ) from None
         return self
+
+    def handler_deadline(self, agents: Sequence[str]) -> float:
+        """How long a handler that calls `agents` may take (`handler_deadline_s` when set)."""
+        if self.handler_deadline_s is not None:
+            return self.handler_deadline_s
+        return HANDLER_MARGIN_S + sum(self.agent(name).longest_call_s() for name in agents)
 
     def agent(self, name: str) -> LLMSettings:
         """The LLM settings of one agent: `llm`, AGENT_DEFAULTS where `llm` leaves a field unset, `agents.<name>`."""

@@ -27,8 +27,10 @@ from .settings import ScorerSettings
 
 def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> FastStream:
     app: ServiceApp[Scorer] = ServiceApp(SERVICE, settings, metrics, agents=[JUDGE, PAIRWISE, GENERATOR])
-    app.consume(app.keys.rollouts, SCORERS, Scorer.handle, trim=True)
-    app.consume(app.keys.comparisons, JUDGES, Comparer(settings, app.metrics).handle, trim=True)
+    # A handler may wait for another scorer's generation of the prompt's rubrics, then generate them itself.
+    app.consume(app.keys.rollouts, SCORERS, Scorer.handle, agents=[JUDGE, GENERATOR, GENERATOR], trim=True)
+    compare = Comparer(settings, app.metrics).handle
+    app.consume(app.keys.comparisons, JUDGES, compare, agents=[PAIRWISE, GENERATOR, GENERATOR], trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
     return app.build(lambda clients: Scorer(settings, clients))
 

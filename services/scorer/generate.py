@@ -49,6 +49,7 @@ from redis.exceptions import LockError
 
 from common import prompts, streams, usage
 from common.llm import LLMError
+from common.outage import dependency
 from common.prompts import PromptFile
 from common.service import Clients
 from rubricd import wire
@@ -432,8 +433,9 @@ class Generator:
                 except LockError:
                     log.warning("a rubric generation lock expired while held (%s)", lock.name)
                     return
-                except Exception:
-                    log.exception("could not renew a rubric generation lock (%s)", lock.name)
+                except Exception as e:
+                    if dependency(e) is None:  # an outage is the service's to report, once
+                        log.exception("could not renew a rubric generation lock (%s)", lock.name)
 
         renewing = asyncio.create_task(renew())
         try:

@@ -22,6 +22,7 @@ from .summary import META_SUMMARIZER, SUMMARIZER
 def create_app(settings: SummarizerSettings, metrics: Metrics | None = None) -> FastStream:
     agents = [SUMMARIZER, META_SUMMARIZER, EMBEDDER]
     app: ServiceApp[Summarizer] = ServiceApp(SERVICE, settings, metrics, agents=agents, memory=True)
+    # Handlers only record what arrived (no agent: the summarizing runs beside them, under a claim of the step).
     app.consume(app.keys.steps, SUMMARIZERS, Summarizer.on_step_closed, trim=True)
     app.consume(app.keys.analyses, SUMMARIZERS, Summarizer.on_analysis)
     app.every(settings.sweep_interval_s, Summarizer.sweep)

@@ -66,6 +66,7 @@ class Summarizer:
         self.redis = clients.redis
         self.llm = Metered(clients.gateway, clients.redis, clients.keys)
         self.memory = clients.memory
+        self.outages = clients.outages
         self.book = StepBook(
             clients.redis,
             self.keys,
@@ -121,7 +122,8 @@ class Summarizer:
                 await self.summarize(await self.book.state(run_id, step))
         except Exception as e:
             # Our claim now ends at the retry time; the sweeper then tries again.
-            log.exception("summarizing %s step %s failed", run_id, step)
+            if not self.outages.down(f"summarizing {run_id} step {step}", e):
+                log.exception("summarizing %s step %s failed", run_id, step)
             self.summaries.labels("failed").inc()
             with contextlib.suppress(Exception):
                 await self.book.hold(run_id, step, token, time.time() + self.settings.retry_after_s)

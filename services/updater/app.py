@@ -19,7 +19,8 @@ from .update import QUERY_WRITER, UPDATER
 def create_app(settings: UpdaterSettings, metrics: Metrics | None = None) -> FastStream:
     agents = [QUERY_WRITER, UPDATER, EMBEDDER]
     app: ServiceApp[Updater] = ServiceApp(SERVICE, settings, metrics, agents=agents, memory=True)
-    app.consume(app.keys.summaries, UPDATERS, Updater.handle, on_give_up=Updater.given_up)
+    # A handler may wait for another updater's update of the run (its lock), then update it itself.
+    app.consume(app.keys.summaries, UPDATERS, Updater.handle, agents=agents * 2, on_give_up=Updater.given_up)
     return app.build(
         lambda clients: Updater(settings, clients),
         update_frequency=settings.update_frequency,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from redis.asyncio import Redis
 from redis.exceptions import LockError
 
+from common.outage import dependency
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event
@@ -48,8 +49,9 @@ class Effects:
                 except LockError:
                     log.warning("the update lock of %s/%s was lost (expired)", run_id, instance_key)
                     return
-                except Exception:
-                    log.exception("could not renew the update lock of %s/%s", run_id, instance_key)
+                except Exception as e:
+                    if dependency(e) is None:  # an outage is the service's to report, once
+                        log.exception("could not renew the update lock of %s/%s", run_id, instance_key)
 
         renewing = asyncio.create_task(renew())
         try:

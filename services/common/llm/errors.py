@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import openai
 
-from ..settings import LLMSettings
+from ..settings import MAX_BACKOFF_S, LLMSettings
 
-_MAX_BACKOFF_S = 30.0
 _OVERLOADED = (408, 429, 502, 503, 504)  # statuses that say the endpoint, not the request, failed
 _USERINFO = re.compile(r"//[^/@\s]+@")
 _INVALID_REQUEST = re.compile(
@@ -71,7 +70,7 @@ def failure(error: Exception, s: LLMSettings, url: str) -> Failed:
 
 
 def backoff(base_s: float, retry: int) -> float:
-    return min(_MAX_BACKOFF_S, base_s * 2.0 ** (retry - 1)) * random.uniform(0.5, 1.5)
+    return min(MAX_BACKOFF_S, base_s * 2.0 ** (retry - 1)) * random.uniform(0.5, 1.5)
 
 
 def _refused(error: openai.APIStatusError) -> bool:
@@ -92,7 +91,7 @@ def _retry_after(headers: Mapping[str, str]) -> float:
     """Honour a provider's Retry-After (ms or s), capped so one reply cannot stall a call."""
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         try:
-            return min(_MAX_BACKOFF_S, float(headers.get(name, "")) * scale)
+            return min(MAX_BACKOFF_S, float(headers.get(name, "")) * scale)
         except ValueError:
             continue
     return 0.0

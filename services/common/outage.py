@@ -1,0 +1,108 @@
+"""Outages of what a service depends on (Redis, Weaviate, the LLM endpoint), logged as one line each way.
+
+A Redis restart makes every handler, chore and FastStream fetch loop of a
+service fail at once, and keep failing until it is back. None of that is a bug:
+`Outages` logs one warning when a dependency is first seen down (the service,
+what it was doing, the error) and one when it answers again, and nothing in
+between; `QuietOutages`, a filter on FastStream's logger, folds its fetch-loop
+and handler tracebacks for outages into the same lines. Real bugs keep their
+tracebacks.
+"""
+
+import asyncio
+import logging
+import time
+
+import redis.exceptions
+import weaviate.exceptions
+
+log = logging.getLogger("rubricd.outage")
+
+REDIS, WEAVIATE, LLM = "Redis", "Weaviate", "the LLM endpoint"
+_DEPENDENCIES: tuple[tuple[str, tuple[type[BaseException], ...]], ...] = (
+    (
+        REDIS,
+        (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.BusyLoadingError),
+    ),
+    (
+        WEAVIATE,
+        (
+            weaviate.exceptions.WeaviateConnectionError,
+            weaviate.exceptions.WeaviateTimeoutError,
+            weaviate.exceptions.WeaviateGRPCUnavailableError,
+            weaviate.exceptions.WeaviateClosedClientError,
+        ),
+    ),
+)
+
+
+def dependency(error: BaseException) -> str | None:
+    """Whose outage `error` (or what caused it) is, or None when it is no outage: an error of the work itself.
+
+    An LLMError (or anything) with `transient = True` is the LLM endpoint's (unreachable, timed out, overloaded).
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        for name, kinds in _DEPENDENCIES:
+            if isinstance(seen, kinds):
+                return name
+        if getattr(seen, "transient", False) is True:
+            return LLM
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return None
+
+
+class Outages:
+    """One service's view of its dependencies: down since when, logged once each way."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self._since: dict[str, float] = {}
+
+    def down(self, doing: str, error: BaseException) -> bool:
+        """Note a failure while `doing`; True if it was an outage (logged if it is a new one), False if not."""
+        name = dependency(error)
+        if name is None:
+            return False
+        if name not in self._since:
+            self._since[name] = time.monotonic()
+            log.warning(
+                "%s: %s is unreachable (%s, while %s); retrying until it is back",
+                self.service,
+                name,
+                _short(error),
+                doing,
+            )
+        return True
+
+    def up(self, *names: str) -> None:
+        """`names` (default: all) answered again."""
+        for name in names or list(self._since):
+            if (since := self._since.pop(name, None)) is not None:
+                log.warning("%s: %s is back after %.1f s", self.service, name, time.monotonic() - since)
+
+    def is_down(self, name: str) -> bool:
+        return name in self._since
+
+
+class QuietOutages(logging.Filter):
+    """On FastStream's logger: a record carrying an outage (a fetch error, a handler's) goes to `outages` instead
+    of the log, and a handler cancelled at shutdown is not a traceback (the template says so once)."""
+
+    def __init__(self, outages: Outages) -> None:
+        super().__init__()
+        self.outages = outages
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None:
+            return True
+        if isinstance(error, asyncio.CancelledError):
+            return False
+        doing = "reading its streams" if record.getMessage() == "Message fetch error" else "handling an entry"
+        return not self.outages.down(doing, error)
+
+
+def _short(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= 300 else text[:299] + "…"
