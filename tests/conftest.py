@@ -10,6 +10,7 @@ that ask for it (directly or through `redis`) start it; they are marked
 import asyncio
 import contextlib
 import fcntl
+import inspect
 import os
 import random
 import shutil
@@ -23,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 import redis as redis_sync
@@ -451,6 +452,29 @@ def settled(keys: Keys) -> Callable[[Redis, float], Awaitable[None]]:
             await asyncio.sleep(0.5)
 
     return wait
+
+
+async def _eventually(check: Callable[[], Any], what: str, timeout: float = 60, every: float = 0.1) -> Any:
+    """Call CHECK (sync or async) until it returns something truthy, and return that; fail the test, saying WHAT
+    was awaited and what CHECK last returned, if TIMEOUT seconds pass first. A loaded machine is slow, not wrong:
+    wait for what the system does, never for a fixed time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if inspect.isawaitable(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}; last saw {got!r}")
+        await asyncio.sleep(every)
+
+
+@pytest.fixture(scope="session")
+def eventually() -> Callable[..., Awaitable[Any]]:
+    """`await eventually(check, what, timeout=60)`: CHECK's first truthy result (CHECK sync or async, polled every
+    0.1 s); fails saying it waited for WHAT."""
+    return _eventually
 
 
 def pytest_configure(config: pytest.Config) -> None:

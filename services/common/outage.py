@@ -17,6 +17,9 @@ import redis.exceptions
 import weaviate.exceptions
 
 log = logging.getLogger("rubricd.outage")
+# A dependency is back once it answered with no failure seen for this long: a Redis shutting down answers a new
+# connection while its old ones are already closed, and that is one outage, not two.
+QUIET_S = 1.0
 
 REDIS, WEAVIATE, LLM = "Redis", "Weaviate", "the LLM endpoint"
 _DEPENDENCIES: tuple[tuple[str, tuple[type[BaseException], ...]], ...] = (
@@ -57,15 +60,17 @@ class Outages:
 
     def __init__(self, service: str) -> None:
         self.service = service
-        self._since: dict[str, float] = {}
+        self._since: dict[str, float] = {}  # dependency -> when first seen down
+        self._failed: dict[str, float] = {}  # dependency -> when last seen failing
 
     def down(self, doing: str, error: BaseException) -> bool:
         """Note a failure while `doing`; True if it was an outage (logged if it is a new one), False if not."""
         name = dependency(error)
         if name is None:
             return False
+        self._failed[name] = now = time.monotonic()
         if name not in self._since:
-            self._since[name] = time.monotonic()
+            self._since[name] = now
             log.warning(
                 "%s: %s is unreachable (%s, while %s); retrying until it is back",
                 self.service,
@@ -75,11 +80,14 @@ class Outages:
             )
         return True
 
-    def up(self, *names: str) -> None:
-        """`names` (default: all) answered again."""
+    def up(self, *names: str) -> list[str]:
+        """`names` (default: all) answered: back, once no failure was seen for QUIET_S; returns those back now."""
+        now, back = time.monotonic(), []
         for name in names or list(self._since):
-            if (since := self._since.pop(name, None)) is not None:
-                log.warning("%s: %s is back after %.1f s", self.service, name, time.monotonic() - since)
+            if name in self._since and now - self._failed[name] >= QUIET_S:
+                log.warning("%s: %s is back after %.1f s", self.service, name, now - self._since.pop(name))
+                back.append(name)
+        return back
 
     def is_down(self, name: str) -> bool:
         return name in self._since

@@ -44,6 +44,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -75,6 +76,9 @@ W = TypeVar("W")
 S = TypeVar("S", bound=ServiceSettings)
 Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
 
+# A connection idle this long is PINGed before its next command (and remade if Redis restarted meanwhile), so a
+# connection Redis closed in an outage fails no command once Redis is back.
+HEALTH_CHECK_S = 2.0
 GROUPS_INTERVAL_S = 5.0  # how often each group's pending and lag are read for the metrics
 FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
 log = logging.getLogger("rubricd.service")
@@ -93,7 +97,7 @@ end
 return kept
 """
 
-Working = tuple[str, str, str, bytes]  # an entry a handler works on: (stream, group, consumer, entry id)
+Held = tuple[str, bytes]  # an entry this process received and has not finished with: (consumer, entry id)
 
 
 class DeadlineExceeded(Exception):
@@ -143,7 +147,8 @@ class ServiceApp(Generic[W]):
         self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
         self._shutdown: list[Callable[[W], Awaitable[None]]] = []
         self._trimmed: list[str] = []
-        self._working: collections.Counter[Working] = collections.Counter()
+        self._held: collections.Counter[Held] = collections.Counter()  # how many of its deliveries are in hand
+        self._held_since: dict[Held, float] = {}
         self._cancelled = 0  # handlers cancelled at shutdown
         self._worker: W | None = None
         self._clients: Clients | None = None
@@ -273,6 +278,7 @@ class ServiceApp(Generic[W]):
             for stream, group in self.groups:
                 await streams.ensure_group(redis, stream, group)
             self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, self.outages, memory)
+            self._watch_reads(await self.broker.connect())
             quiet = QuietOutages(self.outages)
             broker_log = logging.getLogger("rubricd.broker")
             broker_log.addFilter(quiet)
@@ -299,24 +305,60 @@ class ServiceApp(Generic[W]):
             await streams.trim_consumed(self.clients.redis, stream)
 
     async def _keep_claimed(self, _: W) -> None:
-        """Reset the idle time of the entries this process's handlers are working on now (with none, a PING:
-        this is also the heartbeat that says Redis is back)."""
+        """Reset the idle time of the entries this process has in hand (with none, a PING: this is also the
+        heartbeat that says Redis is back). One held past twice its handler's deadline is let go: it is lost."""
         redis = self.clients.redis
-        by_consumer: dict[tuple[str, str, str], list[bytes]] = collections.defaultdict(list)
-        for stream, group, consumer, entry_id in list(self._working):
-            by_consumer[stream, group, consumer].append(entry_id)
+        too_old = time.monotonic() - 2 * max(self.deadlines.values(), default=0.0)
+        for held in [h for h, since in self._held_since.items() if since < too_old]:
+            log.warning("%s: entry %s, received and never finished, left to a reclaim", self.name, held[1].decode())
+            self._let_go(held, all_of_it=True)
+        by_consumer: dict[str, list[bytes]] = collections.defaultdict(list)
+        for consumer, entry_id in list(self._held):
+            by_consumer[consumer].append(entry_id)
         if not by_consumer:
             await redis.ping()
-        for (stream, group, consumer), ids in by_consumer.items():
-            await redis.register_script(_KEEP)(keys=[stream], args=[group, consumer, *ids])
-        self.outages.up(REDIS)
+        for stream, group in self.groups:  # an id the consumer does not hold in a stream is skipped there
+            for consumer, ids in by_consumer.items():
+                await redis.register_script(_KEEP)(keys=[stream], args=[group, consumer, *ids])
+        if self.outages.up(REDIS):  # idle connections from before the outage are closed at Redis's end: drop them
+            for client in (redis, await self.broker.connect()):
+                await client.connection_pool.disconnect(inuse_connections=False)
+
+    def _watch_reads(self, client: Redis) -> None:
+        """Count an entry in hand from the moment a read of this process receives it: FastStream queues what it
+        read until a handler is free, and a queued entry must not go idle. A read whose reply never arrived
+        counts nothing, so what it delivered goes idle and is reclaimed. (redis-py's response callbacks: the
+        fresh consumer reads with XREADGROUP, the reclaiming one with XAUTOCLAIM.)"""
+        for command, consumer in (("XREADGROUP", self.consumer), ("XAUTOCLAIM", self.reclaimer)):
+            client.set_response_callback(
+                command, self._receipt(command, consumer, client.response_callbacks.get(command))
+            )
+
+    def _receipt(self, command: str, consumer: str, parse: Callable[..., Any] | None) -> Callable[..., Any]:
+        def received(response: Any, **options: Any) -> Any:
+            parsed = parse(response, **options) if parse else response
+            for entry_id in streams.read_ids(command, parsed):
+                self._hold((consumer, entry_id))
+            return parsed
+
+        return received
+
+    def _hold(self, held: Held) -> None:
+        self._held[held] += 1
+        self._held_since.setdefault(held, time.monotonic())
+
+    def _let_go(self, held: Held, *, all_of_it: bool = False) -> None:
+        self._held[held] -= 1
+        if all_of_it or self._held[held] <= 0:
+            del self._held[held]
+            self._held_since.pop(held, None)
 
     @contextlib.contextmanager
     def _working_on(self, msg: RedisStreamMessage, consumer: str) -> Iterator[None]:
-        """While the body runs, the keep-alive keeps `msg`'s entry from going idle; after, whatever the outcome,
-        it does not."""
-        entry = (msg.raw_message["channel"], msg.group or "", consumer, streams.entry_id(msg))
-        self._working[entry] += 1
+        """The body works on `msg`'s entry, in hand since its read; after it, whatever the outcome, it is not."""
+        held = (consumer, streams.entry_id(msg))
+        if held not in self._held:  # a read the callbacks did not see
+            self._hold(held)
         try:
             yield
         except asyncio.CancelledError:
@@ -325,9 +367,8 @@ class ServiceApp(Generic[W]):
                 log.warning("%s: handlers still running are cancelled; their entries wait for a reclaim", self.name)
             raise
         finally:
-            self._working[entry] -= 1
-            if self._working[entry] <= 0:
-                del self._working[entry]
+            if held in self._held:
+                self._let_go(held)
 
     async def _handle(self, handle: Handler[W], msg: RedisStreamMessage, deadline_s: float) -> None:
         try:
@@ -424,6 +465,7 @@ def make_broker(settings: ServiceSettings, metrics: Metrics) -> RedisBroker:
     return RedisBroker(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
+        health_check_interval=HEALTH_CHECK_S,
         graceful_timeout=settings.graceful_timeout_s,
         log_level=logging.DEBUG,
         logger=logging.getLogger("rubricd.broker"),
@@ -434,7 +476,10 @@ def make_broker(settings: ServiceSettings, metrics: Metrics) -> RedisBroker:
 def make_redis(settings: ServiceSettings) -> Redis:
     """The service's own client for its scripts and writes: a blocking pool, so bursts wait for a connection."""
     pool = BlockingConnectionPool.from_url(
-        settings.redis_url, max_connections=settings.redis_max_connections, timeout=None
+        settings.redis_url,
+        max_connections=settings.redis_max_connections,
+        timeout=None,
+        health_check_interval=HEALTH_CHECK_S,
     )
     return Redis.from_pool(pool)
 

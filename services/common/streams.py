@@ -6,22 +6,22 @@ finished with (XINFO GROUPS + XPENDING), so trimming never drops unprocessed
 work.
 """
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
-import redis.exceptions
-import weaviate.exceptions
 from faststream.message import StreamMessage
 from faststream.redis.message import RedisStreamMessage
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rubricd import wire
-from rubricd.keys import Keys
+from rubricd.keys import InvalidKey, Keys
 from rubricd.messages import DeadLetter, Event, EventKind, Message
+from rubricd.messages._base import MAX_STEP
 
 M = TypeVar("M", bound=Message)
 
@@ -46,6 +46,48 @@ class Rejected(Exception):
     def __init__(self, reason: str, notify: Notice | None = None) -> None:
         super().__init__(reason)
         self.notify = notify
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Where to answer an entry that is rejected, and the ids to answer with (as sent, cut to MAX_ECHOED_ID_CHARS:
+    ids outside their alphabet are echoed too, so that whoever sent them can match the answer)."""
+
+    reply_to: str
+    run_id: str
+    id: str  # the entry's own id (rollout_id, comparison_id)
+    step: int  # as sent if it is a valid step, else 0
+
+
+MAX_ECHOED_ID_CHARS = 256  # an id echoed in a rejection is cut to this (valid ids are at most 200 characters)
+
+
+@functools.cache
+def _sender_decoder(id_field: str) -> msgspec.json.Decoder[Any]:
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        ("reply_to", str),
+        ("run_id", str),
+        (id_field, str),
+        ("step", Any, 0),
+    ]
+    return msgspec.json.Decoder(msgspec.defstruct("Addressed", fields))
+
+
+def sender(body: bytes, keys: Keys, id_field: str) -> Sender | None:
+    """Who sent a rejected entry, read leniently from its JSON: `reply_to` one of `keys`' reply streams, and
+    `run_id` and `id_field` any strings; None if the entry has no such fields."""
+    try:
+        addressed = _sender_decoder(id_field).decode(body)
+        reply_to = keys.check_reply_to(addressed.reply_to)
+    except (msgspec.DecodeError, InvalidKey, UnicodeError):
+        return None
+    step = addressed.step
+    return Sender(
+        reply_to=reply_to,
+        run_id=addressed.run_id[:MAX_ECHOED_ID_CHARS],
+        id=getattr(addressed, id_field)[:MAX_ECHOED_ID_CHARS],
+        step=step if type(step) is int and 0 <= step <= MAX_STEP else 0,
+    )
 
 
 MAX_REASON_CHARS = 2000  # a dead letter's reason is cut to this (an error can quote a whole payload)
@@ -108,35 +150,24 @@ def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
 
 
-# Failures of what a service depends on, not of the entry it was handling.
-_INFRASTRUCTURE = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.BusyLoadingError,
-    weaviate.exceptions.WeaviateConnectionError,
-    weaviate.exceptions.WeaviateTimeoutError,
-    weaviate.exceptions.WeaviateGRPCUnavailableError,
-    weaviate.exceptions.WeaviateClosedClientError,
-)
-
-
-def transient(error: BaseException) -> bool:
-    """Whether `error`, or what caused it, is an outage of Redis, Weaviate or the LLM endpoint: no evidence
-    against the entry, so its retries do not spend the entry's `max_deliveries`."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, _INFRASTRUCTURE) or getattr(seen, "transient", False) is True:
-            return True
-        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
-    return False
-
-
 def decode(body: bytes, type_: type[M], what: str) -> M:
     """The entry's message, or Rejected("malformed <what>: ...")."""
     try:
         return wire.decode(body, type_)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise Rejected(f"malformed {what}: {e}") from None
+
+
+def read_ids(command: str, reply: Any) -> list[bytes]:
+    """The entry ids a parsed XREADGROUP (`[[stream, entries], ...]` or `{stream: entries}`) or XAUTOCLAIM
+    (`[next id, entries, deleted]`) reply delivered; an entry is `(id, fields)`, or an id alone (JUSTID)."""
+    if not reply:
+        return []
+    if command == "XAUTOCLAIM":
+        batches = [reply[1]]
+    else:
+        batches = list(reply.values()) if isinstance(reply, dict) else [entries for _, entries in reply]
+    return [e if isinstance(e, bytes) else e[0] for entries in batches for e in entries or []]
 
 
 def entry_id(msg: RedisStreamMessage) -> bytes:

@@ -29,12 +29,10 @@ from rubricd import wire
 from rubricd.keys import JUDGES, InvalidKey
 from rubricd.messages import (
     Comparison,
-    ComparisonId,
     Event,
     EventKind,
     JudgeStatus,
     Preference,
-    RunId,
 )
 
 from . import pairwise
@@ -199,22 +197,20 @@ class Comparer:
             raise Rejected(str(e), notify=self.rejection(scorer, body, str(e))) from None
 
     def rejection(self, scorer: Scorer, body: bytes, reason: str) -> Notice | None:
-        """A rejected Preference for the publisher, if the entry says where to send it."""
-        try:
-            addressed = wire.decode(body, _Addressed)
-            reply_to = scorer.keys.check_reply_to(addressed.reply_to or "")
-        except ValueError:  # msgspec errors, a string that is not UTF-8, InvalidKey
+        """A rejected Preference for the publisher, if the entry names a valid reply stream and its ids are
+        strings (echoed even if they are outside their alphabet: `streams.sender`)."""
+        sender = streams.sender(body, scorer.keys, "comparison_id")
+        if sender is None:
             return None
-        step = addressed.step if type(addressed.step) is int and 0 <= addressed.step else 0
         preference = Preference(
-            run_id=addressed.run_id,
-            comparison_id=addressed.comparison_id,
-            step=step,
+            run_id=sender.run_id,
+            comparison_id=sender.id,
+            step=sender.step,
             status=JudgeStatus.REJECTED,
             error=reason,
             judged_at=time.time(),
         )
-        return Notice(reply_to, preference, self.settings.reply_ttl_s)
+        return Notice(sender.reply_to, preference, self.settings.reply_ttl_s)
 
     @staticmethod
     def event(comparison: Comparison, p: Preference) -> Event:
@@ -262,13 +258,3 @@ class Calls:
             for name, n in spent.items():
                 total[name] = total.get(name, 0) + n
         return total
-
-
-class _Addressed(msgspec.Struct):
-    """The fields a rejection needs, read from an entry that failed validation: ids valid (the Preference must be
-    decodable and matched by the publisher), anything else read leniently."""
-
-    run_id: RunId
-    comparison_id: ComparisonId
-    step: Any = 0
-    reply_to: str | None = None

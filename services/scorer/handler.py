@@ -13,7 +13,6 @@ failure leaves the entry pending for a reclaim to retry.
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -26,7 +25,7 @@ from common.service import Clients
 from common.streams import Notice, Rejected
 from rubricd import wire
 from rubricd.keys import SCORERS, InvalidKey
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RolloutId, RubricsUpdated, RunId, Score
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES, policy
 from rubricd.store import RubricStore
 
@@ -205,24 +204,22 @@ class Scorer:
             raise Rejected(str(e), notify=self.rejection(body, str(e))) from None
 
     def rejection(self, body: bytes, reason: str) -> Notice | None:
-        """A rejected Score for the trainer, if the entry says where to send it."""
-        try:
-            addressed = wire.decode(body, _Addressed)
-            reply_to = self.keys.check_reply_to(addressed.reply_to or "")
-        except ValueError:  # msgspec errors, a string that is not UTF-8, InvalidKey
+        """A rejected Score for the trainer, if the entry names a valid reply stream and its ids are strings
+        (echoed even if they are outside their alphabet: `streams.sender`)."""
+        sender = streams.sender(body, self.keys, "rollout_id")
+        if sender is None:
             return None
-        step = addressed.step if type(addressed.step) is int and addressed.step >= 0 else 0
         score = Score(
-            run_id=addressed.run_id,
-            rollout_id=addressed.rollout_id,
-            step=step,
+            run_id=sender.run_id,
+            rollout_id=sender.id,
+            step=sender.step,
             status=JudgeStatus.REJECTED,
             reward=None,
             rubric_version=0,
             error=reason,
             scored_at=time.time(),
         )
-        return Notice(reply_to, score, self.settings.reply_ttl_s)
+        return Notice(sender.reply_to, score, self.settings.reply_ttl_s)
 
     def judge(self, rubrics: Rubrics, judged: "Judged") -> Judge:
         """The judge of one rollout under `rubrics`: the cached verdict of the same call, else the LLM's (then
@@ -282,13 +279,3 @@ class Judged:
             completion_tokens=c.completion_tokens,
             elapsed_s=c.elapsed_s,
         )
-
-
-class _Addressed(msgspec.Struct):
-    """The fields a rejection needs, read from an entry that failed validation: ids valid (the Score must be
-    decodable and matched by the trainer), anything else read leniently."""
-
-    run_id: RunId
-    rollout_id: RolloutId
-    step: Any = 0
-    reply_to: str | None = None

@@ -18,6 +18,10 @@ The client rides out a Redis restart or failover: every call retries with
 backoff within its caller's timeout, and once the reader reconnects it
 publishes again every rollout still waiting for its score (the scorer answers
 a rollout id it has scored with that same score, so nothing is scored twice).
+It logs one warning when Redis becomes unreachable (a refused or reset
+connection, or no answer to a PING within _PING_TIMEOUT_S) and one when it
+answers again; a call that was only slow (a busy Redis, an event loop that
+stalled) is retried and logged at debug.
 """
 
 import asyncio
@@ -45,6 +49,12 @@ log = logging.getLogger("rubricd.client")
 # What a Redis restart or failover looks like from here; anything else is a real error.
 _OUTAGE = (redis_errors.ConnectionError, redis_errors.TimeoutError, redis_errors.BusyLoadingError, OSError)
 _BACKOFF_S = (0.05, 2.0)  # first and longest wait between tries
+_BLOCK_MS = 1000  # how long a reply read waits on the server for something new (close() is seen within it)
+# A read that gets no reply within this times out (redis-py's socket timeout, stated: 5 s from redis-py 8 on,
+# none before). Well over _BLOCK_MS, so a blocking read times out only when Redis, or this process's event loop,
+# stalled that long; then a PING tells a slow Redis from an unreachable one.
+_SOCKET_TIMEOUT_S = 10.0
+_PING_TIMEOUT_S = 5.0  # no answer to a PING within this: Redis is unreachable
 _reply_decoder = msgspec.json.Decoder(Score | Preference)  # a reply stream carries both, tagged by `type`
 _USER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a user name that can prefix a client id
 
@@ -103,6 +113,15 @@ def default_client_id(redis: Redis) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
+def _read_block_ms(redis: Redis) -> int:
+    """How long a blocking read of `redis` waits on the server: _BLOCK_MS, or less on a connection whose socket
+    timeout would not wait for that (a read must not time out for blocking as asked)."""
+    timeout = redis.connection_pool.connection_kwargs.get("socket_timeout")
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        return _BLOCK_MS
+    return max(1, min(_BLOCK_MS, int(timeout * 1000 / 2)))
+
+
 class RubricdClient:
     def __init__(
         self,
@@ -119,8 +138,11 @@ class RubricdClient:
         # A blocking pool: a thousand concurrent score_one() calls wait for a
         # connection instead of failing with "Too many connections".
         self.redis = redis or Redis.from_pool(
-            BlockingConnectionPool.from_url(redis_url, max_connections=64, timeout=None)
+            BlockingConnectionPool.from_url(
+                redis_url, max_connections=64, timeout=None, socket_timeout=_SOCKET_TIMEOUT_S
+            )
         )
+        self._block_ms = _read_block_ms(self.redis)
         self.client_id = client_id or default_client_id(self.redis)
         self.reply_stream = self.keys.replies(self.client_id)
         self.rubrics = RubricStore(self.redis, self.keys)
@@ -134,6 +156,7 @@ class RubricdClient:
         self._compared: dict[tuple[str, str], bytes] = {}
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
+        self._unreachable_since: float | None = None  # when a call found Redis unreachable; None while it answers
 
     async def __aenter__(self) -> "RubricdClient":
         return self
@@ -156,7 +179,7 @@ class RubricdClient:
         for r, data in zip(rollouts, sent):
             self._published[(r.run_id, r.rollout_id)] = data
         try:
-            await self._retrying(lambda: self._publish(sent), deadline)
+            await self._retrying(lambda: self._publish(sent), deadline, f"publishing {len(sent)} rollout(s)")
             done, pending = await asyncio.wait(set(futures), timeout=max(0.0, deadline - time.monotonic()))
         except _OUTAGE:
             done, pending = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
@@ -186,7 +209,9 @@ class RubricdClient:
         for c, data in zip(comparisons, sent):
             self._compared[(c.run_id, c.comparison_id)] = data
         try:
-            await self._retrying(lambda: self._publish(sent, self.keys.comparisons), deadline)
+            await self._retrying(
+                lambda: self._publish(sent, self.keys.comparisons), deadline, f"publishing {len(sent)} comparison(s)"
+            )
             done, pending = await asyncio.wait(set(futures), timeout=max(0.0, deadline - time.monotonic()))
         except _OUTAGE:
             done, pending = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
@@ -209,18 +234,53 @@ class RubricdClient:
                 pipe.xadd(stream or self.keys.rollouts, {wire.FIELD: data})
             await pipe.execute()
 
-    async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float) -> T:
-        """`call()`, tried again with backoff while Redis is unreachable, until `deadline` (then its error)."""
+    async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float, doing: str) -> T:
+        """`call()` (`doing` names it in logs), tried again while it fails for an outage or a slow Redis (with
+        backoff while Redis is unreachable), until `deadline` (then its error)."""
         wait = _BACKOFF_S[0]
         while True:
             try:
-                return await call()
+                result = await call()
             except _OUTAGE as e:
                 if self._closing or time.monotonic() + wait > deadline:
                     raise
-                log.warning("Redis unreachable (%s); trying again in %.2f s", e, wait)
-                await asyncio.sleep(wait)
-                wait = min(_BACKOFF_S[1], wait * 2)
+                if await self._unreachable(e, doing):
+                    await asyncio.sleep(wait)
+                    wait = min(_BACKOFF_S[1], wait * 2)
+                continue
+            self._reachable()
+            return result
+
+    async def _unreachable(self, error: Exception, doing: str) -> bool:
+        """Whether `error`, raised while `doing`, means Redis is unreachable (logged once per outage): a refused,
+        reset or closed connection is; a read that timed out is only if a PING then gets no answer within
+        _PING_TIMEOUT_S. Otherwise the read was slow (a busy Redis, a stalled event loop): logged at debug."""
+        if isinstance(error, redis_errors.TimeoutError) and await self._answers():
+            log.debug("%s timed out (%s), but Redis answers PING: slow, not unreachable; trying again", doing, error)
+            return False
+        if self._unreachable_since is None:
+            self._unreachable_since = time.monotonic()
+            log.warning("Redis unreachable (%s) while %s; trying again until it answers", error, doing)
+        return True
+
+    async def _answers(self) -> bool:
+        """Whether Redis answers a PING within _PING_TIMEOUT_S (a PING whose read times out is sent again, so a
+        socket timeout shorter than the bound does not decide it)."""
+        deadline = time.monotonic() + _PING_TIMEOUT_S
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(self.redis.ping(), left)
+                return True
+            except redis_errors.TimeoutError:
+                continue
+            except _OUTAGE:  # refused, reset, or no answer within the bound (asyncio's TimeoutError)
+                return False
+        return False
+
+    def _reachable(self) -> None:
+        if self._unreachable_since is not None:
+            log.warning("Redis reachable again after %.1f s", time.monotonic() - self._unreachable_since)
+            self._unreachable_since = None
 
     async def score_one(self, rollout: Rollout, *, timeout: float | None = None) -> Score:
         return (await self.score([rollout], timeout=timeout))[0]
@@ -252,7 +312,9 @@ class RubricdClient:
             parts=parts,
         )
         await self._retrying(
-            lambda: self.redis.xadd(self.keys.steps, wire.entry(closed)), time.monotonic() + self.timeout
+            lambda: self.redis.xadd(self.keys.steps, wire.entry(closed)),
+            time.monotonic() + self.timeout,
+            f"closing step {step} of run {run_id!r}",
         )
         self._closed.setdefault(run_id, set()).add(step)
 
@@ -262,17 +324,19 @@ class RubricdClient:
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         wanted = {s for s in self._closed.get(run_id, ()) if s <= step} | {step}
-        last = await self._retrying(lambda: self._last_id(self.keys.rubrics_updated), deadline)
-        while undone := await self._retrying(lambda: self.rubrics.undone(run_id, wanted), deadline):
+        doing = f"waiting for the rubrics of run {run_id!r} step {step}"
+        last = await self._retrying(lambda: self._last_id(self.keys.rubrics_updated), deadline, doing)
+        while undone := await self._retrying(lambda: self.rubrics.undone(run_id, wanted), deadline, doing):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 steps = ", ".join(map(str, undone))
                 raise TimeoutError(
                     f"rubrics for run {run_id!r} step {step} not in place after {limit:g} s (steps {steps})"
                 )
-            # Woken by the next RubricsUpdated, or re-checks at least once a second (an outage: the next check retries).
+            # Woken by the next RubricsUpdated, or re-checks at least once a block (an outage or a slow read: the
+            # next check retries, and tells which).
             with contextlib.suppress(*_OUTAGE):
-                block_ms = max(1, int(min(remaining, 1.0) * 1000))
+                block_ms = max(1, min(int(remaining * 1000), self._block_ms))
                 response = cast(_XRead, await self.redis.xread({self.keys.rubrics_updated: last}, block=block_ms))
                 for _, entries in response or []:
                     last = entries[-1][0]
@@ -282,7 +346,7 @@ class RubricdClient:
         self._closing = True
         if self._reader:
             # Not cancelled: redis-py can hang on a cancelled blocking XREAD. The
-            # reader sees the flag within one block (1 s) and returns.
+            # reader sees the flag within one block (_BLOCK_MS at most) and returns.
             await self._reader
             self._reader = None
         for future in self._waiting.values():
@@ -310,25 +374,29 @@ class RubricdClient:
 
     async def _read_replies(self) -> None:
         last: bytes | str = "0-0"
-        wait, outage = _BACKOFF_S[0], False
+        wait, lost = _BACKOFF_S[0], False
+        doing = f"reading replies on {self.reply_stream}"
         while not self._closing:
             try:
-                response = cast(_XRead, await self.redis.xread({self.reply_stream: last}, count=1000, block=1000))
-                if outage:  # back: what was in flight may be lost with the outage, so publish it again
+                response = cast(
+                    _XRead, await self.redis.xread({self.reply_stream: last}, count=1000, block=self._block_ms)
+                )
+                if lost:  # back: what was in flight may be lost with the outage, so publish it again
                     await self._publish(list(self._published.values()))
                     await self._publish(list(self._compared.values()), self.keys.comparisons)
-                    log.warning(
-                        "Redis reachable again: published %d waiting rollouts and %d comparisons again",
+                    log.info(
+                        "published %d waiting rollouts and %d comparisons again after the outage",
                         len(self._published),
                         len(self._compared),
                     )
-                    wait, outage = _BACKOFF_S[0], False
+                    wait, lost = _BACKOFF_S[0], False
+                self._reachable()
             except _OUTAGE as e:
-                if not outage:
-                    log.warning("Redis unreachable (%s); the reply reader keeps trying", e)
-                outage = True
-                await asyncio.sleep(wait)
-                wait = min(_BACKOFF_S[1], wait * 2)
+                # A slow read is read again from `last` at once: XREAD without a group loses nothing.
+                if await self._unreachable(e, doing):
+                    lost = True
+                    await asyncio.sleep(wait)
+                    wait = min(_BACKOFF_S[1], wait * 2)
                 continue
             for _, entries in response or []:
                 for entry_id, fields in entries:

@@ -3,13 +3,14 @@ as the entry's own failure."""
 
 import asyncio
 import logging
+import time
 
 import msgspec
 import redis.exceptions
 import weaviate.exceptions
 
 from common.llm import LLMError
-from common.outage import LLM, REDIS, WEAVIATE, Outages, QuietOutages, dependency
+from common.outage import LLM, QUIET_S, REDIS, WEAVIATE, Outages, QuietOutages, dependency
 from common.streams import Rejected
 
 
@@ -52,6 +53,9 @@ def test_an_outage_is_one_line_when_first_seen_and_one_when_over(caplog):
         for doing in ("reading its streams", "handling entry 1-0 of scored", "its chore _trim"):
             assert outages.down(doing, redis.exceptions.ConnectionError("Connection refused"))
         assert not outages.down("handling entry 2-0 of scored", ValueError("a bug"))  # not an outage: not logged
+        outages.up(REDIS)  # too soon after the last failure: a Redis shutting down may still answer one call
+        assert outages.is_down(REDIS)
+        time.sleep(QUIET_S)
         outages.up(REDIS)
         outages.up(REDIS)
     assert [r.getMessage() for r in caplog.records] == [

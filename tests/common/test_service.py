@@ -246,6 +246,26 @@ async def test_an_entry_whose_read_reply_was_lost_is_reclaimed_not_kept_alive(
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 
 
+async def test_entries_read_and_waiting_for_a_free_handler_are_kept_not_reclaimed(stack, redis, keys, start_service):
+    """A read takes up to max_records entries and FastStream queues them until a handler is free: queued, they
+    are in hand, so the keep-alive keeps them (three of these four wait 1-3 judge calls at 2 s each, far past
+    reclaim_idle_ms)."""
+    start_service("scorer", max_in_flight=1, max_records=4, reclaim_idle_ms=500, judge_cache_ttl_s=0)
+    before = await judge_calls(stack)
+    batch = [
+        Rollout(run_id="run", rollout_id=f"q{i}", step=0, prompt=f"2 + 2? ({i})", response="4 [sim:latency_ms=2000]")
+        for i in range(4)
+    ]
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        scores = await client.score(batch, timeout=90)
+    assert all(s.status is JudgeStatus.OK for s in scores)
+    assert await judge_calls(stack) - before == len(batch)  # none judged twice by a reclaim
+    handed_on = [
+        wire.decode(wire.payload(f), ScoredRollout).score.rollout_id for _, f in await redis.xrange(keys.scored)
+    ]
+    assert sorted(handed_on) == [r.rollout_id for r in batch]
+
+
 async def test_a_commit_whose_reply_was_lost_scores_once_and_leaves_nothing_pending(
     stack, redis, keys, start_service, eventually
 ):
