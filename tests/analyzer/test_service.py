@@ -78,13 +78,19 @@ async def analyses(redis, keys, n: int, timeout: float = 90) -> list[RolloutAnal
     raise TimeoutError(f"{len(entries)} of {n} analyses")
 
 
+async def all_acked(redis, keys) -> bool:
+    """Every entry of the scored stream read and acked by the analyzers: nothing is left to analyze (again)."""
+    [group] = [g for g in await redis.xinfo_groups(keys.scored) if g["name"].decode() == ANALYZERS]
+    return group["lag"] == 0 and group["pending"] == 0
+
+
 async def events(redis, keys, kind: str) -> list[Event]:
     found = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
     return [e for e in found if e.kind == kind]
 
 
 async def test_two_workers_share_a_step_with_no_rollout_analyzed_twice_or_missed(
-    stack, redis, keys, memory, start_analyzer
+    stack, redis, keys, memory, start_analyzer, eventually
 ):
     workers = start_analyzer("--workers", "2", max_records=2, max_in_flight=4)
     workers.wait_consuming(stack.redis_url, keys, ["analyzer-0-w0", "analyzer-0-w1"])
@@ -92,7 +98,7 @@ async def test_two_workers_share_a_step_with_no_rollout_analyzed_twice_or_missed
     batch = [scored("run", i, f"17 + 25 = 42. [sim:latency_ms=100] ({i})") for i in range(30)]
     await publish(redis, keys, batch)
     got = await analyses(redis, keys, 30)
-    await asyncio.sleep(1.0)  # nothing more arrives
+    await eventually(lambda: all_acked(redis, keys), "every scored rollout acked: nothing more can arrive")
     ids = Counter(
         a.rollout_id
         for a in [wire.decode(wire.payload(f), RolloutAnalysis) for _, f in await redis.xrange(keys.analyses)]
@@ -128,17 +134,16 @@ async def test_a_padded_rollout_is_flagged_with_a_quote_and_a_missing_rubric(
     assert wire.decode(hit.item.message, RolloutAnalysis) == padded
 
 
-async def test_a_failing_analyst_is_retried_then_dead_lettered(stack, redis, keys, start_analyzer):
+async def test_a_failing_analyst_is_retried_then_dead_lettered(stack, redis, keys, start_analyzer, eventually):
     start_analyzer(reclaim_idle_ms=1000, max_deliveries=2).wait_consuming(stack.redis_url, keys)
     await publish(redis, keys, [scored("run", 1)])
     await analyses(
         redis, keys, 1
     )  # warm: the embedding model is loaded, so no entry idles for long but the failing one
     await publish(redis, keys, [scored("run", 0, "42 [sim:fail=500]")])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not await redis.xlen(keys.dead_letters):
-        await asyncio.sleep(0.2)
-    await asyncio.sleep(1.0)
+    await eventually(lambda: redis.xlen(keys.dead_letters), "the failing rollout to be dead-lettered")
+    # Then nothing is left to deliver again, so no second letter can come.
+    await eventually(lambda: all_acked(redis, keys), "every scored rollout acked")
     letters = await redis.xrange(keys.dead_letters)
     assert len(letters) == 1, [wire.decode(wire.payload(f), DeadLetter) for _, f in letters]
     [(_, fields)] = letters
@@ -154,7 +159,7 @@ async def test_a_failing_analyst_is_retried_then_dead_lettered(stack, redis, key
 
 
 async def test_an_llm_endpoint_that_is_down_is_waited_out_without_spending_the_entrys_deliveries(
-    stack, redis, keys, start_analyzer
+    stack, redis, keys, start_analyzer, eventually
 ):
     with socket.socket() as s:  # a port where nothing listens: the endpoint is down
         s.bind(("127.0.0.1", 0))
@@ -165,10 +170,11 @@ async def test_an_llm_endpoint_that_is_down_is_waited_out_without_spending_the_e
     await publish(redis, keys, [scored("run", 0)])
     [(entry_id, _)] = await redis.xrange(keys.scored)
     failures = keys.failure(keys.scored, entry_id.decode())
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and int(await redis.hget(failures, "transient") or 0) < 4:
-        await asyncio.sleep(0.2)
-    assert int(await redis.hget(failures, "transient") or 0) >= 4  # far past max_deliveries=1, and still retried
+
+    async def retried() -> bool:  # far past max_deliveries=1, and still retried
+        return int(await redis.hget(failures, "transient") or 0) >= 4
+
+    await eventually(retried, "4 transient failures of the entry")
     assert await redis.hget(failures, "failed") is None and not await redis.xlen(keys.dead_letters)
     assert b"cannot connect" in await redis.hget(failures, "error")
     # The endpoint is back (a worker that reaches it): the same entry is analyzed, nothing dead-lettered.

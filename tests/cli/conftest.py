@@ -1,6 +1,5 @@
 """The `rubricd` command line against the real stack: each test its own namespace, services as subprocesses."""
 
-import asyncio
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -31,14 +30,13 @@ def cli(service_env) -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 @pytest.fixture
-def wait_len(redis) -> Callable[..., Awaitable[None]]:
+def wait_len(redis, eventually) -> Callable[..., Awaitable[None]]:
     """await wait_len(stream, n): until the stream holds at least n entries (fails after `timeout` seconds)."""
 
     async def wait(name: str, n: int, timeout: float = 60) -> None:
-        for _ in range(int(timeout * 10)):
-            if await redis.xlen(name) >= n:
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{name} did not reach {n} entries")
+        async def reached() -> bool:
+            return await redis.xlen(name) >= n
+
+        await eventually(reached, f"{name} to reach {n} entries", timeout)
 
     return wait

@@ -1,6 +1,5 @@
 """`rubricd rubrics show | history | diff`: versions written by the store, explained by their announcements or memory."""
 
-import asyncio
 import json
 import time
 
@@ -164,7 +163,7 @@ async def test_a_version_whose_announcement_was_trimmed_is_explained_from_memory
 
 
 async def test_diff_shows_a_change_the_updater_made_with_its_rationale(
-    stack, redis, keys, cli, memory: Memory, start_service
+    stack, redis, keys, cli, memory: Memory, start_service, eventually
 ):
     start_service("updater")
     summary = StepSummary(
@@ -188,10 +187,11 @@ async def test_diff_shows_a_change_the_updater_made_with_its_rationale(
     )
     await redis.xadd(keys.summaries, wire.entry(summary))
     store = RubricStore(redis, keys)
-    for _ in range(600):
-        if (await store.step("run")) is not None:
-            break
-        await asyncio.sleep(0.1)
+
+    async def updated() -> bool:
+        return await store.step("run") is not None
+
+    await eventually(updated, "the updater to update run's rubrics after step 0")
     assert (await store.current("run")).version == 2
 
     text = cli("rubrics", "diff", "run", "1", "2").stdout

@@ -25,7 +25,9 @@ def stream(report: dict, name: str) -> dict:
     return found
 
 
-async def test_status_matches_what_was_published_and_then_scored(stack, redis, keys, cli, start_service, wait_len):
+async def test_status_matches_what_was_published_and_then_scored(
+    stack, redis, keys, cli, start_service, wait_len, eventually
+):
     await ensure_group(redis, keys.rollouts, SCORERS)
     for i in range(10):
         await redis.xadd(keys.rollouts, wire.entry(rollout("run", i)))
@@ -39,12 +41,14 @@ async def test_status_matches_what_was_published_and_then_scored(stack, redis, k
 
     start_service("scorer", trim_interval_s=3600)  # no trimming: the length stays what was published
     await wait_len(keys.scored, 10)
-    for _ in range(100):  # the last ack lands with the last score, in one script
+
+    def drained() -> dict | None:  # the last ack lands with the last score, in one script
         after = json.loads(cli("status", "--json").stdout)
         [group] = stream(after, keys.rollouts)["groups"]
-        if group["pending"] == 0 and group["lag"] == 0:
-            break
-        await asyncio.sleep(0.2)
+        return after if group["pending"] == 0 and group["lag"] == 0 else None
+
+    after = await eventually(drained, "`rubricd status` to show the rollouts all acked", every=0.2)
+    [group] = stream(after, keys.rollouts)["groups"]
     assert stream(after, keys.rollouts)["length"] == 10
     assert (group["pending"], group["lag"], group["oldest_pending_age_s"]) == (0, 0, None)
     assert {c["name"] for c in group["consumers"]} >= {"scorer-0"}

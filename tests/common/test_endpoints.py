@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.limits import rate_key
 from common.llm import LLMGateway
 from common.metrics import Metrics
 from common.settings import LLMSettings, ServiceSettings, load
@@ -58,7 +59,8 @@ def ask(marker: str = "") -> list[dict[str, str]]:
 
 async def test_calls_at_once_are_spread_evenly_over_equal_replicas(replicas) -> None:
     (a, sim_a), (b, sim_b) = replicas
-    sim_a.config = sim_b.config = SimConfig(latency_ms=200)
+    # Long enough that all 8 are in flight at once at the simulators, however slowly a loaded machine sends them.
+    sim_a.config = sim_b.config = SimConfig(latency_ms=1000)
     async with LLMGateway({"judge": agent([a, b])}) as gateway:
         await asyncio.gather(*(gateway.structured("judge", ASK, Answer) for _ in range(8)))
     assert sim_a.max_in_flight == sim_b.max_in_flight == 4
@@ -66,7 +68,9 @@ async def test_calls_at_once_are_spread_evenly_over_equal_replicas(replicas) -> 
 
 async def test_the_less_loaded_replica_gets_the_calls(replicas) -> None:
     (slow, sim_slow), (fast, sim_fast) = replicas
-    sim_slow.config, sim_fast.config = SimConfig(latency_ms=500), SimConfig(latency_ms=20)
+    # The slow one holds its calls past the 1.5 s the workers run: a loaded machine's slower calls to the fast one
+    # change how many it gets, not that it gets the rest.
+    sim_slow.config, sim_fast.config = SimConfig(latency_ms=2000), SimConfig(latency_ms=20)
     async with LLMGateway({"judge": agent([slow, fast])}) as gateway:
         deadline = time.monotonic() + 1.5
 
@@ -98,7 +102,7 @@ async def test_with_a_replica_down_every_call_succeeds_through_the_other_and_the
     assert sample(metrics, "rubricd_llm_endpoint_in_flight", endpoint=up) == 0
 
 
-async def test_a_replica_that_dies_under_load_costs_no_call(replicas) -> None:
+async def test_a_replica_that_dies_under_load_costs_no_call(replicas, eventually) -> None:
     (a, sim_a), (b, _) = replicas
     sim_a.config = SimConfig(latency_ms=20)
     with contextlib.ExitStack() as stack:
@@ -114,10 +118,12 @@ async def test_a_replica_that_dies_under_load_costs_no_call(replicas) -> None:
                 return calls
 
             workers = asyncio.gather(*(worker() for _ in range(8)))
-            await asyncio.sleep(0.5)
+            await eventually(lambda: sim_dying.stats()["requests"] >= 8, "the dying replica to serve 8 calls")
             served = sim_dying.stats()["requests"]
             await asyncio.to_thread(stack.close)  # the replica goes away, connections and all
-            await asyncio.sleep(0.5)
+            await eventually(lambda: not gateway.endpoints()[dying].up, "the gateway to pass the dead replica over")
+            survived = sim_a.stats()["requests"]
+            await eventually(lambda: sim_a.stats()["requests"] >= survived + 16, "16 more calls after the death")
             stop.set()
             calls = sum(await workers)  # raises if any call failed
             assert not gateway.endpoints()[dying].up
@@ -126,23 +132,24 @@ async def test_a_replica_that_dies_under_load_costs_no_call(replicas) -> None:
 
 async def test_a_429_from_one_replica_sends_the_calls_to_the_other_at_once(replicas) -> None:
     (limited, sim_limited), (other, _) = replicas
-    sim_limited.config = SimConfig(fail_rate=1, failures=["429"], retry_after_s=30)
-    async with LLMGateway({"judge": agent([limited, other], backoff_s=5)}) as gateway:
+    sim_limited.config = SimConfig(fail_rate=1, failures=["429"], retry_after_s=120)
+    async with LLMGateway({"judge": agent([limited, other], backoff_s=60)}) as gateway:
         started = time.perf_counter()
         await asyncio.gather(*(gateway.structured("judge", ASK, Answer) for _ in range(10)))
         took = time.perf_counter() - started
         health = gateway.endpoints()[limited]
-    assert took < 5  # neither the Retry-After nor a backoff was waited for
+    assert took < 30  # neither the Retry-After (120 s) nor a backoff (60 s) was waited for
     assert not health.up and health.failures >= 1
 
 
-async def test_a_429s_retry_after_delays_the_retry_and_every_other_call_of_the_process(simulator, sim) -> None:
+async def test_a_429s_retry_after_delays_the_retry_and_every_other_call_of_the_process(
+    simulator, sim, eventually
+) -> None:
     url = simulator[0]
     async with LLMGateway({"judge": agent([url], max_retries=1, backoff_s=0.01)}) as gateway:
         started = time.perf_counter()
         first = asyncio.create_task(gateway.structured("judge", ask("[sim:fail=429,times=1,retry_after=1]"), Answer))
-        while gateway.endpoints()[url].up:  # the 429 is in
-            await asyncio.sleep(0.01)
+        await eventually(lambda: not gateway.endpoints()[url].up, "the 429 to pause the endpoint", every=0.01)
         other = await gateway.structured("judge", ask(), Answer)
         other_took = time.perf_counter() - started
         done = await first
@@ -152,7 +159,9 @@ async def test_a_429s_retry_after_delays_the_retry_and_every_other_call_of_the_p
     assert sim.stats()["outcomes"] == {"429": 1, "ok": 2}
 
 
-async def test_a_429s_retry_after_pauses_the_endpoint_for_the_whole_deployment(simulator, sim, redis, keys) -> None:
+async def test_a_429s_retry_after_pauses_the_endpoint_for_the_whole_deployment(
+    simulator, sim, redis, keys, eventually
+) -> None:
     url = simulator[0]
     limited = agent([url], max_retries=1, backoff_s=0.01, rpm=6000)  # a limit that never binds: the pause does
     async with (
@@ -162,9 +171,13 @@ async def test_a_429s_retry_after_pauses_the_endpoint_for_the_whole_deployment(s
         await elsewhere.structured("judge", ask(), Answer)
         started = time.perf_counter()
         first = asyncio.create_task(here.structured("judge", ask("[sim:fail=429,times=1,retry_after=1]"), Answer))
-        while here.endpoints()[url].up:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # the pause is in Redis
+
+        async def paused_in_redis() -> bool:
+            paused = await redis.hget(rate_key(keys.namespace, url), "paused")  # µs of Redis's clock
+            seconds, micros = await redis.time()
+            return paused is not None and int(paused) > seconds * 1_000_000 + micros
+
+        await eventually(paused_in_redis, "the pause in Redis", every=0.01)
         await elsewhere.structured("judge", ask(), Answer)
         took = time.perf_counter() - started
         await first

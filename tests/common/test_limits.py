@@ -42,10 +42,27 @@ async def test_bookings_from_two_processes_never_exceed_the_rate(stack, redis, k
     assert max(wait for wait, _ in booked) >= (starts[-1] - starts[0]) / 1e6 - booking_s - 0.01
 
 
-async def test_two_gateways_together_stay_under_the_rpm(simulator, sim, stack, keys) -> None:
+async def test_two_gateways_together_stay_under_the_rpm(simulator, sim, stack, keys, monkeypatch) -> None:
     limited = LLMSettings(base_url=simulator[0], rpm=1200, max_retries=0)  # one call every 50 ms
     clients = [Redis.from_url(stack.redis_url) for _ in range(2)]
     done: list[float] = []
+    # Each call's booked start (Redis's clock), and when each call reached the endpoint (the same host's clock): a
+    # loaded machine sends a call late and its replies come bunched, but it never sends one before its turn.
+    starts: list[float] = []
+    arrivals: list[float] = []
+    book, slot = RateLimit.book, sim.slot
+
+    async def booked(self: RateLimit, rpm: int | None, tpm: int | None, tokens: int) -> tuple[float, int]:
+        wait, start = await book(self, rpm, tpm, tokens)
+        starts.append(start / 1e6)
+        return wait, start
+
+    def arrived() -> object:
+        arrivals.append(time.time())
+        return slot()
+
+    monkeypatch.setattr(RateLimit, "book", booked)
+    monkeypatch.setattr(sim, "slot", arrived)
     try:
         async with (
             LLMGateway({"judge": limited}, redis=clients[0], namespace=keys.namespace) as one,
@@ -63,8 +80,14 @@ async def test_two_gateways_together_stay_under_the_rpm(simulator, sim, stack, k
             await client.aclose()
     assert sim.stats()["requests"] == 41
     assert done[-1] - started >= 40 * 0.05 - 0.01  # 41 calls: 40 gaps of 50 ms at least
-    # No half second (10 gaps of 50 ms) saw more than 11 calls end (one for the jitter of waking up).
-    assert max(sum(s <= t < s + 0.5 for t in done) for s in done) <= 11
+    starts.sort()
+    arrivals.sort()
+    assert len(starts) == len(arrivals) == 41
+    # The two gateways' calls were given starts 50 ms apart: no half second admits more than 10 (no minute 1200)...
+    assert all(b - a >= 0.05 - 1e-6 for a, b in zip(starts, starts[1:]))
+    assert max(sum(s <= t < s + 0.5 for t in starts) for s in starts) == 10
+    # ... and none reached the endpoint before its start (the k-th arrival is not before the k-th start).
+    assert all(arrival >= start - 0.001 for start, arrival in zip(starts, arrivals)), (starts, arrivals)
 
 
 async def test_the_limits_are_the_endpoints_every_agent_that_calls_it_books_them(simulator, sim, redis, keys) -> None:
@@ -81,12 +104,15 @@ async def test_the_limits_are_the_endpoints_every_agent_that_calls_it_books_them
 async def test_booked_tokens_are_corrected_with_what_the_call_used(redis, keys) -> None:
     limit = RateLimit(redis, rate_key(keys.namespace, "http://llm/v1"))
     tpm = 60_000  # one token a millisecond
-    first, _ = await limit.book(None, tpm, 1000)
-    second, _ = await limit.book(None, tpm, 10)
-    await limit.correct(tpm, 100 - 1000)  # the first used 100 of the 1000 it booked
-    third, _ = await limit.book(None, tpm, 10)
-    assert first == 0 and 0.95 <= second <= 1.0
-    assert 0.05 <= third <= 0.11  # after the first's 100 and the second's 10, not the 1000 booked
+    # Starts compared on Redis's clock, and bookings of seconds: however slowly a loaded machine books, the third
+    # books long before the start it is given.
+    first, began = await limit.book(None, tpm, 60_000)
+    second, second_start = await limit.book(None, tpm, 10)
+    await limit.correct(tpm, 6000 - 60_000)  # the first used 6,000 of the 60,000 it booked
+    third, third_start = await limit.book(None, tpm, 10)
+    assert first == 0 and second_start - began == 60_000_000 and 50 <= second <= 60
+    # After the first's 6,000 and the second's 10, not the 60,000 booked.
+    assert third_start - began == 6_010_000 and 0 < third <= 6.01
 
 
 async def test_the_gateway_books_an_estimate_and_corrects_it(simulator, sim, redis, keys) -> None:

@@ -143,7 +143,7 @@ async def test_a_client_error_fails_at_once(url, sim) -> None:
 @pytest.mark.parametrize("how", ["marker", "latency"])
 async def test_a_timeout_raises_after_bounded_attempts(url, sim, how: str) -> None:
     if how == "latency":
-        sim.config = SimConfig(latency_ms=5000)
+        sim.config = SimConfig(latency_ms=60_000)  # far beyond the bound below: only the timeout can end an attempt
     response = "42 [sim:fail=timeout]" if how == "marker" else "42"
     async with LLMGateway({"judge": settings(url, timeout_s=0.3, max_retries=2)}) as gateway:
         started = time.perf_counter()
@@ -151,7 +151,7 @@ async def test_a_timeout_raises_after_bounded_attempts(url, sim, how: str) -> No
             await gateway.structured("judge", judge_messages(response), VERDICT)
         took = time.perf_counter() - started
     assert caught.value.attempts == 3 and "timed out after 0.3s" in str(caught.value) and caught.value.transient
-    assert 0.85 <= took < 4
+    assert 0.85 <= took < 30  # three timed-out attempts, not one the endpoint answered (generous for a loaded machine)
 
 
 @pytest.mark.parametrize("kind", ["malformed", "invalid", "truncated"])

@@ -77,7 +77,7 @@ async def test_a_ttl_of_0_turns_the_cache_off(redis, keys):
     assert await redis.exists(keys.verdict("k")) == 0
 
 
-async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(redis, keys):
+async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(redis, keys, eventually):
     verdict = judge.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
     cache, calls = JudgeCache(redis, keys, ttl_s=60), []
@@ -96,7 +96,7 @@ async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is
     # A failed call fails its twin at once (the endpoint that failed one would fail the other), and keeps nothing:
     # a later rollout of the same content calls again.
     failing = asyncio.create_task(cache.verdict("f", verdict, lambda: slow(fails=True)))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: calls == [False, True], "the failing call to be under way", every=0.01)
     with pytest.raises(JudgeFailed):
         await cache.verdict("f", verdict, slow)
     with pytest.raises(JudgeFailed):

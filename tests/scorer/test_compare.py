@@ -119,7 +119,7 @@ async def test_an_order_dependent_preference_is_reported_inconsistent_not_as_a_w
 
 
 async def test_a_malformed_comparison_is_dead_lettered_and_its_publisher_told(
-    stack, redis, keys, start_scorer, service_env, tmp_path
+    stack, redis, keys, start_scorer, service_env, tmp_path, eventually
 ) -> None:
     start_scorer()
     reply_to = keys.replies("raw-publisher")
@@ -132,12 +132,7 @@ async def test_a_malformed_comparison_is_dead_lettered_and_its_publisher_told(
         async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
             await client.compare([msgspec.structs.replace(comparison(0, right_first=True), label="C")])  # type: ignore[arg-type]
     await redis.xadd(keys.comparisons, {wire.FIELD: msgspec.json.encode(bad)})
-    for _ in range(100):
-        replies = await redis.xrange(reply_to)
-        if replies:
-            break
-        await asyncio.sleep(0.1)
-    [(_, fields)] = replies
+    [(_, fields)] = await eventually(lambda: redis.xrange(reply_to), f"a reply on {reply_to}")
     rejected = wire.decode(wire.payload(fields), Preference)
     assert (rejected.comparison_id, rejected.status, rejected.winner) == ("c0", JudgeStatus.REJECTED, None)
     assert "malformed comparison" in (rejected.error or "") and "label" in (rejected.error or "")
@@ -154,11 +149,12 @@ async def test_a_malformed_comparison_is_dead_lettered_and_its_publisher_told(
     fix.write_bytes(msgspec.json.encode({**bad, "label": "A"}))
     [listed] = [json.loads(line) for line in cli(service_env, "dlq", "list", "--json").stdout.splitlines()]
     assert f"onto {keys.comparisons}" in cli(service_env, "dlq", "replay", listed["id"], "--fix-file", str(fix)).stdout
-    for _ in range(100):
+
+    async def two_replies() -> list:
         replies = await redis.xrange(reply_to)
-        if len(replies) == 2:
-            break
-        await asyncio.sleep(0.1)
+        return replies if len(replies) == 2 else []
+
+    replies = await eventually(two_replies, f"a second reply on {reply_to}, to the replayed comparison")
     judged = wire.decode(wire.payload(replies[-1][1]), Preference)
     assert (judged.status, judged.winner, judged.correct) == (JudgeStatus.OK, "A", True)
 
@@ -292,7 +288,9 @@ async def test_comparisons_of_a_new_prompt_are_judged_under_its_generated_set_an
     assert [r["rubrics_generation"] for r in judged] == ["generated"] * 4
 
 
-async def test_a_reply_to_outside_the_reply_streams_or_not_a_stream_is_dead_lettered(stack, redis, keys, start_scorer):
+async def test_a_reply_to_outside_the_reply_streams_or_not_a_stream_is_dead_lettered(
+    stack, redis, keys, start_scorer, eventually
+):
     start_scorer()
     squatted = keys.replies("squatted")
     await redis.set(squatted, "not a stream")
@@ -302,11 +300,12 @@ async def test_a_reply_to_outside_the_reply_streams_or_not_a_stream_is_dead_lett
     ]
     for body in sent:
         await redis.xadd(keys.comparisons, {wire.FIELD: msgspec.json.encode(body)})
-    for _ in range(100):
+
+    async def two_letters() -> list[DeadLetter]:
         letters = [wire.decode(wire.payload(f), DeadLetter) for _, f in await redis.xrange(keys.dead_letters)]
-        if len(letters) == 2:
-            break
-        await asyncio.sleep(0.1)
+        return letters if len(letters) == 2 else []
+
+    letters = await eventually(two_letters, "both comparisons dead-lettered")
     reasons = [letter.reason for letter in letters]
     assert any("is not under" in r for r in reasons)
     assert any(f"{squatted} holds a string, not a stream" in r for r in reasons)

@@ -311,7 +311,8 @@ async def test_a_holder_that_died_lets_its_lock_expire_and_another_scorer_genera
     started = time.monotonic()
     got = await cache(redis, keys, asked, lock_s=1.5).get(rollout())
     assert got.generation == "generated" and asked.calls == ["generator"]
-    assert 1.0 < time.monotonic() - started < 5
+    # It waited out the dead holder's lock (1.5 s), and not forever: the upper bound is generous for a loaded machine.
+    assert 1.0 < time.monotonic() - started < 30
 
 
 async def test_predefined_instances_and_generation_off_are_not_generated(redis, keys):

@@ -53,6 +53,26 @@ async def set_rubrics(store: RubricStore, run_id: str, versions: int) -> None:
         assert await store.publish(RubricSet(run_id=run_id, version=v, rubrics=rubrics))
 
 
+async def reloads(redis, keys, run_id: str, version: int, instance_key: str | None = None) -> list[Event]:
+    """The scorer's rubrics_reloaded events for VERSION of RUN_ID's (and INSTANCE_KEY's) rubrics: once there is one,
+    its next rollout is scored with that version."""
+    events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+    return [
+        e
+        for e in events
+        if e.kind == EventKind.RUBRICS_RELOADED
+        and (e.run_id, e.fields.get("version"), e.fields.get("instance_key")) == (run_id, version, instance_key)
+    ]
+
+
+async def scored(redis, keys, n: int) -> bool:
+    return await redis.xlen(keys.scored) >= n
+
+
+async def pending_in(redis, stream: str, group: str) -> int:
+    return (await redis.xpending(stream, group))["pending"]
+
+
 async def sim(stack, **config):
     async with httpx.AsyncClient() as http:
         r = await http.post(f"{stack.llm_base_url.removesuffix('/v1')}/admin/config", json=config)
@@ -74,7 +94,9 @@ async def test_interleaved_runs_each_get_their_own_scores_and_rubric_versions(st
         assert score.reward == (1.0 if "42" in sent.response else 0.0), score.results
 
 
-async def test_a_new_run_is_seeded_and_rubric_updates_apply_without_restart(stack, redis, keys, start_scorer):
+async def test_a_new_run_is_seeded_and_rubric_updates_apply_without_restart(
+    stack, redis, keys, start_scorer, eventually
+):
     start_scorer()
     store = RubricStore(redis, keys)
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
@@ -88,7 +110,7 @@ async def test_a_new_run_is_seeded_and_rubric_updates_apply_without_restart(stac
         await redis.xadd(
             keys.rubrics_updated, wire.entry(RubricsUpdated(run_id="fresh", version=2, previous_version=1))
         )
-        await asyncio.sleep(0.5)
+        await eventually(lambda: reloads(redis, keys, "fresh", 2), "the scorer to reload run fresh's rubrics at v2")
         second = await client.score_one(rollout("fresh", 2), timeout=30)
     assert second.rubric_version == 2
     assert "concise" in {r.rubric_id for r in second.results}
@@ -134,7 +156,9 @@ async def test_an_evaluation_rollout_is_scored_but_kept_out_of_the_memory_loop_u
     assert [h.rollout.rollout_id for h in handed] == ["s0-r2", "s0-r3"]
 
 
-async def test_a_scorer_killed_mid_batch_loses_nothing_and_scores_nothing_twice(stack, redis, keys, start_scorer):
+async def test_a_scorer_killed_mid_batch_loses_nothing_and_scores_nothing_twice(
+    stack, redis, keys, start_scorer, eventually
+):
     await sim(stack, latency_ms=300, latency_jitter_ms=100)
     try:
         # The batch repeats two contents: without the judge cache, every rollout takes the judge's latency.
@@ -142,8 +166,7 @@ async def test_a_scorer_killed_mid_batch_loses_nothing_and_scores_nothing_twice(
         batch = [rollout("run", i, correct=i % 3 != 0) for i in range(200)]
         async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
             scoring = asyncio.create_task(client.score(batch, timeout=120))
-            while await redis.xlen(keys.scored) < 40:
-                await asyncio.sleep(0.05)
+            await eventually(lambda: scored(redis, keys, 40), "40 of the 200 rollouts scored", every=0.05)
             doomed.kill()
             pending = (await redis.xpending(keys.rollouts, SCORERS))["pending"]
             assert pending > 0, "the kill should leave rollouts in flight"
@@ -161,15 +184,16 @@ async def test_a_scorer_killed_mid_batch_loses_nothing_and_scores_nothing_twice(
 
 
 async def test_a_stopped_scorer_finishes_its_judge_call_within_its_graceful_timeout_else_leaves_it_pending(
-    stack, redis, keys, start_scorer
+    stack, redis, keys, start_scorer, eventually
 ):
     slow = " [sim:latency_ms=3000]"  # the judge's call on this rollout takes 3 s
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         for i, (graceful, finished) in enumerate([(10.0, True), (1.0, False)]):
             scorer = start_scorer(graceful_timeout_s=graceful, judge_cache_ttl_s=0)
             scoring = asyncio.create_task(client.score([rollout("run", i, extra=slow)], timeout=60))
-            while not (await redis.xpending(keys.rollouts, SCORERS))["pending"]:
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: pending_in(redis, keys.rollouts, SCORERS), "the scorer to take the rollout", every=0.05
+            )
             scorer.stop()  # SIGTERM mid-call
             assert scorer.proc.returncode == 0
             pending = (await redis.xpending(keys.rollouts, SCORERS))["pending"]
@@ -216,7 +240,9 @@ async def test_malformed_and_oversized_messages_are_dead_lettered_and_the_scorer
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 
 
-async def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliveries(stack, redis, keys, start_scorer):
+async def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliveries(
+    stack, redis, keys, start_scorer, eventually
+):
     # A corrupt rubric set makes every attempt for this run fail.
     await redis.hset(keys.rubric_set("broken"), "current", b"{corrupt")
     start_scorer(reclaim_idle_ms=300, max_deliveries=2)
@@ -224,10 +250,7 @@ async def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliverie
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         ok = await client.score_one(rollout("healthy", 1), timeout=30)
     assert ok.status is JudgeStatus.OK
-    for _ in range(200):
-        if await redis.xlen(keys.dead_letters):
-            break
-        await asyncio.sleep(0.1)
+    await eventually(lambda: redis.xlen(keys.dead_letters), "the broken run's rollout to be dead-lettered")
     ((_, fields),) = await redis.xrange(keys.dead_letters)
     letter = msgspec.json.decode(fields[b"__data__"], type=DeadLetter)
     assert letter.deliveries == 3 and "max_deliveries=2" in letter.reason and "last error" in letter.reason
@@ -258,7 +281,7 @@ async def test_a_judge_addressing_response_gains_nothing(stack, keys, start_scor
     assert met["addresses_grader"] is True and met["correct"] is False
 
 
-async def test_per_instance_mode_keeps_one_rubric_set_per_instance(stack, redis, keys, start_scorer):
+async def test_per_instance_mode_keeps_one_rubric_set_per_instance(stack, redis, keys, start_scorer, eventually):
     start_scorer(rubrics_mode="per_instance")
     store = RubricStore(redis, keys)
     other = msgspec.structs.replace(rollout("run", 2), prompt="What is 2 + 2?", reference="4", response="4")
@@ -278,7 +301,10 @@ async def test_per_instance_mode_keeps_one_rubric_set_per_instance(stack, redis,
             keys.rubrics_updated,
             wire.entry(RubricsUpdated(run_id="run", instance_key=first.instance_key, version=2, previous_version=1)),
         )
-        await asyncio.sleep(0.5)
+        await eventually(
+            lambda: reloads(redis, keys, "run", 2, first.instance_key),
+            f"the scorer to reload instance {first.instance_key}'s rubrics at v2",
+        )
         again = await client.score([rollout("run", 3), msgspec.structs.replace(other, rollout_id="s0-r4")], timeout=30)
     assert [s.rubric_version for s in again] == [2, 1]
     assert (await store.current("run")) is None  # no global set in per-instance mode
@@ -301,7 +327,7 @@ async def test_per_instance_sets_start_from_their_predefined_rubrics(stack, redi
 
 
 async def test_a_rejected_rollout_with_readable_ids_is_answered_at_once_whatever_else_is_wrong(
-    stack, redis, keys, start_scorer
+    stack, redis, keys, start_scorer, eventually
 ):
     start_scorer()
     reply_to = keys.replies("trainer-1")
@@ -313,9 +339,11 @@ async def test_a_rejected_rollout_with_readable_ids_is_answered_at_once_whatever
     for rollout_id, broken in shapes.items():
         raw = {**msgspec.to_builtins(rollout("run", 0)), "rollout_id": rollout_id, "reply_to": reply_to, **broken}
         await redis.xadd(keys.rollouts, {wire.FIELD: msgspec.json.encode(raw)})
-    deadline = asyncio.get_running_loop().time() + 30
-    while await redis.xlen(reply_to) < len(shapes) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.1)
+
+    async def answered() -> bool:
+        return await redis.xlen(reply_to) >= len(shapes)
+
+    await eventually(answered, f"{len(shapes)} replies on {reply_to}")
     replies = [wire.decode(wire.payload(f), Score) for _, f in await redis.xrange(reply_to)]
     assert sorted(s.rollout_id for s in replies) == sorted(shapes)
     assert all(s.status is JudgeStatus.REJECTED and s.reward is None and s.run_id == "run" for s in replies)
@@ -323,15 +351,13 @@ async def test_a_rejected_rollout_with_readable_ids_is_answered_at_once_whatever
 
 
 async def test_a_reply_key_that_is_not_a_stream_is_dead_lettered_with_nothing_half_written(
-    stack, redis, keys, start_scorer
+    stack, redis, keys, start_scorer, eventually
 ):
     start_scorer()
     taken = keys.replies("taken")
     await redis.set(taken, "a string, not a stream")
     await redis.xadd(keys.rollouts, wire.entry(msgspec.structs.replace(rollout("run", 7), reply_to=taken)))
-    deadline = asyncio.get_running_loop().time() + 30
-    while not await redis.xlen(keys.dead_letters) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.1)
+    await eventually(lambda: redis.xlen(keys.dead_letters), "the rollout to be dead-lettered")
     [letter] = [wire.decode(wire.payload(f), DeadLetter) for _, f in await redis.xrange(keys.dead_letters)]
     assert letter.deliveries == 1 and f"reply_to {taken} holds a string, not a stream" in letter.reason
     assert await redis.get(taken) == b"a string, not a stream"
@@ -368,7 +394,9 @@ def metric(page: str, name: str, **labels: str) -> float:
     )
 
 
-async def test_the_same_content_is_judged_once_until_the_rubrics_change(stack, redis, keys, start_scorer, fresh_ports):
+async def test_the_same_content_is_judged_once_until_the_rubrics_change(
+    stack, redis, keys, start_scorer, fresh_ports, eventually
+):
     port = fresh_ports["RUBRICD_METRICS_BASE_PORT"]
     start_scorer(metrics_port=port)
     store = RubricStore(redis, keys)
@@ -386,7 +414,7 @@ async def test_the_same_content_is_judged_once_until_the_rubrics_change(stack, r
         assert v1 is not None
         assert await store.publish(msgspec.structs.replace(v1, version=2))  # the same rubrics, a new version
         await redis.xadd(keys.rubrics_updated, wire.entry(RubricsUpdated(run_id="run", version=2, previous_version=1)))
-        await asyncio.sleep(0.5)
+        await eventually(lambda: reloads(redis, keys, "run", 2), "the scorer to reload run's rubrics at v2")
         updated = await client.score_one(rollout("run", 4), timeout=30)
         page = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
     assert [s.judge_cached for s in (first, repeat, other, updated)] == [False, True, False, False]

@@ -9,6 +9,7 @@ import pytest
 from analyzer.handler import memory_item
 from common.memory import MemoryKind
 from rubricd import wire
+from rubricd.keys import SUMMARIZERS
 from rubricd.messages import (
     DeadLetter,
     Event,
@@ -98,8 +99,14 @@ async def summaries(redis, keys, n: int, timeout: float = 60) -> list[StepSummar
     raise TimeoutError(f"{len(found)} of {n} step summaries")
 
 
+async def acked(redis, stream: str) -> bool:
+    """The summarizers read and acked every entry of STREAM: they did what they will do with it."""
+    groups = [g for g in await redis.xinfo_groups(stream) if g["name"].decode() == SUMMARIZERS]
+    return bool(groups) and groups[0]["lag"] == 0 and groups[0]["pending"] == 0
+
+
 async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(
-    stack, redis, keys, memory, start_analyzer, start_summarizer
+    stack, redis, keys, memory, start_analyzer, start_summarizer, eventually
 ):
     start_analyzer().wait_consuming(stack.redis_url, keys)
     start_summarizer(chunk_size=3).wait_consuming(stack.redis_url, keys)
@@ -116,13 +123,14 @@ async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(
     [stored] = await memory.recent("run", MemoryKind.STEP_SUMMARY, limit=5)
     assert wire.decode(stored.message, StepSummary) == summary and stored.step == 0
     await close(redis, keys, "run", 0, rollouts=4)  # the trainer closes it again
-    await asyncio.sleep(2.0)
+    await eventually(lambda: acked(redis, keys.steps), "the summarizer to take the second closure")
+    await asyncio.sleep(2.0)  # a negative check, once the closure was handled: no second summary follows
     assert await redis.xlen(keys.summaries) == 1
     assert not await redis.zcard(keys.open_steps)
 
 
 async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadline(
-    stack, redis, keys, memory, start_summarizer
+    stack, redis, keys, memory, start_summarizer, eventually
 ):
     start_summarizer(step_deadline_s=3, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
     await record(redis, keys, memory, [analysis("run", 1, 0, "sycophancy"), analysis("run", 1, 1)])
@@ -134,7 +142,8 @@ async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadl
     assert {p.type: p.rollouts for p in summary.reward_hacking} == {"sycophancy": 1}
     # A late analysis changes nothing: the step was summarized.
     await record(redis, keys, memory, [analysis("run", 1, 2)])
-    await asyncio.sleep(1.0)
+    await eventually(lambda: acked(redis, keys.analyses), "the summarizer to take the late analysis")
+    await asyncio.sleep(1.0)  # a negative check, once it was handled: no second summary follows
     assert await redis.xlen(keys.summaries) == 1
 
 
@@ -160,14 +169,16 @@ def part(run_id: str, step: int, rank: int, ranks: int, ids: list[str]) -> dict:
 
 
 async def test_a_step_closed_by_each_of_several_ranks_is_summarized_once_all_are_in(
-    stack, redis, keys, memory, start_summarizer
+    stack, redis, keys, memory, start_summarizer, eventually
 ):
     """Two trainer processes each publish and close their own half of step 0 (rank 1 twice: a retry)."""
     start_summarizer(step_deadline_s=600, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
     await record(redis, keys, memory, [analysis("run", 0, i) for i in range(4)])
     await redis.xadd(keys.steps, part("run", 0, 1, 2, ["s0-r2", "s0-r3"]))
     await redis.xadd(keys.steps, part("run", 0, 1, 2, ["s0-r2", "s0-r3"]))
-    await asyncio.sleep(2.0)  # rank 1's analyses are all in, but rank 0 has not closed its part
+    await eventually(lambda: acked(redis, keys.steps), "the summarizer to take rank 1's closures")
+    await eventually(lambda: acked(redis, keys.analyses), "the summarizer to take the analyses")
+    await asyncio.sleep(2.0)  # a negative check: rank 1's analyses are all in, but rank 0 has not closed its part
     assert await redis.xlen(keys.summaries) == 0
     await redis.xadd(keys.steps, part("run", 0, 0, 2, ["s0-r0", "s0-r1"]))
     [summary] = await summaries(redis, keys, 1, timeout=30)  # long before the 600 s deadline
@@ -195,18 +206,16 @@ async def test_a_step_whose_rank_never_closes_its_part_is_summarized_at_its_dead
     assert (summary.analyses, summary.expected_rollouts, summary.missing_parts) == (2, 2, 1)
 
 
-async def test_a_closure_with_part_but_not_parts_is_dead_lettered(stack, redis, keys, start_summarizer):
+async def test_a_closure_with_part_but_not_parts_is_dead_lettered(stack, redis, keys, start_summarizer, eventually):
     start_summarizer().wait_consuming(stack.redis_url, keys)
     await redis.xadd(keys.steps, {"__data__": b'{"type":"step_closed","run_id":"run","step":0,"part":1}'})
-    deadline = time.monotonic() + 30
-    while not (letters := await redis.xrange(keys.dead_letters)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+    letters = await eventually(lambda: redis.xrange(keys.dead_letters), "the closure to be dead-lettered")
     [letter] = [wire.decode(wire.payload(f), DeadLetter) for _, f in letters]
     assert letter.stream == keys.steps and "part and parts go together" in letter.reason
 
 
 async def test_a_step_closed_without_a_count_is_summarized_at_its_deadline_and_its_state_expires(
-    stack, redis, keys, memory, start_summarizer
+    stack, redis, keys, memory, start_summarizer, eventually
 ):
     start_summarizer(step_deadline_s=2, sweep_interval_s=0.2)
     await record(redis, keys, memory, [analysis("run", 4, 0), analysis("run", 4, 1)])
@@ -215,15 +224,13 @@ async def test_a_step_closed_without_a_count_is_summarized_at_its_deadline_and_i
     assert summary.step == 4 and summary.analyses == 2 and summary.expected_rollouts is None
     # Analyses of a step that is never closed are counted in keys that expire (a week), not kept for ever.
     await record(redis, keys, memory, [analysis("run", 9, 0)])
-    deadline = time.monotonic() + 30
-    while not await redis.exists(keys.step_analyses("run", 9)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+    await eventually(lambda: redis.exists(keys.step_analyses("run", 9)), "the summarizer to count step 9's analysis")
     assert 0 < await redis.ttl(keys.step_analyses("run", 9)) <= 7 * 86_400
     assert 0 < await redis.ttl(keys.step("run", 4)) <= 7 * 86_400
 
 
 async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary_per_instance(
-    stack, redis, keys, memory, start_summarizer
+    stack, redis, keys, memory, start_summarizer, eventually
 ):
     start_summarizer(rubrics_mode="per_instance", rollouts_per_step=4).wait_consuming(stack.redis_url, keys)
     await record(
@@ -236,7 +243,8 @@ async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary
             analysis("run", 2, 2, instance="y"),
         ],
     )
-    await asyncio.sleep(1.5)
+    await eventually(lambda: acked(redis, keys.analyses), "the summarizer to take the 3 analyses")
+    await asyncio.sleep(1.5)  # a negative check, once they were handled
     assert await redis.xlen(keys.summaries) == 0  # 3 of 4: not yet
     await record(redis, keys, memory, [analysis("run", 2, 3, "judge_addressing", instance="y")])
     found = {s.instance_key: s for s in await summaries(redis, keys, 2)}
@@ -248,7 +256,7 @@ async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary
 
 
 async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_step_once(
-    stack, redis, keys, memory, start_summarizer
+    stack, redis, keys, memory, start_summarizer, eventually
 ):
     slow = "[sim:latency_ms=2000]"  # every summary call of these steps takes 2 s
     for step in range(3):
@@ -256,16 +264,17 @@ async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_s
         await close(redis, keys, "run", step, rollouts=2)
     settings = dict(claim_ttl_s=4, sweep_interval_s=0.3)
     first = start_summarizer(**settings).wait_consuming(stack.redis_url, keys)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(
-        [await redis.hexists(keys.step("run", s), "claim") for s in range(3)]
-    ):
-        await asyncio.sleep(0.05)
+
+    async def all_claimed() -> bool:
+        return all([await redis.hexists(keys.step("run", s), "claim") for s in range(3)])
+
+    await eventually(all_claimed, "the summarizer to claim all 3 steps", every=0.05)
     first.kill()  # SIGKILL with every step claimed and its LLM calls in flight
     assert await redis.xlen(keys.summaries) == 0
     start_summarizer(**settings).wait_consuming(stack.redis_url, keys)
     found = await summaries(redis, keys, 3, timeout=60)
-    await asyncio.sleep(settings["claim_ttl_s"] + 1)  # nothing is summarized twice, even after every claim lapsed
+    # A negative check, once all 3 are in: nothing is summarized twice, even after every claim lapsed.
+    await asyncio.sleep(settings["claim_ttl_s"] + 1)
     found = [wire.decode(wire.payload(f), StepSummary) for _, f in await redis.xrange(keys.summaries)]
     assert Counter(s.step for s in found) == {0: 1, 1: 1, 2: 1}
     assert all(s.analyses == 2 and s.reward_hacking[0].type == "padding" for s in found)
@@ -285,5 +294,5 @@ async def test_a_failed_summary_is_retried_and_then_published_once(stack, redis,
         "summary_failed",
         "step_summarized",
     ]
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(1.5)  # a negative check, once the retry was summarized: no second summary follows
     assert await redis.xlen(keys.summaries) == 1

@@ -146,14 +146,22 @@ async def test_a_redelivered_summary_whose_version_exists_is_announced_again_not
     assert len(await events(redis, keys, "rubrics_reannounced")) == 1
 
 
-async def test_an_updater_killed_mid_update_applies_every_update_once(stack, redis, keys, memory, start_updater):
+async def test_an_updater_killed_mid_update_applies_every_update_once(
+    stack, redis, keys, memory, start_updater, eventually
+):
     slow = " [sim:latency_ms=1500]"  # every LLM call about these summaries takes 1.5 s
     settings = {"reclaim_idle_ms": 1000, "lock_timeout_s": 6}
     doomed = start_updater(**settings)
     store = RubricStore(redis, keys)
+    asked = (await sim_stats(stack))["schemas"].get("MemoryQueries", 0)
     for step, hack in enumerate(["padding", "sycophancy", "none"]):
         await announce(redis, keys, memory, summary("run", step, hack, extra=slow))
-    await asyncio.sleep(2.0)  # inside step 0's update: the query writer answered, the updater agent is thinking
+
+    async def thinking() -> bool:
+        return (await sim_stats(stack))["schemas"].get("MemoryQueries", 0) > asked
+
+    # Inside step 0's update: the query writer answered, the updater agent is thinking (for 1.5 s).
+    await eventually(thinking, "the updater's query writer to answer about step 0")
     doomed.kill()
     assert (await redis.xpending(keys.summaries, UPDATERS))["pending"] >= 1
     start_updater(**settings)
@@ -197,13 +205,10 @@ async def test_per_instance_mode_updates_the_instance_the_summary_names(stack, r
     assert await store.current("run") is None and await store.current("run", "inst-b") is None
 
 
-async def test_a_malformed_summary_is_dead_lettered(stack, redis, keys, memory, start_updater):
+async def test_a_malformed_summary_is_dead_lettered(stack, redis, keys, memory, start_updater, eventually):
     start_updater()
     await redis.xadd(keys.summaries, {wire.FIELD: b'{"run_id": "run"}'})
-    for _ in range(100):
-        if await redis.xlen(keys.dead_letters):
-            break
-        await asyncio.sleep(0.1)
+    await eventually(lambda: redis.xlen(keys.dead_letters), "the malformed summary to be dead-lettered")
     [(_, fields)] = await redis.xrange(keys.dead_letters)
     assert b"malformed step summary" in fields[wire.FIELD.encode()]
     assert msgspec.json.decode(fields[wire.FIELD.encode()])["service"] == "updater"
