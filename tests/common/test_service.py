@@ -323,3 +323,38 @@ async def test_a_redis_outage_is_one_line_each_way_and_no_traceback(
     outage = [x["message"] for x in lines if "is unreachable" in x["message"] or "is back" in x["message"]]
     assert len(outage) == 2 and "Redis is unreachable" in outage[0] and "Redis is back" in outage[1], outage
     assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines
+
+
+async def test_junk_on_a_listened_stream_is_one_warning_not_a_traceback(stack, redis, keys, start_service, eventually):
+    scorer = start_service("scorer")
+    await redis.xadd(keys.rubrics_updated, {wire.FIELD: b'{"run_id": 1}'})
+    await redis.xadd(keys.rubrics_updated, {b"other": b"field"})
+    await eventually(lambda: scorer.log.read_text().count("skipped entry") == 2, "the scorer to skip both entries")
+    lines = [json.loads(line) for line in scorer.log.read_text().splitlines() if line.startswith("{")]
+    assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines
+
+
+async def test_handlers_cancelled_at_shutdown_are_one_line_and_their_entries_reclaimed(
+    stack, redis, keys, start_service, eventually
+):
+    first = start_service("scorer", graceful_timeout_s=1, judge_cache_ttl_s=0)
+    batch = [
+        Rollout(run_id="run", rollout_id=f"c{i}", step=0, prompt=f"2 + 2? ({i})", response="4 [sim:latency_ms=4000]")
+        for i in range(8)
+    ]
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        scoring = asyncio.create_task(client.score(batch, timeout=90))
+
+        async def all_taken() -> bool:
+            return (await redis.xpending(keys.rollouts, SCORERS))["pending"] == len(batch)
+
+        await eventually(all_taken, "the scorer to take all 8 rollouts")
+        first.stop()  # SIGTERM mid-call: after 1 s the 8 handlers are cancelled
+        start_service("scorer", reclaim_idle_ms=1000)
+        scores = await scoring
+    assert all(s.status is JudgeStatus.OK for s in scores)
+    lines = [json.loads(line) for line in first.log.read_text().splitlines() if line.startswith("{")]
+    assert [x["message"] for x in lines if "cancelled" in x["message"]] == [
+        "scorer: handlers still running are cancelled; their entries wait for a reclaim"
+    ]
+    assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines
