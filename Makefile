@@ -13,7 +13,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 # The demo's size: a real model on a CPU takes seconds a call, so its run is short (a few steps, few rollouts).
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,--steps 10 --rollouts 24)
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test bench schemas demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test test-under-load chaos bench schemas demo clean
 
 all: install lint typecheck test
 
@@ -112,6 +112,26 @@ k8s-tools-path:
 # The tests start their own stack (.stack/test, other ports) and take it down.
 test: install weaviate model frameworks k8s-tools
 	$(PY) -m pytest -q
+
+# The suite beside two CPU-bound processes, as on a busy CI machine: a test that races the clock fails here. Prints
+# how long the suite took; the two are stopped however it ends (passed, failed, Ctrl-C).
+test-under-load: install weaviate model frameworks k8s-tools
+	@hogs=""; trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	for _ in 1 2; do python3 -c 'while True: pass' & hogs="$$hogs $$!"; done; \
+	started=$$(date +%s); $(PY) -m pytest -q; status=$$?; \
+	echo "test-under-load: the suite took $$(( $$(date +%s) - started )) s beside 2 CPU-bound processes (exit $$status)"; \
+	exit $$status
+
+# The chaos suite (tests/test_chaos.py) once per seed 1..SEEDS, then a table of each seed's kills, Redis stops,
+# drain time, pending and dead letters (.stack/artifacts/chaos/); fails if any seed failed. `make test` runs it
+# once, with its default seed.
+SEEDS ?= 5
+chaos: install weaviate
+	@rm -rf .stack/artifacts/chaos; failed=0; \
+	for seed in $$(seq 1 $(SEEDS)); do \
+	  RUBRICD_CHAOS_SEED=$$seed $(PY) -m pytest -q -s tests/test_chaos.py || failed=1; \
+	done; \
+	$(PY) tests/test_chaos.py; exit $$failed
 
 # Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory; then two
 # replicas vs one endpoint, and the shared rate limit's achieved rate (.stack/bench-endpoints).

@@ -6,6 +6,7 @@
 #   deploy/local/stack.sh up [redis weaviate simulator model services]
 #                                          (default: all but the model; RUBRICD_STACK_LLM=local: all but the simulator)
 #   deploy/local/stack.sh down [components]                         (default: all)
+#   deploy/local/stack.sh kill redis     # SIGKILL Redis: a crash, no SHUTDOWN (the chaos suite's)
 #   deploy/local/stack.sh status
 #   deploy/local/stack.sh env [USER]     # export lines that point a shell at this stack (as USER: default trainer)
 #   deploy/local/stack.sh secrets        # make a locked-down stack's secrets (compose.secure.yaml uses them)
@@ -323,6 +324,17 @@ down_redis() {
   stop redis # waits for the exit; kills it if SHUTDOWN failed
 }
 
+# A crash: SIGKILL, so no SHUTDOWN and no last fsync. With appendfsync everysec what Redis wrote before it
+# answered is in the kernel's page cache and outlives the process; only a host crash loses up to a second.
+kill_redis() {
+  local pid
+  pid=$(live_pid redis) || { say "redis: not running"; return; }
+  kill -KILL "$pid"
+  while ours "$pid"; do sleep 0.05; done
+  rm -f "$(pidfile redis)"
+  say "redis: killed (SIGKILL)"
+}
+
 build_weaviate() {
   if [[ -x $WEAVIATE_BIN ]]; then say "weaviate: $WEAVIATE_BIN (cached)"; return; fi
   command -v go >/dev/null || die "weaviate: Go (>= 1.26) is needed to build the Weaviate server ($WEAVIATE_VERSION).
@@ -549,6 +561,10 @@ cmd_down() {
     if [[ $list == *" $c "* ]]; then "down_$c"; fi
   done
 }
+cmd_kill() {
+  [[ $# == 1 && $1 == redis ]] || die "kill: only redis can be killed (SIGKILL, a crash)"
+  kill_redis
+}
 down_simulator() { stop simulator; }
 down_model() { stop model; }
 down_weaviate() { stop weaviate; }
@@ -593,10 +609,11 @@ cmd_secrets() {
 case ${1:-} in
   up) shift && cmd_up "$@" ;;
   down) shift && cmd_down "$@" ;;
+  kill) shift && cmd_kill "$@" ;;
   status) cmd_status ;;
   env) shift && cmd_env "$@" ;;
   secrets) cmd_secrets ;;
   build-weaviate) build_weaviate ;;
   build-model) build_model ;;
-  *) die "usage: $0 up|down [redis weaviate simulator model services] | status | env [USER] | secrets | build-weaviate | build-model" ;;
+  *) die "usage: $0 up|down [redis weaviate simulator model services] | kill redis | status | env [USER] | secrets | build-weaviate | build-model" ;;
 esac
