@@ -114,11 +114,13 @@ test: install weaviate model frameworks k8s-tools
 	$(PY) -m pytest -q
 
 # The suite beside two CPU-bound processes, as on a busy CI machine: a test that races the clock fails here. Prints
-# how long the suite took; the two are stopped however it ends (passed, failed, Ctrl-C).
+# how long the suite took; the two are stopped however it ends (passed, failed, Ctrl-C). All but the real-model
+# test, whose time is the model's arithmetic on these cores: beside two CPU-bound processes SmolLM2 writes 0.6
+# tokens/s instead of 5, a judge call takes ten minutes, and its step would take hours.
 test-under-load: install weaviate model frameworks k8s-tools
 	@hogs=""; trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for _ in 1 2; do python3 -c 'while True: pass' & hogs="$$hogs $$!"; done; \
-	started=$$(date +%s); $(PY) -m pytest -q; status=$$?; \
+	started=$$(date +%s); $(PY) -m pytest -q --ignore=tests/test_real_model.py; status=$$?; \
 	echo "test-under-load: the suite took $$(( $$(date +%s) - started )) s beside 2 CPU-bound processes (exit $$status)"; \
 	exit $$status
 
