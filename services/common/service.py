@@ -69,7 +69,7 @@ from .llm import LLMGateway
 from .logs import configure_logging
 from .memory import Memory
 from .metrics import Metrics
-from .outage import REDIS, Outages, QuietOutages
+from .outage import LLM, REDIS, WEAVIATE, Outages, QuietOutages
 from .settings import ServiceSettings, load
 
 W = TypeVar("W")
@@ -189,6 +189,8 @@ class ServiceApp(Generic[W]):
         s = self.settings
         self.groups.append((stream, group))
         self.deadlines[stream] = deadline = s.handler_deadline(agents)
+        # What a handler that succeeded has found answering (the LLM endpoint and the memory only if it calls them).
+        answered = (REDIS, *((LLM, WEAVIATE) if agents and self.with_memory else (LLM,) if agents else ()))
         if trim:
             self._trimmed.append(stream)
 
@@ -201,7 +203,7 @@ class ServiceApp(Generic[W]):
         )
         async def fresh(msg: Entry) -> None:
             with self._working_on(msg, self.consumer):
-                await self._handle(handle, msg, deadline)
+                await self._handle(handle, msg, deadline, answered)
 
         @self.broker.subscriber(
             stream=StreamSub(stream, group=group, consumer=self.reclaimer, min_idle_time=s.reclaim_idle_ms),
@@ -214,7 +216,7 @@ class ServiceApp(Generic[W]):
             with self._working_on(msg, self.reclaimer):
                 spent = await self._spent(msg)
                 if spent is None:
-                    await self._handle(handle, msg, deadline)
+                    await self._handle(handle, msg, deadline, answered)
                     return
                 if on_give_up is not None:
                     await on_give_up(self.worker, msg)
@@ -320,9 +322,7 @@ class ServiceApp(Generic[W]):
         for stream, group in self.groups:  # an id the consumer does not hold in a stream is skipped there
             for consumer, ids in by_consumer.items():
                 await redis.register_script(_KEEP)(keys=[stream], args=[group, consumer, *ids])
-        if self.outages.up(REDIS):  # idle connections from before the outage are closed at Redis's end: drop them
-            for client in (redis, await self.broker.connect()):
-                await client.connection_pool.disconnect(inuse_connections=False)
+        await self._answered(REDIS)
 
     def _watch_reads(self, client: Redis) -> None:
         """Count an entry in hand from the moment a read of this process receives it: FastStream queues what it
@@ -337,15 +337,18 @@ class ServiceApp(Generic[W]):
     def _receipt(self, command: str, consumer: str, parse: Callable[..., Any] | None) -> Callable[..., Any]:
         def received(response: Any, **options: Any) -> Any:
             parsed = parse(response, **options) if parse else response
-            for entry_id in streams.read_ids(command, parsed):
-                self._hold((consumer, entry_id))
+            try:
+                for entry_id in streams.read_ids(command, parsed):
+                    self._hold((consumer, entry_id))
+            except Exception:  # never fail the read: what it delivered is held once its handler starts
+                log.exception("%s: could not read the entry ids of a %s reply", self.name, command)
             return parsed
 
         return received
 
     def _hold(self, held: Held) -> None:
         self._held[held] += 1
-        self._held_since.setdefault(held, time.monotonic())
+        self._held_since[held] = time.monotonic()  # the latest delivery's: the sweep must not cut a new one short
 
     def _let_go(self, held: Held, *, all_of_it: bool = False) -> None:
         self._held[held] -= 1
@@ -370,7 +373,9 @@ class ServiceApp(Generic[W]):
             if held in self._held:
                 self._let_go(held)
 
-    async def _handle(self, handle: Handler[W], msg: RedisStreamMessage, deadline_s: float) -> None:
+    async def _handle(
+        self, handle: Handler[W], msg: RedisStreamMessage, deadline_s: float, answered: Sequence[str]
+    ) -> None:
         try:
             if len(msg.body) > self.settings.max_entry_bytes:
                 raise streams.Rejected(
@@ -378,14 +383,14 @@ class ServiceApp(Generic[W]):
                 )
             if streams.MALFORMED in msg.headers:
                 raise streams.Rejected(msg.headers[streams.MALFORMED])
-            async with asyncio.timeout(deadline_s) as deadline:
-                try:
+            try:
+                async with asyncio.timeout(deadline_s) as deadline:
                     await handle(self.worker, msg)
-                except asyncio.CancelledError:
-                    if deadline.expired():
-                        ran_past = f"the handler ran past its deadline (handler_deadline_s={deadline_s:g})"
-                        raise DeadlineExceeded(ran_past) from None
-                    raise
+            except TimeoutError:
+                if deadline.expired():  # ours (a shutdown's cancel at the same moment stays a cancel)
+                    ran_past = f"the handler ran past its deadline (handler_deadline_s={deadline_s:g})"
+                    raise DeadlineExceeded(ran_past) from None
+                raise
         except streams.Rejected as e:
             await self._dead_letter(msg, str(e), notify=e.notify)
         except Exception as e:
@@ -403,7 +408,14 @@ class ServiceApp(Generic[W]):
             if not outage:
                 raise  # FastStream logs it, with its traceback
         else:
-            self.outages.up()
+            await self._answered(*answered)
+
+    async def _answered(self, *names: str) -> None:
+        """`names` answered; once Redis is back, idle connections from before the outage (closed at Redis's end)
+        are dropped, so no command meets one."""
+        if REDIS in self.outages.up(*names):
+            for client in (self.clients.redis, await self.broker.connect()):
+                await client.connection_pool.disconnect(inuse_connections=False)
 
     async def _spent(self, msg: RedisStreamMessage) -> tuple[str, int] | None:
         """Why a reclaimed entry is given up on, and its deliveries; None to handle it again."""

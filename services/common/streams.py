@@ -159,8 +159,9 @@ def decode(body: bytes, type_: type[M], what: str) -> M:
 
 
 def read_ids(command: str, reply: Any) -> list[bytes]:
-    """The entry ids a parsed XREADGROUP (`[[stream, entries], ...]` or `{stream: entries}`) or XAUTOCLAIM
-    (`[next id, entries, deleted]`) reply delivered; an entry is `(id, fields)`, or an id alone (JUSTID)."""
+    """The entry ids a parsed XREADGROUP (`[[stream, entries], ...]`, or `{stream: entries}`) or XAUTOCLAIM
+    (`[next id, entries, deleted]`) reply delivered, as redis-py parses them by default; an entry is
+    `(id, fields)`, or an id alone (JUSTID)."""
     if not reply:
         return []
     if command == "XAUTOCLAIM":

@@ -26,6 +26,7 @@ from faststream.redis.message import RedisStreamMessage
 
 from common import streams
 from common.memory import MemoryItem, MemoryKind
+from common.outage import LLM, WEAVIATE
 from common.service import Clients
 from common.usage import Metered
 from rubricd import wire
@@ -120,6 +121,7 @@ class Summarizer:
                 return
             async with self.holding(run_id, step, token):
                 await self.summarize(await self.book.state(run_id, step))
+            self.outages.up(LLM, WEAVIATE)
         except Exception as e:
             # Our claim now ends at the retry time; the sweeper then tries again.
             if not self.outages.down(f"summarizing {run_id} step {step}", e):

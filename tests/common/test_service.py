@@ -197,19 +197,23 @@ class LossyProxy:
 
     async def _serve(self, service_r: asyncio.StreamReader, service_w: asyncio.StreamWriter) -> None:
         redis_r, redis_w = await asyncio.open_connection("127.0.0.1", self.redis_port)
-        last = b""  # the latest command the service sent on this connection
+        # What the service sent since Redis last answered on this connection: its latest command, whole (a
+        # large one reaches the proxy in several reads).
+        sent = b""
 
         async def upstream() -> None:
-            nonlocal last
+            nonlocal sent
             while data := await service_r.read(65536):
-                last = data
+                sent += data
                 redis_w.write(data)
                 await redis_w.drain()
             redis_w.close()
 
         async def downstream() -> None:
+            nonlocal sent
             while data := await redis_r.read(65536):
-                if self.lose is not None and self.lose(last, data):
+                command, sent = sent, b""
+                if self.lose is not None and self.lose(command, data):
                     self.lose, self.lost = None, self.lost + 1
                     service_w.transport.abort()
                     redis_w.transport.abort()
@@ -238,8 +242,8 @@ async def test_an_entry_whose_read_reply_was_lost_is_reclaimed_not_kept_alive(
         async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
             scoring = asyncio.create_task(client.score_one(lost, timeout=90))
             await eventually(lambda: proxy.lost, "the proxy to lose the reply of the read that delivered the rollout")
-            [held] = await pending_entries(redis, keys.rollouts, SCORERS)
-            assert held["consumer"] == b"scorer-0" and held["times_delivered"] == 1
+            # Delivered (pending: to scorer-0, or already to its reclaiming consumer), and never seen by a handler.
+            assert len(await pending_entries(redis, keys.rollouts, SCORERS)) == 1
             score = await scoring
     assert score.status is JudgeStatus.OK
     assert await judge_calls(stack) - before == 1  # judged by the reclaim alone: the first delivery never ran
