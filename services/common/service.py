@@ -76,9 +76,6 @@ W = TypeVar("W")
 S = TypeVar("S", bound=ServiceSettings)
 Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
 
-# A connection idle this long is PINGed before its next command (and remade if Redis restarted meanwhile), so a
-# connection Redis closed in an outage fails no command once Redis is back.
-HEALTH_CHECK_S = 2.0
 GROUPS_INTERVAL_S = 5.0  # how often each group's pending and lag are read for the metrics
 FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
 log = logging.getLogger("rubricd.service")
@@ -477,7 +474,6 @@ def make_broker(settings: ServiceSettings, metrics: Metrics) -> RedisBroker:
     return RedisBroker(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
-        health_check_interval=HEALTH_CHECK_S,
         graceful_timeout=settings.graceful_timeout_s,
         log_level=logging.DEBUG,
         logger=logging.getLogger("rubricd.broker"),
@@ -491,7 +487,6 @@ def make_redis(settings: ServiceSettings) -> Redis:
         settings.redis_url,
         max_connections=settings.redis_max_connections,
         timeout=None,
-        health_check_interval=HEALTH_CHECK_S,
     )
     return Redis.from_pool(pool)
 
