@@ -146,10 +146,10 @@ schemas: install
 
 # The main job: the whole stack, a simulated training run of 10 steps (report in
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
-# More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m demo --help).
+# More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help).
 demo: install weaviate $(LLM_DEPS)
 	@trap '$(STACK) down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	RUBRICD_STACK_LLM=$(LLM) $(STACK) up && $(PY) -m demo $(DEMO_SIZE) $(DEMO_ARGS)
+	RUBRICD_STACK_LLM=$(LLM) $(STACK) up && $(PY) -m rubricd_services.demo $(DEMO_SIZE) $(DEMO_ARGS)
 
 # Stops the demo stack and any test stack before deleting their data.
 clean:

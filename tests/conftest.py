@@ -30,14 +30,14 @@ import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from common.embedder import MiniLMEmbedder
-from common.memory import Memory
-from common.settings import ServiceSettings
 from rubricd import wire
 from rubricd.keys import ANALYZERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import Event
-from simulator.app import Simulator, serve_in_background
-from simulator.faults import SimConfig
+from rubricd_services.common.embedder import MiniLMEmbedder
+from rubricd_services.common.memory import Memory
+from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.simulator.app import Simulator, serve_in_background
+from rubricd_services.simulator.faults import SimConfig
 
 REPO = Path(__file__).resolve().parents[1]
 STACK_SH = REPO / "deploy" / "local" / "stack.sh"
@@ -215,7 +215,7 @@ def frameworks_python() -> str:
 @contextlib.contextmanager
 def _serve_dashboard(env: dict[str, str], port: int) -> Iterator[str]:
     server = subprocess.Popen(
-        [sys.executable, "-m", "cli", "dashboard", "--port", str(port), "--refresh", "0.5"],
+        [sys.executable, "-m", "rubricd_services.cli", "dashboard", "--port", str(port), "--refresh", "0.5"],
         env=env,
         stdin=subprocess.DEVNULL,
     )
@@ -328,13 +328,16 @@ async def redis(stack: Stack) -> AsyncIterator[Redis]:
 
 
 class ServiceProcess:
-    """`python -m <service> [args]`, its output in a log file; killable with SIGKILL."""
+    """`rubricd serve <service> [args]`, its output in a log file; killable with SIGKILL."""
 
     def __init__(self, service: str, env: dict[str, str], log: Path, *args: str) -> None:
         self.service, self.consumer, self.log = service, env["RUBRICD_CONSUMER"], log
         self._log_file = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", service, *args], env=env, stdout=self._log_file, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "rubricd_services.cli", "serve", service, *args],
+            env=env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
         )
 
     def wait_consuming(

@@ -43,7 +43,6 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from demo.policy import respond
 from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import (
@@ -57,6 +56,7 @@ from rubricd.messages import (
     StepSummary,
 )
 from rubricd.store import RubricStore
+from rubricd_services.demo.policy import respond
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,6 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from demo.policy import respond
 from rubricd import RubricdClient, wire
 from rubricd.messages import (
     DeadLetter,
@@ -39,6 +38,7 @@ from rubricd.messages import (
     StepClosed,
 )
 from rubricd.store import RubricStore
+from rubricd_services.demo.policy import respond
 
 pytestmark = pytest.mark.integration
 

@@ -23,10 +23,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from common.service import ServiceApp
-from common.settings import AGENT_DEFAULTS, LLMSettings
-from gateway.settings import GatewaySettings
 from rubricd.keys import ANALYZERS, JUDGES, SCORERS, SUMMARIZERS, UPDATERS, Keys
+from rubricd_services.common.service import ServiceApp
+from rubricd_services.common.settings import AGENT_DEFAULTS, LLMSettings
+from rubricd_services.gateway.settings import GatewaySettings
 
 ROOT = Path(__file__).parents[1]
 K8S = ROOT / "deploy" / "k8s"
@@ -147,7 +147,7 @@ def wiring(service: str) -> ServiceApp[Any]:
         built.append(self)
         return real_build(self, *args, **kwargs)
 
-    module = importlib.import_module(f"{service}.app")
+    module = importlib.import_module(f"rubricd_services.{service}.app")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ServiceApp, "build", build)
         module.create_app(typing.get_type_hints(module.create_app)["settings"]())
@@ -177,7 +177,7 @@ def test_each_service_is_probed_scraped_given_resources_and_time_to_finish() -> 
     assert set(deployments) == {*CONSUMERS, "gateway", "dashboard"}
     dashboard = deployments.pop("dashboard")["spec"]["template"]["spec"]
     (container,) = dashboard["containers"]
-    assert container["command"][:4] == ["python", "-m", "cli", "dashboard"]
+    assert container["command"][:2] == ["rubricd", "dashboard"]
     assert {container[p]["httpGet"]["path"] for p in ("readinessProbe", "livenessProbe")} == {"/health"}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]
@@ -192,7 +192,7 @@ def test_each_service_is_probed_scraped_given_resources_and_time_to_finish() -> 
             "prometheus.io/path": "/metrics",
         }, name
         assert {"cpu", "memory"} <= set(container["resources"]["requests"]), name
-        assert container["command"] == ["python", "-m", name]
+        assert container["command"] == ["rubricd", "serve", name]
         # Long enough to finish the longest LLM call in flight (the gateway: a request's whole deadline): a consumer
         # waits for its handlers RUBRICD_GRACEFUL_TIMEOUT_S, and Kubernetes waits longer than that.
         if name in CONSUMERS:

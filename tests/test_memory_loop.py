@@ -15,7 +15,6 @@ import msgspec
 import pytest
 import redis as redis_sync
 
-from demo.policy import respond
 from rubricd import RubricdClient, wire
 from rubricd.messages import (
     JudgeStatus,
@@ -27,6 +26,7 @@ from rubricd.messages import (
     TrainingContext,
 )
 from rubricd.store import RubricStore
+from rubricd_services.demo.policy import respond
 
 pytestmark = pytest.mark.integration
 

@@ -20,10 +20,10 @@ import pytest
 import redis as redis_sync
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo.policy import respond
 from rubricd import RubricdClient, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RolloutAnalysis, RubricKind, StepSummary
 from rubricd.store import RubricStore
+from rubricd_services.demo.policy import respond
 
 pytestmark = pytest.mark.integration
 

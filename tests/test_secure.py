@@ -88,7 +88,7 @@ async def run(start_module_stack, serve_dashboard) -> Run:
         await client.close_step(RUN, 0, rollouts=len(rollouts))
         await client.wait_for_rubrics(RUN, 0, timeout=120)
         [[_, [(_, fields)]]] = await client.redis.xread({probe: "0-0"}, block=30_000)
-    cli = [sys.executable, "-m", "cli", "rubrics"]
+    cli = [sys.executable, "-m", "rubricd_services.cli", "rubrics"]
     healthbench = [
         subprocess.run(
             [*cli, *args],
@@ -120,7 +120,7 @@ async def run(start_module_stack, serve_dashboard) -> Run:
     async with httpx.AsyncClient(timeout=60) as http:
         metrics = {name: (await http.get(f"http://127.0.0.1:{base + i}/metrics")).text for name, i in METRICS.items()}
     status = subprocess.run(
-        [sys.executable, "-m", "cli", "status", "--json"],
+        [sys.executable, "-m", "rubricd_services.cli", "status", "--json"],
         env={**os.environ, **settings_of(stack, "cli")},
         capture_output=True,
         text=True,

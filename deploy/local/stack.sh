@@ -25,7 +25,7 @@
 #
 # Locked down (RUBRICD_SECURE=1; `make up SECURE=1`): Redis loads an ACL file
 # (default user off; an admin, a user per service, cli and trainer, each
-# limited to what it does: services/common/acl.py), Weaviate wants an API key,
+# limited to what it does: services/rubricd_services/common/acl.py), Weaviate wants an API key,
 # and each service gets its own credentials. RUBRICD_REDIS_TLS=1 (`TLS=1`)
 # also serves Redis over TLS only, with a certificate from a CA made here.
 # The secrets are made once, under $STACK/secrets (mode 600), and their
@@ -228,7 +228,7 @@ make_secrets() {
     [[ -s $SECRETS/$name ]] || (umask 077 && random_secret >"$SECRETS/$name")
   done
   # Hashes only, so Redis (in a container: another uid) may read it.
-  "$PY" -m cli acl --passwords "$SECRETS" >"$SECRETS/users.acl.new" || die "redis: could not write the ACL file"
+  "$PY" -m rubricd_services.cli acl --passwords "$SECRETS" >"$SECRETS/users.acl.new" || die "redis: could not write the ACL file"
   chmod 644 "$SECRETS/users.acl.new" && mv "$SECRETS/users.acl.new" "$SECRETS/users.acl"
   (
     umask 077
@@ -394,7 +394,7 @@ up_simulator() {
   live_pid simulator >/dev/null && { say "simulator: already up on $SIMULATOR_PORT"; return; }
   ports_free simulator SIMULATOR_PORT
   # RUBRICD_SIM_* settings (latency, failure injection) pass through the environment.
-  spawn simulator "$PY" -m simulator --host 127.0.0.1 --port "$SIMULATOR_PORT"
+  spawn simulator "$PY" -m rubricd_services.cli serve simulator --host 127.0.0.1 --port "$SIMULATOR_PORT"
   wait_until simulator 30 http_ok "$SIMULATOR_PORT" /health
   echo "127.0.0.1:$SIMULATOR_PORT" >"$STACK/run/simulator.addr"
   say "simulator: up on 127.0.0.1:$SIMULATOR_PORT (offline LLM simulator, for tests and the demo)"
@@ -502,7 +502,7 @@ spawn_service() {
   local name=$1 setting
   while IFS= read -r setting; do local -x "$setting"; done < <(service_env "${name%-*}")
   local -x RUBRICD_METRICS_PORT=$SERVICE_METRICS_PORT RUBRICD_GATEWAY_PORT=$SERVICE_METRICS_PORT
-  spawn "$name" "$PY" -m "${name%-*}"
+  spawn "$name" "$PY" -m rubricd_services.cli serve "${name%-*}"
 }
 
 up_services() {

@@ -5,9 +5,9 @@ import json
 import msgspec
 import pytest
 
-from analyzer import analysis
-from analyzer.analysis import AnalysisDraft, AnalysisFailed, EvidenceDraft, FindingDraft, FindingKind
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricResult, Score, ScoredRollout, Severity, TrainingContext
+from rubricd_services.analyzer import analysis
+from rubricd_services.analyzer.analysis import AnalysisDraft, AnalysisFailed, EvidenceDraft, FindingDraft, FindingKind
 
 TEMPLATE = analysis.load_template()
 RUBRICS = [Rubric(id="correct", criterion="States the correct final answer.", points=5, kind="anchor")]

@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 
-from common.memory import MemoryKind
 from rubricd import wire
 from rubricd.keys import ANALYZERS
 from rubricd.messages import (
@@ -23,6 +22,7 @@ from rubricd.messages import (
     ScoredRollout,
 )
 from rubricd.store import RubricStore
+from rubricd_services.common.memory import MemoryKind
 
 pytestmark = pytest.mark.integration
 

@@ -31,8 +31,8 @@ import msgspec
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from common.llm import LLMGateway
-from common.settings import LLMSettings
+from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.settings import LLMSettings
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"
@@ -61,7 +61,7 @@ def free_port() -> int:
 
 def start_simulator(port: int, latency_ms: float, slots: int) -> subprocess.Popen[bytes]:
     args = ["--port", str(port), "--latency-ms", str(latency_ms), "--slots", str(slots), "--log-level", "warning"]
-    process = subprocess.Popen([sys.executable, "-m", "simulator", *args])
+    process = subprocess.Popen([sys.executable, "-m", "rubricd_services.cli", "serve", "simulator", *args])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:

@@ -29,13 +29,13 @@ import openai
 import psutil
 import redis as redis_sync
 
-from common import usage
-from common.seeds import Seeds
 from rubricd import RubricdClient
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
-from scorer import judge
-from scorer.settings import ScorerSettings
+from rubricd_services.common import usage
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.scorer import judge
+from rubricd_services.scorer.settings import ScorerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"
@@ -208,7 +208,7 @@ async def main(args: argparse.Namespace) -> None:
         "RUBRICD_LOG_LEVEL": "WARNING",
     }
     redis_sync.Redis.from_url(REDIS_URL).flushdb()
-    scorer = subprocess.Popen([sys.executable, "-m", "scorer"], env=scorer_env)
+    scorer = subprocess.Popen([sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"], env=scorer_env)
     try:
         await asyncio.sleep(3)
         await through_rubricd(rollouts("warmup", 50), 50)

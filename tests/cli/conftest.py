@@ -9,11 +9,11 @@ import pytest
 
 @pytest.fixture
 def cli(service_env) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """cli("status", "--json"): run `python -m cli ...` in this test's namespace; fails the test on a bad exit status."""
+    """cli("status", "--json"): run `rubricd ...` in this test's namespace; fails the test on a bad exit status."""
 
     def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "cli", *args],
+            [sys.executable, "-m", "rubricd_services.cli", *args],
             env=service_env,
             capture_output=True,
             text=True,

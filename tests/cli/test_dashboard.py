@@ -17,10 +17,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from cli.dashboard import PAGE, RunTally, StepTally
-from demo.policy import respond
 from rubricd import RubricdClient, wire
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricsUpdated, Score, ScoredRollout
+from rubricd_services.cli.dashboard import PAGE, RunTally, StepTally
+from rubricd_services.demo.policy import respond
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from common import healthbench
 from rubricd import wire
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricKind, RubricResult, RubricSet, Score, ScoredRollout
 from rubricd.store import RubricStore
+from rubricd_services.common import healthbench
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 

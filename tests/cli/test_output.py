@@ -1,10 +1,10 @@
 """The pure parts of the command line: a rubric diff, the column printing, an unreachable Redis (no server
 needed)."""
 
-from cli.__main__ import main
-from cli.context import ago, table
-from cli.rubrics import changes, summary
 from rubricd.messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
+from rubricd_services.cli.__main__ import main
+from rubricd_services.cli.context import ago, table
+from rubricd_services.cli.rubrics import changes, summary
 
 
 def test_changes_take_the_latest_rationale_between_the_versions_else_the_rubrics_own():

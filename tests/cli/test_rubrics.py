@@ -3,7 +3,6 @@
 import json
 import time
 
-from common.memory import Memory, MemoryItem, MemoryKind
 from rubricd import wire
 from rubricd.messages import (
     Action,
@@ -18,6 +17,7 @@ from rubricd.messages import (
     Strategy,
 )
 from rubricd.store import RubricStore
+from rubricd_services.common.memory import Memory, MemoryItem, MemoryKind
 
 ANCHOR = Rubric(id="correct", criterion="The final answer is correct.", points=5, kind=RubricKind.ANCHOR)
 CONCISE = Rubric(id="concise", criterion="The answer is short.", points=1, meta_class="style")

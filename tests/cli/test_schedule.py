@@ -2,10 +2,10 @@
 
 import json
 
-from cli.schedule import undefined
 from rubricd import RubricdClient
 from rubricd.messages import Rollout
-from scorer.schedule import ClassStats
+from rubricd_services.cli.schedule import undefined
+from rubricd_services.scorer.schedule import ClassStats
 
 
 def rollouts(step: int) -> list[Rollout]:

@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from common.streams import ensure_group
 from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, SCORERS
 from rubricd.messages import HEALTHBENCH_AXES, Rollout
-from scorer.schedule import Rule, Schedule
+from rubricd_services.common.streams import ensure_group
+from rubricd_services.scorer.schedule import Rule, Schedule
 
 
 def rollout(run: str, i: int, step: int = 0) -> Rollout:

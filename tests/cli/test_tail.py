@@ -36,7 +36,7 @@ async def test_tail_json_shows_the_scorers_events_of_one_run(stack, redis, keys,
 async def test_tail_follows_new_events_live(stack, redis, keys, service_env, start_service):
     start_service("scorer")
     tail = subprocess.Popen(
-        [sys.executable, "-m", "cli", "tail", "--run", "b", "--count", "2", "--timeout", "60"],
+        [sys.executable, "-m", "rubricd_services.cli", "tail", "--run", "b", "--count", "2", "--timeout", "60"],
         env=service_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

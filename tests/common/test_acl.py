@@ -5,8 +5,8 @@ from fnmatch import fnmatchcase
 
 import pytest
 
-from common.acl import acl_file, cli, services, trainer
 from rubricd.keys import Keys
+from rubricd_services.common.acl import acl_file, cli, services, trainer
 
 keys = Keys("ns")
 

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from common.embedder import MiniLMEmbedder, OpenAIEmbedder, make_embedder
-from common.llm import LLMGateway
-from common.settings import LLMSettings, ServiceSettings
-from simulator.app import Simulator
+from rubricd_services.common.embedder import MiniLMEmbedder, OpenAIEmbedder, make_embedder
+from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.settings import LLMSettings, ServiceSettings
+from rubricd_services.simulator.app import Simulator
 
 
 def cos(a: list[float], b: list[float]) -> float:

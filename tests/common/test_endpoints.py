@@ -12,12 +12,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.limits import rate_key
-from common.llm import LLMGateway
-from common.metrics import Metrics
-from common.settings import LLMSettings, ServiceSettings, load
-from simulator.app import Simulator, serve_in_background
-from simulator.faults import SimConfig
+from rubricd_services.common.limits import rate_key
+from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.metrics import Metrics
+from rubricd_services.common.settings import LLMSettings, ServiceSettings, load
+from rubricd_services.simulator.app import Simulator, serve_in_background
+from rubricd_services.simulator.faults import SimConfig
 
 
 class Answer(msgspec.Struct):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from common import healthbench
-from common.seeds import Seeds, SeedSettings
 from rubricd.messages import HEALTHBENCH_AXES, Rubric, RubricKind
+from rubricd_services.common import healthbench
+from rubricd_services.common.seeds import Seeds, SeedSettings
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 

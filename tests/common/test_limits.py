@@ -8,11 +8,11 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from common.acl import services
-from common.limits import RateLimit, rate_key
-from common.llm import LLMGateway
-from common.settings import LLMSettings
-from common.slots import SharedSlots, slots_key
+from rubricd_services.common.acl import services
+from rubricd_services.common.limits import RateLimit, rate_key
+from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.common.slots import SharedSlots, slots_key
 
 
 class Answer(msgspec.Struct):

@@ -9,16 +9,16 @@ import uuid
 import msgspec
 import pytest
 
-from common.llm import DIALECTS, LLMError, LLMGateway
-from common.llm.dialects import decode as _decode
-from common.llm.dialects import request as _request
-from common.llm.dialects import schema_of as _schema_of
-from common.llm.errors import Retryable as _Retryable
-from common.settings import LLMSettings, ServiceSettings, load
 from rubricd.messages import Event, Rollout, RolloutAnalysis, Rubric, RubricSet
-from scorer import judge
-from simulator.app import Simulator
-from simulator.faults import SimConfig
+from rubricd_services.common.llm import DIALECTS, LLMError, LLMGateway
+from rubricd_services.common.llm.dialects import decode as _decode
+from rubricd_services.common.llm.dialects import request as _request
+from rubricd_services.common.llm.dialects import schema_of as _schema_of
+from rubricd_services.common.llm.errors import Retryable as _Retryable
+from rubricd_services.common.settings import LLMSettings, ServiceSettings, load
+from rubricd_services.scorer import judge
+from rubricd_services.simulator.app import Simulator
+from rubricd_services.simulator.faults import SimConfig
 
 API_KEY = "sk-test-do-not-leak-0123456789"
 RUBRICS = [

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from common.logs import Redacted, configure_logging
-from common.settings import ServiceSettings
+from rubricd_services.common.logs import Redacted, configure_logging
+from rubricd_services.common.settings import ServiceSettings
 
 KEY = "sk-live-0123456789abcdef"
 

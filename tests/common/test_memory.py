@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from common.embedder import MiniLMEmbedder
-from common.memory import Hit, Memory, MemoryItem, MemoryKind, collection_name
-from common.settings import ServiceSettings
+from rubricd_services.common.embedder import MiniLMEmbedder
+from rubricd_services.common.memory import Hit, Memory, MemoryItem, MemoryKind, collection_name
+from rubricd_services.common.settings import ServiceSettings
 
 A, S, U = MemoryKind.ANALYSIS, MemoryKind.STEP_SUMMARY, MemoryKind.RUBRIC_UPDATE
 PADDING = [

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from common.settings import ServiceSettings, load
 from rubricd.messages import HEALTHBENCH_AXES
-from scorer.settings import ScorerSettings
-from updater.settings import UpdaterSettings
+from rubricd_services.common.settings import ServiceSettings, load
+from rubricd_services.scorer.settings import ScorerSettings
+from rubricd_services.updater.settings import UpdaterSettings
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 
@@ -81,7 +81,13 @@ def test_the_service_stops_at_start_on_a_healthbench_file_with_an_undeclared_axi
         "RUBRICD_META_CLASSES": '["accuracy", "completeness", "communication_quality", "context_awareness"]',
     }
     for service in ("scorer", "updater"):
-        done = subprocess.run([sys.executable, "-m", service], env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "rubricd_services.cli", "serve", service],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
         assert (
             f"RUBRICD_INSTANCE_RUBRICS ({SAMPLE}): line 3: rubrics[0].tags: axis 'instruction_following' is not a "

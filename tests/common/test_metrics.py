@@ -5,11 +5,11 @@ import uuid
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.llm import LLMError, LLMGateway
-from common.metrics import Metrics, backlog
-from common.settings import LLMSettings
 from rubricd.messages import Rollout, Rubric, RubricSet
-from scorer import judge
+from rubricd_services.common.llm import LLMError, LLMGateway
+from rubricd_services.common.metrics import Metrics, backlog
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.scorer import judge
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:

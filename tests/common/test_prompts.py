@@ -7,18 +7,18 @@ import sys
 
 import pytest
 
-from common import prompts
-from scorer.judge import JUDGE
-from updater.update import QUERY_WRITER
+from rubricd_services.common import prompts
+from rubricd_services.scorer.judge import JUDGE
+from rubricd_services.updater.update import QUERY_WRITER
 
 
 def test_an_agents_default_prompt_is_its_packages_file_and_a_configured_file_replaces_it(tmp_path):
-    default = prompts.load("scorer", JUDGE)
+    default = prompts.load("rubricd_services.scorer", JUDGE)
     assert "rubric" in default.lower()
     mine = tmp_path / "judge.md"
     mine.write_text("Grade strictly.")
-    assert prompts.load("scorer", JUDGE, mine) == "Grade strictly."
-    assert prompts.load("updater", QUERY_WRITER) != default
+    assert prompts.load("rubricd_services.scorer", JUDGE, mine) == "Grade strictly."
+    assert prompts.load("rubricd_services.updater", QUERY_WRITER) != default
 
 
 def test_rollout_text_cannot_close_its_block():
@@ -40,7 +40,13 @@ def test_rollout_text_cannot_close_its_block():
 )
 def test_a_missing_prompt_file_stops_the_service_naming_the_setting(service, setting):
     env = {**os.environ, setting: "/nonexistent/prompt.md"}
-    done = subprocess.run([sys.executable, "-m", service], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.cli", "serve", service],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and setting in done.stderr and "no such file: /nonexistent/prompt.md" in done.stderr
     assert "Traceback" not in done.stderr
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from common.settings import AGENT_DEFAULTS, ServiceSettings
+from rubricd_services.common.settings import AGENT_DEFAULTS, ServiceSettings
 
 
 def test_each_agent_gets_its_roles_defaults_unless_a_setting_says_otherwise(monkeypatch) -> None:
@@ -35,7 +35,7 @@ def test_an_answer_that_leaves_no_room_for_the_prompt_stops_the_service_naming_t
     with pytest.raises(ValueError, match="unknown agents \\['judeg'\\]"):  # a typo is named, not ignored
         ServiceSettings(agents={"judeg": {"model": "m"}})
     done = subprocess.run(
-        [sys.executable, "-m", "scorer"],
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
         env={"RUBRICD_LLM__CONTEXT_TOKENS": "4096", "RUBRICD_AGENTS__ANALYZER__MAX_TOKENS": "4000", "PATH": ""},
         capture_output=True,
         text=True,

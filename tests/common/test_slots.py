@@ -7,9 +7,9 @@ import time
 import msgspec
 import pytest
 
-from common.llm import LLMGateway
-from common.settings import LLMSettings
-from simulator.faults import SimConfig
+from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.simulator.faults import SimConfig
 
 LATENCY_S = 0.5  # one call; the bounds below leave it as much again for a loaded machine's overhead
 

@@ -5,13 +5,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from common import usage
-from common.llm import Completion, LLMGateway
-from common.metrics import Metrics
-from common.settings import LLMSettings, ServiceSettings
-from common.usage import AgentUsage, Price
 from rubricd.messages import Rollout, Rubric, RubricSet
-from scorer import judge
+from rubricd_services.common import usage
+from rubricd_services.common.llm import Completion, LLMGateway
+from rubricd_services.common.metrics import Metrics
+from rubricd_services.common.settings import LLMSettings, ServiceSettings
+from rubricd_services.common.usage import AgentUsage, Price
+from rubricd_services.scorer import judge
 
 GPT = Price(prompt_per_mtok=0.15, completion_per_mtok=0.60)
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from demo import compare
-from demo.policy import BEHAVIOURS, TRADE_OFF_START, Policy, counts, discoveries, respond
-from demo.trainer import Run, StepRecord
-from simulator.judging import decide
+from rubricd_services.demo import compare
+from rubricd_services.demo.policy import BEHAVIOURS, TRADE_OFF_START, Policy, counts, discoveries, respond
+from rubricd_services.demo.trainer import Run, StepRecord
+from rubricd_services.simulator.judging import decide
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SEEDS = Path(__file__).parents[2] / "services" / "common" / "seed_rubrics.json"
+SEEDS = Path(__file__).parents[2] / "services" / "rubricd_services" / "common" / "seed_rubrics.json"
 
 
 def test_counts_split_a_batch_by_shares_exactly() -> None:
@@ -96,7 +96,7 @@ def test_a_reduced_demo_run_writes_a_report_of_that_run(stack, keys, service_env
         [
             sys.executable,
             "-m",
-            "demo",
+            "rubricd_services.demo",
             "--steps",
             "3",
             "--rollouts",
@@ -164,7 +164,7 @@ def test_a_reduced_alternating_run_reports_its_schedule_and_the_weighted_sum_sid
     args = ["--steps", "4", "--rollouts", "6", "--run-id", "ci-alt", "--policy", "alternating", "--target", "0.8"]
     args += ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(tmp_path)]
     done = subprocess.run(
-        [sys.executable, "-m", "demo", *args, "--timeout", "240"],
+        [sys.executable, "-m", "rubricd_services.demo", *args, "--timeout", "240"],
         env=service_env,
         capture_output=True,
         text=True,

@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-from gateway import contracts
-from gateway.gateway import Call, rollout_ids
 from rubricd.messages import JudgeStatus, Score
+from rubricd_services.gateway import contracts
+from rubricd_services.gateway.gateway import Call, rollout_ids
 
 
 def score(reward: float | None, status: JudgeStatus = JudgeStatus.OK, **fields: object) -> Score:
@@ -75,5 +75,11 @@ def test_rollout_ids_are_derived_from_the_key_or_the_sample():
 
 def test_a_bad_setting_stops_the_gateway_at_start_naming_it():
     env = {**os.environ, "RUBRICD_DEADLINE_S": "500", "RUBRICD_MAX_DEADLINE_S": "100"}
-    done = subprocess.run([sys.executable, "-m", "gateway"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "gateway"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and "deadline_s (500.0) is above max_deadline_s (100.0)" in done.stderr, done.stderr

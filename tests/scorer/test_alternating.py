@@ -9,7 +9,7 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd.store import RubricStore
-from scorer.schedule import ClassStats, Decision, Rule, Schedule, parse_stats
+from rubricd_services.scorer.schedule import ClassStats, Decision, Rule, Schedule, parse_stats
 
 from .test_service import metric, sim
 

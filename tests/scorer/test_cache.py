@@ -6,12 +6,12 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from common.settings import LLMSettings
 from rubricd.messages import Rollout, Rubric, RubricSet
-from scorer import judge
-from scorer.cache import JudgeCache, digest
-from scorer.handler import Judged
-from scorer.scoring import JudgeFailed
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.scorer import judge
+from rubricd_services.scorer.cache import JudgeCache, digest
+from rubricd_services.scorer.handler import Judged
+from rubricd_services.scorer.scoring import JudgeFailed
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
 SET = RubricSet(run_id="run", version=3, rubrics=RUBRICS)

@@ -23,7 +23,7 @@ from rubricd.messages import (
     RubricSet,
 )
 from rubricd.store import RubricStore
-from simulator.pairwise import PREFER_FIRST
+from rubricd_services.simulator.pairwise import PREFER_FIRST
 
 from .test_service import metric
 
@@ -57,7 +57,11 @@ def events(raw: list) -> list[Event]:
 
 def cli(service_env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [sys.executable, "-m", "cli", *args], env=service_env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "rubricd_services.cli", *args],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return done

@@ -10,9 +10,6 @@ import pytest
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from common.acl import services
-from common.llm import LLMError
-from common.seeds import Seeds
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import (
@@ -31,13 +28,16 @@ from rubricd.messages import (
 )
 from rubricd.reward import weighted_sum
 from rubricd.store import RubricStore
-from scorer import generate, judge
-from scorer.generate import DraftRubric, Generator, InvalidDraft, RubricDraft, build, draft_type
-from scorer.scoring import RubricCache, Rubrics, score_rollout
-from scorer.settings import ScorerSettings
-from simulator import generating, judging
-from simulator.faults import FaultPlan, SimConfig, directive
-from updater.update import Limits, MemoryBudget, Prompts, RubricUpdater, UpdateProposal
+from rubricd_services.common.acl import services
+from rubricd_services.common.llm import LLMError
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.scorer import generate, judge
+from rubricd_services.scorer.generate import DraftRubric, Generator, InvalidDraft, RubricDraft, build, draft_type
+from rubricd_services.scorer.scoring import RubricCache, Rubrics, score_rollout
+from rubricd_services.scorer.settings import ScorerSettings
+from rubricd_services.simulator import generating, judging
+from rubricd_services.simulator.faults import FaultPlan, SimConfig, directive
+from rubricd_services.updater.update import Limits, MemoryBudget, Prompts, RubricUpdater, UpdateProposal
 
 CLASSES = HEALTHBENCH_AXES
 ANCHORS = [

@@ -4,11 +4,11 @@ import hashlib
 
 import pytest
 
-from common import usage
 from rubricd import RubricdClient, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, instance_key
 from rubricd.store import RubricStore
-from scorer import generate
+from rubricd_services.common import usage
+from rubricd_services.scorer import generate
 
 pytestmark = pytest.mark.integration
 

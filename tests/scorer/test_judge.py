@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from rubricd.messages import Rollout, Rubric, RubricSet
-from scorer import judge
+from rubricd_services.scorer import judge
 
 RUBRICS = RubricSet(
     run_id="r",

@@ -4,10 +4,10 @@ import msgspec
 import pytest
 
 from rubricd.messages import Comparison, JudgeStatus, OrderJudgment, Preference, Rubric, RubricSet
-from scorer import pairwise
-from scorer.accuracy import accuracy_increments, parse_accuracy
-from scorer.pairwise import Answer, PairwiseFailed, aggregate, decide, judgment
-from simulator import pairwise as simulated
+from rubricd_services.scorer import pairwise
+from rubricd_services.scorer.accuracy import accuracy_increments, parse_accuracy
+from rubricd_services.scorer.pairwise import Answer, PairwiseFailed, aggregate, decide, judgment
+from rubricd_services.simulator import pairwise as simulated
 
 RUBRICS = [
     Rubric(id="correct", criterion="The response states the correct final answer.", points=5, meta_class="accuracy"),

@@ -11,10 +11,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from common.streams import MAX_ECHOED_ID_CHARS
 from rubricd import wire
 from rubricd.keys import JUDGES, SCORERS
 from rubricd.messages import Comparison, DeadLetter, Rollout
+from rubricd_services.common.streams import MAX_ECHOED_ID_CHARS
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@
 import pytest
 
 from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rubric, Score
-from scorer.schedule import (
+from rubricd_services.scorer.schedule import (
     ClassStats,
     Decision,
     Rule,

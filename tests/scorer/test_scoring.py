@@ -4,8 +4,8 @@ import msgspec
 
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
 from rubricd.reward import alternating, weighted_sum
-from scorer import judge
-from scorer.scoring import JudgeFailed, Rubrics, score_rollout
+from rubricd_services.scorer import judge
+from rubricd_services.scorer.scoring import JudgeFailed, Rubrics, score_rollout
 
 SET = RubricSet(
     run_id="run",

@@ -12,7 +12,13 @@ def test_a_bad_setting_stops_the_scorer_with_its_name():
         "RUBRICD_REWARD_POLICY": "median",
         "RUBRICD_LLM__TIMEOUT_S": "soon",
     }
-    done = subprocess.run([sys.executable, "-m", "scorer"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     for name in ("RUBRICD_MAX_IN_FLIGHT", "RUBRICD_REWARD_POLICY", "RUBRICD_LLM__TIMEOUT_S"):
         assert name in done.stderr, done.stderr
@@ -22,7 +28,13 @@ def test_a_bad_setting_stops_the_scorer_with_its_name():
 
 def test_a_missing_seed_file_is_named():
     env = {**os.environ, "RUBRICD_SEED_RUBRICS": "/nonexistent/rubrics.json"}
-    done = subprocess.run([sys.executable, "-m", "scorer"], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and "RUBRICD_SEED_RUBRICS" in done.stderr and "/nonexistent/rubrics.json" in done.stderr
 
 
@@ -31,7 +43,13 @@ def test_a_malformed_instance_rubrics_file_is_named(tmp_path):
     bad.write_text('{"poem": [{"id": "rhymes", "points": "many"}]}')
     env = {**os.environ, "RUBRICD_INSTANCE_RUBRICS": str(bad)}
     for service in ("scorer", "updater"):
-        done = subprocess.run([sys.executable, "-m", service], env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "rubricd_services.cli", "serve", service],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode != 0 and "RUBRICD_INSTANCE_RUBRICS" in done.stderr and "Traceback" not in done.stderr, (
             done.stderr
         )

@@ -2,11 +2,11 @@
 
 import msgspec
 
-from analyzer import analysis as analyzer
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricResult, Score, ScoredRollout
-from simulator import analysis
-from summarizer import summary
-from summarizer.summary import StepInfo, SummaryDraft
+from rubricd_services.analyzer import analysis as analyzer
+from rubricd_services.simulator import analysis
+from rubricd_services.summarizer import summary
+from rubricd_services.summarizer.summary import StepInfo, SummaryDraft
 
 RUBRICS = [
     Rubric(

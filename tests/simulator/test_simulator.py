@@ -18,9 +18,9 @@ import msgspec
 import pytest
 
 from rubricd.messages import Rollout, RolloutAnalysis, Rubric, RubricSet
-from scorer import judge
-from simulator.app import Simulator
-from simulator.faults import SimConfig
+from rubricd_services.scorer import judge
+from rubricd_services.simulator.app import Simulator
+from rubricd_services.simulator.faults import SimConfig
 
 RUBRICS = [
     Rubric(
@@ -272,7 +272,7 @@ def test_the_command_line_starts_a_labelled_server() -> None:
         port = s.getsockname()[1]
     env = {**os.environ, "RUBRICD_SIM_LATENCY_MS": "5"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator", "--port", str(port), "--fail-rate", "0"],
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "simulator", "--port", str(port), "--fail-rate", "0"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -2,13 +2,13 @@
 
 import msgspec
 
-from common.llm import LLMGateway
-from common.settings import LLMSettings
 from rubricd.messages import Rubric, RubricKind, RubricSet, StepSummary, Strategy
 from rubricd.messages.analyses import HackingPattern
-from simulator import judging
-from simulator.updates import proposal, queries
-from updater.update import (
+from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.simulator import judging
+from rubricd_services.simulator.updates import proposal, queries
+from rubricd_services.updater.update import (
     Limits,
     MemoryBudget,
     MemoryQueries,

@@ -6,8 +6,6 @@ from collections import Counter
 
 import pytest
 
-from analyzer.handler import memory_item
-from common.memory import MemoryKind
 from rubricd import wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import (
@@ -26,6 +24,8 @@ from rubricd.messages import (
     StepSummary,
 )
 from rubricd.store import RubricStore
+from rubricd_services.analyzer.handler import memory_item
+from rubricd_services.common.memory import MemoryKind
 
 pytestmark = pytest.mark.integration
 

@@ -5,9 +5,9 @@ import asyncio
 import msgspec
 
 from rubricd.messages import HackingEvidence, RolloutAnalysis, Severity
-from summarizer import summary
-from summarizer.effects import StepState
-from summarizer.summary import PatternDraft, StepInfo, SummaryDraft
+from rubricd_services.summarizer import summary
+from rubricd_services.summarizer.effects import StepState
+from rubricd_services.summarizer.summary import PatternDraft, StepInfo, SummaryDraft
 
 
 def a(i: int, *hacks: str, instance: str | None = None) -> RolloutAnalysis:

@@ -5,8 +5,6 @@ import json
 import msgspec
 import pytest
 
-from common.memory import Hit, MemoryItem, MemoryKind
-from common.seeds import Seeds
 from rubricd.messages import (
     HEALTHBENCH_AXES,
     Action,
@@ -18,8 +16,10 @@ from rubricd.messages import (
     StepSummary,
     Strategy,
 )
-from simulator import updates as sim_updates
-from updater.update import (
+from rubricd_services.common.memory import Hit, MemoryItem, MemoryKind
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.simulator import updates as sim_updates
+from rubricd_services.updater.update import (
     Limits,
     MemoryBudget,
     Prompts,

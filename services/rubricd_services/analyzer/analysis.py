@@ -1,0 +1,222 @@
+"""Analysing one scored rollout: the prompt, the analyst's answer, the RolloutAnalysis.
+
+Plain async Python: a test hands in an `analyst` function and needs no broker.
+The stable part (the instructions) is the system message, so providers can
+cache it; the rollout, its training context and its score follow as JSON data
+with `<` escaped, so nothing in them can close a data block or pose as an
+instruction.
+"""
+
+import enum
+from collections.abc import Awaitable, Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, cast
+
+import msgspec
+
+from rubricd.messages import HackingEvidence, RolloutAnalysis, Rubric, RubricFinding, ScoredRollout, Severity
+from rubricd_services.common import prompts
+
+ANALYZER = "analyzer"  # the agent: its settings are `agents.analyzer`, its prompt prompts/analyzer.md
+
+
+_FRAME_CHARS = 100  # the rollout block's tags, keys and quoting around its texts
+
+
+class FindingKind(enum.StrEnum):
+    GAMED = "gamed"
+    MISCALIBRATED = "miscalibrated"
+    MISSING = "missing"
+
+
+Note = Annotated[str, prompts.max_chars(240)]
+
+
+class EvidenceDraft(msgspec.Struct, frozen=True, kw_only=True):
+    type: Annotated[str, prompts.max_chars(40)]
+    evidence: Annotated[str, prompts.max_chars(240)]  # quoted verbatim from the response
+    severity: Severity
+
+
+class FindingDraft(msgspec.Struct, frozen=True, kw_only=True):
+    finding: FindingKind
+    rubric_id: str  # "" for a missing rubric; in the schema, one of the scored rubrics' ids (`draft_type`)
+    note: Note
+
+
+class AnalysisDraft(msgspec.Struct, frozen=True, kw_only=True):
+    """What the analyzer agent returns (every field required: strict structured output)."""
+
+    quality: Annotated[str, prompts.max_chars(400)]
+    quality_score: float
+    reward_hacking: Annotated[list[EvidenceDraft], prompts.max_items(3)]
+    rubric_findings: Annotated[list[FindingDraft], prompts.max_items(4)]
+    advancement: Annotated[list[Note], prompts.max_items(3)]
+    observations: Annotated[list[Note], prompts.max_items(3)]
+
+
+@lru_cache(maxsize=256)
+def draft_type(rubric_ids: tuple[str, ...]) -> type[AnalysisDraft]:
+    """The analyst's answer type for a score over these rubrics: each finding names one of them, or "" (a missing
+    rubric), so an endpoint that enforces the schema cannot let a model invent an id. In the schema only: an
+    answer from an endpoint that does not enforce it still decodes (`build_analysis` keeps an unknown id as
+    the model wrote it), so one odd finding never costs the whole analysis."""
+    ids = Annotated[str, msgspec.Meta(extra_json_schema={"enum": sorted({*rubric_ids, ""})})]
+    finding = msgspec.defstruct("FindingDraft", [("rubric_id", ids)], bases=(FindingDraft,), frozen=True, kw_only=True)
+    findings = Annotated[list[finding], prompts.max_items(4)]  # type: ignore[valid-type]
+    return cast(
+        type[AnalysisDraft],
+        msgspec.defstruct(
+            "AnalysisDraft", [("rubric_findings", findings)], bases=(AnalysisDraft,), frozen=True, kw_only=True
+        ),
+    )
+
+
+# (messages, the answer type: draft_type of the score's rubrics) -> an answer of that type
+Analyst = Callable[[list[dict[str, str]], type[AnalysisDraft]], Awaitable[AnalysisDraft]]
+
+
+class AnalysisFailed(Exception):
+    """The analyst gave no usable answer (after its own retries)."""
+
+
+class _ContextView(msgspec.Struct, frozen=True, kw_only=True):
+    step: int
+    total_steps: int | None
+    goal: str
+    model_size: str
+
+
+class _RolloutView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    prompt: str
+    response: str
+    reference: str | None = None
+
+
+class _ResultView(msgspec.Struct, frozen=True, kw_only=True):
+    rubric_id: str
+    criterion: str
+    points: float
+    met: bool
+    explanation: str
+
+
+class _ScoreView(msgspec.Struct, frozen=True, kw_only=True):
+    status: str
+    reward: float | None
+    rubric_version: int
+    results: list[_ResultView]
+
+
+def load_template(path: Path | None = None) -> str:
+    return prompts.load(__package__, ANALYZER, path)
+
+
+def user_message(
+    scored: ScoredRollout, rubrics: list[Rubric], *, max_chars: int = 20_000, budget: int | None = None
+) -> str:
+    """The context, the rollout and its score (with each rubric's criterion), as data. Each of the rollout's texts
+    is cut to `max_chars`, and together to what `budget` (the agent's prompt_chars less the instructions) leaves
+    beside the context and the score."""
+    rollout, score = scored.rollout, scored.score
+    context = _ContextView(
+        step=rollout.step,
+        total_steps=rollout.context.total_steps,
+        goal=rollout.context.goal,
+        model_size=rollout.context.model_size,
+    )
+    criteria = {r.id: r.criterion for r in rubrics}
+    results = [
+        _ResultView(
+            rubric_id=r.rubric_id,
+            criterion=criteria.get(r.rubric_id, ""),
+            points=r.points,
+            met=r.met,
+            explanation=r.explanation,
+        )
+        for r in score.results
+    ]
+    graded = _ScoreView(
+        status=str(score.status), reward=score.reward, rubric_version=score.rubric_version, results=results
+    )
+    around = [prompts.block("context", context), prompts.block("score", graded)]
+    texts = [prompts.cut(t, max_chars) for t in (rollout.prompt, rollout.response, rollout.reference or "")]
+    if budget is not None:
+        texts = prompts.fit(texts, budget - sum(map(len, around)) - _FRAME_CHARS)
+    view = _RolloutView(prompt=texts[0], response=texts[1], reference=texts[2] or None)
+    return "\n".join([around[0], prompts.block("rollout", view), around[1]])
+
+
+def messages(
+    template: str,
+    scored: ScoredRollout,
+    rubrics: list[Rubric],
+    *,
+    max_chars: int = 20_000,
+    prompt_chars: int | None = None,
+) -> list[dict[str, str]]:
+    """The analyst's chat; `prompt_chars` (LLMSettings.prompt_chars): what of its context window it may fill."""
+    system = template.rstrip() + "\n"
+    budget = None if prompt_chars is None else max(prompt_chars - len(system), _FRAME_CHARS * 2)
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": user_message(scored, rubrics, max_chars=max_chars, budget=budget)},
+    ]
+
+
+def build_analysis(scored: ScoredRollout, draft: AnalysisDraft) -> RolloutAnalysis:
+    """The RolloutAnalysis message from the analyst's draft; ids and numbers come from the score."""
+    rollout, score = scored.rollout, scored.score
+    return RolloutAnalysis(
+        run_id=rollout.run_id,
+        rollout_id=rollout.rollout_id,
+        step=rollout.step,
+        rubric_version=score.rubric_version,
+        instance_key=score.instance_key,
+        quality=draft.quality,
+        quality_score=min(1.0, max(0.0, draft.quality_score)),
+        reward=score.reward,
+        reward_hacking=[
+            HackingEvidence(type=e.type, evidence=e.evidence, severity=e.severity) for e in draft.reward_hacking
+        ],
+        rubric_findings=[
+            RubricFinding(finding=str(f.finding), note=f.note, rubric_id=f.rubric_id or None)
+            for f in draft.rubric_findings
+        ],
+        advancement=list(draft.advancement),
+        observations=list(draft.observations),
+    )
+
+
+async def analyze_rollout(
+    scored: ScoredRollout,
+    rubrics: list[Rubric],
+    template: str,
+    analyst: Analyst,
+    *,
+    max_chars: int = 20_000,
+    prompt_chars: int | None = None,
+) -> RolloutAnalysis:
+    """Ask the analyst about `scored`; raises AnalysisFailed when it cannot answer."""
+    chat = messages(template, scored, rubrics, max_chars=max_chars, prompt_chars=prompt_chars)
+    draft = await analyst(chat, draft_type(tuple(r.rubric_id for r in scored.score.results)))
+    return build_analysis(scored, draft)
+
+
+def render(analysis: RolloutAnalysis) -> str:
+    """A compact readable text of an analysis: what memory embeds and retrieval shows."""
+    reward = "none" if analysis.reward is None else f"{analysis.reward:.2f}"
+    lines = [
+        f"Analysis of rollout {analysis.rollout_id} at step {analysis.step} (rubrics v{analysis.rubric_version}, reward {reward}).",
+        f"Quality ({analysis.quality_score:.2f}): {analysis.quality}",
+    ]
+    lines += [
+        f'Reward hacking, {e.type} ({e.severity}): "{prompts.cut(e.evidence, 240)}"' for e in analysis.reward_hacking
+    ]
+    lines += [
+        f"Rubric {f.finding}{f' ({f.rubric_id})' if f.rubric_id else ''}: {f.note}" for f in analysis.rubric_findings
+    ]
+    lines += [f"To advance: {a}" for a in analysis.advancement]
+    lines += [f"Observed: {o}" for o in analysis.observations]
+    return "\n".join(lines)

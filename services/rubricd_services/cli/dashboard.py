@@ -1,0 +1,371 @@
+"""`rubricd dashboard`: a live web page of a deployment, for watching a run while it trains.
+
+Per run: the mean reward of each step (total, each meta-class, each rubric's
+met rate), the judge failure rate, the rubric versions with what each update
+changed and why, the active meta-class of each step (alternating rewards);
+for the deployment: each consumer group's pending entries and lag, and the
+event tail with filters. The page polls JSON routes every few seconds.
+
+It reads only what the services write: the runs' recorded streams
+(<ns>:recorded:<run>, the scorers' record of every scored rollout with its
+first Score, RUBRICD_RECORD_MAXLEN a run; a deployment with recording off
+shows no rewards), the rubric store and the RubricsUpdated announcements (or
+memory, once trimmed), the schedule, the usage hashes, the consumer groups and
+the events stream. It writes nothing; the `cli` Redis user is enough.
+Served on 127.0.0.1 by default: it has no authentication of its own.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import html
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any, cast
+
+import msgspec
+import uvicorn
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Event, EventKind, JudgeStatus, RubricsUpdated, ScoredRollout
+from rubricd.store import RubricStore
+from rubricd_services.scorer.schedule import read_history
+
+from . import rubrics, status, tail
+from .context import Context, StreamEntry
+
+PAGE = 1000  # recorded entries read at a time
+EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
+EVENTS_SHOWN = 100
+MISSING_RETRY_S = 30.0  # how often an announcement not found (stream trimmed, memory down) is looked for again
+RUNS_EVERY_S = 15.0  # how often the run list is read again: it SCANs the keyspace, which holds a key per score
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "dashboard",
+        help="a live web page: rewards per step, judge failures, rubric versions, active classes, lag, events",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8400, help="port to serve on (default 8400)")
+    p.add_argument("--refresh", type=float, default=2.0, help="seconds between the page's updates (default 2)")
+    p.set_defaults(handler=run)
+
+
+async def run(args: argparse.Namespace, ctx: Context) -> int:
+    server = uvicorn.Server(uvicorn.Config(app(ctx, args.refresh), host=args.host, port=args.port, log_level="warning"))
+    print(f"rubricd dashboard on http://{args.host}:{args.port}/ (namespace {ctx.keys.namespace})", flush=True)
+    await server.serve()
+    return 0
+
+
+# --- Rewards per step: a tally of the recorded scores, read incrementally ---
+
+
+@dataclass
+class Mean:
+    """A running mean: a sum and a count, whatever the number of values."""
+
+    total: float = 0.0
+    n: int = 0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+
+    def value(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
+@dataclass
+class StepTally:
+    """What one step's recorded scores add up to (training rollouts; evaluation ones counted apart)."""
+
+    scored: int = 0  # every score but rejected ones
+    failed: int = 0  # judge_failed: no reward
+    rejected: int = 0
+    masked: int = 0
+    reward: Mean = field(default_factory=Mean)
+    evaluation: Mean = field(default_factory=Mean)  # evaluation rollouts' rewards
+    classes: dict[str, Mean] = field(default_factory=dict)  # meta-class -> its scores
+    met: dict[str, Mean] = field(default_factory=dict)  # rubric id -> its verdicts (1.0 met)
+    points: dict[str, float] = field(default_factory=dict)  # rubric id -> its points (the latest seen)
+    versions: set[int] = field(default_factory=set)
+
+    def add(self, s: ScoredRollout) -> None:
+        score = s.score
+        if score.status is JudgeStatus.REJECTED:
+            self.rejected += 1
+            return
+        if score.evaluation:
+            if score.reward is not None:
+                self.evaluation.add(score.reward)
+            return
+        self.scored += 1
+        self.versions.add(score.rubric_version)
+        if score.status is JudgeStatus.JUDGE_FAILED:
+            self.failed += 1
+            return
+        if score.masked:
+            self.masked += 1
+        elif score.reward is not None:
+            self.reward.add(score.reward)
+        for meta_class, value in score.meta_class_scores.items():
+            self.classes.setdefault(meta_class, Mean()).add(value)
+        for r in score.results:
+            self.met.setdefault(r.rubric_id, Mean()).add(float(r.met))
+            self.points[r.rubric_id] = r.points
+
+    def row(self, step: int) -> dict[str, Any]:
+        return {
+            "step": step,
+            "scored": self.scored,
+            "failed": self.failed,
+            "rejected": self.rejected,
+            "masked": self.masked,
+            "failure_rate": self.failed / self.scored if self.scored else None,
+            "reward": self.reward.value(),
+            "evaluation_reward": self.evaluation.value(),
+            "evaluation_rollouts": self.evaluation.n,
+            "meta_classes": {c: m.value() for c, m in sorted(self.classes.items())},
+            "rubrics": {r: {"met": m.value(), "judged": m.n, "points": self.points[r]} for r, m in self.met.items()},
+            "versions": sorted(self.versions),
+        }
+
+
+@dataclass
+class RunTally:
+    """A run's steps from its recorded stream, read from where the last read stopped."""
+
+    steps: dict[int, StepTally] = field(default_factory=dict)
+    last_id: str = "-"
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)  # two pages (or polls) at once read each entry once
+
+    async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
+        stream = keys.recorded(run_id)
+        async with self.reading:
+            while entries := cast(list[StreamEntry], await redis.xrange(stream, min=self.last_id, count=PAGE)):
+                for _, fields in entries:
+                    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                        scored = wire.decode(wire.payload(fields), ScoredRollout)
+                        self.steps.setdefault(scored.rollout.step, StepTally()).add(scored)
+                self.last_id = "(" + entries[-1][0].decode()
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [t.row(step) for step, t in sorted(self.steps.items())]
+
+
+# --- The rest of a run: rubric versions, schedule, usage ---
+
+
+class Reader:
+    """What the page's routes read, with what may be kept between polls (the tallies, the announcements found)."""
+
+    def __init__(self, ctx: Context, redis: Redis) -> None:
+        self.ctx, self.keys, self.redis = ctx, ctx.keys, redis
+        self.tallies: dict[str, RunTally] = {}
+        self.updates: dict[str, dict[int, RubricsUpdated]] = {}
+        self.looked_up: dict[str, float] = {}  # run -> when missing announcements were last looked for
+        self.listed: tuple[float, list[dict[str, Any]]] | None = None  # when the run list was read, and it
+
+    async def runs(self) -> list[dict[str, Any]]:
+        """Every run with a rubric set or a record: its current version, recorded rollouts, and LLM cost (read
+        again RUNS_EVERY_S after the last read)."""
+        if self.listed is None or time.monotonic() - self.listed[0] >= RUNS_EVERY_S:
+            self.listed = (time.monotonic(), await self.list_runs())
+        return self.listed[1]
+
+    async def list_runs(self) -> list[dict[str, Any]]:
+        found = {r["run_id"]: r for r in await status.rubric_versions(self.redis, self.keys)}
+        prefix = self.keys.recorded("")
+        async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
+            run_id = key.decode().removeprefix(prefix)
+            found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
+            found[run_id]["recorded"] = await self.redis.xlen(key)
+        costs = {
+            u["run_id"]: u["cost"] for u in await status.run_usage(self.redis, self.keys, self.ctx.settings.prices)
+        }
+        return [
+            {
+                "run_id": r["run_id"],
+                "version": r["version"],
+                "instance_sets": r["instance_sets"],
+                "recorded": r.get("recorded", 0),
+                "cost": costs.get(r["run_id"]),
+            }
+            for _, r in sorted(found.items())
+        ]
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        tally = self.tallies.get(run_id)
+        if tally is None and await self.redis.xlen(self.keys.recorded(run_id)):  # kept only for a recorded run
+            tally = self.tallies[run_id] = RunTally()
+        if tally is not None:
+            await tally.catch_up(self.redis, self.keys, run_id)
+        schedule = await read_history(self.redis, self.keys, run_id)
+        return {
+            "run_id": run_id,
+            "steps": tally.rows() if tally is not None else [],
+            "versions": await self.versions(run_id),
+            "schedule": [
+                {"step": d.step, "meta_class": d.meta_class, "reason": d.reason, "strategy": d.strategy}
+                for d in schedule.values()
+            ],
+            "step_ready": _int(await self.redis.get(self.keys.rubric_step(run_id))),
+        }
+
+    async def versions(self, run_id: str) -> list[dict[str, Any]]:
+        """The global set's versions, each with the update that made it: step, strategy, changes and why."""
+        history = await RubricStore(self.redis, self.keys).history(run_id)
+        known = self.updates.setdefault(run_id, {})
+        missing = [v.version for v in history[1:] if v.version not in known]
+        if missing and time.monotonic() - self.looked_up.get(run_id, -MISSING_RETRY_S) >= MISSING_RETRY_S:
+            self.looked_up[run_id] = time.monotonic()
+            known.update(await rubrics.announcements(self.redis, self.ctx, run_id, None, missing))
+        out = []
+        for before, after in zip([None, *history], history):
+            update = known.get(after.version)
+            found = [] if before is None else rubrics.changes(before, after, [update] if update else [])
+            out.append(
+                {
+                    "version": after.version,
+                    "step": after.step,
+                    "at": after.created_at,
+                    "rubrics": [
+                        {"id": r.id, "points": r.points, "meta_class": r.meta_class, "kind": r.kind}
+                        for r in after.rubrics
+                    ],
+                    "strategy": str(update.strategy) if update else None,
+                    "changes": [
+                        {
+                            "change": c.change,
+                            "rubric_id": c.rubric_id,
+                            "text": rubrics.render_change(c).partition("\n")[0],
+                            "rationale": c.rationale,
+                        }
+                        for c in found
+                    ],
+                }
+            )
+        return out
+
+    async def groups(self) -> list[dict[str, Any]]:
+        """Each consumer group of the namespace: its stream, consumers, pending entries and lag."""
+        out = []
+        for name in status.streams(self.keys):
+            s = await status.stream_status(self.redis, name)
+            for g in s["groups"]:
+                out.append(
+                    {
+                        "stream": name.removeprefix(self.keys.namespace + ":"),
+                        "length": s["length"],
+                        "group": g["group"],
+                        "consumers": len(g["consumers"]),
+                        "pending": g["pending"],
+                        "lag": g["lag"],
+                        "oldest_pending_age_s": g["oldest_pending_age_s"],
+                    }
+                )
+        return out
+
+    async def events(self, run: str | None, service: str | None, kind: str | None) -> list[dict[str, Any]]:
+        """The newest matching events, newest first (EVENTS_SHOWN at most, among the newest EVENTS_SCANNED)."""
+        shown: list[dict[str, Any]] = []
+        last, scanned = "+", 0
+        while len(shown) < EVENTS_SHOWN and scanned < EVENTS_SCANNED:
+            entries = cast(list[StreamEntry], await self.redis.xrevrange(self.keys.events, max=last, count=500))
+            if not entries:
+                break
+            for entry_id, fields in entries:
+                with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                    event = wire.decode(wire.payload(fields), Event)
+                    if tail.matches(event, run, [service] if service else None, [kind] if kind else None):
+                        shown.append({"id": entry_id.decode(), **msgspec.to_builtins(event)})
+            scanned += len(entries)
+            last = "(" + entries[-1][0].decode()
+        return shown[:EVENTS_SHOWN]
+
+
+# --- The web app ---
+
+
+def app(ctx: Context, refresh_s: float) -> Starlette:
+    page = files(__package__).joinpath("static/dashboard.html").read_text()
+    script = files(__package__).joinpath("static/dashboard.js").read_text()
+    for name, value in {
+        "namespace": html.escape(ctx.keys.namespace),
+        "refresh_ms": str(int(refresh_s * 1000)),
+        "event_kinds": msgspec.json.encode(list(EventKind)).decode(),
+    }.items():
+        page = page.replace("{{" + name + "}}", value)
+    reader: Reader | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        nonlocal reader
+        async with ctx.redis() as redis:
+            reader = Reader(ctx, redis)
+            yield
+
+    def read() -> Reader:
+        assert reader is not None, "the lifespan opens the reader"
+        return reader
+
+    async def index(_: Request) -> Response:
+        return HTMLResponse(page)
+
+    async def health(_: Request) -> Response:
+        """204 while Redis answers (a probe's), else 503."""
+        try:
+            await read().redis.ping()
+        except RedisError:
+            return Response(status_code=503)
+        return Response(status_code=204)
+
+    async def dashboard_js(_: Request) -> Response:
+        return Response(script, media_type="text/javascript")
+
+    async def runs(_: Request) -> Response:
+        return _json({"namespace": ctx.keys.namespace, "runs": await read().runs()})
+
+    async def run_view(request: Request) -> Response:
+        return _json(await read().run(request.path_params["run_id"]))
+
+    async def groups(_: Request) -> Response:
+        return _json(await read().groups())
+
+    async def events(request: Request) -> Response:
+        q = request.query_params
+        return _json(await read().events(q.get("run") or None, q.get("service") or None, q.get("kind") or None))
+
+    return Starlette(
+        routes=[
+            Route("/", index),
+            Route("/health", health),
+            Route("/dashboard.js", dashboard_js),
+            Route("/api/runs", runs),
+            Route("/api/runs/{run_id:str}", run_view),
+            Route("/api/groups", groups),
+            Route("/api/events", events),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def _json(body: object) -> Response:
+    return Response(msgspec.json.encode(body), media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+def _int(raw: bytes | str | None) -> int | None:
+    return None if raw is None else int(raw)

@@ -1,0 +1,80 @@
+"""`rubricd memory search`: query a run's evaluation memory as the updater does (hybrid search, same embedder)."""
+
+import argparse
+
+import msgspec
+
+from .context import Context, Failed, clip, table
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("memory", help="search a run's evaluation memory")
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    search = sub.add_parser(
+        "search",
+        help="the run's memories closest to a query (what the updater's queries see)",
+        description="Hybrid search (vector + BM25) of a run's analyses, chunk and step summaries "
+        "and rubric updates, with the embedder the services use (RUBRICD_EMBEDDER).",
+    )
+    search.add_argument("run_id", metavar="RUN")
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument(
+        "--kind",
+        nargs="+",
+        action="extend",
+        choices=["analysis", "chunk_summary", "step_summary", "rubric_update"],
+        help="only these kinds",
+    )
+    search.add_argument("--instance", help="only memories of this instance key")
+    search.add_argument("--alpha", type=float, default=0.5, help="1 = vectors only, 0 = keywords only (default 0.5)")
+    search.add_argument("--full", action="store_true", help="print whole texts, not one line each")
+    search.add_argument("--json", action="store_true", help="one JSON object per hit")
+    search.set_defaults(handler=run_search)
+
+
+async def run_search(args: argparse.Namespace, ctx: Context) -> int:
+    # Imported here: the Weaviate client and the embedder are slow to load, and only this command needs them.
+    from rubricd_services.common.embedder import EMBEDDER, make_embedder
+    from rubricd_services.common.llm import LLMGateway
+    from rubricd_services.common.memory import Memory, MemoryKind
+
+    gateway = LLMGateway.from_settings(ctx.settings, [EMBEDDER]) if ctx.settings.embedder == "openai" else None
+    try:
+        memory = await Memory.connect(ctx.settings, make_embedder(ctx.settings, gateway))
+    except Exception as e:
+        raise Failed(
+            f"cannot reach the memory at {ctx.settings.weaviate_url} (gRPC port {ctx.settings.weaviate_grpc_port}): {e}"
+        ) from None
+    try:
+        kinds = [MemoryKind(k) for k in args.kind] if args.kind else None
+        hits = await memory.search(
+            args.run_id, args.query, limit=args.limit, kinds=kinds, instance_key=args.instance, alpha=args.alpha
+        )
+    finally:
+        await memory.close()
+        if gateway is not None:
+            await gateway.aclose()
+    if args.json:
+        for h in hits:
+            item = {
+                "id": h.id,
+                "score": h.score,
+                "kind": str(h.item.kind),
+                "step": h.item.step,
+                "ref": h.item.ref,
+                "instance_key": h.item.instance_key,
+                "text": h.item.text,
+            }
+            print(msgspec.json.encode(item).decode())
+        return 0
+    if not hits:
+        print(f"no memories of run {args.run_id!r} match")
+        return 0
+    if args.full:
+        for h in hits:
+            print(f"[{h.item.kind} step {h.item.step} {h.item.ref} score {h.score:.3f}]\n{h.item.text}\n")
+        return 0
+    rows = [[h.item.kind, h.item.step, f"{h.score:.3f}", h.item.ref, clip(h.item.text, 110)] for h in hits]
+    print(table(rows, ["KIND", "STEP", "SCORE", "REF", "TEXT"]))
+    return 0

@@ -1,0 +1,260 @@
+"""`rubricd status`: stream lengths, consumer groups (consumers, pending, lag, oldest pending), rubric versions,
+each scheduled run's active meta-class, and each run's LLM calls, tokens and cost per agent."""
+
+import argparse
+import dataclasses
+import time
+from typing import Any, TypedDict, cast
+
+import msgspec
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from rubricd.keys import GLOBAL, Keys
+from rubricd.messages import RubricSet
+from rubricd_services.common import usage
+from rubricd_services.common.settings import Price
+from rubricd_services.common.streams import group_lag
+from rubricd_services.scorer.schedule import Decision
+
+from .context import Context, ago, entry_ms, table
+
+HELP = """\
+For each stream of the namespace: its length; for each consumer group reading it:
+its consumers (pending entries, idle time), the group's pending entries (delivered,
+not acked), its lag (entries not yet delivered to the group) and the age of its
+oldest pending entry; the rubric version in force for each run; for each run
+with a meta-class schedule (reward policy `alternating`), the active meta-class
+of its latest decided step and why (`rubricd schedule RUN`: every step); and
+what each run's LLM calls used per agent and model: calls, verdicts reused from the judge
+cache, prompt and completion tokens, and their cost at RUBRICD_PRICES (a model
+without a price shows tokens only).
+
+Lag or pending that keeps growing on the `analyzers` group (stream `scored`) means
+the analyzers fall behind the scorers: add analyzer workers
+(`python -m analyzer --workers N`, or more analyzer replicas). Lag on `scorers`
+means the same for scorers, and it is on the trainer's path.
+"""
+
+
+class PendingEntry(TypedDict):
+    """One row of XPENDING's extended form as redis-py parses it (ids and names are bytes: decode_responses=False)."""
+
+    message_id: bytes
+    consumer: bytes
+    time_since_delivered: int  # ms
+    times_delivered: int
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "status",
+        help="streams, consumer groups (pending, lag), rubric versions, active meta-classes, tokens and cost per run; "
+        "growing lag on analyzers: add analyzer workers",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", action="store_true", help="the same as one JSON object")
+    p.set_defaults(handler=run)
+
+
+def streams(keys: Keys) -> list[str]:
+    return [
+        keys.rollouts,
+        keys.comparisons,
+        keys.steps,
+        keys.scored,
+        keys.analyses,
+        keys.summaries,
+        keys.rubrics_updated,
+        keys.events,
+        keys.dead_letters,
+    ]
+
+
+async def run(args: argparse.Namespace, ctx: Context) -> int:
+    async with ctx.redis() as redis:
+        report = {
+            "namespace": ctx.keys.namespace,
+            "streams": [await stream_status(redis, name) for name in streams(ctx.keys)],
+            "rubrics": await rubric_versions(redis, ctx.keys),
+            "schedules": await active_classes(redis, ctx.keys),
+            "usage": await run_usage(redis, ctx.keys, ctx.settings.prices),
+        }
+    print(msgspec.json.encode(report).decode() if args.json else render(report, ctx.keys.namespace))
+    return 0
+
+
+async def stream_status(redis: Redis, stream: str) -> dict[str, Any]:
+    length = await redis.xlen(stream)
+    try:
+        groups = await redis.xinfo_groups(stream)
+    except ResponseError:  # no such stream (yet)
+        groups = []
+    return {"stream": stream, "length": length, "groups": [await group_status(redis, stream, g) for g in groups]}
+
+
+async def group_status(redis: Redis, stream: str, info: dict[str, Any]) -> dict[str, Any]:
+    name = _text(info["name"])
+    consumers = await redis.xinfo_consumers(stream, name)
+    oldest_age = oldest_idle = None
+    if info["pending"]:
+        # redis-py types the rows dict[str, bytes | str | int]; each key's type is fixed
+        [first] = cast(list[PendingEntry], await redis.xpending_range(stream, name, min="-", max="+", count=1))
+        oldest_age = max(0.0, time.time() - entry_ms(first["message_id"]) / 1000)
+        oldest_idle = first["time_since_delivered"] / 1000
+    return {
+        "group": name,
+        "consumers": [
+            {"name": _text(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers
+        ],
+        "pending": info["pending"],
+        "lag": await group_lag(redis, stream, info),
+        "last_delivered": _text(info["last-delivered-id"]),
+        "oldest_pending_age_s": oldest_age,
+        "oldest_pending_idle_s": oldest_idle,
+    }
+
+
+async def rubric_versions(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+    """The current version of each run's global set; per-instance sets counted per run."""
+    prefix = keys.rubric_set("", None).removesuffix(f":{GLOBAL}")  # "<ns>:rubric-set:"
+    runs: dict[str, dict[str, Any]] = {}
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        run_id, _, instance = _text(key).removeprefix(prefix).rpartition(":")
+        raw = await redis.hget(key, "current")
+        if not raw:
+            continue
+        current = msgspec.json.decode(raw, type=RubricSet)
+        row = runs.setdefault(
+            run_id,
+            {
+                "run_id": run_id,
+                "version": None,
+                "step": None,
+                "rubrics": None,
+                "updated_at": None,
+                "instance_sets": 0,
+                "max_instance_version": None,
+            },
+        )
+        if instance == GLOBAL:
+            row |= {
+                "version": current.version,
+                "step": current.step,
+                "rubrics": len(current.rubrics),
+                "updated_at": current.created_at,
+            }
+        else:
+            row["instance_sets"] += 1
+            row["max_instance_version"] = max(row["max_instance_version"] or 0, current.version)
+    for run_id, row in runs.items():
+        marker = await redis.get(keys.rubric_step(run_id))
+        row["rubrics_ready_for_step"] = int(marker) if marker is not None else None
+    return sorted(runs.values(), key=lambda r: r["run_id"])
+
+
+async def active_classes(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+    """Each run with a schedule (alternating rewards): its latest decided step, that step's active meta-class (None:
+    the weighted total) and why, and how many steps are decided."""
+    prefix = keys.schedule("")
+    runs = []
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        decisions = await redis.hgetall(key)  # the cli user may HGETALL, not HKEYS
+        if not decisions:
+            continue
+        step, raw = max(((int(s), d) for s, d in decisions.items()), key=lambda found: found[0])
+        latest = msgspec.json.decode(raw, type=Decision)
+        runs.append(
+            {
+                "run_id": _text(key).removeprefix(prefix),
+                "step": step,
+                "meta_class": latest.meta_class,
+                "reason": latest.reason,
+                "strategy": latest.strategy,
+                "decided_steps": len(decisions),
+            }
+        )
+    return sorted(runs, key=lambda r: r["run_id"])
+
+
+async def run_usage(redis: Redis, keys: Keys, prices: dict[str, Price]) -> list[dict[str, Any]]:
+    """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's."""
+    prefix = keys.usage("")
+    runs = []
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        agents = usage.parse(await redis.hgetall(key))
+        runs.append(
+            {
+                "run_id": _text(key).removeprefix(prefix),
+                "agents": [dataclasses.asdict(u) | {"cost": u.cost(prices)} for u in agents],
+                "cost": usage.total_cost(agents, prices),
+            }
+        )
+    return sorted(runs, key=lambda r: r["run_id"])
+
+
+def money(cost: float | None) -> str:
+    return "-" if cost is None else f"{cost:.4f}" if cost >= 0.01 else f"{cost:.6f}"
+
+
+def render(report: dict[str, Any], namespace: str) -> str:
+    short = lambda s: s.removeprefix(namespace + ":")  # noqa: E731
+    rows = []
+    for s in report["streams"]:
+        groups = [
+            [g["group"], len(g["consumers"]), g["pending"], g["lag"], ago(g["oldest_pending_age_s"])]
+            for g in s["groups"]
+        ]
+        rows += [[short(s["stream"]), s["length"], *g] for g in groups or [["-", "", "", "", ""]]]
+    out = [
+        f"namespace {namespace}",
+        "",
+        table(rows, ["STREAM", "LENGTH", "GROUP", "CONSUMERS", "PENDING", "LAG", "OLDEST PENDING"]),
+    ]
+    consumers = [
+        [short(s["stream"]), g["group"], c["name"], c["pending"], ago(c["idle_s"])]
+        for s in report["streams"]
+        for g in s["groups"]
+        for c in g["consumers"]
+    ]
+    if consumers:
+        out += ["", table(consumers, ["STREAM", "GROUP", "CONSUMER", "PENDING", "IDLE"])]
+    runs = [
+        [
+            r["run_id"],
+            r["version"] or "-",
+            "-" if r["step"] is None else r["step"],
+            r["rubrics"] or "-",
+            r["rubrics_ready_for_step"] if r["rubrics_ready_for_step"] is not None else "-",
+            f"{r['instance_sets']} (max v{r['max_instance_version']})" if r["instance_sets"] else "-",
+        ]
+        for r in report["rubrics"]
+    ]
+    out += [
+        "",
+        table(runs, ["RUN", "VERSION", "FROM STEP", "RUBRICS", "READY FOR STEP", "INSTANCE SETS"])
+        if runs
+        else "no rubric sets",
+    ]
+    scheduled = [
+        [r["run_id"], r["step"], r["meta_class"] or "-", r["reason"], r["strategy"], r["decided_steps"]]
+        for r in report["schedules"]
+    ]
+    if scheduled:
+        header = ["RUN", "LATEST STEP", "ACTIVE CLASS", "REASON", "STRATEGY", "DECIDED STEPS"]
+        out += ["", table(scheduled, header)]
+    spent = [
+        [r["run_id"], a["agent"], a["model"], a["calls"], a["cache_hits"], a["prompt_tokens"], a["completion_tokens"]]
+        + [money(a["cost"])]
+        for r in report["usage"]
+        for a in r["agents"]
+    ]
+    if spent:
+        header = ["RUN", "AGENT", "MODEL", "CALLS", "CACHE HITS", "PROMPT TOKENS", "COMPLETION TOKENS", "COST"]
+        out += ["", table(spent, header)]
+    return "\n".join(out)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

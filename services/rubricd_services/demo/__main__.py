@@ -1,0 +1,154 @@
+"""Run the demo trainer against a running stack (`make up`), print each step, write the report.
+
+    python -m demo                                   # 10 steps x 24 rollouts, report in reports/<run_id>/
+    python -m demo --steps 3 --rollouts 12 --reports /tmp/r
+    python -m demo --policy alternating              # one meta-class a step, then the same seed under weighted_sum
+
+`--policy alternating` sets `reward_policy` on every rollout (no restart of the
+stack); the schedule follows the scorers' settings (RUBRICD_SCHEDULE_STRATEGY,
+RUBRICD_WARMUP_STEPS, RUBRICD_MIN_PHASE_STEPS). The policy then starts from
+concise-but-incomplete and complete-but-wrong behaviours, none meeting every
+class (policy.TRADE_OFF_START), and a
+second run, `<run_id>-weighted_sum`, repeats it under weighted_sum for the
+report's side by side.
+
+`make demo` starts the stack, runs this, and stops the stack again.
+"""
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rubricd import RubricdClient
+from rubricd.keys import Keys
+from rubricd_services.common import usage
+from rubricd_services.common.settings import ServiceSettings, load
+from rubricd_services.common.usage import AgentUsage
+
+from . import report
+from .policy import START, TRADE_OFF_START
+from .trainer import Run, StepRecord, train
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m demo", description="rubricd demo trainer (a simulated policy)")
+    parser.add_argument("--redis-url", default=os.environ.get("RUBRICD_REDIS_URL", "redis://127.0.0.1:6399/0"))
+    parser.add_argument("--namespace", default=os.environ.get("RUBRICD_NAMESPACE", "rubricd"))
+    parser.add_argument("--run-id", help="default: demo-<UTC date and time>")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rollouts", type=int, default=24, help="rollouts per step")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--learning-rate", type=float, default=1.0, help="how fast the policy's mix follows its rewards"
+    )
+    parser.add_argument(
+        "--policy",
+        choices=("weighted_sum", "alternating"),
+        default="weighted_sum",
+        help="the reward policy of the run; alternating also runs weighted_sum on the same seed, side by side",
+    )
+    parser.add_argument(
+        "--target", type=float, default=0.9, help="alternating: the report counts steps until a class mean reaches this"
+    )
+    parser.add_argument(
+        "--reports",
+        "--report-dir",
+        dest="reports",
+        type=Path,
+        default=Path("reports"),
+        help="the report goes to REPORTS/<run_id>/",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to wait for a step's scores, or its rubric update"
+    )
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.rollouts < 1:
+        parser.error("--steps and --rollouts must be >= 1")
+    return args
+
+
+def new_run(args: argparse.Namespace, run_id: str | None = None, reward_policy: str | None = None) -> Run:
+    return Run(
+        run_id=run_id or args.run_id or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime()),
+        steps=args.steps,
+        rollouts=args.rollouts,
+        seed=args.seed,
+        learning_rate=args.learning_rate,
+        namespace=args.namespace,
+        started_at=time.time(),
+        reward_policy=reward_policy or args.policy,
+        start=dict(TRADE_OFF_START if args.policy == "alternating" else START),
+        target=args.target,
+    )
+
+
+async def run_demo(args: argparse.Namespace, run: Run) -> Run:
+    """Train, printing each step as it ends; `run` holds what was done even when it stops early. An alternating
+    run is followed by its weighted_sum twin (`run.compared_with`) on the same seed."""
+    await train_one(args, run)
+    if run.reward_policy == "alternating" and run.error is None:
+        run.compared_with = new_run(args, run_id=f"{run.run_id}-weighted_sum", reward_policy="weighted_sum")
+        print()
+        await train_one(args, run.compared_with)
+    return run
+
+
+async def train_one(args: argparse.Namespace, run: Run) -> None:
+    print(
+        f"run {run.run_id} (reward policy {run.reward_policy}): {run.steps} steps x {run.rollouts} rollouts, "
+        f"scored by rubricd at {args.redis_url} (namespace {args.namespace}); to watch it live, run "
+        f"`.venv/bin/rubricd dashboard` beside it and open http://127.0.0.1:8400/#run={run.run_id}"
+    )
+    print(
+        "per step: mean reward x rollouts per behaviour, the rubric version that scored it, what the update after it changed and why"
+    )
+    classes = args.policy == "alternating"  # the alternating run and its twin show the class means too
+
+    def show(record: StepRecord) -> None:
+        print("\n".join(report.step_lines(record, classes)), flush=True)
+
+    async with RubricdClient(args.redis_url, namespace=args.namespace) as client:
+        try:
+            await train(client, run, timeout=args.timeout, on_step=show)
+        except Exception as e:  # reported with the steps done; the exit status says it failed
+            run.error = f"{type(e).__name__}: {e}"
+
+
+async def run_usage(args: argparse.Namespace, run_id: str) -> list[AgentUsage]:
+    """What the run's LLM calls used (the services add it up in Redis); nothing if Redis cannot say."""
+    try:
+        async with RubricdClient(args.redis_url, namespace=args.namespace) as client:
+            return await usage.read(client.redis, Keys(args.namespace), run_id)
+    except Exception as e:  # the report is written without it
+        print(f"could not read the run's LLM usage: {type(e).__name__}: {e}", file=sys.stderr)
+        return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    # SIGTERM ends the run like Ctrl-C: the steps done are still reported.
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    run = new_run(args)
+    try:
+        asyncio.run(run_demo(args, run))
+    except KeyboardInterrupt:
+        run.error = "interrupted"
+        run.finished_at = run.finished_at or time.time()
+    folder = args.reports / run.run_id
+    spent, prices = asyncio.run(run_usage(args, run.run_id)), load(ServiceSettings).prices
+    if run.records:
+        report.write(run, folder, spent, prices)
+    if (twin := run.compared_with) and twin.records:
+        twin_spent = asyncio.run(run_usage(args, twin.run_id))
+        report.write(twin, args.reports / twin.run_id, twin_spent, prices)
+    print()
+    print("\n".join(report.summary_lines(run, folder if run.records else None, spent, prices)))
+    return 0 if run.complete else 130 if run.error == "interrupted" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The gateway's work: a request's samples become rollouts on the stream, and their scores come back.
+
+One RubricdClient per process, with its own reply stream, serves every request at once. Rollout ids are
+derived, never drawn: from the request's idempotency key (`Idempotency-Key` or `X-Request-Id`) and the
+sample's index, else from a hash of (run, step, prompt, response, reference, index). A retried request
+therefore names the same rollouts: those the scorer has scored are answered with the Score it stored
+(`Keys.score`, kept RUBRICD_SCORE_TTL_S), unpublished and unjudged; the rest are published again, and the
+scorer replies to a rollout it scored meanwhile with its first Score.
+"""
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis.exceptions import NoPermissionError
+
+from rubricd import wire
+from rubricd.client import RubricdClient, ScoreTimeout
+from rubricd.messages import Rollout, Score, TrainingContext
+from rubricd_services.common.metrics import Metrics
+from rubricd_services.common.service import Clients
+
+from .contracts import Sample
+from .settings import GatewaySettings
+
+SERVICE = "gateway"
+log = logging.getLogger("rubricd.gateway")
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")  # a key usable as is inside a rollout id
+
+
+class Busy(Exception):
+    """More rollouts than max_rollouts_in_flight would be waited for: answer 429."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """Where one request's rollouts go and how long it waits for them."""
+
+    run_id: str
+    step: int
+    deadline_s: float
+    context: TrainingContext = TrainingContext()
+    evaluation: bool = False
+    key: str | None = None  # the request's idempotency key
+
+
+def rollout_ids(call: Call, samples: Sequence[Sample]) -> list[str]:
+    if call.key is not None:
+        base = call.key if _SAFE_KEY.fullmatch(call.key) else hashlib.sha256(call.key.encode()).hexdigest()[:32]
+        return [f"k-{base}.{i}" for i in range(len(samples))]
+    return [
+        "h-"
+        + hashlib.sha256(
+            json.dumps([call.run_id, call.step, s.prompt, s.response, s.reference, i]).encode()
+        ).hexdigest()[:40]
+        for i, s in enumerate(samples)
+    ]
+
+
+class RewardGateway:
+    """The worker: the client, and the count of rollouts waited for."""
+
+    def __init__(self, settings: GatewaySettings, clients: Clients) -> None:
+        self.settings = settings
+        self.client = RubricdClient(namespace=settings.namespace, redis=clients.redis, timeout=settings.deadline_s)
+        self.in_flight = 0
+        self._warned = False
+        self.metrics = GatewayMetrics(clients.metrics)
+
+    async def score(self, call: Call, samples: Sequence[Sample]) -> list[Score | None]:
+        """Each sample's Score, None where none came by the deadline. Raises Busy beyond the bound (nothing is
+        published), InvalidRollout for a run id or step the scorer would reject."""
+        n = len(samples)
+        if self.in_flight + n > self.settings.max_rollouts_in_flight:
+            raise Busy(
+                f"{self.in_flight} rollouts in flight; {n} more would exceed {self.settings.max_rollouts_in_flight}"
+            )
+        rollouts = [
+            Rollout(
+                run_id=call.run_id,
+                rollout_id=rollout_id,
+                step=call.step,
+                prompt=s.prompt,
+                response=s.response,
+                reference=s.reference,
+                context=call.context,
+                evaluation=call.evaluation,
+            )
+            for rollout_id, s in zip(rollout_ids(call, samples), samples)
+        ]
+        self.in_flight += n
+        self.metrics.in_flight.set(self.in_flight)
+        try:
+            scored = await self.stored(rollouts)
+            waiting = [r for r in rollouts if r.rollout_id not in scored]
+            if waiting:
+                self.metrics.published.inc(len(waiting))
+                try:
+                    scored |= {s.rollout_id: s for s in await self.client.score(waiting, timeout=call.deadline_s)}
+                except ScoreTimeout as e:
+                    self.metrics.timed_out.inc(len(e.missing))
+                    scored |= e.scores
+            return [scored.get(r.rollout_id) for r in rollouts]
+        finally:
+            self.in_flight -= n
+            self.metrics.in_flight.set(self.in_flight)
+
+    async def stored(self, rollouts: Sequence[Rollout]) -> dict[str, Score]:
+        """The Scores the scorer already gave to some of `rollouts` (a retried request), by rollout id."""
+        if not rollouts:
+            return {}
+        keys = self.client.keys
+        try:
+            found = await self.client.redis.mget([keys.score(r.run_id, r.rollout_id) for r in rollouts])
+        except NoPermissionError:  # a Redis user without read access to scores: the scorer answers instead
+            if not self._warned:
+                log.warning(
+                    "cannot read stored scores (%s): retried requests are published again", keys.score("*", "*")
+                )
+                self._warned = True
+            return {}
+        return {r.rollout_id: wire.decode(data, Score) for r, data in zip(rollouts, found) if data is not None}
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class GatewayMetrics:
+    def __init__(self, metrics: Metrics) -> None:
+        self.requests = metrics.counter(
+            "rubricd_gateway_requests",
+            "reward requests, by contract and answer (ok, busy, invalid)",
+            ["contract", "answer"],
+        )
+        self.no_reward = metrics.counter(
+            "rubricd_gateway_no_reward",
+            "samples answered with the failure form, by contract and why (judge_failed, masked, timed_out)",
+            ["contract", "reason"],
+        )
+        self.published = metrics.counter(
+            "rubricd_gateway_published", "rollouts published (a retried request's scored ones are not)"
+        )
+        self.timed_out = metrics.counter("rubricd_gateway_timed_out", "rollouts with no score by their deadline")
+        self.in_flight = metrics.gauge("rubricd_gateway_in_flight", "rollouts waited for now")

@@ -1,0 +1,94 @@
+"""The judge cache: the same judge call is not made twice.
+
+A verdict is kept (`Keys.verdict`, for `judge_cache_ttl_s`) under the sha256
+of everything that decided it: the exact messages the judge reads (its
+instructions, so the prompt template, the rubric list, the rollout's prompt,
+response and reference), the judge's model and temperature, and the rubric set
+(run, instance) and version. A changed judge, prompt or rubric set therefore
+never reuses a stale verdict; the same rollout content under the same judge
+and rubrics, in another rollout (a repeated sample) or a redelivery, does.
+Within a process, a call already being made is not made again beside it: its
+twin waits for its verdict, or its failure (the endpoint that failed one would
+fail the other). Only verdicts are kept: a failed judge call leaves nothing,
+and a later rollout of the same content calls again. The cache is bookkeeping:
+Redis failing to read or keep a verdict makes a miss, never a failed score.
+"""
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from rubricd.keys import Keys
+from rubricd.messages import RubricSet
+from rubricd_services.common.settings import LLMSettings
+
+_encoder = msgspec.json.Encoder()
+log = logging.getLogger("rubricd.scorer")
+
+
+def digest(rubric_set: RubricSet, judge: LLMSettings, messages: list[dict[str, str]]) -> str:
+    """The cache key's hash of one judge call."""
+    decided_by = [rubric_set.run_id, rubric_set.instance_key, rubric_set.version, judge.model, judge.temperature]
+    return hashlib.sha256(_encoder.encode([*decided_by, messages])).hexdigest()
+
+
+class JudgeCache:
+    """Verdicts in Redis by `digest`; with a ttl of 0, off (nothing read or written)."""
+
+    def __init__(self, redis: Redis, keys: Keys, ttl_s: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.ttl_s = ttl_s
+        self._finding: dict[str, asyncio.Task[tuple[msgspec.Struct, bool]]] = {}  # this process's lookups
+
+    @property
+    def enabled(self) -> bool:
+        return self.ttl_s > 0
+
+    async def verdict(
+        self, digest: str, verdict: type[msgspec.Struct], judge: Callable[[], Awaitable[msgspec.Struct]]
+    ) -> tuple[msgspec.Struct, bool]:
+        """The verdict of this call, and whether it was reused: the one kept, or the one this process is finding
+        now for another rollout, or else `judge()`'s (then kept). Raises what `judge()` raises (JudgeFailed)."""
+        if not self.enabled:
+            return await judge(), False
+        if (finding := self._finding.get(digest)) is not None:
+            return (await asyncio.shield(finding))[0], True  # its JudgeFailed too
+        task = self._finding[digest] = asyncio.ensure_future(self._find(digest, verdict, judge))
+        task.add_done_callback(lambda done: self._finding.pop(digest) if self._finding.get(digest) is done else None)
+        return await asyncio.shield(task)
+
+    async def _find(
+        self, digest: str, verdict: type[msgspec.Struct], judge: Callable[[], Awaitable[msgspec.Struct]]
+    ) -> tuple[msgspec.Struct, bool]:
+        if (kept := await self.get(digest, verdict)) is not None:
+            return kept, True
+        value = await judge()
+        await self.put(digest, value)
+        return value, False
+
+    async def get(self, digest: str, verdict: type[msgspec.Struct]) -> msgspec.Struct | None:
+        """The kept verdict, or None (none kept, or one that no longer decodes as `verdict`)."""
+        if not self.enabled:
+            return None
+        try:
+            raw = await self.redis.get(self.keys.verdict(digest))
+            return None if raw is None else msgspec.json.decode(raw, type=verdict)
+        except msgspec.MsgspecError:
+            return None
+        except RedisError as e:
+            log.warning("judge cache: reading a verdict failed (judging instead): %s", e)
+            return None
+
+    async def put(self, digest: str, verdict: msgspec.Struct) -> None:
+        if not self.enabled:
+            return
+        try:
+            await self.redis.set(self.keys.verdict(digest), _encoder.encode(verdict), ex=self.ttl_s)
+        except RedisError as e:
+            log.warning("judge cache: keeping a verdict failed: %s", e)

@@ -1,0 +1,281 @@
+"""The scorer's worker: one rollouts entry in, one committed Score out (or a dead letter).
+
+`handle` validates the entry, answers a rollout scored before with its first
+score (no judging), gets the run's rubric set in force and, under
+the `alternating` policy, the step's active meta-class (`schedule`), asks the
+judge (`scoring`; a verdict of the same call is reused, `cache`), and commits
+the score with its effects and the call's usage in one step (`effects`). A
+rollout that can never be scored as sent is rejected: it goes to the dead
+letters, and the trainer, if it said where, gets a `rejected` score. Any other
+failure leaves the entry pending for a reclaim to retry.
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+
+import msgspec
+from faststream.redis.message import RedisStreamMessage
+
+from rubricd import wire
+from rubricd.keys import SCORERS, InvalidKey
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
+from rubricd.reward import POLICIES, policy
+from rubricd.store import RubricStore
+from rubricd_services.common import streams, usage
+from rubricd_services.common.llm import Completion, LLMError
+from rubricd_services.common.metrics import Metrics
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.common.service import Clients
+from rubricd_services.common.streams import Notice, Rejected
+
+from . import cache, generate, judge
+from .cache import JudgeCache
+from .effects import Effects
+from .schedule import Decision, Schedule, candidates
+from .scoring import Judge, JudgeFailed, RubricCache, Rubrics, score_rollout
+from .settings import ScorerSettings
+
+SERVICE = "scorer"
+log = logging.getLogger("rubricd.scorer")
+
+JUDGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+REWARD_BUCKETS = tuple(i / 10 for i in range(11))
+
+
+class ScorerMetrics:
+    """The scorer's own figures, beside FastStream's and the LLM gateway's."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.scores = metrics.counter(
+            "rubricd_scores", "rollouts scored, by status (ok, judge_failed, rejected)", ["status"]
+        )
+        self.judge_seconds = metrics.histogram(
+            "rubricd_judge_seconds", "judge latency, retries included", JUDGE_BUCKETS
+        )
+        self.reward = metrics.histogram("rubricd_reward", "rewards given (status ok)", REWARD_BUCKETS)
+        self.rubric_version = metrics.gauge(
+            "rubricd_rubric_version", "rubric version of the run's latest score (global sets)", ["run_id"]
+        )
+        self.judge_cache = metrics.counter(
+            "rubricd_judge_cache", "verdicts given, by result: hit (reused), miss (the judge was asked)", ["result"]
+        )
+        self.active_meta_class = metrics.gauge(
+            "rubricd_active_meta_class",
+            "alternating rewards: 1 for the active meta-class of the run's latest step this scorer scored "
+            "(weighted_total: none, the weighted total is the reward), 0 for the classes active before it",
+            ["run_id", "meta_class"],
+        )
+        self._active: dict[str, tuple[int, str]] = {}  # run -> (its latest step seen, that step's class)
+
+    def observe(self, score: Score) -> None:
+        self.scores.labels(score.status).inc()
+        if score.judge_ms is not None:
+            self.judge_seconds.observe(score.judge_ms / 1000)
+        if score.reward is not None:
+            self.reward.observe(score.reward)
+        if score.instance_key is None:  # per-instance sets would make one series per prompt
+            self.rubric_version.labels(score.run_id).set(score.rubric_version)
+
+    def active(self, run_id: str, decision: Decision) -> None:
+        latest = self._active.get(run_id)
+        if latest is not None and latest[0] >= decision.step:
+            return
+        name = decision.meta_class or "weighted_total"
+        if latest is not None:
+            self.active_meta_class.labels(run_id, latest[1]).set(0)
+        self.active_meta_class.labels(run_id, name).set(1)
+        self._active[run_id] = (decision.step, name)
+
+
+class Scorer:
+    """Turns one rollouts entry into one committed Score."""
+
+    def __init__(self, settings: ScorerSettings, clients: Clients) -> None:
+        self.settings = settings
+        self.metrics = ScorerMetrics(clients.metrics)
+        self.keys = clients.keys
+        self.redis = clients.redis
+        self.gateway = clients.gateway
+        self.judge_settings = settings.agent(judge.JUDGE)
+        self.cache = JudgeCache(clients.redis, self.keys, settings.judge_cache_ttl_s)
+        self.schedule = Schedule(
+            clients.redis, self.keys, settings.schedule_rule(), settings.meta_classes, maxlen=settings.stream_maxlen
+        )
+        self.rubrics = RubricCache(
+            RubricStore(clients.redis, self.keys),
+            seeds=Seeds.load(settings),
+            template=judge.load_template(settings.judge_prompt),
+            per_instance=settings.rubrics_mode == "per_instance",
+            prompt_chars=settings.agent(judge.JUDGE).prompt_chars(),
+            generator=generate.generator(settings, clients) if settings.generate_rubrics else None,
+        )
+        self.effects = Effects(
+            clients.redis,
+            self.keys,
+            SCORERS,
+            score_ttl_s=settings.score_ttl_s,
+            stats_ttl_s=settings.schedule_stats_ttl_s,
+            record_maxlen=settings.record_maxlen,
+            record_ttl_s=settings.record_ttl_s,
+            maxlen=settings.stream_maxlen,
+            reply_ttl_s=settings.reply_ttl_s,
+        )
+
+    async def handle(self, msg: RedisStreamMessage) -> None:
+        rollout = self.validate(msg.body)
+        if (first := await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))) is not None:
+            # Scored before (published again, a retried request): its first score again, without judging it.
+            score = wire.decode(first, Score)
+            await self.effects.commit(streams.entry_id(msg), rollout, score, self.event(rollout, score), {})
+            log.info(
+                "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
+            )
+            return
+        rubrics = await self.rubrics.get(rollout)
+        policy_name = rollout.reward_policy or self.settings.reward_policy
+        active = await self.active_class(rollout, rubrics) if policy_name == "alternating" else None
+        judged = Judged()
+        score = await score_rollout(
+            rollout,
+            rubrics,
+            self.judge(rubrics, judged),
+            policy(policy_name),
+            policy_name,
+            active=active,
+            undefined=self.settings.undefined_class_reward,
+        )
+        if judged.cached:
+            score = msgspec.structs.replace(score, judge_cached=True)
+        spent = judged.usage(self.judge_settings.model)
+        analyze = not rollout.evaluation or self.settings.analyze_evaluation
+        event = self.event(rollout, score)
+        if not await self.effects.commit(streams.entry_id(msg), rollout, score, event, spent, analyze=analyze):
+            log.info(
+                "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
+            )
+            return
+        self.metrics.observe(score)
+        if self.settings.log_rollout_text:
+            log.info(
+                "scored %s/%s: reward %s (%s)\nprompt: %s\nresponse: %s",
+                *(rollout.run_id, rollout.rollout_id, score.reward, score.status, rollout.prompt, rollout.response),
+            )
+
+    async def active_class(self, rollout: Rollout, rubrics: Rubrics) -> str | None:
+        """The active meta-class of the rollout's step under `alternating` (None: the weighted total)."""
+        decision = await self.schedule.active(
+            rollout.run_id, rollout.step, candidates(rubrics.set.rubrics, self.settings.meta_classes)
+        )
+        self.metrics.active(rollout.run_id, decision)
+        return decision.meta_class
+
+    async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
+        """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""
+        update = wire.decode(msg.body, RubricsUpdated)
+        if self.rubrics.invalidate(update.run_id, update.instance_key):
+            event = streams.event(
+                SERVICE,
+                EventKind.RUBRICS_RELOADED,
+                run_id=update.run_id,
+                step=update.step,
+                detail=f"v{update.version} replaces v{update.previous_version} from the next rollout",
+                instance_key=update.instance_key,
+                version=update.version,
+            )
+            await self.redis.xadd(
+                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
+            )
+
+    def validate(self, body: bytes) -> Rollout:
+        """The rollout, or Rejected (counted, and with a rejected Score for the trainer if it said where)."""
+        try:
+            if len(body) > self.settings.max_rollout_bytes:
+                limit = self.settings.max_rollout_bytes
+                raise Rejected(f"oversized rollout: {len(body)} bytes > max_rollout_bytes={limit}")
+            rollout = streams.decode(body, Rollout, "rollout")
+            if rollout.reply_to is not None:
+                self.keys.check_reply_to(rollout.reply_to)
+            if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
+                raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
+            return rollout
+        except (Rejected, InvalidKey) as e:
+            self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
+            raise Rejected(str(e), notify=self.rejection(body, str(e))) from None
+
+    def rejection(self, body: bytes, reason: str) -> Notice | None:
+        """A rejected Score for the trainer, if the entry names a valid reply stream and its ids are strings
+        (echoed even if they are outside their alphabet: `streams.sender`)."""
+        sender = streams.sender(body, self.keys, "rollout_id")
+        if sender is None:
+            return None
+        score = Score(
+            run_id=sender.run_id,
+            rollout_id=sender.id,
+            step=sender.step,
+            status=JudgeStatus.REJECTED,
+            reward=None,
+            rubric_version=0,
+            error=reason,
+            scored_at=time.time(),
+        )
+        return Notice(sender.reply_to, score, self.settings.reply_ttl_s)
+
+    def judge(self, rubrics: Rubrics, judged: "Judged") -> Judge:
+        """The judge of one rollout under `rubrics`: the cached verdict of the same call, else the LLM's (then
+        cached); `judged` says which, and what the call used."""
+
+        async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
+            async def ask() -> msgspec.Struct:
+                try:
+                    judged.completion = await self.gateway.structured(judge.JUDGE, messages, verdict)
+                except LLMError as e:
+                    raise JudgeFailed(str(e)) from None
+                return judged.completion.value
+
+            key = cache.digest(rubrics.set, self.judge_settings, messages)
+            value, judged.cached = await self.cache.verdict(key, verdict, ask)
+            if self.cache.enabled:
+                self.metrics.judge_cache.labels("hit" if judged.cached else "miss").inc()
+            return value
+
+        return call
+
+    @staticmethod
+    def event(rollout: Rollout, score: Score) -> Event:
+        kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
+        return streams.event(
+            SERVICE,
+            kind,
+            run_id=rollout.run_id,
+            step=rollout.step,
+            rollout_id=rollout.rollout_id,
+            detail=score.error or "",
+            reward=score.reward,
+            rubric_version=score.rubric_version,
+            judge_ms=score.judge_ms,
+            **({"evaluation": True} if score.evaluation else {}),
+        )
+
+
+@dataclass
+class Judged:
+    """How one rollout was judged: by an LLM call (its completion), from the cache, or neither (it failed)."""
+
+    completion: Completion[msgspec.Struct] | None = None
+    cached: bool = False
+
+    def usage(self, model: str) -> dict[str, int]:
+        """What it adds to the run's usage (common.usage)."""
+        if self.cached:
+            return usage.increments(judge.JUDGE, model, cached=True)
+        if self.completion is None:
+            return {}
+        c = self.completion
+        return usage.increments(
+            judge.JUDGE,
+            model,
+            prompt_tokens=c.prompt_tokens,
+            completion_tokens=c.completion_tokens,
+            elapsed_s=c.elapsed_s,
+        )

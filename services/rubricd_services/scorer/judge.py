@@ -1,0 +1,96 @@
+"""The judge call: the prompt a rollout is graded with, and the verdict it expects.
+
+The stable part (instructions and the rubric list) comes first, in the system
+message, so providers can cache the prefix across rollouts of one rubric
+version. The rollout follows as JSON data with `<` escaped, so nothing in it can
+close the data block or pose as an instruction.
+
+The verdict's schema is made per rubric list (`verdict_type`): an object with
+one required verdict per rubric id and no other key. So an endpoint that
+enforces the schema (a grammar) cannot let a model skip or invent a rubric, and
+an answer that does is invalid, and retried, wherever it is checked.
+"""
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+
+from rubricd.messages import Rollout, RubricSet
+from rubricd_services.common import prompts
+
+JUDGE = "judge"  # the agent: its settings are `agents.judge`, its prompt prompts/judge.md
+MAX_EXPLANATION_CHARS = 400
+_FRAME_CHARS = 100  # the data block's tags, keys and quoting around the rollout's texts
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """The judge's decision on one rubric: its reasons first, then whether the rubric is met.
+
+    The explanation's bound is in the schema only (not checked on decode): a server that enforces it by
+    grammar stops a small model that would run on; OpenAI's strict mode, which refuses it, never sees it.
+    """
+
+    explanation: Annotated[str, msgspec.Meta(extra_json_schema={"maxLength": MAX_EXPLANATION_CHARS})]
+    met: bool
+
+
+@lru_cache(maxsize=1024)
+def verdict_type(rubric_ids: tuple[str, ...]) -> type[msgspec.Struct]:
+    """What the judge returns for these rubrics: `{"<rubric id>": Verdict, ...}`, every id required, no other.
+
+    Named `JudgeVerdict` (the schema's name); its fields are `r0, r1, ...` renamed to the ids, which need not
+    be Python names. One type per rubric list, cached: the gateway caches its schema by type.
+    """
+    fields = [(f"r{i}", Verdict) for i in range(len(rubric_ids))]
+    rename = {f"r{i}": rubric_id for i, rubric_id in enumerate(rubric_ids)}
+    return msgspec.defstruct(
+        "JudgeVerdict", fields, rename=rename, forbid_unknown_fields=True, frozen=True, kw_only=True
+    )
+
+
+def verdicts(verdict: msgspec.Struct, rubric_ids: tuple[str, ...]) -> dict[str, Verdict]:
+    """The verdicts of a `verdict_type(rubric_ids)` answer, keyed by rubric id."""
+    return {rubric_id: getattr(verdict, f"r{i}") for i, rubric_id in enumerate(rubric_ids)}
+
+
+class _RubricView(msgspec.Struct, frozen=True):
+    id: str
+    criterion: str
+    points: float
+    meta_class: str
+
+
+class _RolloutView(msgspec.Struct, frozen=True, omit_defaults=True):
+    prompt: str
+    response: str
+    reference: str | None = None
+
+
+def load_template(path: Path | None = None) -> str:
+    return prompts.load(__package__, JUDGE, path)
+
+
+def system_message(template: str, rubric_set: RubricSet) -> str:
+    """Instructions plus the rubric list: identical for every rollout of a version."""
+    rubrics = [_RubricView(r.id, r.criterion, r.points, r.meta_class) for r in rubric_set.rubrics]
+    return f"{template.rstrip()}\n{prompts.block('rubrics', rubrics)}\n"
+
+
+def user_message(rollout: Rollout, max_chars: int | None = None) -> str:
+    """The rollout as data; with `max_chars`, its texts cut to fit (prompts.fit: a marker says where)."""
+    texts = [rollout.prompt, rollout.response, rollout.reference or ""]
+    prompt, response, reference = texts if max_chars is None else prompts.fit(texts, max_chars - _FRAME_CHARS)
+    return prompts.block("rollout", _RolloutView(prompt, response, reference or None))
+
+
+def rollout_chars(system: str, prompt_chars: int | None) -> int | None:
+    """What is left of the agent's prompt budget (LLMSettings.prompt_chars) for the rollout beside `system`."""
+    return None if prompt_chars is None else max(prompt_chars - len(system), _FRAME_CHARS * 2)
+
+
+def messages(system: str, rollout: Rollout, max_chars: int | None = None) -> list[dict[str, str]]:
+    """The chat messages for one judge call; `system` comes from system_message(), `max_chars` from
+    rollout_chars()."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": user_message(rollout, max_chars)}]

@@ -1,0 +1,359 @@
+"""The meta-class schedule of alternating rewards (ARL-RR): which meta-class each step of a run trains.
+
+Under the `alternating` policy every rollout of step s of a run is rewarded
+with the score of one meta-class, the step's active class. It is decided once
+per (run, step), when a scorer scores the step's first rollout, and written
+with a compare-and-set (HSETNX on the run's schedule hash, `Keys.schedule`):
+every scorer, and a scorer restarted mid-run, then gives each rollout of s
+that class. The rule (`choose`), over the run's decisions of steps before s
+(its history, in step order; a step without rollouts has none):
+
+1. Warm-up: while fewer than `warmup_steps` steps are decided before s, no
+   class is active (reason `warm_up`): the reward is the weighted total.
+2. Minimum phase: if the latest decision before s is a class C that is still
+   a candidate and the decisions in a row ending with it are fewer than
+   `min_phase_steps`, C again (reason `phase`).
+3. Otherwise, by `strategy`:
+   - `round_robin`: the candidate after C in the declared order, cyclically
+     (the first candidate after warm-up, or when C is no longer one).
+   - `most_room`: the candidate with the lowest recent mean, the mean of its
+     scores over every rollout of the last `window_steps` decided steps
+     before s (each rollout's class score, as committed with its Score; a
+     rollout where the class is undefined does not count); a candidate with
+     no score in that window comes first (it has not been seen); ties go to
+     the declared order. The statistics are those committed when s is
+     decided, so a step that is still being scored counts with what it has.
+   - `largest_gain`: the candidate whose recent mean rose most. Its gain is
+     its mean over the last `window_steps` decided steps before s (as
+     `most_room` reads it) minus its mean over the `window_steps` decided
+     steps before those (fewer where the run has fewer). A candidate without
+     a gain (no score in one of the two windows: not seen yet, or not seen
+     twice) comes first; then the largest gain, a negative one included;
+     ties go to the declared order. Until a run has `window_steps` + 1
+     decided steps no candidate has a gain and the first one is chosen; a
+     warm-up of 2 x `window_steps` steps gives the first choice two full
+     windows, measured on the weighted total.
+
+`largest_gain` favours the class that training currently pays off for: it
+keeps exploiting. Its signal is the trend of a class's score, not its level
+(the level is `most_room`'s signal): the active class, while it still
+improves, usually gains most, so its phase goes on until it levels off and
+another class rises faster. That spends steps where they buy the most
+reward, which is ARL-RR's emphasis on the objectives that respond to
+training now. It never picks a class because it falls: where classes
+compete (training one lowers another) a falling class waits until the
+active one stops gaining; `most_room` is the rule that goes back to it.
+
+The candidates are the deployment's declared meta-classes (in their
+declared order) that either have a positive-point rubric in the rubric set of
+the rollout that decides (the handler's `candidates`) or have a score in the
+statistics of the last `window_steps` decided steps (read for every
+strategy). With one global set that is the set's classes; with per-instance
+sets, whose classes differ by prompt, it is every class the run's recent
+rollouts were scored on, whichever rollout of the step comes first.
+
+The statistics (`Keys.class_stats`: per run, step and class, the count and
+sum of the class's scores, and how many rollouts the active class was
+undefined for: `fallback`, rewarded with the weighted total, or `masked`) are
+written by the scorer's commit script with the score itself (scorer.effects),
+for scores under `alternating` only, and expire `schedule_stats_ttl_s` after
+the step's last score (the decisions themselves are kept with the run).
+"""
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+from redis.asyncio import Redis
+
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Event, EventKind, JudgeStatus, Rubric, Score
+from rubricd_services.common import streams
+
+Strategy = Literal["round_robin", "most_room", "largest_gain"]
+Reason = Literal["warm_up", "phase", "round_robin", "most_room", "largest_gain", "no_class"]
+CACHED_DECISIONS = 4096  # decisions a scorer keeps in memory (they never change: a miss only costs a read)
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """The active meta-class of one step of a run, and what chose it."""
+
+    step: int
+    meta_class: str | None  # None: no active class, the reward is the weighted total
+    reason: Reason
+    strategy: Strategy
+    candidates: list[str] = []
+    window: list[int] = []  # most_room, largest_gain: the recent steps whose statistics were read
+    means: dict[str, float | None] = {}  # most_room, largest_gain: each candidate's mean over window (None: no score)
+    previous_window: list[int] = []  # largest_gain: the steps before `window` whose statistics were read
+    gains: dict[str, float | None] = {}  # largest_gain: mean over window - mean over previous_window (None: no gain)
+    decided_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    """What the committed scores of one class over some rollouts add up to: how many had a score and its sum;
+    how many of the class's active steps' rollouts it was undefined for (rewarded with the weighted total, or
+    masked)."""
+
+    count: int = 0
+    total: float = 0.0
+    fallback: int = 0
+    masked: int = 0
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def __add__(self, other: "ClassStats") -> "ClassStats":
+        return ClassStats(
+            self.count + other.count,
+            self.total + other.total,
+            self.fallback + other.fallback,
+            self.masked + other.masked,
+        )
+
+
+StepStats = Mapping[str, "ClassStats"]  # per class
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The schedule's settings (ScorerSettings: schedule_strategy, warmup_steps, min_phase_steps, window_steps)."""
+
+    strategy: Strategy = "round_robin"
+    warmup_steps: int = 0
+    min_phase_steps: int = 1
+    window_steps: int = 3
+
+    def read_steps(self, before: Sequence[int]) -> list[int]:
+        """The decided steps (of `before`, in step order) whose statistics are read: the window's, whose classes
+        are candidates whatever the strategy, and for `largest_gain` the window before it."""
+        return list(before[-(2 if self.strategy == "largest_gain" else 1) * self.window_steps :])
+
+    def candidates(
+        self, declared: Sequence[str], in_rubrics: Sequence[str], before: Sequence[int], stats: Mapping[int, StepStats]
+    ) -> list[str]:
+        """The declared classes with a positive-point rubric in the deciding rollout's set (`in_rubrics`) or a
+        score in the last `window_steps` of `before`, in the declared order."""
+        seen = {c for s in before[-self.window_steps :] for c, st in stats.get(s, {}).items() if st.count}
+        return [c for c in declared if c in seen or c in in_rubrics]
+
+
+def choose(
+    step: int,
+    candidates: Sequence[str],
+    history: Mapping[int, Decision],
+    stats: Mapping[int, StepStats],
+    rule: Rule,
+) -> Decision:
+    """The active class of `step` given the decisions of earlier steps and the statistics of the window's steps."""
+    before = sorted(s for s in history if s < step)
+
+    def decided(meta_class: str | None, reason: Reason, **more: object) -> Decision:
+        return Decision(
+            step=step,
+            meta_class=meta_class,
+            reason=reason,
+            strategy=rule.strategy,
+            candidates=list(candidates),
+            decided_at=time.time(),
+            **more,  # type: ignore[arg-type]
+        )
+
+    if len(before) < rule.warmup_steps:
+        return decided(None, "warm_up")
+    if not candidates:
+        return decided(None, "no_class")
+    previous = history[before[-1]].meta_class if before else None
+    if previous in candidates and phase_length(before, history) < rule.min_phase_steps:
+        return decided(previous, "phase")
+    if rule.strategy == "round_robin":
+        at = candidates.index(previous) + 1 if previous in candidates else 0
+        return decided(candidates[at % len(candidates)], "round_robin")
+    window = before[-rule.window_steps :]
+    means = recent_means(candidates, [stats.get(s, {}) for s in window])
+    order = {c: i for i, c in enumerate(candidates)}
+    if rule.strategy == "most_room":
+        best = min(candidates, key=lambda c: (means[c] is not None, means[c] or 0.0, order[c]))
+        return decided(best, "most_room", window=window, means=means)
+    earlier = before[-2 * rule.window_steps : -rule.window_steps]
+    gains = recent_gains(means, recent_means(candidates, [stats.get(s, {}) for s in earlier]))
+    best = min(candidates, key=lambda c: (gains[c] is not None, -(gains[c] or 0.0), order[c]))
+    return decided(best, "largest_gain", window=window, means=means, previous_window=earlier, gains=gains)
+
+
+def candidates(rubrics: Sequence[Rubric], declared: Sequence[str]) -> list[str]:
+    """The meta-classes a step may train: the declared ones (ServiceSettings.meta_classes) with a positive-point
+    rubric in `rubrics`, in the declared order."""
+    positive = {r.meta_class for r in rubrics if r.points > 0}
+    return [c for c in declared if c in positive]
+
+
+def phase_length(before: Sequence[int], history: Mapping[int, Decision]) -> int:
+    """How many decisions in a row, ending with the latest of `before`, chose its class."""
+    latest = history[before[-1]].meta_class
+    n = 0
+    for s in reversed(before):
+        if history[s].meta_class != latest:
+            break
+        n += 1
+    return n
+
+
+def recent_means(candidates: Sequence[str], steps: Sequence[StepStats]) -> dict[str, float | None]:
+    """Each candidate's mean over every rollout of `steps`."""
+    return {c: sum((s.get(c, ClassStats()) for s in steps), ClassStats()).mean for c in candidates}
+
+
+def recent_gains(means: Mapping[str, float | None], earlier: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Each candidate's recent mean minus its earlier one (None where either is undefined)."""
+    gains: dict[str, float | None] = {}
+    for c, mean in means.items():
+        before = earlier[c]
+        gains[c] = None if mean is None or before is None else mean - before
+    return gains
+
+
+def stats_increments(score: Score) -> dict[str, float]:
+    """What one committed score adds to its step's statistics hash: `count:<class>` and `sum:<class>` for each
+    class it has a score for, and `fallback:<class>` or `masked:<class>` where the active class had none. Only
+    a training rollout's score of status ok under `alternating` counts (nothing else is ever read)."""
+    if score.status is not JudgeStatus.OK or score.policy != "alternating" or score.evaluation:
+        return {}
+    out: dict[str, float] = {}
+    for c, value in score.meta_class_scores.items():
+        out[f"count:{c}"] = 1
+        out[f"sum:{c}"] = value
+    active = score.active_meta_class
+    if active is not None and active in score.undefined_meta_classes:
+        out[f"{'masked' if score.masked else 'fallback'}:{active}"] = 1
+    return out
+
+
+def parse_stats(fields: Mapping[bytes, bytes]) -> dict[str, ClassStats]:
+    """A step's statistics hash, per class."""
+    found: dict[str, dict[str, float]] = {}
+    for field, value in fields.items():
+        kind, _, meta_class = field.decode().partition(":")
+        found.setdefault(meta_class, {})[kind] = float(value)
+    return {
+        c: ClassStats(
+            round(f.get("count", 0)), f.get("sum", 0.0), round(f.get("fallback", 0)), round(f.get("masked", 0))
+        )
+        for c, f in sorted(found.items())
+    }
+
+
+async def read_history(redis: Redis, keys: Keys, run_id: str) -> dict[int, Decision]:
+    """Every decision of the run, by step."""
+    fields = await redis.hgetall(keys.schedule(run_id))
+    decisions = {int(step): msgspec.json.decode(raw, type=Decision) for step, raw in fields.items()}
+    return dict(sorted(decisions.items()))
+
+
+async def read_stats(redis: Redis, keys: Keys, run_id: str, steps: Sequence[int]) -> dict[int, dict[str, ClassStats]]:
+    """The statistics of each of `steps`, per class."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for s in steps:
+            pipe.hgetall(keys.class_stats(run_id, s))
+        found = await pipe.execute()
+    return {s: parse_stats(fields) for s, fields in zip(steps, found)}
+
+
+# KEYS: the run's schedule hash, the events stream. ARGV: step, decision, its event, the events' maxlen.
+# Returns the step's decision: this one if it was the first, else the one already written.
+_DECIDE = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', '__data__', ARGV[3])
+end
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
+
+
+class Schedule:
+    """The decisions of every run, in Redis; each is read (or made) once per process and kept."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        rule: Rule,
+        declared: Sequence[str],
+        *,
+        maxlen: int,
+        service: str = "scorer",
+    ) -> None:
+        """`declared`: the deployment's meta-classes (ServiceSettings.meta_classes), in order."""
+        self.redis = redis
+        self.keys = keys
+        self.rule = rule
+        self.declared = list(declared)
+        self.maxlen = maxlen
+        self.service = service
+        self._decide = redis.register_script(_DECIDE)
+        self._decisions: dict[tuple[str, int], asyncio.Future[Decision]] = {}
+
+    async def active(self, run_id: str, step: int, candidates: Sequence[str]) -> Decision:
+        """The decision of (run, step): the one in Redis, else one made now (`candidates`: the classes with a
+        positive-point rubric in the deciding rollout's set; Rule.candidates adds those recently scored)."""
+        key = (run_id, step)
+        entry = self._decisions.get(key)
+        if entry is None or (entry.done() and entry.exception() is not None):
+            entry = self._decisions[key] = asyncio.ensure_future(self._get(run_id, step, candidates))
+            while len(self._decisions) > CACHED_DECISIONS:
+                del self._decisions[next(iter(self._decisions))]
+        return await asyncio.shield(entry)
+
+    async def _get(self, run_id: str, step: int, candidates: Sequence[str]) -> Decision:
+        raw = await self.redis.hget(self.keys.schedule(run_id), str(step))
+        if raw is not None:
+            return msgspec.json.decode(raw, type=Decision)
+        history = await read_history(self.redis, self.keys, run_id)
+        before = sorted(s for s in history if s < step)
+        stats = await read_stats(self.redis, self.keys, run_id, self.rule.read_steps(before))
+        decision = choose(
+            step, self.rule.candidates(self.declared, candidates, before, stats), history, stats, self.rule
+        )
+        stored = await self._decide(
+            keys=[self.keys.schedule(run_id), self.keys.events],
+            args=[step, msgspec.json.encode(decision), wire.encode(self.event(run_id, decision)), self.maxlen],
+        )
+        return msgspec.json.decode(stored, type=Decision)
+
+    def event(self, run_id: str, decision: Decision) -> Event:
+        return streams.event(
+            self.service,
+            EventKind.META_CLASS_SELECTED,
+            run_id=run_id,
+            step=decision.step,
+            detail=explain(decision),
+            meta_class=decision.meta_class,
+            reason=decision.reason,
+            strategy=decision.strategy,
+        )
+
+
+def explain(decision: Decision) -> str:
+    """One line: the class and why."""
+    chosen = decision.meta_class or "weighted total"
+    match decision.reason:
+        case "warm_up":
+            return f"{chosen}: warm-up"
+        case "no_class":
+            return f"{chosen}: no candidate meta-class in the rubric set"
+        case "phase":
+            return f"{chosen}: its phase continues (min_phase_steps)"
+        case "round_robin":
+            return f"{chosen}: next in order {', '.join(decision.candidates)}"
+        case "most_room":
+            means = ", ".join(f"{c} {'-' if m is None else f'{m:.3f}'}" for c, m in decision.means.items())
+            return f"{chosen}: lowest recent mean over steps {decision.window} ({means})"
+        case "largest_gain":
+            gains = ", ".join(f"{c} {'-' if g is None else f'{g:+.3f}'}" for c, g in decision.gains.items())
+            return f"{chosen}: largest gain, steps {decision.window} over {decision.previous_window} ({gains})"
+    return chosen

@@ -1,0 +1,89 @@
+"""The scorer's settings (env prefix RUBRICD_, see common.settings)."""
+
+from pydantic import Field, field_validator
+
+from rubricd.reward import POLICIES, Undefined
+from rubricd_services.common.prompts import PromptFile
+from rubricd_services.common.seeds import SeedSettings
+from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
+
+from .generate import GeneratorSettings
+from .pairwise import PairwiseSettings
+from .schedule import Rule, Strategy
+
+
+class ScorerSettings(ServiceSettings, SeedSettings, PairwiseSettings, GeneratorSettings):
+    max_in_flight: InFlight = 256
+    max_records: ReadSize = 32
+    max_rollout_bytes: int = Field(1_000_000, ge=1024)
+    reward_policy: str = Field(
+        "weighted_sum",
+        description="weighted_sum: the reward is the weighted total; alternating: the score of the step's active "
+        "meta-class alone (ARL-RR, scorer.schedule)",
+    )
+    undefined_class_reward: Undefined = Field(
+        "weighted_total",
+        description="alternating, when the active meta-class has no positive-point rubric for a rollout: "
+        "weighted_total (the reward is the weighted total) or mask (no reward, the Score says masked)",
+    )
+    schedule_strategy: Strategy = Field(
+        "round_robin",
+        description="alternating: how a step's meta-class is chosen, round_robin (the declared order), most_room "
+        "(the lowest recent mean) or largest_gain (the largest rise of the recent mean); scorer.schedule",
+    )
+    warmup_steps: int = Field(
+        0, ge=0, description="alternating: the first N decided steps of a run get the weighted total"
+    )
+    min_phase_steps: int = Field(1, ge=1, description="alternating: decided steps a meta-class stays active at least")
+    schedule_window_steps: int = Field(
+        3,
+        ge=1,
+        description="alternating, most_room and largest_gain: the recent mean is over the last N decided steps "
+        "(largest_gain: minus the mean over the N before them)",
+    )
+    schedule_stats_ttl_s: int = Field(
+        7 * 24 * 3600,
+        ge=60,
+        description="alternating: a step's per-class statistics (what the schedule reads, `rubricd schedule` shows) "
+        "are kept this long after its last score; about 0.5 KB per step",
+    )
+    record_maxlen: int = Field(
+        20_000,
+        ge=0,
+        description="each run's last N scored rollouts are recorded with their scores, for `rubricd replay` "
+        "(<ns>:recorded:<run>: about the rollout's text plus 1 KB each); 0: none",
+    )
+    record_ttl_s: int = Field(
+        7 * 24 * 3600, ge=60, description="a run's recorded rollouts expire this long after its last score"
+    )
+    analyze_evaluation: bool = Field(
+        False,
+        description="evaluation rollouts (Rollout.evaluation) go to the analyzers too, into the memory loop; "
+        "default: they are scored only",
+    )
+    judge_prompt: PromptFile = Field(None, description="judge instructions; default: prompts/judge.md")
+    score_ttl_s: int = Field(
+        3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB"
+    )
+    reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
+    judge_cache_ttl_s: int = Field(
+        24 * 3600,
+        ge=0,
+        description="a verdict is reused for the same judge call (messages, model, temperature, rubric set and "
+        "version) this long; 0: every rollout is judged",
+    )
+
+    @field_validator("reward_policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        if name not in POLICIES:
+            raise ValueError(f"unknown reward policy {name!r}; known: {sorted(POLICIES)}")
+        return name
+
+    def schedule_rule(self) -> Rule:
+        return Rule(
+            strategy=self.schedule_strategy,
+            warmup_steps=self.warmup_steps,
+            min_phase_steps=self.min_phase_steps,
+            window_steps=self.schedule_window_steps,
+        )

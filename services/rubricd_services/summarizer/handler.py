@@ -1,0 +1,230 @@
+"""The summarizer's worker: step closures and analyses in, one step summary per step out.
+
+Handlers only record what arrived (a StepClosed, an analysis's rollout id) in
+Redis, acking in the same script (`effects`), then try the step: nothing is
+held in memory, so a summarizer killed at any point loses nothing. A step is
+summarized by whoever claims it (a claim is renewed while its summarizer
+works, and lapses `claim_ttl_s` after it died; a failed attempt, e.g. an LLM
+outage, is retried after `retry_after_s`), and its
+summaries are published together with its `summarized` flag, once. `sweep`
+looks at every open step: it finishes steps a dead summarizer left claimed,
+and summarizes steps whose deadline passed with the analyses that did arrive,
+naming the missing rollouts.
+"""
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from faststream.redis.message import RedisStreamMessage
+
+from rubricd import wire
+from rubricd.keys import SUMMARIZERS
+from rubricd.messages import EventKind, RolloutAnalysis, StepClosed, StepSummary
+from rubricd_services.common import streams
+from rubricd_services.common.memory import MemoryItem, MemoryKind
+from rubricd_services.common.outage import LLM, WEAVIATE
+from rubricd_services.common.service import Clients
+from rubricd_services.common.usage import Metered
+
+from .effects import StepBook, StepState
+from .settings import SummarizerSettings
+from .summary import (
+    META_SUMMARIZER,
+    SUMMARIZER,
+    Agent,
+    StepInfo,
+    Summarized,
+    SummaryDraft,
+    by_instance,
+    load_template,
+    render,
+    render_chunk,
+    summarize_step,
+)
+
+SERVICE = "summarizer"
+log = logging.getLogger("rubricd.summarizer")
+
+
+class Summarizer:
+    """Keeps the step accounting and summarizes steps that are due."""
+
+    def __init__(self, settings: SummarizerSettings, clients: Clients) -> None:
+        self.settings = settings
+        metrics = clients.metrics
+        self.summaries = metrics.counter(
+            "rubricd_step_summaries", "step summaries: published, or failed (retried later)", ["outcome"]
+        )
+        self.open = metrics.gauge("rubricd_open_steps", "steps closed or counting analyses, not yet summarized")
+        self.keys = clients.keys
+        self.redis = clients.redis
+        self.llm = Metered(clients.gateway, clients.redis, clients.keys)
+        self.memory = clients.memory
+        self.outages = clients.outages
+        self.book = StepBook(
+            clients.redis,
+            self.keys,
+            SUMMARIZERS,
+            deadline_s=settings.step_deadline_s,
+            claim_ttl_s=settings.claim_ttl_s,
+            maxlen=settings.stream_maxlen,
+        )
+        self.templates = (
+            load_template(SUMMARIZER, settings.summarizer_prompt),
+            load_template(META_SUMMARIZER, settings.meta_summarizer_prompt),
+        )
+        self.prompt_chars = settings.agent(SUMMARIZER).prompt_chars(), settings.agent(META_SUMMARIZER).prompt_chars()
+        self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
+
+    async def on_step_closed(self, msg: RedisStreamMessage) -> None:
+        closed = streams.decode(msg.body, StepClosed, "step closure")
+        await self.book.closed(closed, time.time(), streams.entry_id(msg))
+        self.try_later(closed.run_id, closed.step)
+
+    async def on_analysis(self, msg: RedisStreamMessage) -> None:
+        analysis = streams.decode(msg.body, RolloutAnalysis, "analysis")
+        await self.book.analyzed(analysis, time.time(), streams.entry_id(msg), self.settings.rollouts_per_step)
+        self.try_later(analysis.run_id, analysis.step)
+
+    def try_later(self, run_id: str, step: int) -> None:
+        """Summarize the step in the background if it is due (one task per step in this process)."""
+        key = (run_id, step)
+        if key not in self._running:
+            task = asyncio.create_task(self.try_step(run_id, step))
+            self._running[key] = task
+            task.add_done_callback(lambda _: self._running.pop(key, None))
+
+    async def sweep(self) -> None:
+        """Try every open step: finish what crashed summarizers left, and steps whose deadline passed."""
+        steps = await self.book.open_steps()
+        self.open.set(len(steps))
+        for run_id, step in steps:
+            self.try_later(run_id, step)
+
+    async def stop(self) -> None:
+        for task in list(self._running.values()):
+            task.cancel()
+
+    async def try_step(self, run_id: str, step: int) -> None:
+        token = uuid.uuid4().hex
+        try:
+            state = await self.book.state(run_id, step)
+            now = time.time()
+            if not state.due(now) or not await self.book.claim(run_id, step, token, now):
+                return
+            async with self.holding(run_id, step, token):
+                await self.summarize(await self.book.state(run_id, step))
+            self.outages.up(LLM, WEAVIATE)
+        except Exception as e:
+            # Our claim now ends at the retry time; the sweeper then tries again.
+            if not self.outages.down(f"summarizing {run_id} step {step}", e):
+                log.exception("summarizing %s step %s failed", run_id, step)
+            self.summaries.labels("failed").inc()
+            with contextlib.suppress(Exception):
+                await self.book.hold(run_id, step, token, time.time() + self.settings.retry_after_s)
+                failed = streams.event(
+                    SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500]
+                )
+                await self.redis.xadd(
+                    self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True
+                )
+
+    @contextlib.asynccontextmanager
+    async def holding(self, run_id: str, step: int, token: str) -> AsyncIterator[None]:
+        """Renew our claim on the step every `claim_ttl_s / 3` while the body runs."""
+        ttl = self.settings.claim_ttl_s
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(ttl / 3)
+                with contextlib.suppress(Exception):  # Redis down: the claim may lapse; commit is still once
+                    await self.book.hold(run_id, step, token, time.time() + ttl)
+
+        renewing = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            renewing.cancel()
+
+    async def summarize(self, state: StepState) -> None:
+        """Summarize a claimed step: memory first (idempotent ids), then the summaries and the flag, once."""
+        analyses = await self.analyses(state)
+        missing = tuple(sorted(set(state.rollout_ids) - {a.rollout_id for a in analyses}))
+        summaries: list[StepSummary] = []
+        items: list[MemoryItem] = []
+        groups = by_instance(analyses, self.settings.rubrics_mode == "per_instance")
+        for instance_key, group in sorted(groups.items(), key=lambda kv: kv[0] or ""):
+            info = StepInfo(
+                state.run_id,
+                state.step,
+                instance_key,
+                expected=state.expected,
+                missing=missing,
+                missing_parts=state.missing_parts,
+            )
+            done = await summarize_step(
+                info,
+                group,
+                chunk_size=self.settings.chunk_size,
+                templates=self.templates,
+                summarizer=self.agent(SUMMARIZER, state.run_id),
+                meta_summarizer=self.agent(META_SUMMARIZER, state.run_id),
+                prompt_chars=self.prompt_chars,
+            )
+            summaries.append(done.summary)
+            items += memory_items(info, done)
+        await self.memory.put(items)
+        event = streams.event(
+            SERVICE,
+            EventKind.STEP_SUMMARIZED,
+            run_id=state.run_id,
+            step=state.step,
+            analyses=len(analyses),
+            missing=len(missing) if state.rollout_ids else max(0, (state.expected or 0) - len(analyses)),
+            hacking=",".join(sorted({p.type for s in summaries for p in s.reward_hacking})),
+            **({"parts": state.parts, "missing_parts": state.missing_parts} if state.parts else {}),
+        )
+        if not await self.book.commit(state.run_id, state.step, summaries, event, time.time()):
+            log.info("%s step %s was summarized by another summarizer meanwhile", state.run_id, state.step)
+            return
+        self.summaries.labels("published").inc()
+
+    async def analyses(self, state: StepState) -> list[RolloutAnalysis]:
+        """The step's analyses from memory, one per rollout (memory filters by step below; this by equality)."""
+        items = await self.memory.recent(
+            state.run_id, MemoryKind.ANALYSIS, limit=self.settings.max_analyses, before_step=state.step + 1
+        )
+        found: dict[str, RolloutAnalysis] = {}
+        for item in items:
+            if item.step == state.step and item.message:
+                analysis = wire.decode(item.message, RolloutAnalysis)
+                found[analysis.rollout_id] = analysis
+        return list(found.values())
+
+    def agent(self, name: str, run_id: str) -> Agent:
+        return functools.partial(self.llm.structured, run_id, name, type_=SummaryDraft)
+
+
+def memory_items(info: StepInfo, done: Summarized) -> list[MemoryItem]:
+    """The chunk summaries (ref = chunk index) and the step summary, as memories."""
+    where: dict[str, Any] = {"run_id": info.run_id, "step": info.step, "instance_key": info.instance_key}
+    items = [
+        MemoryItem(
+            kind=MemoryKind.CHUNK_SUMMARY,
+            ref=str(i),
+            text=render_chunk(info, i, draft),
+            message=msgspec.json.encode(draft),
+            **where,
+        )
+        for i, draft in enumerate(done.chunks)
+    ]
+    summary = done.summary
+    items.append(MemoryItem(kind=MemoryKind.STEP_SUMMARY, text=render(summary), message=wire.encode(summary), **where))
+    return items

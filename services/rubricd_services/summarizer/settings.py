@@ -1,0 +1,38 @@
+"""The summarizer's settings (env prefix RUBRICD_, see common.settings)."""
+
+from pydantic import Field
+
+from rubricd_services.common.prompts import PromptFile
+from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
+
+
+class SummarizerSettings(ServiceSettings):
+    max_in_flight: InFlight = 64
+    max_records: ReadSize = 32
+    rollouts_per_step: int | None = Field(
+        None, ge=1, description="close a step after this many analyses, without StepClosed"
+    )
+    step_deadline_s: float = Field(
+        600.0, gt=0, description="after a step closes, summarize it with what has arrived by then"
+    )
+    chunk_size: int = Field(
+        20, ge=1, description="analyses per chunk summary; chunks run in parallel, then a meta-summary"
+    )
+    claim_ttl_s: float = Field(
+        15.0,
+        gt=0,
+        description="a summarizer's claim on a step, renewed while it works, lapses this long after it died",
+    )
+    retry_after_s: float = Field(
+        10.0, gt=0, description="a step whose summary failed (LLM down, ...) is retried after this"
+    )
+    sweep_interval_s: float = Field(
+        1.0, gt=0, description="how often open steps are checked for completeness and deadlines"
+    )
+    max_analyses: int = Field(10_000, ge=1, description="most analyses of one step read from memory")
+    summarizer_prompt: PromptFile = Field(
+        None, description="chunk summary instructions; default: prompts/summarizer.md"
+    )
+    meta_summarizer_prompt: PromptFile = Field(
+        None, description="meta-summary instructions; default: prompts/meta_summarizer.md"
+    )

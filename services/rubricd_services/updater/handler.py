@@ -1,0 +1,130 @@
+"""The updater's worker: one step summary in, at most one new rubric set version, announced.
+
+Updates of one run (and instance) are serialized across processes by a Redis
+lock, and the store's compare-and-set makes a racing writer fail instead of
+overwriting. A summary redelivered after a crash finds the version its step
+already produced and only re-announces it: every step makes at most one
+version. After every summary, updated or not, the run's step marker advances:
+a trainer in synchronous mode waits on it (`RubricdClient.wait_for_rubrics`).
+An LLM that fails after its retries leaves the rubrics as they are (event
+`update_failed`) rather than holding that trainer up; a summary that fails
+otherwise is retried by reclaim, then dead-lettered (and its step advanced).
+"""
+
+import contextlib
+import logging
+
+import msgspec
+from faststream.redis.message import RedisStreamMessage
+
+from rubricd import wire
+from rubricd.keys import UPDATERS
+from rubricd.messages import Event, EventKind, StepSummary
+from rubricd_services.common import streams
+from rubricd_services.common.llm import LLMError
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.common.service import Clients
+from rubricd_services.common.usage import Metered
+
+from .effects import Effects
+from .settings import UpdaterSettings
+from .update import UPDATER, Limits, MemoryBudget, Outcome, Prompts, RubricUpdater
+
+SERVICE = "updater"
+log = logging.getLogger("rubricd.updater")
+
+
+class Updater:
+    """Turns one summaries entry into its effects: at most one new version, an announcement, the step marker."""
+
+    def __init__(self, settings: UpdaterSettings, clients: Clients) -> None:
+        self.settings = settings
+        metrics = clients.metrics
+        self.outcomes = metrics.counter(
+            "rubricd_step_updates", "step summaries handled, by outcome (the updater's event kind)", ["outcome"]
+        )
+        self.rubric_version = metrics.gauge(
+            "rubricd_rubric_version", "the run's current rubric version (global sets)", ["run_id"]
+        )
+        self.effects = Effects(
+            clients.redis, clients.keys, UPDATERS, maxlen=settings.stream_maxlen, lock_timeout_s=settings.lock_timeout_s
+        )
+        self.updater = RubricUpdater(
+            store=self.effects.store,
+            memory=clients.memory,
+            ask=Metered(clients.gateway, clients.redis, clients.keys).structured,
+            prompts=Prompts.load(settings.query_writer_prompt, settings.updater_prompt),
+            seeds=Seeds.load(settings),
+            limits=Limits(
+                settings.min_points, settings.max_points, settings.max_adaptive, tuple(settings.meta_classes)
+            ),
+            prompt_chars=settings.agent(UPDATER).prompt_chars(),
+            budget=MemoryBudget(
+                static=settings.static_memory,
+                dynamic=settings.dynamic_memory,
+                static_k=settings.static_k,
+                max_queries=settings.max_queries,
+                adaptive_queries=settings.adaptive_queries,
+                results_per_query=settings.results_per_query,
+            ),
+        )
+
+    async def handle(self, msg: RedisStreamMessage) -> None:
+        summary = streams.decode(msg.body, StepSummary, "step summary")
+        entry_id = streams.entry_id(msg)
+        events, announcement = await self.process(summary)
+        await self.effects.commit(entry_id, summary.run_id, summary.step, events, announcement)
+        for event in events:
+            self.outcomes.labels(event.kind).inc()
+            version = event.fields.get("version")
+            if isinstance(version, int) and event.fields.get("instance_key") is None:
+                self.rubric_version.labels(summary.run_id).set(version)
+
+    async def process(self, summary: StepSummary) -> tuple[list[Event], bytes | None]:
+        """The events to log and the RubricsUpdated to announce (if any) for one summary."""
+        instance_key = summary.instance_key if self.settings.rubrics_mode == "per_instance" else None
+        if summary.step % self.settings.update_frequency:
+            detail = f"update_frequency={self.settings.update_frequency}: rubrics are updated after steps 0, N, 2N, ..."
+            return [self.event(EventKind.UPDATE_SKIPPED, summary, detail=detail)], None
+        try:
+            async with self.effects.lock(summary.run_id, instance_key):
+                outcome = await self.updater.update(summary, instance_key)
+        except LLMError as e:
+            log.warning("run %s step %d: no update, the LLM failed: %s", summary.run_id, summary.step, e)
+            return [self.event(EventKind.UPDATE_FAILED, summary, detail=str(e))], None
+        return [self.outcome_event(summary, outcome)], wire.encode(outcome.update) if outcome.update else None
+
+    async def given_up(self, msg: RedisStreamMessage) -> None:
+        """A summary that keeps failing is dead-lettered; its step still advances so no trainer waits forever."""
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            summary = wire.decode(msg.body, StepSummary)
+            await self.effects.store.advance_step(summary.run_id, summary.step)
+
+    def outcome_event(self, summary: StepSummary, outcome: Outcome) -> Event:
+        for r in outcome.rejected:
+            log.warning(
+                "run %s step %d: dropped %s %s: %s", summary.run_id, summary.step, r.action, r.rubric_id, r.reason
+            )
+        fields: dict[str, object] = {"version": outcome.current.version, "instance_key": outcome.current.instance_key}
+        if outcome.update is not None:
+            update = outcome.update
+            fields |= {
+                "previous_version": update.previous_version,
+                "strategy": str(update.strategy),
+                "modifications": len(update.modifications),
+            }
+        if outcome.proposal is not None:
+            fields |= {
+                "strategy": str(outcome.proposal.strategy),
+                "queries": len(outcome.queries),
+                "consulted": ",".join(outcome.consulted),
+                "rejected": len(outcome.rejected),
+            }
+        detail = outcome.proposal.rationale if outcome.proposal else ""
+        if outcome.rejected:
+            detail += " | dropped: " + "; ".join(f"{r.action} {r.rubric_id}: {r.reason}" for r in outcome.rejected)
+        return self.event(outcome.kind, summary, detail=detail, **fields)
+
+    @staticmethod
+    def event(kind: EventKind, summary: StepSummary, **fields: object) -> Event:
+        return streams.event(SERVICE, kind, run_id=summary.run_id, step=summary.step, **fields)
