@@ -13,7 +13,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 # The demo's size: a real model on a CPU takes seconds a call, so its run is short (a few steps, few rollouts).
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,--steps 10 --rollouts 24)
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test test-under-load chaos bench schemas demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test test-under-load chaos bench schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -143,6 +143,11 @@ bench: install
 
 schemas: install
 	$(PY) -m rubricd.schema shared/schemas
+
+# The documentation site (mkdocs.yml, docs/) into build/site/; --strict: a broken link or anchor fails, and so does
+# a RUBRICD_ setting or `rubricd` command the docs or the README name but the code lacks (docs/hooks.py).
+docs: install
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 # The main job: the whole stack, a simulated training run of 10 steps (report in
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import pytest
 import redis as redis_sync
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from rubricd import wire
@@ -260,7 +261,8 @@ def stack_ports(base: int) -> dict[str, int]:
         "RUBRICD_WEAVIATE_GOSSIP_PORT": base + 3,  # data: + 1
         "RUBRICD_WEAVIATE_RAFT_PORT": base + 5,  # raft rpc: + 1
         "RUBRICD_SIMULATOR_PORT": base + 7,
-        "RUBRICD_METRICS_BASE_PORT": base + 8,  # scorer + 1, summarizer + 2, updater + 3, analyzer-i + 10 + i
+        "RUBRICD_METRICS_BASE_PORT": base
+        + 8,  # scorer + 1, summarizer + 2, updater + 3, gateway + 4, comparer + 5, analyzer-i + 10 + i
         "RUBRICD_MODEL_PORT": base + 21,  # the local model's server
     }
 
@@ -495,3 +497,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "stack" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def metric() -> Callable[..., float]:
+    """metric(page, name, **labels): the sum of the samples of NAME whose labels include LABELS, in a /metrics page."""
+
+    def value(page: str, name: str, **labels: str) -> float:
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(page)
+            for s in family.samples
+            if s.name == name and labels.items() <= s.labels.items()
+        )
+
+    return value

@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from rubricd.keys import ANALYZERS, JUDGES, SCORERS, SUMMARIZERS, UPDATERS, Keys
+from rubricd.keys import ANALYZERS, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd_services.common.service import ServiceApp
 from rubricd_services.common.settings import AGENT_DEFAULTS, LLMSettings
 from rubricd_services.gateway.settings import GatewaySettings
@@ -31,24 +31,24 @@ from rubricd_services.gateway.settings import GatewaySettings
 ROOT = Path(__file__).parents[1]
 K8S = ROOT / "deploy" / "k8s"
 KUBERNETES = "1.37"  # the API version the built-in kinds are checked against
-CONSUMERS = ("scorer", "analyzer", "summarizer", "updater")
+CONSUMERS = ("scorer", "comparer", "analyzer", "summarizer", "updater")
 METRICS_PORT = 9100  # rubricd-config's RUBRICD_METRICS_PORT
 GATEWAY_PORT = GatewaySettings.model_fields["gateway_port"].default
 
 # What each overlay renders: a test that validated nothing cannot pass.
 OVERLAYS = {
-    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 7},
+    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 8},
     "production": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 6},
-        **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 7},
+        **{"ScaledObject": 5, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
     "locked-down": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 6},
-        **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 7},
+        **{"ScaledObject": 5, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
     "external-redis": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 1, "Deployment": 6},
-        **{"ScaledObject": 4, "TriggerAuthentication": 1, "PodMonitor": 1},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 1, "Deployment": 7},
+        **{"ScaledObject": 5, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
 }
 
@@ -240,7 +240,8 @@ def test_the_simulator_is_only_in_the_demo_and_labelled_a_test_tool() -> None:
 def test_each_consumer_is_scaled_on_the_groups_it_reads() -> None:
     keys = Keys("rubricd")  # the namespace the manifests deploy (RUBRICD_NAMESPACE unset)
     expected = {
-        "scorer": {(keys.rollouts, SCORERS), (keys.comparisons, JUDGES)},
+        "scorer": {(keys.rollouts, SCORERS)},
+        "comparer": {(keys.comparisons, COMPARERS)},
         "analyzer": {(keys.scored, ANALYZERS)},
         "summarizer": {(keys.steps, SUMMARIZERS), (keys.analyses, SUMMARIZERS)},
         "updater": {(keys.summaries, UPDATERS)},

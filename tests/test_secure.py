@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, ConnectionError, NoPermissionError, TimeoutError
 
 from rubricd import Rollout, RubricdClient, wire
-from rubricd.keys import ANALYZERS, JUDGES, SCORERS, SUMMARIZERS, UPDATERS, Keys
+from rubricd.keys import ANALYZERS, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import JudgeStatus, Score
 
 pytestmark = pytest.mark.integration
@@ -232,7 +232,7 @@ async def test_keda_s_user_reads_each_group_s_backlog_and_nothing_else(run: Run)
     # What KEDA's redis-streams scaler sends, after its client's HELLO 3 (which redis-py says too, with protocol 3).
     consumed = {
         keys.rollouts: SCORERS,
-        keys.comparisons: JUDGES,
+        keys.comparisons: COMPARERS,
         keys.scored: ANALYZERS,
         keys.steps: SUMMARIZERS,
         keys.analyses: SUMMARIZERS,
@@ -273,7 +273,9 @@ async def test_no_secret_reaches_a_log_an_event_a_metric_or_a_dead_letter(run: R
     finally:
         await admin.aclose()
     started = [e for _, e in events if b'"service_started"' in e[wire.FIELD.encode()]]
-    assert len(started) == 5 and len(letters) == 1  # scorer, summarizer, updater, gateway, analyzer; the rejection
+    assert (
+        len(started) == 6 and len(letters) == 1
+    )  # scorer, comparer, summarizer, updater, gateway, analyzer; the rejection
     logs = {path.name: path.read_text() for path in (run.stack.stack_dir / "logs").glob("*.log")}
     assert {"scorer.log", "analyzer-1.log", "redis.log", "weaviate.log"} <= set(logs)
     places = {

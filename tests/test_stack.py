@@ -12,7 +12,6 @@ import httpx
 import psutil
 import pytest
 import weaviate
-from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 from weaviate.classes.config import Configure, DataType, Property
 
@@ -126,17 +125,9 @@ def test_simulator_is_healthy(stack) -> None:
     assert response.status_code == 200
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    """The sum of the samples of NAME whose labels include LABELS, in a /metrics page."""
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and labels.items() <= s.labels.items()
-    )
-
-
-async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(start_stack, fresh_ports) -> None:
+async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(
+    start_stack, fresh_ports, metric
+) -> None:
     """`stack.sh up` (what `make up` runs): analyzer workers and the summarizer turn a closed step into a summary,
     every service answers /health and counts what it did on /metrics, and no log holds the API key or rollout text."""
     secret = "sk-stacktest-0123456789abcdef"

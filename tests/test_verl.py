@@ -1,5 +1,5 @@
 """verl's reward loop for real (verl 0.9.1's RewardLoopManager, two Ray workers, its naive reward manager),
-scoring a batch through the README's verl reward function file with a scorer on the real stack
+scoring a batch through the docs' verl reward function file (docs/integrators/verl.md) with a scorer on the real stack
 (tests/frameworks/verl_reward_loop.py, in `make frameworks`'s venv): each sample's reward lands in verl's
 `rm_scores`, and every sample carries the same extra keys whatever its status (verl takes them from the first
 sample: a failed judge among judged ones once failed the step)."""

@@ -76,7 +76,7 @@ class ScoreTimeout(TimeoutError):
 
 
 class InvalidRollout(ValueError):
-    """A rollout (or comparison) the scorer would reject as sent; the message names the field."""
+    """A rollout (or comparison) the scorer (or the comparer) would reject as sent; the message names the field."""
 
 
 class PreferenceTimeout(TimeoutError):
@@ -91,7 +91,7 @@ class PreferenceTimeout(TimeoutError):
 
 
 def checked(message: Rollout | Comparison) -> bytes:
-    """The message's wire bytes, once they pass the same validation the scorer applies."""
+    """The message's wire bytes, once they pass the same validation the services apply."""
     data = wire.encode(message)
     try:
         wire.decode(data, type(message))

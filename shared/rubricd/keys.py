@@ -15,7 +15,7 @@ SCORERS = "scorers"
 ANALYZERS = "analyzers"
 SUMMARIZERS = "summarizers"
 UPDATERS = "updaters"
-JUDGES = "judges"  # the scorers' group on the comparisons stream (pairwise judging)
+COMPARERS = "comparers"
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -97,7 +97,7 @@ class Keys:
         return f"{self.namespace}:update-lock:{run_id}:{instance_key or GLOBAL}"
 
     def generation_lock(self, run_id: str, instance_key: str) -> str:
-        """Held (SET NX PX, renewed while it lives) by the one scorer writing an instance's rubric set with the
+        """Held (SET NX PX, renewed while it lives) by the one process (a scorer or a comparer) writing an instance's rubric set with the
         generator; the others wait for the set, and take the lock over if it expires (its holder died)."""
         return f"{self.namespace}:generation-lock:{run_id}:{instance_key}"
 
@@ -130,7 +130,7 @@ class Keys:
         return f"{self.namespace}:instance-prompts:{run_id}"
 
     def accuracy(self, run_id: str) -> str:
-        """Hash of a run's judge accuracy counts (scorer.accuracy.accuracy_increments), added with each committed
+        """Hash of a run's judge accuracy counts (rubricd.accuracy.accuracy_increments), added with each committed
         Preference: `v<version>:<count>`, `v<version>:class:<meta-class>:<count>` and `set:<instance>:<version>:
         <count>`; no expiry, like the run's rubric sets."""
         return f"{self.namespace}:accuracy:{run_id}"

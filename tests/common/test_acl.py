@@ -34,11 +34,14 @@ def allows(name: str, key: str) -> bool:
         ("scorer", keys.recorded("run")),
         ("scorer", keys.generation_lock("run", "instance")),
         ("scorer", keys.generation_failure("run", "instance")),
-        ("scorer", keys.failure(keys.comparisons, "1-0")),
-        ("scorer", keys.preference("run", "c1")),
-        ("scorer", keys.preferences("run")),
-        ("scorer", keys.instance_prompts("run")),
-        ("scorer", keys.accuracy("run")),
+        ("comparer", keys.failure(keys.comparisons, "1-0")),
+        ("comparer", keys.preference("run", "c1")),
+        ("comparer", keys.preferences("run")),
+        ("comparer", keys.instance_prompts("run")),
+        ("comparer", keys.accuracy("run")),
+        ("comparer", keys.rubric_set("run", "instance")),
+        ("comparer", keys.generation_lock("run", "instance")),
+        ("comparer", keys.replies("trainer-abc")),
         ("trainer", keys.comparisons),
         ("cli", keys.preferences("run")),
         ("cli", keys.accuracy("run")),
@@ -73,7 +76,11 @@ def test_each_role_reaches_the_keys_it_uses(name: str, key: str) -> None:
         ("scorer", keys.failure(keys.scored, "1-0")),  # another service's failure records
         ("analyzer", keys.score("run", "r1")),
         ("analyzer", keys.schedule("run")),
-        ("updater", keys.generation_lock("run", "instance")),  # generation is the scorer's alone
+        ("updater", keys.generation_lock("run", "instance")),  # generation is the scorer's and the comparer's
+        ("scorer", keys.comparisons),  # comparisons are the comparer's
+        ("scorer", keys.accuracy("run")),
+        ("comparer", keys.rollouts),
+        ("comparer", keys.score("run", "r1")),
         ("trainer", keys.class_stats("run", 3)),
         ("trainer", keys.preferences("run")),  # a run's judged comparisons are read by `rubricd export`
         ("analyzer", keys.accuracy("run")),
@@ -95,7 +102,19 @@ def test_a_trainer_name_that_could_prefix_another_s_is_refused() -> None:
 
 
 def test_the_acl_file_turns_default_off_and_holds_hashes_not_passwords() -> None:
-    users = ["admin", "scorer", "analyzer", "summarizer", "updater", "gateway", "cli", "keda", "trainer", "other"]
+    users = [
+        "admin",
+        "scorer",
+        "comparer",
+        "analyzer",
+        "summarizer",
+        "updater",
+        "gateway",
+        "cli",
+        "keda",
+        "trainer",
+        "other",
+    ]
     passwords = {name: f"password-of-{name}" for name in users}
     text = acl_file(keys, passwords, trainers=["trainer", "other"])
     lines = text.splitlines()

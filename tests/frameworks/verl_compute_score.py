@@ -1,4 +1,4 @@
-"""A verl custom reward function file, as the README's verl section writes it (the run, Redis and namespace
+"""A verl custom reward function file, as the docs' verl page writes it (the run, Redis and namespace
 from the environment): verl loads it by path in each of its reward loop's workers."""
 
 import atexit

@@ -11,7 +11,7 @@ from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Ro
 from rubricd.store import RubricStore
 from rubricd_services.scorer.schedule import ClassStats, Decision, Rule, Schedule, parse_stats
 
-from .test_service import metric, sim
+from .test_service import sim
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,7 @@ def check_rewards(scores: list[Score], undefined: str = "weighted_total") -> Non
 
 
 async def test_two_scorers_scoring_steps_in_parallel_give_each_step_one_class(
-    stack, redis, keys, start_scorer, fresh_ports
+    stack, redis, keys, start_scorer, fresh_ports, metric
 ):
     ports = [fresh_ports["RUBRICD_METRICS_BASE_PORT"] + i for i in (0, 1)]
     settings = {"reward_policy": "alternating", "max_records": 2, "max_in_flight": 8, "judge_cache_ttl_s": 0}

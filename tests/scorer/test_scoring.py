@@ -16,7 +16,7 @@ SET = RubricSet(
         Rubric(id="steps", criterion="steps", points=5, meta_class="completeness"),
     ],
 )
-RUBRICS = Rubrics(SET, judge.system_message(judge.load_template(), SET), step=0)
+RUBRICS = Rubrics(SET, judge.system_message(judge.load_template(), SET))
 ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=2, prompt="q", response="a")
 
 

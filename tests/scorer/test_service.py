@@ -5,7 +5,6 @@ import asyncio
 import httpx
 import msgspec
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from rubricd import RubricdClient, wire
 from rubricd.keys import SCORERS
@@ -384,18 +383,8 @@ def test_a_scorer_whose_endpoint_speaks_no_dialect_stops_at_start_saying_why(sta
     assert "no output_mode works with http://127.0.0.1:9/v1" in log and "json_schema: cannot connect" in log
 
 
-def metric(page: str, name: str, **labels: str) -> float:
-    """The sum of the samples of NAME whose labels include LABELS, in a /metrics page."""
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(page)
-        for s in family.samples
-        if s.name == name and labels.items() <= s.labels.items()
-    )
-
-
 async def test_the_same_content_is_judged_once_until_the_rubrics_change(
-    stack, redis, keys, start_scorer, fresh_ports, eventually
+    stack, redis, keys, start_scorer, fresh_ports, eventually, metric
 ):
     port = fresh_ports["RUBRICD_METRICS_BASE_PORT"]
     start_scorer(metrics_port=port)

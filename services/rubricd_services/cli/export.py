@@ -11,15 +11,15 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import wire
+from rubricd.accuracy import COUNTS, Accuracy
 from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import JudgedComparison, RubricSet
 from rubricd.store import RubricStore
-from rubricd_services.scorer.accuracy import COUNTS, Accuracy
 
 from .context import Context, StreamEntry
 
 HELP = """\
-Writes one JSON object a line (README: "Training records"):
+Writes one JSON object a line (docs/researchers/rubric-arm.md):
 
 - judge records ("record": "judge"), one per comparison judged in the run,
   oldest first: the prompt, the rubric set the judge used (version and

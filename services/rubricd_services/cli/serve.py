@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 # Services that read a consumer group: N processes of one are N consumers of its group.
-CONSUMERS = ("scorer", "analyzer", "summarizer", "updater")
+CONSUMERS = ("scorer", "comparer", "analyzer", "summarizer", "updater")
 # The gateway (HTTP in front of the scorer) and the simulator (an LLM stand-in for tests and the demo).
 SERVERS = ("gateway", "simulator")
 
@@ -20,7 +20,7 @@ SERVERS = ("gateway", "simulator")
 def add(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "serve",
-        help="run a service: scorer, analyzer, summarizer, updater, gateway, simulator",
+        help="run a service: scorer, comparer, analyzer, summarizer, updater, gateway, simulator",
         description="Run a service until SIGTERM/SIGINT, with its settings from RUBRICD_*. The simulator takes "
         "its own flags after its name (--host, --port, --latency-ms, --fail-rate, --failures, ...; RUBRICD_SIM_*).",
     )

@@ -27,7 +27,7 @@ from rubricd.keys import Keys
 from .limits import rate_key
 from .slots import slots_key
 
-SERVICES = ("scorer", "analyzer", "summarizer", "updater", "gateway")
+SERVICES = ("scorer", "comparer", "analyzer", "summarizer", "updater", "gateway")
 ADMIN, CLI, KEDA = "admin", "cli", "keda"
 # A trainer's name prefixes its client ids (`<name>-<random>`), so it may hold no '-': the pattern of
 # trainer `a` must not match the reply streams of a trainer `a-b`.
@@ -99,33 +99,45 @@ def services(keys: Keys) -> list[User]:
     rubric_sets = family(k.rubric_set("run"))
     llm = [family(slots_key(k.namespace, "endpoint")), family(rate_key(k.namespace, "endpoint"))]
     every = [k.events, k.dead_letters, family(k.usage("run")), *llm]  # what all services write (usage: HINCRBY)
+    generating = [family(k.generation_lock("run", "instance")), family(k.generation_failure("run", "instance"))]
     return [
         User(
             "scorer",
             # listen: XREAD; score records and kept verdicts: GET, SET; rubric sets: HGET, and the store's seed
             # script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
-            # statistics: HINCRBYFLOAT; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; pairwise
-            # judging (scorer.compare): the comparisons group, and the preference commit script's GET, SET, XADD,
-            # EXPIRE, HSETNX (instance prompts), HINCRBY (accuracy), then HGETALL of the accuracy; rubric
+            # statistics: HINCRBYFLOAT; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
             # (GET, SET, DEL)
             (*CONSUMER, *LLM_SLOTS, "xread", "get", "set", "del", "hget", "hincrbyfloat", "hsetnx"),
             keys=[
-                *consuming(k, k.rollouts, k.comparisons),
+                *consuming(k, k.rollouts),
                 family(k.score("run", "rollout")),
-                family(k.preference("run", "comparison")),
-                family(k.preferences("run")),
-                family(k.instance_prompts("run")),
-                family(k.accuracy("run")),
                 family(k.schedule("run")),
                 family(k.class_stats("run", 0)),
                 family(k.recorded("run")),
                 family(k.verdict("digest")),
-                family(k.generation_lock("run", "instance")),
-                family(k.generation_failure("run", "instance")),
+                *generating,
                 rubric_sets,
                 family(k.replies("c")),
                 k.scored,
+                *every,
+            ],
+            read=[k.rubrics_updated],
+        ),
+        User(
+            "comparer",
+            # listen: XREAD; rubric sets and generation as the scorer's; the preference commit script's GET, SET,
+            # XADD, EXPIRE, HSETNX (instance prompts), HINCRBY (accuracy), then HGETALL of the accuracy
+            (*CONSUMER, *LLM_SLOTS, "xread", "get", "set", "del", "hget", "hsetnx"),
+            keys=[
+                *consuming(k, k.comparisons),
+                family(k.preference("run", "comparison")),
+                family(k.preferences("run")),
+                family(k.instance_prompts("run")),
+                family(k.accuracy("run")),
+                *generating,
+                rubric_sets,
+                family(k.replies("c")),
                 *every,
             ],
             read=[k.rubrics_updated],

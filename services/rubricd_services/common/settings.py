@@ -51,7 +51,11 @@ class LLMSettings(BaseModel):
     """How one agent reaches its OpenAI-compatible endpoint."""
 
     # No credentials in the URL: the key goes in api_key (and is then masked everywhere).
-    base_url: str = Field("http://127.0.0.1:8099/v1", pattern=ENDPOINT_URL)
+    base_url: str = Field(
+        "http://127.0.0.1:8099/v1",
+        pattern=ENDPOINT_URL,
+        description="the OpenAI-compatible endpoint (default: the local simulator); no credentials in it",
+    )
     replicas: list[Annotated[str, Field(pattern=ENDPOINT_URL)]] = Field(
         [],
         description="more endpoints serving the same model as base_url (e.g. vLLM replicas), as a JSON list: each "
@@ -69,22 +73,34 @@ class LLMSettings(BaseModel):
         None,
         ge=1,
         description="tokens per minute per endpoint, across every process through Redis: a call books prompt "
-        "characters / 4 and its max_tokens, corrected with the usage its reply reports",
+        "characters / 2.5 and its max_tokens, corrected with the usage its reply reports",
     )
-    api_key: SecretStr = SecretStr("not-needed")
-    model: str = "rubricd-simulator"
-    output_mode: OutputMode = "json_schema"
+    api_key: SecretStr = Field(SecretStr("not-needed"), description="the endpoint's API key, masked in every log")
+    model: str = Field("rubricd-simulator", description="the model the endpoint serves")
+    output_mode: OutputMode = Field(
+        "json_schema",
+        description="how the endpoint is made to follow the answer's schema (its dialect): json_schema (OpenAI, "
+        "vLLM, llama-server, Ollama), json_object_schema (llama-cpp-python's server), guided_json (vLLM's field), "
+        "format (Ollama's field), json_object or text (schema in the prompt, tolerant parsing); auto probes the "
+        "endpoint once at start and keeps the first that works, or stops the service naming each one's failure",
+    )
     strict: bool = Field(
         True,
         description="json_schema: send OpenAI's strict form of the schema (objects closed, no length bounds, which "
         "strict mode refuses); false: the whole schema, its bounds included, for servers that enforce every keyword "
         "by grammar (llama-server, vLLM), so a small model cannot run on inside a string",
     )
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(3, ge=0, le=10)
-    backoff_s: float = Field(0.5, ge=0)
-    concurrency: int = Field(256, ge=1)
-    temperature: float = Field(0.0, ge=0, le=2)
+    timeout_s: float = Field(
+        60.0, gt=0, description="one attempt's timeout; unless set here, each agent's own default (AGENT_DEFAULTS)"
+    )
+    max_retries: int = Field(
+        3, ge=0, le=10, description="retries of a failed call (429, 5xx, timeout, invalid or truncated output)"
+    )
+    backoff_s: float = Field(
+        0.5, ge=0, description="the first backoff between attempts, doubled each retry (jittered, at most 30 s)"
+    )
+    concurrency: int = Field(256, ge=1, description="this agent's LLM calls at once, per process")
+    temperature: float = Field(0.0, ge=0, le=2, description="the sampling temperature of every call")
     max_tokens: int | None = Field(
         None, ge=1, description="the most tokens one answer may take; unset: the agent's default (see AGENT_DEFAULTS)"
     )
@@ -157,9 +173,15 @@ class ServiceSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore")
 
-    namespace: str = Field("rubricd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    redis_url: str = Field("redis://127.0.0.1:6399/0", pattern=r"^rediss?://")
-    redis_max_connections: int = Field(512, ge=8)
+    namespace: str = Field(
+        "rubricd", pattern=r"^[A-Za-z0-9_-]{1,64}$", description="prefix of every stream and key of the deployment"
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6399/0",
+        pattern=r"^rediss?://",
+        description="the deployment's Redis (rediss:// for TLS; a locked-down service's own user and password in it)",
+    )
+    redis_max_connections: int = Field(512, ge=8, description="the Redis connection pool's size, per process")
     graceful_timeout_s: float = Field(
         15.0,
         gt=0,
@@ -167,15 +189,22 @@ class ServiceSettings(BaseSettings):
         "cancelled (their entries then stay pending, and another consumer reclaims them); below the orchestrator's "
         "grace period (compose's stop_grace_period, Kubernetes' terminationGracePeriodSeconds)",
     )
-    weaviate_url: str = "http://127.0.0.1:8089"
-    weaviate_grpc_port: int = Field(50061, ge=1, le=65535)
+    weaviate_url: str = Field("http://127.0.0.1:8089", description="the evaluation memory's Weaviate (HTTP)")
+    weaviate_grpc_port: int = Field(50061, ge=1, le=65535, description="that Weaviate's gRPC port")
     weaviate_api_key: SecretStr | None = Field(None, description="sent to a Weaviate that requires an API key")
     # Vectors of the evaluation memory. `minilm`: all-MiniLM-L6-v2 in-process, offline.
     # `openai`: the gateway's agent named `embedder` (base_url/api_key from `llm` and
     # `agents.embedder`), e.g. RUBRICD_AGENTS__EMBEDDER__MODEL=text-embedding-3-small.
-    embedder: Literal["openai", "minilm"] = "minilm"
+    embedder: Literal["openai", "minilm"] = Field(
+        "minilm",
+        description="the memory's vectors: minilm (all-MiniLM-L6-v2 in-process, offline) or openai (the endpoint's "
+        "embeddings, the agent `embedder`)",
+    )
     llm: LLMSettings = LLMSettings()
-    agents: dict[str, dict[str, object]] = {}
+    agents: dict[str, dict[str, object]] = Field(
+        {},
+        description="per agent, the LLM settings that differ from `llm`: RUBRICD_AGENTS__<AGENT>__<FIELD> (below)",
+    )
     consumer: str = Field("", description="consumer name in the group; default host-pid")
     rubrics_mode: RubricsMode = Field("global", description="one rubric set per run, or one per run and instance key")
     meta_classes: list[Annotated[str, Field(pattern=META_CLASS)]] = Field(
@@ -221,7 +250,7 @@ class ServiceSettings(BaseSettings):
         None, ge=1, le=65535, description="serve /health and /metrics here; unset: no HTTP listener"
     )
     metrics_host: str = Field("127.0.0.1", description="address of that listener (0.0.0.0 in a container)")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="the lowest level logged")
     log_format: Literal["json", "text"] = Field("json", description="json: one object per line; text: for a terminal")
     log_rollout_text: bool = Field(
         False, description="log each rollout's prompt and response (off: logs name rollouts by id only)"

@@ -2,7 +2,7 @@
 
 Plain functions: a request body in, the samples to score out; the scores in, the body to answer. A sample
 without a reward (the judge failed, the alternating policy masked it, no score by the deadline) never gets a
-silent 0: each answer carries the closest form the framework can act on (the README says what each does).
+silent 0: each answer carries the closest form the framework can act on (docs/integrators says what each does).
 
 - OpenRLHF (`--remote_rm_url`): `{"query": [...], "prompts": [...], "labels": [...]}`, where each query is
   its prompt followed by the response (decoded with special tokens) -> `{"rewards", "scores", "extra_logs"}`,

@@ -32,7 +32,7 @@ class GatewaySettings(ServiceSettings):
     failed_reward: float = Field(
         0.0,
         description="the reward a contract that needs a number gets for a sample without one (judge failed, "
-        "masked, deadline), always beside a flag saying so (see the README per framework)",
+        "masked, deadline), always beside a flag saying so (see the docs per framework)",
     )
 
     @model_validator(mode="after")

@@ -4,33 +4,26 @@
   `max_in_flight` at once per process (the consumer pair of common.service);
   the stream is trimmed below what every group has acked (no MAXLEN bounds
   what trainers write);
-- the comparisons stream's `judges` group: each comparison is judged by one
-  scorer's pairwise judge (`compare`), with the scorer's rubric sets; trimmed
-  the same way;
 - the rubrics-updated stream, read by every scorer: drop the cached set so the
   next rollout uses the new version.
 """
 
 from faststream import FastStream
 
-from rubricd.keys import JUDGES, SCORERS
+from rubricd.keys import SCORERS
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
+from rubricd_services.rubrics.generation import GENERATOR
 
-from .compare import Comparer
-from .generate import GENERATOR
 from .handler import SERVICE, Scorer
 from .judge import JUDGE
-from .pairwise import PAIRWISE
 from .settings import ScorerSettings
 
 
 def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> FastStream:
-    app: ServiceApp[Scorer] = ServiceApp(SERVICE, settings, metrics, agents=[JUDGE, PAIRWISE, GENERATOR])
-    # A handler may wait for another scorer's generation of the prompt's rubrics, then generate them itself.
+    app: ServiceApp[Scorer] = ServiceApp(SERVICE, settings, metrics, agents=[JUDGE, GENERATOR])
+    # A handler may wait for another process's generation of the prompt's rubrics, then generate them itself.
     app.consume(app.keys.rollouts, SCORERS, Scorer.handle, agents=[JUDGE, GENERATOR, GENERATOR], trim=True)
-    compare = Comparer(settings, app.metrics).handle
-    app.consume(app.keys.comparisons, JUDGES, compare, agents=[PAIRWISE, GENERATOR, GENERATOR], trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
     return app.build(lambda clients: Scorer(settings, clients))
 

@@ -28,12 +28,14 @@ from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.common.streams import Notice, Rejected
+from rubricd_services.rubrics import generation
+from rubricd_services.rubrics.sets import RubricCache
 
-from . import cache, generate, judge
+from . import cache, judge
 from .cache import JudgeCache
 from .effects import Effects
 from .schedule import Decision, Schedule, candidates
-from .scoring import Judge, JudgeFailed, RubricCache, Rubrics, score_rollout
+from .scoring import Judge, JudgeFailed, Rubrics, preparer, score_rollout
 from .settings import ScorerSettings
 
 SERVICE = "scorer"
@@ -105,10 +107,9 @@ class Scorer:
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
-            template=judge.load_template(settings.judge_prompt),
             per_instance=settings.rubrics_mode == "per_instance",
-            prompt_chars=settings.agent(judge.JUDGE).prompt_chars(),
-            generator=generate.generator(settings, clients) if settings.generate_rubrics else None,
+            prepare=preparer(judge.load_template(settings.judge_prompt), self.judge_settings.prompt_chars()),
+            generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
         self.effects = Effects(
             clients.redis,

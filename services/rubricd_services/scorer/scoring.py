@@ -1,45 +1,28 @@
-"""Scoring one rollout: the rubric set in force, one judge call, the reward.
+"""Scoring one rollout: one judge call against the rubric set in force, the reward.
 
-Plain async Python: a test hands in a rubric store and a judge function and
+Plain async Python: a test hands in a rubric set and a judge function and
 needs no broker.
 """
 
-import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Score, instance_key
+from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Score
 from rubricd.reward import Policy, Undefined
-from rubricd.store import RubricStore
-from rubricd_services.common.seeds import Seeds
+from rubricd_services.rubrics.sets import InForce
 
 from . import judge
 
 if TYPE_CHECKING:
-    from .generate import Generation, Generator
+    from rubricd_services.rubrics.generation import Generation
 
 # (messages, the verdict type of the rubric list) -> an instance of that type
 Judge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[msgspec.Struct]]
-
-
-class Prompted(Protocol):
-    """What the rubric set of a prompt is found by (RubricCache.get): a Rollout, a Comparison."""
-
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def step(self) -> int: ...
-    @property
-    def prompt(self) -> str: ...
-    @property
-    def reference(self) -> str | None: ...
-    @property
-    def instance_key(self) -> str | None: ...
 
 
 class JudgeFailed(Exception):
@@ -52,7 +35,6 @@ class Rubrics:
 
     set: RubricSet
     system: str
-    step: int  # the newest rollout step this entry was checked against Redis for
     rollout_chars: int | None = None  # what of the judge's context window the rollout may fill (None: no limit)
     generation: "Generation | None" = None  # rubric generation: the set is the generator's, or the fallback
     generation_error: str | None = None  # a failed generation's (with generation fallback)
@@ -68,71 +50,16 @@ class Rubrics:
         return judge.verdict_type(self.ids)
 
 
-class RubricCache:
-    """The rubric set in force for each run (and instance), read from Redis once.
+def preparer(template: str, prompt_chars: int | None) -> Callable[[InForce], Rubrics]:
+    """How the rubric cache prepares a set for the judge, once per set: its system message, and what of the judge's
+    context window (`prompt_chars`, LLMSettings.prompt_chars) a rollout may fill."""
 
-    An entry is re-read when a RubricsUpdated names it (`invalidate`) and when
-    a rollout of a later step arrives, so a trainer that waits for step s's
-    rubrics before publishing step s+1 always gets them. A run without rubrics
-    is seeded from configuration; with a `generator`, a new instance without a
-    predefined set gets the generator's rubrics (scorer.generate), one load for
-    all the instance's concurrent rollouts in this process. A fallback (a failed
-    generation) is kept for the rest of its step: a later step's rollout
-    re-reads, and so retries.
-    """
+    def prepare(in_force: InForce) -> Rubrics:
+        system = judge.system_message(template, in_force.set)
+        rollout_chars = judge.rollout_chars(system, prompt_chars)
+        return Rubrics(in_force.set, system, rollout_chars, in_force.generation, in_force.generation_error)
 
-    def __init__(
-        self,
-        store: RubricStore,
-        seeds: Seeds,
-        template: str,
-        per_instance: bool,
-        prompt_chars: int | None = None,
-        generator: "Generator | None" = None,
-    ) -> None:
-        """`prompt_chars`: the judge's prompt budget (LLMSettings.prompt_chars); a rollout is cut to fit it."""
-        self.store = store
-        self.seeds = seeds
-        self.template = template
-        self.per_instance = per_instance
-        self.prompt_chars = prompt_chars
-        self.generator = generator if per_instance else None
-        self._entries: dict[tuple[str, str | None], asyncio.Future[Rubrics]] = {}
-
-    def key(self, prompted: Prompted) -> tuple[str, str | None]:
-        return prompted.run_id, instance_key(prompted) if self.per_instance else None
-
-    async def get(self, prompted: Prompted) -> Rubrics:
-        """The set in force for a rollout (or anything else carrying run, step, prompt and instance key)."""
-        key = self.key(prompted)
-        entry = self._entries.get(key)
-        if entry is not None and entry.done() and (entry.exception() or entry.result().step < prompted.step):
-            entry = None
-        if entry is None:
-            entry = self._entries[key] = asyncio.ensure_future(self._load(prompted, *key))
-        return await asyncio.shield(entry)
-
-    def invalidate(self, run_id: str, instance_key: str | None) -> bool:
-        """Forget the set of a run (and instance); True if it was cached."""
-        return self._entries.pop((run_id, instance_key), None) is not None
-
-    async def _load(self, prompted: Prompted, run_id: str, instance_key: str | None) -> Rubrics:
-        current: RubricSet | None
-        generation: Generation | None = None
-        error: str | None = None
-        if self.generator is not None and instance_key is not None and instance_key not in self.seeds.per_instance:
-            generated = await self.generator.rubric_set(prompted, instance_key, self.seeds.rubrics(instance_key))
-            current, generation, error = generated.set, generated.status, generated.error
-        else:
-            current = await self.store.current(run_id, instance_key)
-        if current is None:
-            rubrics = self.seeds.rubrics(instance_key)
-            seed = RubricSet(run_id=run_id, instance_key=instance_key, version=1, rubrics=rubrics)
-            current = await self.store.seed(seed)
-        system = judge.system_message(self.template, current)
-        return Rubrics(
-            current, system, prompted.step, judge.rollout_chars(system, self.prompt_chars), generation, error
-        )
+    return prepare
 
 
 async def score_rollout(

@@ -6,20 +6,21 @@ from rubricd.reward import POLICIES, Undefined
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
+from rubricd_services.rubrics.generation import GeneratorSettings
 
-from .generate import GeneratorSettings
-from .pairwise import PairwiseSettings
 from .schedule import Rule, Strategy
 
 
-class ScorerSettings(ServiceSettings, SeedSettings, PairwiseSettings, GeneratorSettings):
+class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings):
     max_in_flight: InFlight = 256
     max_records: ReadSize = 32
-    max_rollout_bytes: int = Field(1_000_000, ge=1024)
+    max_rollout_bytes: int = Field(
+        1_000_000, ge=1024, description="a larger rollout is dead-lettered (and answered rejected)"
+    )
     reward_policy: str = Field(
         "weighted_sum",
         description="weighted_sum: the reward is the weighted total; alternating: the score of the step's active "
-        "meta-class alone (ARL-RR, scorer.schedule)",
+        "meta-class alone (ARL-RR)",
     )
     undefined_class_reward: Undefined = Field(
         "weighted_total",
@@ -29,7 +30,7 @@ class ScorerSettings(ServiceSettings, SeedSettings, PairwiseSettings, GeneratorS
     schedule_strategy: Strategy = Field(
         "round_robin",
         description="alternating: how a step's meta-class is chosen, round_robin (the declared order), most_room "
-        "(the lowest recent mean) or largest_gain (the largest rise of the recent mean); scorer.schedule",
+        "(the lowest recent mean) or largest_gain (the largest rise of the recent mean)",
     )
     warmup_steps: int = Field(
         0, ge=0, description="alternating: the first N decided steps of a run get the weighted total"

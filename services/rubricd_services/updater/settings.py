@@ -28,8 +28,8 @@ class UpdaterSettings(ServiceSettings, SeedSettings):
     )
     results_per_query: int = Field(5, ge=1, le=50, description="memories retrieved per query")
     # Validation bounds
-    min_points: float = Field(-10.0, ge=-100, le=0)
-    max_points: float = Field(10.0, ge=0, le=100)
+    min_points: float = Field(-10.0, ge=-100, le=0, description="the lowest points a proposed rubric may have")
+    max_points: float = Field(10.0, ge=0, le=100, description="the highest points a proposed rubric may have")
     max_adaptive: int = Field(12, ge=0, description="most adaptive rubrics a set may hold")
     # Prompts
     query_writer_prompt: PromptFile = Field(

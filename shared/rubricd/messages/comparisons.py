@@ -1,10 +1,10 @@
 """Pairwise judging (Rubric-ARM): a comparison of two responses in, a Preference out.
 
 A trainer (or a data pipeline labelling preferences) publishes a Comparison on
-the comparisons stream; a scorer judges the two responses under the prompt's
+the comparisons stream; the comparer judges the two responses under the prompt's
 rubric set, in both orders, and replies with a Preference. With a `label`
 (the known better response) the Preference says whether the judge was
-`correct`, and the run's judge accuracy counts it (scorer.pairwise).
+`correct`, and the run's judge accuracy counts it (rubricd.accuracy).
 """
 
 from typing import Literal
@@ -61,7 +61,7 @@ class PairResult(msgspec.Struct, frozen=True, kw_only=True):
 class OrderJudgment(msgspec.Struct, frozen=True, kw_only=True):
     """What one judge call (one presentation order) decided, in A/B terms whatever the order.
 
-    `winner` and `gatekeeper` follow the rule of scorer.pairwise from the
+    `winner` and `gatekeeper` follow the rule of the comparer (comparer.pairwise) from the
     per-rubric verdicts; `points_a`/`points_b` are each response's net points
     (the points of the rubrics it meets, negative ones subtracting).
     `judge_preferred` and `judge_gatekeeper` are the judge's own stated

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from rubricd import wire
-from rubricd.keys import JUDGES, SCORERS
+from rubricd.keys import COMPARERS, SCORERS
 from rubricd.messages import Comparison, DeadLetter, Rollout
 from rubricd_services.common.streams import MAX_ECHOED_ID_CHARS
 
@@ -55,9 +55,11 @@ async def letters(redis, keys, count: int, eventually) -> list[DeadLetter]:
 
 
 async def test_a_rollout_with_an_id_outside_its_alphabet_is_answered_rejected_at_once(
-    stack, redis, keys, start_scorer, eventually
+    stack, redis, keys, start_service, eventually
 ):
-    start_scorer(max_rollout_bytes=4 * ONE_MB)  # the 1 MB id is refused for its alphabet, not the entry's size
+    start_service(
+        "scorer", max_rollout_bytes=4 * ONE_MB
+    )  # the 1 MB id is refused for its alphabet, not the entry's size
     reply_to = keys.replies("raw-trainer")
     sent: dict[tuple[str, str], str] = {}  # (run_id, rollout_id) echoed -> the field at fault
     for n, bad in enumerate(BAD_IDS.values()):
@@ -79,8 +81,10 @@ async def test_a_rollout_with_an_id_outside_its_alphabet_is_answered_rejected_at
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 
 
-async def test_a_rollout_over_the_size_limit_is_answered_with_its_ids_cut(stack, redis, keys, start_scorer, eventually):
-    start_scorer()  # max_rollout_bytes 1,000,000: a 1 MB id makes the entry too big
+async def test_a_rollout_over_the_size_limit_is_answered_with_its_ids_cut(
+    stack, redis, keys, start_service, eventually
+):
+    start_service("scorer")  # max_rollout_bytes 1,000,000: a 1 MB id makes the entry too big
     reply_to = keys.replies("raw-trainer")
     await redis.xadd(keys.rollouts, raw(rollout(), reply_to, rollout_id=BAD_IDS["1 MB"]))
     [answer] = await replies(redis, reply_to, 1, eventually)
@@ -91,9 +95,9 @@ async def test_a_rollout_over_the_size_limit_is_answered_with_its_ids_cut(stack,
 
 
 async def test_a_comparison_with_an_id_outside_its_alphabet_is_answered_rejected_at_once(
-    stack, redis, keys, start_scorer, eventually
+    stack, redis, keys, start_service, eventually
 ):
-    start_scorer()
+    start_service("comparer")
     reply_to = keys.replies("raw-publisher")
     pair = Comparison(run_id="pairs", comparison_id="c0", step=1, prompt="1 + 1?", response_a="2", response_b="3")
     await redis.xadd(keys.comparisons, raw(pair, reply_to, comparison_id="c 0"))
@@ -105,5 +109,5 @@ async def test_a_comparison_with_an_id_outside_its_alphabet_is_answered_rejected
         field = "run_id" if a["run_id"] == "" else "comparison_id"
         assert a["error"].startswith("malformed comparison") and f"`$.{field}`" in a["error"], a["error"]
     dead = await letters(redis, keys, 2, eventually)
-    assert all(d.stream == keys.comparisons and d.group == JUDGES for d in dead)
-    assert (await redis.xpending(keys.comparisons, JUDGES))["pending"] == 0
+    assert all(d.stream == keys.comparisons and d.group == COMPARERS for d in dead)
+    assert (await redis.xpending(keys.comparisons, COMPARERS))["pending"] == 0

@@ -9,7 +9,7 @@ version: the generator's reward in `rubricd export`). The position-consistency
 rate is consistent / judged in both orders.
 
 The counts live in one hash per run (Keys.accuracy), added to by the
-preference commit script (scorer.preferences) with the first Preference of a
+preference commit script (the comparer's effects) with the first Preference of a
 comparison only, so they are exactly what the committed preferences imply.
 """
 

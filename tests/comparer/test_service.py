@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from rubricd import InvalidRollout, RubricdClient, SyncRubricdClient, wire
-from rubricd.keys import JUDGES
+from rubricd.keys import COMPARERS
 from rubricd.messages import (
     Comparison,
     DeadLetter,
@@ -24,8 +24,6 @@ from rubricd.messages import (
 )
 from rubricd.store import RubricStore
 from rubricd_services.simulator.pairwise import PREFER_FIRST
-
-from .test_service import metric
 
 pytestmark = pytest.mark.integration
 
@@ -68,10 +66,10 @@ def cli(service_env: dict[str, str], *args: str) -> subprocess.CompletedProcess[
 
 
 async def test_labelled_comparisons_give_the_accuracy_the_labels_imply(
-    stack, redis, keys, start_scorer, service_env, fresh_ports
+    stack, redis, keys, start_comparer, service_env, fresh_ports, metric
 ) -> None:
     port = fresh_ports["RUBRICD_METRICS_BASE_PORT"]
-    start_scorer(metrics_port=port)
+    start_comparer(metrics_port=port)
     # 6 pairs, the right response in either position; 4 labelled right, 2 labelled wrong: accuracy 4/6.
     batch = [comparison(i, right_first=i % 2 == 0, label_right=i < 4) for i in range(6)]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
@@ -107,9 +105,9 @@ async def test_labelled_comparisons_give_the_accuracy_the_labels_imply(
 
 
 async def test_an_order_dependent_preference_is_reported_inconsistent_not_as_a_win(
-    stack, redis, keys, start_scorer, service_env
+    stack, redis, keys, start_comparer, service_env
 ) -> None:
-    start_scorer()
+    start_comparer()
     biased = comparison(0, right_first=True, prompt=f"{PREFER_FIRST} {QUESTION}")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         [p, fair] = await client.compare([biased, comparison(1, right_first=True)], timeout=60)
@@ -123,9 +121,9 @@ async def test_an_order_dependent_preference_is_reported_inconsistent_not_as_a_w
 
 
 async def test_a_malformed_comparison_is_dead_lettered_and_its_publisher_told(
-    stack, redis, keys, start_scorer, service_env, tmp_path, eventually
+    stack, redis, keys, start_comparer, service_env, tmp_path, eventually
 ) -> None:
-    start_scorer()
+    start_comparer()
     reply_to = keys.replies("raw-publisher")
     bad = {
         **msgspec.to_builtins(comparison(0, right_first=True)),
@@ -142,9 +140,9 @@ async def test_a_malformed_comparison_is_dead_lettered_and_its_publisher_told(
     assert "malformed comparison" in (rejected.error or "") and "label" in (rejected.error or "")
     [(_, letter_fields)] = await redis.xrange(keys.dead_letters)
     letter = wire.decode(wire.payload(letter_fields), DeadLetter)
-    assert (letter.stream, letter.group, letter.service) == (keys.comparisons, JUDGES, "scorer")
+    assert (letter.stream, letter.group, letter.service) == (keys.comparisons, COMPARERS, "comparer")
     assert letter.reason == rejected.error
-    pending = await redis.xpending(keys.comparisons, JUDGES)
+    pending = await redis.xpending(keys.comparisons, COMPARERS)
     assert pending["pending"] == 0
     assert await redis.xlen(keys.preferences("pairs")) == 0
 
@@ -163,8 +161,8 @@ async def test_a_malformed_comparison_is_dead_lettered_and_its_publisher_told(
     assert (judged.status, judged.winner, judged.correct) == (JudgeStatus.OK, "A", True)
 
 
-async def test_a_comparison_published_twice_is_judged_once(stack, redis, keys, start_scorer, service_env):
-    start_scorer()
+async def test_a_comparison_published_twice_is_judged_once(stack, redis, keys, start_comparer, service_env):
+    start_comparer()
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         first = await client.compare_one(comparison(0, right_first=True), timeout=30)
         # The same id with other content: the first Preference again, not a new judgment.
@@ -178,9 +176,9 @@ async def test_a_comparison_published_twice_is_judged_once(stack, redis, keys, s
 
 
 async def test_export_writes_the_judged_comparisons_as_judge_records(
-    stack, redis, keys, start_scorer, service_env, tmp_path
+    stack, redis, keys, start_comparer, service_env, tmp_path
 ) -> None:
-    start_scorer(pairwise_both_orders="false")
+    start_comparer(pairwise_both_orders="false")
     batch = [comparison(i, right_first=i % 2 == 0, label_right=i != 2) for i in range(5)]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         preferences = await client.compare(batch, timeout=60)
@@ -207,9 +205,9 @@ async def test_export_writes_the_judged_comparisons_as_judge_records(
 
 
 async def test_export_rewards_a_generated_rubric_set_with_the_accuracy_it_led_to(
-    stack, redis, keys, start_scorer, service_env
+    stack, redis, keys, start_comparer, service_env
 ) -> None:
-    start_scorer(rubrics_mode="per_instance")
+    start_comparer(rubrics_mode="per_instance")
     rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
     generated = RubricSet(
         run_id="pairs",
@@ -236,8 +234,8 @@ async def test_export_rewards_a_generated_rubric_set_with_the_accuracy_it_led_to
     assert sum(r["correct"] for r in judged) == 3
 
 
-async def test_the_sync_client_compares_a_batch(stack, keys, start_scorer) -> None:
-    start_scorer()
+async def test_the_sync_client_compares_a_batch(stack, keys, start_comparer) -> None:
+    start_comparer()
     batch = [comparison(i, right_first=i == 0) for i in range(2)]
 
     def compare() -> list[Preference]:
@@ -248,8 +246,8 @@ async def test_the_sync_client_compares_a_batch(stack, keys, start_scorer) -> No
     assert [(p.comparison_id, p.winner, p.correct) for p in preferences] == [("c0", "A", True), ("c1", "B", True)]
 
 
-async def test_a_failed_judge_is_a_status_never_a_winner(stack, redis, keys, start_scorer, service_env) -> None:
-    start_scorer()
+async def test_a_failed_judge_is_a_status_never_a_winner(stack, redis, keys, start_comparer, service_env) -> None:
+    start_comparer()
     failing = msgspec.structs.replace(comparison(0, right_first=True), response_b="[sim:fail=500] The sum is 41.")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         [p] = await client.compare([failing], timeout=60)
@@ -262,9 +260,9 @@ async def test_a_failed_judge_is_a_status_never_a_winner(stack, redis, keys, sta
 
 
 async def test_comparisons_of_a_new_prompt_are_judged_under_its_generated_set_and_reward_the_generator(
-    stack, redis, keys, start_scorer, service_env
+    stack, redis, keys, start_comparer, service_env
 ) -> None:
-    start_scorer(rubrics_mode="per_instance", generate_rubrics="true")
+    start_comparer(rubrics_mode="per_instance", generate_rubrics="true")
     # 4 pairs of a prompt never seen: the first comparison has the generator write its set; 3 labels are right.
     batch = [
         msgspec.structs.replace(comparison(i, right_first=i % 2 == 0, label_right=i != 3), instance_key="gen")
@@ -293,9 +291,9 @@ async def test_comparisons_of_a_new_prompt_are_judged_under_its_generated_set_an
 
 
 async def test_a_reply_to_outside_the_reply_streams_or_not_a_stream_is_dead_lettered(
-    stack, redis, keys, start_scorer, eventually
+    stack, redis, keys, start_comparer, eventually
 ):
-    start_scorer()
+    start_comparer()
     squatted = keys.replies("squatted")
     await redis.set(squatted, "not a stream")
     sent = [

@@ -2,8 +2,8 @@
 
 Plain Python: a test hands in rubrics and judge answers and needs no broker.
 
-**The judge call.** The judge sees the prompt's rubric set (the one the scorer
-uses for that prompt) and both responses as data, labelled `first` and
+**The judge call.** The judge sees the prompt's rubric set (the one a rollout
+of that prompt is scored with) and both responses as data, labelled `first` and
 `second`, and answers per rubric whether each response meets it, with the
 criterion it takes as decisive (`gatekeeper`), its own preference and a
 justification (`answer_type`). With RUBRICD_PAIRWISE_BOTH_ORDERS (default on)
@@ -35,7 +35,7 @@ winners (a tie in one order and a win in the other included) make the
 Preference inconsistent: `winner` None, no gatekeeper, and a justification
 naming what each order decided. Asked in one order only, `consistent` is None.
 
-The judge's accuracy on labelled comparisons is counted in `scorer.accuracy`.
+The judge's accuracy on labelled comparisons is counted in `rubricd.accuracy`.
 """
 
 import asyncio
@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
-from pydantic import BaseModel, Field
 
 from rubricd.messages import (
     Comparison,
@@ -61,38 +60,11 @@ from rubricd.messages import (
     Winner,
 )
 from rubricd_services.common import prompts
-from rubricd_services.common.prompts import PromptFile
 
 PAIRWISE = "pairwise"  # the agent: its settings are `agents.pairwise`, its prompt prompts/pairwise.md
 MAX_EXPLANATION_CHARS = 300
 MAX_JUSTIFICATION_CHARS = 600
 _FRAME_CHARS = 120  # the data block's tags, keys and quoting around the comparison's texts
-
-
-class PairwiseSettings(BaseModel):
-    """The scorer's settings for comparisons (mixed into ScorerSettings)."""
-
-    pairwise_both_orders: bool = Field(
-        True,
-        description="ask the pairwise judge in both orders (A first, B first); a preference that flips with the "
-        "order is reported inconsistent, with no winner",
-    )
-    pairwise_ties: bool = Field(
-        True,
-        description="two responses with equal net points under the rubrics tie; false: the judge's gatekeeper "
-        "criterion, else its stated preference, decides (scorer.pairwise)",
-    )
-    pairwise_prompt: PromptFile = Field(None, description="pairwise judge instructions; default: prompts/pairwise.md")
-    max_comparison_bytes: int = Field(2_000_000, ge=1024, description="a larger comparison is rejected")
-    preferences_maxlen: int = Field(
-        100_000,
-        ge=100,
-        description="committed comparisons kept per run for `rubricd export` (<ns>:preferences:<run>, trimmed "
-        "past this); each entry is the comparison and its Preference, about 2 x the texts + 0.3 KB per rubric",
-    )
-    preferences_ttl_s: int = Field(
-        30 * 24 * 3600, ge=60, description="a run's kept comparisons expire this long after its last one"
-    )
 
 
 # The judge's answer: first the per-rubric verdicts, then its decisive criterion, preference and why.

@@ -12,7 +12,7 @@ instructions), and the updater evolves it like any other.
 
 **One generation per (run, instance), across processes.** Inside a process the
 rubric cache shares one load among concurrent rollouts (scoring.RubricCache);
-across processes the scorer that takes the instance's lock (`Keys.
+across processes the process that takes the instance's lock (`Keys.
 generation_lock`: SET NX PX, renewed while its holder lives) generates, and the
 others wait until the lock is gone, then read what it left: the set, or a
 failure. A holder that dies lets its lock expire (`generation_lock_s`), and a
@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, TypeVar, cast
+from typing import Annotated, Literal, TypeVar, cast
 
 import msgspec
 from pydantic import BaseModel, Field, model_validator
@@ -56,14 +56,11 @@ from rubricd_services.common.llm import LLMError
 from rubricd_services.common.outage import dependency
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.service import Clients
+from rubricd_services.common.settings import ServiceSettings
 
-from .scoring import Prompted
-
-if TYPE_CHECKING:
-    from .settings import ScorerSettings
+from .sets import Prompted
 
 GENERATOR = "generator"  # the agent: its settings are `agents.generator`, its prompt prompts/generator.md
-SERVICE = "scorer"
 RULES = ("hard_rule", "principle")
 MIN_POINTS, MAX_POINTS = -10.0, 10.0
 MAX_CRITERION_CHARS = 300
@@ -71,7 +68,7 @@ PHRASE = "The response"
 _FRAME_CHARS = 200  # the data blocks' tags, keys and quoting around the prompt's texts
 _POLL_S = (0.02, 0.25)  # a waiter's first and longest pause between looks at the lock
 
-log = logging.getLogger("rubricd.scorer")
+log = logging.getLogger("rubricd.rubrics")
 T = TypeVar("T")
 # (run id, agent, messages, answer type) -> an answer of that type; the call is made for that run (usage.Metered)
 Ask = Callable[[str, str, list[dict[str, str]], type[T]], Awaitable[T]]
@@ -79,7 +76,7 @@ Generation = Literal["generated", "fallback"]
 
 
 class GeneratorSettings(BaseModel):
-    """The scorer's rubric generation settings (mixed into ScorerSettings)."""
+    """Rubric generation settings (mixed into the scorer's and the comparer's)."""
 
     generate_rubrics: bool = Field(
         False,
@@ -92,7 +89,7 @@ class GeneratorSettings(BaseModel):
     generation_lock_s: float = Field(
         10.0,
         ge=1,
-        description="the generation lock's lifetime, renewed every third of it while its holder lives: a scorer "
+        description="the generation lock's lifetime, renewed every third of it while its holder lives: a process "
         "that dies while generating holds the instance's other rollouts up this long",
     )
 
@@ -322,13 +319,14 @@ class Generator:
     lock_s: float = 10.0
     prompt_chars: int | None = None
     events_maxlen: int = 100_000
+    service: str = "scorer"  # the service its events name (the scorer, the comparer)
 
     def __post_init__(self) -> None:
         self.store = RubricStore(self.redis, self.keys)
         self.prompt_sha256 = hashlib.sha256(self.template.encode()).hexdigest()
 
     async def rubric_set(self, prompted: Prompted, instance_key: str, seed: Sequence[Rubric]) -> Generated:
-        """The instance's set: its stored one, the one generated now (here or by another scorer, waited for), or
+        """The instance's set: its stored one, the one generated now (here or by another process, waited for), or
         the seed rubrics (`seed`, the instance's would-be seed set) when generation failed at this step."""
         lock_name = self.keys.generation_lock(prompted.run_id, instance_key)
         while True:
@@ -340,7 +338,7 @@ class Generator:
                 async with self._held(lock):
                     decided = await self._decided(prompted, instance_key, seed)  # another holder may have finished
                     return decided or await self._generate(prompted, instance_key, seed)
-            log.info("rubric set %s/%s waits for another scorer's generation", prompted.run_id, instance_key)
+            log.info("rubric set %s/%s waits for another process's generation", prompted.run_id, instance_key)
             await self._wait_released(lock_name)
 
     async def _decided(self, prompted: Prompted, instance_key: str, seed: Sequence[Rubric]) -> Generated | None:
@@ -446,14 +444,14 @@ class Generator:
                 await lock.release()
 
     async def _wait_released(self, name: str) -> None:
-        """Until no scorer holds the lock (it finished, or died and the lock expired)."""
+        """Until no process holds the lock (it finished, or died and the lock expired)."""
         pause = _POLL_S[0]
         while await self.redis.get(name) is not None:
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_S[1])
 
     async def _event(self, kind: EventKind, prompted: Prompted, detail: str, **fields: object) -> None:
-        event = streams.event(SERVICE, kind, run_id=prompted.run_id, step=prompted.step, detail=detail, **fields)
+        event = streams.event(self.service, kind, run_id=prompted.run_id, step=prompted.step, detail=detail, **fields)
         await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.events_maxlen, approximate=True)
 
 
@@ -468,8 +466,9 @@ def _stored(current: RubricSet | None) -> Generated:
     return Generated(current, "generated" if current.generated_by is not None else None)
 
 
-def generator(settings: "ScorerSettings", clients: Clients) -> Generator:
-    """The scorer's generator: the `generator` agent through the gateway, each call added to its run's usage."""
+def generator(settings: ServiceSettings, clients: Clients, service: str) -> Generator:
+    """A service's generator: the `generator` agent through the gateway, each call added to its run's usage."""
+    assert isinstance(settings, GeneratorSettings)
     agent = settings.agent(GENERATOR)
     return Generator(
         clients.redis,
@@ -482,4 +481,5 @@ def generator(settings: "ScorerSettings", clients: Clients) -> Generator:
         lock_s=settings.generation_lock_s,
         prompt_chars=agent.prompt_chars(),
         events_maxlen=settings.stream_maxlen,
+        service=service,
     )

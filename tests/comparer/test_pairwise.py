@@ -3,10 +3,10 @@
 import msgspec
 import pytest
 
+from rubricd.accuracy import accuracy_increments, parse_accuracy
 from rubricd.messages import Comparison, JudgeStatus, OrderJudgment, Preference, Rubric, RubricSet
-from rubricd_services.scorer import pairwise
-from rubricd_services.scorer.accuracy import accuracy_increments, parse_accuracy
-from rubricd_services.scorer.pairwise import Answer, PairwiseFailed, aggregate, decide, judgment
+from rubricd_services.comparer import pairwise
+from rubricd_services.comparer.pairwise import Answer, PairwiseFailed, aggregate, decide, judgment
 from rubricd_services.simulator import pairwise as simulated
 
 RUBRICS = [

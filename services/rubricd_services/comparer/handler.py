@@ -1,16 +1,13 @@
-"""The scorer's second worker: one comparisons entry in, one committed Preference out (or a dead letter).
+"""The comparer's worker: one comparisons entry in, one committed Preference out (or a dead letter).
 
 `handle` validates the entry, gets the prompt's rubric set exactly as a
-rollout of that prompt gets it (the scorer's own RubricCache: per-instance and
-generated sets apply), asks the pairwise judge in one or both orders
-(`pairwise`), and commits the Preference with the run's judge accuracy, its
-event, the reply and the calls' usage in one step (`preferences`). A
-comparison that can never be judged as sent is rejected: it goes to the dead
-letters, and the publisher, if it said where, gets a `rejected` Preference.
-Any other failure leaves the entry pending for a reclaim to retry.
-
-It runs in the scorer's process and shares its clients: `create_app` makes
-the Comparer with the metrics, and each entry reaches it with the Scorer.
+rollout of that prompt gets it (rubrics.sets: per-instance and generated sets
+apply), asks the pairwise judge in one or both orders (`pairwise`), and
+commits the Preference with the run's judge accuracy, its event, the reply and
+the calls' usage in one step (`effects`). A comparison that can never be
+judged as sent is rejected: it goes to the dead letters, and the publisher, if
+it said where, gets a `rejected` Preference. Any other failure leaves the
+entry pending for a reclaim to retry.
 """
 
 import logging
@@ -22,27 +19,26 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.keys import JUDGES, InvalidKey
-from rubricd.messages import (
-    Comparison,
-    Event,
-    EventKind,
-    JudgeStatus,
-    Preference,
-)
+from rubricd.accuracy import Accuracy, parse_accuracy
+from rubricd.keys import COMPARERS, InvalidKey
+from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
+from rubricd.store import RubricStore
 from rubricd_services.common import streams, usage
 from rubricd_services.common.llm import Completion, LLMError
 from rubricd_services.common.metrics import Metrics
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.common.service import Clients
 from rubricd_services.common.streams import Notice, Rejected
+from rubricd_services.rubrics import generation
+from rubricd_services.rubrics.sets import InForce, RubricCache
 
 from . import pairwise
-from .accuracy import Accuracy, parse_accuracy
-from .handler import SERVICE, Scorer
+from .effects import PreferenceEffects
 from .pairwise import PairwiseFailed
-from .preferences import PreferenceEffects
-from .settings import ScorerSettings
+from .settings import ComparerSettings
 
-log = logging.getLogger("rubricd.scorer.compare")
+SERVICE = "comparer"
+log = logging.getLogger("rubricd.comparer")
 
 
 class PairwiseMetrics:
@@ -56,7 +52,7 @@ class PairwiseMetrics:
         self.accuracy = metrics.gauge(
             "rubricd_judge_accuracy",
             "pairwise judge accuracy (correct / labelled) of the run's rubric version, after its latest labelled "
-            "comparison this scorer judged",
+            "comparison this comparer judged",
             ["run_id", "rubric_version"],
         )
         self.consistency = metrics.gauge(
@@ -77,43 +73,55 @@ class PairwiseMetrics:
         self.preferences.labels(p.status, outcome).inc()
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A rubric set ready to judge comparisons with: the set in force and its pairwise system message."""
+
+    in_force: InForce
+    system: str
+
+
 class Comparer:
-    """Turns one comparisons entry into one committed Preference, with the Scorer's clients and rubric sets."""
+    """Turns one comparisons entry into one committed Preference."""
 
-    def __init__(self, settings: ScorerSettings, metrics: Metrics) -> None:
+    def __init__(self, settings: ComparerSettings, clients: Clients) -> None:
         self.settings = settings
-        self.metrics = PairwiseMetrics(metrics)
-        self.template = pairwise.load_template(settings.pairwise_prompt)
+        self.metrics = PairwiseMetrics(clients.metrics)
+        self.keys = clients.keys
+        self.redis = clients.redis
+        self.gateway = clients.gateway
         self.agent = settings.agent(pairwise.PAIRWISE)
-        self._effects: PreferenceEffects | None = None
+        template = pairwise.load_template(settings.pairwise_prompt)
+        self.rubrics = RubricCache(
+            RubricStore(clients.redis, self.keys),
+            seeds=Seeds.load(settings),
+            per_instance=settings.rubrics_mode == "per_instance",
+            prepare=lambda in_force: Prepared(in_force, pairwise.system_message(template, in_force.set)),
+            generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
+        )
+        self.effects = PreferenceEffects(
+            clients.redis,
+            self.keys,
+            COMPARERS,
+            preference_ttl_s=settings.preference_ttl_s,
+            maxlen=settings.stream_maxlen,
+            reply_ttl_s=settings.reply_ttl_s,
+            kept_maxlen=settings.preferences_maxlen,
+            kept_ttl_s=settings.preferences_ttl_s,
+        )
 
-    def effects(self, scorer: Scorer) -> PreferenceEffects:
-        if self._effects is None:
-            s = self.settings
-            self._effects = PreferenceEffects(
-                scorer.redis,
-                scorer.keys,
-                JUDGES,
-                preference_ttl_s=s.score_ttl_s,
-                maxlen=s.stream_maxlen,
-                reply_ttl_s=s.reply_ttl_s,
-                kept_maxlen=s.preferences_maxlen,
-                kept_ttl_s=s.preferences_ttl_s,
-            )
-        return self._effects
-
-    async def handle(self, scorer: Scorer, msg: RedisStreamMessage) -> None:
-        comparison = self.validate(scorer, msg.body)
+    async def handle(self, msg: RedisStreamMessage) -> None:
+        comparison = self.validate(msg.body)
         calls = Calls()
         # Published again (or redelivered after its commit): no judge calls, the commit replies its first Preference.
-        stored = await scorer.redis.get(scorer.keys.preference(comparison.run_id, comparison.comparison_id))
+        stored = await self.redis.get(self.keys.preference(comparison.run_id, comparison.comparison_id))
         if stored is not None:
             preference = wire.decode(stored, Preference)
         else:
-            preference = await self.judge(scorer, comparison, calls)
+            preference = await self.judge(comparison, calls)
         event = self.event(comparison, preference)
         spent = calls.usage(self.agent.model)
-        if not await self.effects(scorer).commit(streams.entry_id(msg), comparison, preference, event, spent):
+        if not await self.effects.commit(streams.entry_id(msg), comparison, preference, event, spent):
             log.info(
                 "comparison %s/%s was already judged; replied with its first preference",
                 comparison.run_id,
@@ -122,16 +130,22 @@ class Comparer:
             return
         self.metrics.observe(preference)
         if preference.status is JudgeStatus.OK and preference.label is not None:
-            await self.report_accuracy(scorer, preference)
+            await self.report_accuracy(preference)
 
-    async def judge(self, scorer: Scorer, comparison: Comparison, calls: "Calls") -> Preference:
+    async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
+        """Drop the cached set of the updated run (and instance): its next comparison loads the new version."""
+        update = wire.decode(msg.body, RubricsUpdated)
+        self.rubrics.invalidate(update.run_id, update.instance_key)
+
+    async def judge(self, comparison: Comparison, calls: "Calls") -> Preference:
         # The rubric set of the prompt, found as a rollout's is (run, step, prompt, instance key).
-        rubrics = await scorer.rubrics.get(comparison)
+        prepared = await self.rubrics.get(comparison)
+        rubrics = prepared.in_force
         preference = await pairwise.judge_comparison(
             comparison,
             rubrics.set,
-            pairwise.system_message(self.template, rubrics.set),
-            self.caller(scorer, calls),
+            prepared.system,
+            self.caller(calls),
             both_orders=self.settings.pairwise_both_orders,
             ties=self.settings.pairwise_ties,
             max_chars=self.agent.prompt_chars(),
@@ -142,10 +156,10 @@ class Comparer:
             preference, rubrics_generation=rubrics.generation, rubrics_generation_error=rubrics.generation_error
         )
 
-    def caller(self, scorer: Scorer, calls: "Calls") -> pairwise.PairJudge:
+    def caller(self, calls: "Calls") -> pairwise.PairJudge:
         async def call(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
             try:
-                done = await scorer.gateway.structured(pairwise.PAIRWISE, messages, answer)
+                done = await self.gateway.structured(pairwise.PAIRWISE, messages, answer)
             except LLMError as e:
                 raise PairwiseFailed(str(e)) from None
             calls.completions.append(done)
@@ -153,11 +167,11 @@ class Comparer:
 
         return call
 
-    async def report_accuracy(self, scorer: Scorer, p: Preference) -> None:
+    async def report_accuracy(self, p: Preference) -> None:
         """The run's accuracy at `p`'s rubric version, now: in the gauges and a judge_accuracy event (bookkeeping:
         a failure is logged, the Preference is committed)."""
         try:
-            fields = await scorer.redis.hgetall(scorer.keys.accuracy(p.run_id))
+            fields = await self.redis.hgetall(self.keys.accuracy(p.run_id))
             counts = parse_accuracy(fields).versions.get(p.rubric_version, Accuracy())
             labels = (p.run_id, str(p.rubric_version))
             if counts.accuracy is not None:
@@ -175,13 +189,13 @@ class Comparer:
                 labelled=counts.labelled,
                 consistency=counts.consistency,
             )
-            await scorer.redis.xadd(
-                scorer.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
+            await self.redis.xadd(
+                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
             )
         except Exception:
             log.exception("reporting the judge accuracy of run %s failed", p.run_id)
 
-    def validate(self, scorer: Scorer, body: bytes) -> Comparison:
+    def validate(self, body: bytes) -> Comparison:
         """The comparison, or Rejected (counted, and with a rejected Preference for the publisher if it said
         where)."""
         try:
@@ -190,16 +204,16 @@ class Comparer:
                 raise Rejected(f"oversized comparison: {len(body)} bytes > max_comparison_bytes={limit}")
             comparison = streams.decode(body, Comparison, "comparison")
             if comparison.reply_to is not None:
-                scorer.keys.check_reply_to(comparison.reply_to)
+                self.keys.check_reply_to(comparison.reply_to)
             return comparison
         except (Rejected, InvalidKey) as e:
             self.metrics.preferences.labels(JudgeStatus.REJECTED, "none").inc()
-            raise Rejected(str(e), notify=self.rejection(scorer, body, str(e))) from None
+            raise Rejected(str(e), notify=self.rejection(body, str(e))) from None
 
-    def rejection(self, scorer: Scorer, body: bytes, reason: str) -> Notice | None:
+    def rejection(self, body: bytes, reason: str) -> Notice | None:
         """A rejected Preference for the publisher, if the entry names a valid reply stream and its ids are
         strings (echoed even if they are outside their alphabet: `streams.sender`)."""
-        sender = streams.sender(body, scorer.keys, "comparison_id")
+        sender = streams.sender(body, self.keys, "comparison_id")
         if sender is None:
             return None
         preference = Preference(

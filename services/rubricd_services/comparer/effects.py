@@ -4,7 +4,7 @@ One Lua script stores the Preference (only if the comparison has none yet),
 appends the comparison with it to the run's kept comparisons (Keys.preferences,
 what `rubricd export` reads; and the prompt of its rubric set's instance,
 Keys.instance_prompts), adds it to the run's judge accuracy
-(Keys.accuracy, scorer.pairwise.accuracy_increments; only with the first
+(Keys.accuracy, rubricd.accuracy.accuracy_increments; only with the first
 Preference, so the counts are exactly what the committed preferences imply),
 logs the event, replies to the publisher, adds the judge calls to the run's
 usage and acks the entry. Either all of that happens or none of it (what could
@@ -19,11 +19,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rubricd import wire
+from rubricd.accuracy import accuracy_increments
 from rubricd.keys import Keys
 from rubricd.messages import Comparison, Event, JudgedComparison, Preference
 from rubricd_services.common.streams import Rejected
-
-from .accuracy import accuracy_increments
 
 # KEYS: preference, the run's kept comparisons, events stream, comparisons stream, reply stream ('' = none),
 # the run's usage, the run's accuracy, the run's instance prompts

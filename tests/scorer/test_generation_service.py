@@ -8,7 +8,7 @@ from rubricd import RubricdClient, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, instance_key
 from rubricd.store import RubricStore
 from rubricd_services.common import usage
-from rubricd_services.scorer import generate
+from rubricd_services.rubrics import generation
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ async def events(redis, keys, kind: EventKind) -> list[Event]:
 
 
 async def generator_calls(redis, keys) -> int:
-    return sum(u.calls for u in await usage.read(redis, keys, "run") if u.agent == generate.GENERATOR)
+    return sum(u.calls for u in await usage.read(redis, keys, "run") if u.agent == generation.GENERATOR)
 
 
 async def test_a_burst_of_one_new_prompt_across_scorers_makes_one_generation_and_every_score_uses_it(
@@ -54,7 +54,7 @@ async def test_a_burst_of_one_new_prompt_across_scorers_makes_one_generation_and
     stored = await RubricStore(redis, keys).current("run", instance)
     assert stored is not None and stored.version == 1 and stored.generated_by is not None
     assert stored.generated_by.model == "rubricd-simulator"
-    assert stored.generated_by.prompt_sha256 == hashlib.sha256(generate.load_template().encode()).hexdigest()
+    assert stored.generated_by.prompt_sha256 == hashlib.sha256(generation.load_template().encode()).hexdigest()
     ids = [r.id for r in stored.rubrics]
     assert ids[:2] == ["correct", "addresses_grader"]  # the anchors, first
     assert {r.rule for r in stored.rubrics[2:]} == {"hard_rule", "principle"}
@@ -72,7 +72,7 @@ async def test_a_burst_of_one_new_prompt_across_scorers_makes_one_generation_and
     assert min(short) > max(padded)
     assert len(await events(redis, keys, EventKind.RUBRICS_GENERATED)) == 1
     assert await generator_calls(redis, keys) == 1
-    waited = [p for p in scorers if "waits for another scorer" in p.log.read_text()]
+    waited = [p for p in scorers if "waits for another process" in p.log.read_text()]
     assert waited, "no scorer waited for another's generation: the burst did not reach several processes"
 
 

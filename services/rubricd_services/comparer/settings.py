@@ -1,0 +1,36 @@
+"""The comparer's settings (env prefix RUBRICD_, see common.settings)."""
+
+from pydantic import Field
+
+from rubricd_services.common.prompts import PromptFile
+from rubricd_services.common.seeds import SeedSettings
+from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.rubrics.generation import GeneratorSettings
+
+
+class ComparerSettings(ServiceSettings, SeedSettings, GeneratorSettings):
+    pairwise_both_orders: bool = Field(
+        True,
+        description="ask the pairwise judge in both orders (A first, B first); a preference that flips with the "
+        "order is reported inconsistent, with no winner",
+    )
+    pairwise_ties: bool = Field(
+        True,
+        description="two responses with equal net points under the rubrics tie; false: the judge's gatekeeper "
+        "criterion, else its stated preference, decides",
+    )
+    pairwise_prompt: PromptFile = Field(None, description="pairwise judge instructions; default: prompts/pairwise.md")
+    max_comparison_bytes: int = Field(2_000_000, ge=1024, description="a larger comparison is rejected")
+    preference_ttl_s: int = Field(
+        3600, ge=60, description="how long a Preference is kept for redelivery (a comparison published again)"
+    )
+    reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
+    preferences_maxlen: int = Field(
+        100_000,
+        ge=100,
+        description="committed comparisons kept per run for `rubricd export` (<ns>:preferences:<run>, trimmed "
+        "past this); each entry is the comparison and its Preference, about 2 x the texts + 0.3 KB per rubric",
+    )
+    preferences_ttl_s: int = Field(
+        30 * 24 * 3600, ge=60, description="a run's kept comparisons expire this long after its last one"
+    )

@@ -1,0 +1,5 @@
+"""The rubric set in force for a prompt, used by the scorer and the comparer alike.
+
+`sets` finds it (stored, seeded from configuration, or generated) and caches it per run and instance;
+`generation` writes a new instance's own rubrics with the `generator` agent (Rubric-ARM).
+"""

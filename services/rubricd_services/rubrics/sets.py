@@ -1,0 +1,101 @@
+"""The rubric set in force for each run (and instance), read from Redis once per process.
+
+Plain async Python: a test hands in a store and seeds and needs no broker.
+"""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from rubricd.messages import RubricSet, instance_key
+from rubricd.store import RubricStore
+from rubricd_services.common.seeds import Seeds
+
+if TYPE_CHECKING:
+    from .generation import Generation, Generator
+
+T = TypeVar("T")
+
+
+class Prompted(Protocol):
+    """What the rubric set of a prompt is found by: a Rollout, a Comparison."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def reference(self) -> str | None: ...
+    @property
+    def instance_key(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class InForce:
+    """A run's (or instance's) rubric set in force, and how it came to be."""
+
+    set: RubricSet
+    generation: "Generation | None" = None  # rubric generation: the set is the generator's, or the fallback
+    generation_error: str | None = None  # a failed generation's (with generation fallback)
+
+
+class RubricCache(Generic[T]):
+    """The set in force per run (and instance), prepared once for its user (`prepare`: the scorer's judge prompt,
+    the comparer's pairwise prompt).
+
+    An entry is re-read when a RubricsUpdated names it (`invalidate`) and when a prompt of a later step arrives,
+    so a trainer that waits for step s's rubrics before publishing step s+1 always gets them. A run without
+    rubrics is seeded from configuration; with a `generator`, a new instance without a predefined set gets the
+    generator's rubrics, one load for all the instance's concurrent prompts in this process. A fallback (a failed
+    generation) is kept for the rest of its step: a later step's prompt re-reads, and so retries.
+    """
+
+    def __init__(
+        self,
+        store: RubricStore,
+        seeds: Seeds,
+        per_instance: bool,
+        prepare: Callable[[InForce], T],
+        generator: "Generator | None" = None,
+    ) -> None:
+        self.store = store
+        self.seeds = seeds
+        self.per_instance = per_instance
+        self.prepare = prepare
+        self.generator = generator if per_instance else None
+        # (run, instance) -> (the newest step it was checked against Redis for, the prepared set)
+        self._entries: dict[tuple[str, str | None], asyncio.Future[tuple[int, T]]] = {}
+
+    def key(self, prompted: Prompted) -> tuple[str, str | None]:
+        return prompted.run_id, instance_key(prompted) if self.per_instance else None
+
+    async def get(self, prompted: Prompted) -> T:
+        """The prepared set in force for a prompt (a rollout, a comparison)."""
+        key = self.key(prompted)
+        entry = self._entries.get(key)
+        if entry is not None and entry.done() and (entry.exception() or entry.result()[0] < prompted.step):
+            entry = None
+        if entry is None:
+            entry = self._entries[key] = asyncio.ensure_future(self._load(prompted, *key))
+        return (await asyncio.shield(entry))[1]
+
+    def invalidate(self, run_id: str, instance_key: str | None) -> bool:
+        """Forget the set of a run (and instance); True if it was cached."""
+        return self._entries.pop((run_id, instance_key), None) is not None
+
+    async def _load(self, prompted: Prompted, run_id: str, instance_key: str | None) -> tuple[int, T]:
+        current: RubricSet | None
+        if self.generator is not None and instance_key is not None and instance_key not in self.seeds.per_instance:
+            generated = await self.generator.rubric_set(prompted, instance_key, self.seeds.rubrics(instance_key))
+            current, generation, error = generated.set, generated.status, generated.error
+        else:
+            current, generation, error = await self.store.current(run_id, instance_key), None, None
+        if current is None:
+            rubrics = self.seeds.rubrics(instance_key)
+            current = await self.store.seed(
+                RubricSet(run_id=run_id, instance_key=instance_key, version=1, rubrics=rubrics)
+            )
+        return prompted.step, self.prepare(InForce(current, generation, error))
