@@ -216,7 +216,7 @@ def frameworks_python() -> str:
 @contextlib.contextmanager
 def _serve_dashboard(env: dict[str, str], port: int) -> Iterator[str]:
     server = subprocess.Popen(
-        [sys.executable, "-m", "rubricd_services.cli", "dashboard", "--port", str(port), "--refresh", "0.5"],
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "dashboard", "--port", str(port), "--refresh", "0.5"],
         env=env,
         stdin=subprocess.DEVNULL,
     )
@@ -240,7 +240,7 @@ def _serve_dashboard(env: dict[str, str], port: int) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def serve_dashboard() -> Callable[[dict[str, str], int], contextlib.AbstractContextManager[str]]:
-    """`with serve_dashboard(env, port) as url:` `rubricd dashboard` with ENV's settings (refreshing twice a second),
+    """`with serve_dashboard(env, port) as url:` `rubricd serve dashboard` with ENV's settings (refreshing twice a second),
     once its /health answers; stopped on leaving."""
     return _serve_dashboard
 

@@ -177,7 +177,7 @@ def test_each_service_is_probed_scraped_given_resources_and_time_to_finish() -> 
     assert set(deployments) == {*CONSUMERS, "gateway", "dashboard"}
     dashboard = deployments.pop("dashboard")["spec"]["template"]["spec"]
     (container,) = dashboard["containers"]
-    assert container["command"][:2] == ["rubricd", "dashboard"]
+    assert container["command"][:3] == ["rubricd", "serve", "dashboard"]
     assert {container[p]["httpGet"]["path"] for p in ("readinessProbe", "livenessProbe")} == {"/health"}
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]

@@ -56,7 +56,7 @@ class Run:
     status: subprocess.CompletedProcess[str]  # `rubricd status --json` as the cli user
     healthbench: list[subprocess.CompletedProcess[str]]  # `rubricd rubrics import` and `report` as the cli user
     gateway: dict[str, Any]  # the HTTP gateway's answers to an OpenRLHF request and its retry, as its own user
-    dashboard: dict[str, httpx.Response]  # `rubricd dashboard`'s JSON routes, as the cli user
+    dashboard: dict[str, httpx.Response]  # `rubricd serve dashboard`'s JSON routes, as the cli user
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ async def run(start_module_stack, serve_dashboard) -> Run:
         again = await http.post(f"http://127.0.0.1:{base + 4}/get_reward?run={RUN}-http", json=request)  # a retry
         assert asked.status_code == again.status_code == 200, (asked.text, again.text)
         gateway = {"first": asked.json(), "retried": again.json()}
-    pages = {}  # `rubricd dashboard` as the cli user, on a port of the stack's block left free
+    pages = {}  # `rubricd serve dashboard` as the cli user, on a port of the stack's block left free
     with serve_dashboard({**os.environ, **settings_of(stack, "cli")}, base + 5) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             routes = {"runs": "api/runs", "run": f"api/runs/{RUN}", "groups": "api/groups", "events": "api/events"}

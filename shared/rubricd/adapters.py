@@ -350,7 +350,7 @@ class VerlReward:
     def result(self, score: Score) -> dict[str, float]:
         """The same keys for every sample of a run, whatever its status or rubric set: verl's reward loop takes a
         batch's keys from its first sample (a later sample without one fails the step), and its validation wants
-        every key of every batch for every sample. Per rubric and per meta-class: `rubricd dashboard`."""
+        every key of every batch for every sample. Per rubric and per meta-class: `rubricd serve dashboard`."""
         return {
             "score": self.failed_score if score.reward is None else score.reward,
             "judge_ok": float(score.status is JudgeStatus.OK),

@@ -136,7 +136,7 @@ class Keys:
         return f"{self.namespace}:accuracy:{run_id}"
 
     def schedule(self, run_id: str) -> str:
-        """Hash of a run's meta-class schedule (alternating rewards): field <step> -> its decision (scorer.schedule),
+        """Hash of a run's meta-class schedule (alternating rewards): field <step> -> its decision (rubricd.schedule reads it),
         written once (HSETNX)."""
         return f"{self.namespace}:schedule:{run_id}"
 

@@ -8,8 +8,9 @@ import pytest
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricResult, Score, ScoredRollout, Severity, TrainingContext
 from rubricd_services.analyzer import analysis
 from rubricd_services.analyzer.analysis import AnalysisDraft, AnalysisFailed, EvidenceDraft, FindingDraft, FindingKind
+from rubricd_services.common import prompts
 
-TEMPLATE = analysis.load_template()
+TEMPLATE = prompts.load("rubricd_services.analyzer", analysis.ANALYZER)
 RUBRICS = [Rubric(id="correct", criterion="States the correct final answer.", points=5, kind="anchor")]
 
 

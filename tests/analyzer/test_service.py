@@ -135,7 +135,7 @@ async def test_a_padded_rollout_is_flagged_with_a_quote_and_a_missing_rubric(
 
 
 async def test_a_failing_analyst_is_retried_then_dead_lettered(stack, redis, keys, start_analyzer, eventually):
-    start_analyzer(reclaim_idle_ms=1000, max_deliveries=2).wait_consuming(stack.redis_url, keys)
+    start_analyzer(reclaim_idle_ms=1000, max_failures=2).wait_consuming(stack.redis_url, keys)
     await publish(redis, keys, [scored("run", 1)])
     await analyses(
         redis, keys, 1
@@ -150,7 +150,7 @@ async def test_a_failing_analyst_is_retried_then_dead_lettered(stack, redis, key
     letter = wire.decode(wire.payload(fields), DeadLetter)
     assert (
         letter.service == "analyzer"
-        and "failed 2 of 3 deliveries (max_deliveries=2)" in letter.reason
+        and "failed 2 of 3 deliveries (max_failures=2)" in letter.reason
         and "500" in letter.reason
     )
     assert wire.decode(letter.payload, ScoredRollout).rollout.rollout_id == "s0-r0"
@@ -164,14 +164,14 @@ async def test_an_llm_endpoint_that_is_down_is_waited_out_without_spending_the_e
     with socket.socket() as s:  # a port where nothing listens: the endpoint is down
         s.bind(("127.0.0.1", 0))
         down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    start_analyzer(reclaim_idle_ms=300, max_deliveries=1, llm__base_url=down, llm__max_retries=0).wait_consuming(
+    start_analyzer(reclaim_idle_ms=300, max_failures=1, llm__base_url=down, llm__max_retries=0).wait_consuming(
         stack.redis_url, keys
     )
     await publish(redis, keys, [scored("run", 0)])
     [(entry_id, _)] = await redis.xrange(keys.scored)
     failures = keys.failure(keys.scored, entry_id.decode())
 
-    async def retried() -> bool:  # far past max_deliveries=1, and still retried
+    async def retried() -> bool:  # far past max_failures=1, and still retried
         return int(await redis.hget(failures, "transient") or 0) >= 4
 
     await eventually(retried, "4 transient failures of the entry")

@@ -32,7 +32,7 @@ import redis as redis_sync
 from rubricd import RubricdClient
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
-from rubricd_services.common import usage
+from rubricd_services.common import prompts, usage
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.scorer import judge
 from rubricd_services.scorer.settings import ScorerSettings
@@ -86,7 +86,7 @@ async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[flo
 async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
     """The same judge calls, made by the trainer itself with the openai client."""
     seed = RubricSet(run_id="direct", version=1, rubrics=Seeds.load(ScorerSettings()).rubrics(None))
-    system = judge.system_message(judge.load_template(), seed)
+    system = judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), seed)
     verdict = judge.verdict_type(tuple(r.id for r in seed.rubrics))
     schema = msgspec.json.schema(verdict)
     fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}

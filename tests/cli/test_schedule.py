@@ -4,8 +4,8 @@ import json
 
 from rubricd import RubricdClient
 from rubricd.messages import Rollout
+from rubricd.schedule import ClassStats
 from rubricd_services.cli.schedule import undefined
-from rubricd_services.scorer.schedule import ClassStats
 
 
 def rollouts(step: int) -> list[Rollout]:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from rubricd.messages import Event, Rollout, RolloutAnalysis, Rubric, RubricSet
+from rubricd_services.common import prompts
 from rubricd_services.common.llm import DIALECTS, LLMError, LLMGateway
 from rubricd_services.common.llm.dialects import decode as _decode
 from rubricd_services.common.llm.dialects import request as _request
@@ -31,7 +32,9 @@ RUBRICS = [
         points=-5,
     ),
 ]
-SYSTEM = judge.system_message(judge.load_template(), RubricSet(run_id="run", version=1, rubrics=RUBRICS))
+SYSTEM = judge.system_message(
+    prompts.load("rubricd_services.scorer", judge.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
+)
 
 
 @pytest.fixture

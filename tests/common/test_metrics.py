@@ -6,6 +6,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd_services.common import prompts
 from rubricd_services.common.llm import LLMError, LLMGateway
 from rubricd_services.common.metrics import Metrics, backlog
 from rubricd_services.common.settings import LLMSettings
@@ -25,7 +26,9 @@ VERDICT = judge.verdict_type(("correct",))
 
 def messages(response: str) -> list[dict[str, str]]:
     rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
-    system = judge.system_message(judge.load_template(), RubricSet(run_id="run", version=1, rubrics=rubrics))
+    system = judge.system_message(
+        prompts.load("rubricd_services.scorer", judge.JUDGE), RubricSet(run_id="run", version=1, rubrics=rubrics)
+    )
     rollout = Rollout(
         run_id="run",
         rollout_id="r",

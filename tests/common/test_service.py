@@ -299,12 +299,12 @@ async def test_a_handler_past_its_deadline_is_cancelled_retried_and_dead_lettere
     stack, redis, keys, start_service, eventually
 ):
     # The judge's call never answers within the handler's deadline (its own timeout, 60 s, is far later).
-    start_service("scorer", handler_deadline_s=1.5, reclaim_idle_ms=500, max_deliveries=2, judge_cache_ttl_s=0)
+    start_service("scorer", handler_deadline_s=1.5, reclaim_idle_ms=500, max_failures=2, judge_cache_ttl_s=0)
     hung = Rollout(run_id="run", rollout_id="hung", step=0, prompt="2 + 2?", response="4 [sim:latency_ms=120000]")
     await redis.xadd(keys.rollouts, wire.entry(hung))
     [letter] = await letters(redis, keys, 1, timeout=90)
     assert letter.deliveries == 3  # two deliveries ran past the deadline, the third found it spent
-    assert "failed 2 of 3 deliveries (max_deliveries=2)" in letter.reason, letter.reason
+    assert "failed 2 of 3 deliveries (max_failures=2)" in letter.reason, letter.reason
     assert "DeadlineExceeded" in letter.reason and "handler_deadline_s=1.5" in letter.reason, letter.reason
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 

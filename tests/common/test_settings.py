@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from rubricd_services.common.settings import AGENT_DEFAULTS, ServiceSettings
+from rubricd_services.common.settings import AGENT_DEFAULTS, ServiceSettings, read_renamed
 
 
 def test_each_agent_gets_its_roles_defaults_unless_a_setting_says_otherwise(monkeypatch) -> None:
@@ -44,3 +44,12 @@ def test_an_answer_that_leaves_no_room_for_the_prompt_stops_the_service_naming_t
     )
     assert done.returncode != 0 and "invalid settings" in done.stderr
     assert "agent 'analyzer' (RUBRICD_LLM__*, RUBRICD_AGENTS__ANALYZER__*)" in done.stderr, done.stderr
+
+
+def test_a_renamed_setting_s_old_name_is_read_as_its_new_one_and_both_differing_stop_the_service(capsys) -> None:
+    environ = {"RUBRICD_MAX_DELIVERIES": "5", "RUBRICD_LOCK_TIMEOUT_S": "9"}
+    read_renamed(environ)
+    assert environ["RUBRICD_MAX_FAILURES"] == "5" and environ["RUBRICD_UPDATE_LOCK_S"] == "9"
+    assert "RUBRICD_MAX_DELIVERIES is now RUBRICD_MAX_FAILURES" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="RUBRICD_MAX_DELIVERIES is now RUBRICD_MAX_FAILURES, and both are set"):
+        read_renamed({"RUBRICD_MAX_DELIVERIES": "5", "RUBRICD_MAX_FAILURES": "3"})

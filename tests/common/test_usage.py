@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from rubricd.messages import Rollout, Rubric, RubricSet
-from rubricd_services.common import usage
+from rubricd_services.common import prompts, usage
 from rubricd_services.common.llm import Completion, LLMGateway
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.settings import LLMSettings, ServiceSettings
@@ -54,7 +54,9 @@ async def test_the_gateways_cost_is_scraped_per_agent_and_priced_model(simulator
     llm = LLMSettings(base_url=simulator[0], max_retries=0)
     rubric_set = RubricSet(run_id="run", version=1, rubrics=[Rubric(id="correct", criterion="Correct.", points=5)])
     rollout = Rollout(run_id="run", rollout_id="r", step=0, prompt="2 + 2?", response="4", reference="4")
-    messages = judge.messages(judge.system_message(judge.load_template(), rubric_set), rollout)
+    messages = judge.messages(
+        judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), rubric_set), rollout
+    )
     async with LLMGateway({"judge": llm, "analyzer": llm}) as gateway:
         metrics.watch_gateway(gateway, {"priced": GPT}, {"judge": "priced", "analyzer": "unpriced"})
         await gateway.structured("judge", messages, judge.verdict_type(("correct",)))

@@ -28,6 +28,7 @@ from rubricd.messages import (
 )
 from rubricd.reward import weighted_sum
 from rubricd.store import RubricStore
+from rubricd_services.common import prompts
 from rubricd_services.common.acl import services
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
@@ -158,7 +159,7 @@ def test_the_prompt_and_reference_go_in_as_data_and_are_cut_to_the_context_windo
 
 
 def test_the_default_instructions_are_prose_next_to_the_scorer():
-    text = generation.load_template()
+    text = prompts.load("rubricd_services.rubrics", generation.GENERATOR)
     assert "hard_rule" in text and "principle" in text and "The response" in text and "never an instruction" in text
 
 
@@ -189,7 +190,7 @@ async def test_the_simulated_generator_s_rubrics_are_judged_by_matching_heuristi
     draft = simulated_draft(PROMPT, "2, 3, 5")
     rubrics = build(draft, ANCHORS, CLASSES, 8).rubrics
     rubric_set = RubricSet(run_id="run", version=1, rubrics=rubrics)
-    system = judge.system_message(judge.load_template(), rubric_set)
+    system = judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), rubric_set)
 
     async def sim_judge(messages, verdict):
         return msgspec.convert(judging.verdict(messages[0]["content"], messages[1]["content"]), verdict)
@@ -237,7 +238,7 @@ def cache(redis, keys: Keys, asked: Asked, seeds: Seeds | None = None, lock_s: f
         RubricStore(redis, keys),
         seeds or Seeds(SEED),
         per_instance=True,
-        prepare=preparer(judge.load_template(), None),
+        prepare=preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None),
         generator=generator,
     )
 
@@ -300,7 +301,7 @@ async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure
         RubricStore(redis, keys),
         Seeds(SEED),
         per_instance=True,
-        prepare=preparer(judge.load_template(), None),
+        prepare=preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None),
         generator=generator,
     ).get(rollout(prompt="another prompt"))
     assert failed.generation == "fallback" and "no valid rubric" in failed.generation_error
@@ -334,7 +335,10 @@ async def test_predefined_instances_and_generation_off_are_not_generated(redis, 
     )
     assert got.set.rubrics == ANCHORS and got.set.version == 1 and got.generation is None
     off = RubricCache(
-        RubricStore(redis, keys), Seeds(SEED), per_instance=True, prepare=preparer(judge.load_template(), None)
+        RubricStore(redis, keys),
+        Seeds(SEED),
+        per_instance=True,
+        prepare=preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None),
     )
     assert (await off.get(rollout())).set.rubrics == SEED and asked.calls == []
 

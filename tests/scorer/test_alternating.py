@@ -8,8 +8,9 @@ import pytest
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
+from rubricd.schedule import ClassStats, Decision, parse_stats
 from rubricd.store import RubricStore
-from rubricd_services.scorer.schedule import ClassStats, Decision, Rule, Schedule, parse_stats
+from rubricd_services.scorer.schedule import Rule, Schedule
 
 from .test_service import sim
 
@@ -154,7 +155,7 @@ async def test_statistics_are_what_the_committed_scores_imply_and_most_room_read
     stack, redis, keys, start_scorer
 ):
     start_scorer(
-        reward_policy="alternating", schedule_strategy="most_room", warmup_steps=1, undefined_class_reward="mask"
+        reward_policy="alternating", schedule_strategy="most_room", warmup_steps=1, undefined_meta_class_reward="mask"
     )
     await seed(redis, keys, "st")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
@@ -181,7 +182,7 @@ async def test_statistics_are_what_the_committed_scores_imply_and_most_room_read
 
 
 async def test_an_undefined_active_class_masks_the_sample(stack, redis, keys, start_scorer):
-    start_scorer(reward_policy="alternating", undefined_class_reward="mask")
+    start_scorer(reward_policy="alternating", undefined_meta_class_reward="mask")
     await redis.hset(
         keys.schedule("mask"),
         "0",

@@ -7,6 +7,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.scorer import judge
 from rubricd_services.scorer.cache import JudgeCache, digest
@@ -17,7 +18,7 @@ RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, ki
 SET = RubricSet(run_id="run", version=3, rubrics=RUBRICS)
 JUDGE = LLMSettings(model="judge-model", temperature=0.0)
 ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=0, prompt="What is 2 + 2?", response="4", reference="4")
-TEMPLATE = judge.load_template()
+TEMPLATE = prompts.load("rubricd_services.scorer", judge.JUDGE)
 
 
 def key(

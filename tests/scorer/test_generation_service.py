@@ -7,7 +7,7 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, instance_key
 from rubricd.store import RubricStore
-from rubricd_services.common import usage
+from rubricd_services.common import prompts, usage
 from rubricd_services.rubrics import generation
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,10 @@ async def test_a_burst_of_one_new_prompt_across_scorers_makes_one_generation_and
     stored = await RubricStore(redis, keys).current("run", instance)
     assert stored is not None and stored.version == 1 and stored.generated_by is not None
     assert stored.generated_by.model == "rubricd-simulator"
-    assert stored.generated_by.prompt_sha256 == hashlib.sha256(generation.load_template().encode()).hexdigest()
+    assert (
+        stored.generated_by.prompt_sha256
+        == hashlib.sha256(prompts.load("rubricd_services.rubrics", generation.GENERATOR).encode()).hexdigest()
+    )
     ids = [r.id for r in stored.rubrics]
     assert ids[:2] == ["correct", "addresses_grader"]  # the anchors, first
     assert {r.rule for r in stored.rubrics[2:]} == {"hard_rule", "principle"}

@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd_services.common import prompts
 from rubricd_services.scorer import judge
 
 RUBRICS = RubricSet(
@@ -13,7 +14,7 @@ RUBRICS = RubricSet(
     version=3,
     rubrics=[Rubric(id="correct", criterion="States the correct answer.", points=5, kind="anchor")],
 )
-TEMPLATE = judge.load_template()
+TEMPLATE = prompts.load("rubricd_services.scorer", judge.JUDGE)
 
 
 def rollout(response: str, rollout_id: str = "1") -> Rollout:

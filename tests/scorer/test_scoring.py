@@ -4,6 +4,7 @@ import msgspec
 
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
 from rubricd.reward import alternating, weighted_sum
+from rubricd_services.common import prompts
 from rubricd_services.scorer import judge
 from rubricd_services.scorer.scoring import JudgeFailed, Rubrics, score_rollout
 
@@ -16,7 +17,7 @@ SET = RubricSet(
         Rubric(id="steps", criterion="steps", points=5, meta_class="completeness"),
     ],
 )
-RUBRICS = Rubrics(SET, judge.system_message(judge.load_template(), SET))
+RUBRICS = Rubrics(SET, judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), SET))
 ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=2, prompt="q", response="a")
 
 

@@ -239,12 +239,12 @@ async def test_malformed_and_oversized_messages_are_dead_lettered_and_the_scorer
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 
 
-async def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliveries(
+async def test_a_message_that_keeps_failing_is_dead_lettered_after_max_failures(
     stack, redis, keys, start_scorer, eventually
 ):
     # A corrupt rubric set makes every attempt for this run fail.
     await redis.hset(keys.rubric_set("broken"), "current", b"{corrupt")
-    start_scorer(reclaim_idle_ms=300, max_deliveries=2)
+    start_scorer(reclaim_idle_ms=300, max_failures=2)
     await redis.xadd(keys.rollouts, wire.entry(rollout("broken", 1)))
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         ok = await client.score_one(rollout("healthy", 1), timeout=30)
@@ -252,7 +252,7 @@ async def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliverie
     await eventually(lambda: redis.xlen(keys.dead_letters), "the broken run's rollout to be dead-lettered")
     ((_, fields),) = await redis.xrange(keys.dead_letters)
     letter = msgspec.json.decode(fields[b"__data__"], type=DeadLetter)
-    assert letter.deliveries == 3 and "max_deliveries=2" in letter.reason and "last error" in letter.reason
+    assert letter.deliveries == 3 and "max_failures=2" in letter.reason and "last error" in letter.reason
     assert (await redis.xpending(keys.rollouts, SCORERS))["pending"] == 0
 
 

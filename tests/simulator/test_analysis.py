@@ -4,6 +4,7 @@ import msgspec
 
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricResult, Score, ScoredRollout
 from rubricd_services.analyzer import analysis as analyzer
+from rubricd_services.common import prompts
 from rubricd_services.simulator import analysis
 from rubricd_services.summarizer import summary
 from rubricd_services.summarizer.summary import StepInfo, SummaryDraft
@@ -32,7 +33,11 @@ def ask(response: str, met: dict[str, bool], reward: float = 1.0) -> analyzer.An
     score = Score(
         run_id="r", rollout_id="x", step=2, status=JudgeStatus.OK, reward=reward, rubric_version=1, results=results
     )
-    [system, user] = analyzer.messages(analyzer.load_template(), ScoredRollout(rollout=rollout, score=score), RUBRICS)
+    [system, user] = analyzer.messages(
+        prompts.load("rubricd_services.analyzer", analyzer.ANALYZER),
+        ScoredRollout(rollout=rollout, score=score),
+        RUBRICS,
+    )
     return msgspec.convert(analysis.analysis(system["content"], user["content"]), analyzer.AnalysisDraft)
 
 

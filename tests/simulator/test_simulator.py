@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from rubricd.messages import Rollout, RolloutAnalysis, Rubric, RubricSet
+from rubricd_services.common import prompts
 from rubricd_services.scorer import judge
 from rubricd_services.simulator.app import Simulator
 from rubricd_services.simulator.faults import SimConfig
@@ -36,7 +37,9 @@ RUBRICS = [
     ),
     Rubric(id="reasoning", criterion="The response shows the reasoning or steps that lead to its answer.", points=1),
 ]
-SYSTEM = judge.system_message(judge.load_template(), RubricSet(run_id="run", version=1, rubrics=RUBRICS))
+SYSTEM = judge.system_message(
+    prompts.load("rubricd_services.scorer", judge.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
+)
 VERDICT = judge.verdict_type(tuple(r.id for r in RUBRICS))
 VERDICT_FORMAT = {
     "type": "json_schema",

@@ -150,8 +150,8 @@ async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadl
 async def test_a_step_does_not_wait_its_deadline_for_an_analysis_that_was_given_up_on(
     stack, redis, keys, memory, start_analyzer, start_summarizer
 ):
-    # The analyst's output for this rollout is always malformed: its entry is dead-lettered after max_deliveries.
-    start_analyzer(reclaim_idle_ms=300, max_deliveries=2, llm__max_retries=0).wait_consuming(stack.redis_url, keys)
+    # The analyst's output for this rollout is always malformed: its entry is dead-lettered after max_failures.
+    start_analyzer(reclaim_idle_ms=300, max_failures=2, llm__max_retries=0).wait_consuming(stack.redis_url, keys)
     start_summarizer(step_deadline_s=600, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
     await RubricStore(redis, keys).seed(RubricSet(run_id="run", version=1, rubrics=RUBRICS))
     for i, response in enumerate(["17 + 25 = 42.", "17 + 25 = 42. [sim:fail=malformed]", PADDED]):
@@ -160,7 +160,7 @@ async def test_a_step_does_not_wait_its_deadline_for_an_analysis_that_was_given_
     [summary] = await summaries(redis, keys, 1, timeout=60)  # long before the 600 s deadline
     assert summary.missing_rollouts == ["s0-r1"] and summary.analyses == 2
     [letter] = [wire.decode(wire.payload(f), DeadLetter) for _, f in await redis.xrange(keys.dead_letters)]
-    assert letter.stream == keys.scored and "max_deliveries=2" in letter.reason
+    assert letter.stream == keys.scored and "max_failures=2" in letter.reason
 
 
 def part(run_id: str, step: int, rank: int, ranks: int, ids: list[str]) -> dict:

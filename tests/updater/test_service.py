@@ -150,7 +150,7 @@ async def test_an_updater_killed_mid_update_applies_every_update_once(
     stack, redis, keys, memory, start_updater, eventually
 ):
     slow = " [sim:latency_ms=1500]"  # every LLM call about these summaries takes 1.5 s
-    settings = {"reclaim_idle_ms": 1000, "lock_timeout_s": 6}
+    settings = {"reclaim_idle_ms": 1000, "update_lock_s": 6}
     doomed = start_updater(**settings)
     store = RubricStore(redis, keys)
     asked = (await sim_stats(stack))["schemas"].get("MemoryQueries", 0)

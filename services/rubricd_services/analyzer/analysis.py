@@ -10,7 +10,6 @@ instruction.
 import enum
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
-from pathlib import Path
 from typing import Annotated, cast
 
 import msgspec
@@ -107,10 +106,6 @@ class _ScoreView(msgspec.Struct, frozen=True, kw_only=True):
     reward: float | None
     rubric_version: int
     results: list[_ResultView]
-
-
-def load_template(path: Path | None = None) -> str:
-    return prompts.load(__package__, ANALYZER, path)
 
 
 def user_message(

@@ -17,13 +17,13 @@ from rubricd import wire
 from rubricd.keys import ANALYZERS
 from rubricd.messages import EventKind, RolloutAnalysis, Rubric, ScoredRollout
 from rubricd.store import RubricStore
-from rubricd_services.common import streams
+from rubricd_services.common import prompts, streams
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.memory import MemoryItem, MemoryKind
 from rubricd_services.common.service import Clients
 from rubricd_services.common.usage import Metered
 
-from .analysis import ANALYZER, AnalysisDraft, AnalysisFailed, analyze_rollout, load_template, render
+from .analysis import ANALYZER, AnalysisDraft, AnalysisFailed, analyze_rollout, render
 from .effects import Effects
 from .settings import AnalyzerSettings
 
@@ -47,7 +47,7 @@ class Analyzer:
         self.memory = clients.memory
         self.store = RubricStore(clients.redis, clients.keys)
         self.effects = Effects(clients.redis, clients.keys, ANALYZERS, maxlen=settings.stream_maxlen)
-        self.template = load_template(settings.analyzer_prompt)
+        self.template = prompts.load(__package__, ANALYZER, settings.analyzer_prompt)
         self.prompt_chars = settings.agent(ANALYZER).prompt_chars()
         self._rubrics: dict[tuple[str, str | None, int], list[Rubric]] = {}
 

@@ -15,7 +15,7 @@ from rubricd.keys import InvalidKey, Keys
 from rubricd_services.common.llm import redact
 from rubricd_services.common.settings import ServiceSettings, load
 
-from . import accuracy, acl, dashboard, dlq, export, memory, replay, rubrics, schedule, serve, status, tail
+from . import accuracy, acl, dlq, export, memory, replay, rubrics, schedule, serve, status, tail
 from .context import Context, Failed
 
 
@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--namespace", help="key namespace of the deployment (default: RUBRICD_NAMESPACE or rubricd)")
     top.add_argument("--redis-url", help="Redis of the deployment (default: RUBRICD_REDIS_URL)")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, tail, status, dashboard, schedule, accuracy, export, replay, rubrics, memory, dlq, acl):
+    for module in (serve, tail, status, schedule, accuracy, export, replay, rubrics, memory, dlq, acl):
         module.add(commands)
     return top
 
@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     top = parser()
     args, extra = top.parse_known_args(argv)
-    if args.command == "serve":  # a service loads its own settings; the simulator parses its own flags
+    if args.command == "serve":  # a service loads its own settings; the dashboard, the simulator their own flags
         return serve.serve(args, extra)
     if extra:
         top.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -13,16 +13,19 @@ import sys
 
 # Services that read a consumer group: N processes of one are N consumers of its group.
 CONSUMERS = ("scorer", "comparer", "analyzer", "summarizer", "updater")
-# The gateway (HTTP in front of the scorer) and the simulator (an LLM stand-in for tests and the demo).
-SERVERS = ("gateway", "simulator")
+# The gateway (HTTP in front of the scorer), the dashboard (a live page of the runs) and the simulator (an LLM
+# stand-in for tests and the demo).
+SERVERS = ("gateway", "dashboard", "simulator")
 
 
 def add(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "serve",
-        help="run a service: scorer, comparer, analyzer, summarizer, updater, gateway, simulator",
-        description="Run a service until SIGTERM/SIGINT, with its settings from RUBRICD_*. The simulator takes "
-        "its own flags after its name (--host, --port, --latency-ms, --fail-rate, --failures, ...; RUBRICD_SIM_*).",
+        help="run a service: scorer, comparer, analyzer, summarizer, updater, gateway, dashboard, simulator",
+        description="Run a service until SIGTERM/SIGINT, with its settings from RUBRICD_*. The dashboard takes "
+        "its own flags after its name (--host 127.0.0.1, --port 8400, --refresh 2 seconds; --namespace and "
+        "--redis-url before `serve` override its settings), and so does the simulator (--host, --port, "
+        "--latency-ms, --fail-rate, --failures, ...; RUBRICD_SIM_*).",
     )
     p.add_argument("name", choices=[*CONSUMERS, *SERVERS])
     p.add_argument(
@@ -34,9 +37,16 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 
 def serve(args: argparse.Namespace, extra: list[str]) -> int:
-    """Run args.name (`extra`: the simulator's own flags); returns the exit status."""
+    """Run args.name (`extra`: the dashboard's or the simulator's own flags); returns the exit status."""
     if args.workers < 1:
         sys.exit("rubricd serve: --workers must be >= 1")
+    if args.name == "dashboard":
+        if args.workers > 1:
+            sys.exit(f"rubricd serve dashboard: --workers is for {', '.join(CONSUMERS)}")
+        from rubricd_services.dashboard.app import main as dashboard
+
+        dashboard(extra, namespace=args.namespace, redis_url=args.redis_url)
+        return 0
     if args.name == "simulator":
         from rubricd_services.simulator.main import main as simulator
 

@@ -12,10 +12,10 @@ from redis.exceptions import ResponseError
 
 from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import RubricSet
+from rubricd.schedule import Decision
 from rubricd_services.common import usage
 from rubricd_services.common.settings import Price
 from rubricd_services.common.streams import group_lag
-from rubricd_services.scorer.schedule import Decision
 
 from .context import Context, ago, entry_ms, table
 

@@ -34,6 +34,13 @@ def load(package: str, agent: str, path: Path | None = None) -> str:
     return resources.files(package).joinpath(f"prompts/{agent}.md").read_text()
 
 
+def one_of(names: Sequence[str]) -> object:
+    """A string whose JSON Schema lists `names` (plain str where there are none). In the schema only: a server
+    that enforces it keeps the model to them, while an answer from one that does not still decodes, and the
+    caller drops just what names another, with a reason."""
+    return Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(names)})] if names else str
+
+
 def as_data(obj: object) -> str:
     """JSON with '<' written as its escape `\\u003c`: the text can never contain a closing tag."""
     return msgspec.json.encode(obj).decode().replace("<", "\\u003c")

@@ -10,7 +10,7 @@ subscriptions. `ServiceApp` does the rest the same way for every service:
   `streams.Rejected` has its entry dead-lettered at once; any other exception
   leaves the entry pending for a reclaim, recorded with the entry
   (`keys.failure`) as an outage (`outage.dependency`) or as the entry's own
-  failure. An entry is dead-lettered once it failed `max_deliveries` times for a
+  failure. An entry is dead-lettered once it failed `max_failures` times for a
   reason of its own, or was taken `max_redeliveries` times from consumers that
   died with it; outages are retried for as long as they last.
 - Keep-alive: every `reclaim_idle_ms / 4` a process resets the idle time of the
@@ -421,8 +421,8 @@ class ServiceApp(Generic[W]):
         failed, outages = int(record.get(b"failed", 0)), int(record.get(b"transient", 0))
         deliveries = await msg.get_delivery_count()
         died = deliveries - 1 - failed - outages  # deliveries to consumers that died before recording anything
-        if failed >= s.max_deliveries:
-            reason = f"failed {failed} of {deliveries} deliveries (max_deliveries={s.max_deliveries})"
+        if failed >= s.max_failures:
+            reason = f"failed {failed} of {deliveries} deliveries (max_failures={s.max_failures})"
         elif died >= s.max_redeliveries:
             reason = (
                 f"{died} of {deliveries} deliveries ended with their consumer (max_redeliveries={s.max_redeliveries})"

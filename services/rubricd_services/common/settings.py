@@ -6,8 +6,9 @@ RUBRICD_AGENTS__JUDGE__MODEL=gpt-4o. A bad value stops the service at start
 with the setting's name (see `load`).
 """
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -228,7 +229,7 @@ class ServiceSettings(BaseSettings):
         "the entry's own and the entry retried by a reclaim; unset: per stream, the longest calls of the agents its "
         "handler calls, one after another, plus 60 s (the service_started event names each)",
     )
-    max_deliveries: int = Field(
+    max_failures: int = Field(
         3, ge=1, description="an entry that failed this often for a reason of its own (not an outage) is dead-lettered"
     )
     max_redeliveries: int = Field(
@@ -300,8 +301,28 @@ class ServiceSettings(BaseSettings):
 S = TypeVar("S", bound=BaseSettings)
 
 
+# Settings renamed for one word per concept: a deployment's old name is still read, with a warning on stderr.
+RENAMED = {
+    "RUBRICD_MAX_DELIVERIES": "RUBRICD_MAX_FAILURES",
+    "RUBRICD_LOCK_TIMEOUT_S": "RUBRICD_UPDATE_LOCK_S",
+    "RUBRICD_UNDEFINED_CLASS_REWARD": "RUBRICD_UNDEFINED_META_CLASS_REWARD",
+}
+
+
+def read_renamed(environ: MutableMapping[str, str]) -> None:
+    """Give each renamed setting's old name to its new one (exit if both are set and differ)."""
+    for old, new in RENAMED.items():
+        if old not in environ:
+            continue
+        if environ.get(new, environ[old]) != environ[old]:
+            sys.exit(f"{old} is now {new}, and both are set: keep {new}")
+        environ[new] = environ[old]
+        print(f"rubricd: {old} is now {new}; read as {new}={environ[old]!r}", file=sys.stderr)
+
+
 def load(cls: type[S]) -> S:
     """Read settings from the environment, or exit naming every bad setting."""
+    read_renamed(os.environ)
     try:
         return cls()
     except ValidationError as e:

@@ -10,7 +10,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 from faststream.message import StreamMessage
@@ -156,6 +156,39 @@ def decode(body: bytes, type_: type[M], what: str) -> M:
         return wire.decode(body, type_)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise Rejected(f"malformed {what}: {e}") from None
+
+
+@dataclass(frozen=True)
+class Intake(Generic[M]):
+    """How a service takes in a message its publisher waits on (a rollout, a comparison): at most `max_bytes`,
+    decoded and checked in one call (`take`), or Rejected with a `rejected` answer for the publisher when the entry
+    names a valid reply stream and its ids are strings (`sender`)."""
+
+    type: type[M]  # with a `reply_to` field
+    what: str  # the message in the reasons: "rollout"
+    id_field: str  # its own id's field: "rollout_id"
+    max_bytes: int
+    max_bytes_setting: str  # named in the reason: "max_rollout_bytes"
+    keys: Keys
+    reply_ttl_s: int
+    answer: Callable[[Sender, str], Message]  # the rejected answer to a sender, with the reason
+    check: Callable[[M], None] | None = None  # raises Rejected for what the schema cannot say
+
+    def take(self, body: bytes) -> M:
+        try:
+            if len(body) > self.max_bytes:
+                raise Rejected(f"oversized {self.what}: {len(body)} bytes > {self.max_bytes_setting}={self.max_bytes}")
+            message = decode(body, self.type, self.what)
+            reply_to: str | None = getattr(message, "reply_to", None)
+            if reply_to is not None:
+                self.keys.check_reply_to(reply_to)
+            if self.check is not None:
+                self.check(message)
+            return message
+        except (Rejected, InvalidKey) as e:
+            to = sender(body, self.keys, self.id_field)
+            notice = None if to is None else Notice(to.reply_to, self.answer(to, str(e)), self.reply_ttl_s)
+            raise Rejected(str(e), notify=notice) from None
 
 
 def read_ids(command: str, reply: Any) -> list[bytes]:

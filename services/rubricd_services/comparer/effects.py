@@ -16,51 +16,39 @@ replies with its first Preference.
 from collections.abc import Mapping
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from rubricd import wire
 from rubricd.accuracy import accuracy_increments
 from rubricd.keys import Keys
 from rubricd.messages import Comparison, Event, JudgedComparison, Preference
-from rubricd_services.common.streams import Rejected
+from rubricd_services.common.commit import Script
 
-# KEYS: preference, the run's kept comparisons, events stream, comparisons stream, reply stream ('' = none),
-# the run's usage, the run's accuracy, the run's instance prompts
-# ARGV: preference, judged comparison, event, preference ttl, group, entry id, maxlen, reply ttl, kept maxlen,
-# kept ttl, instance key ('' = none), prompt, n accuracy fields, then n pairs of accuracy field and increment,
-# then usage field, increment, ...
-_COMMIT = """
-if KEYS[5] ~= '' then
-  local held = redis.call('TYPE', KEYS[5])['ok']
-  if held ~= 'none' and held ~= 'stream' then
-    return redis.error_reply('BADREPLY reply_to ' .. KEYS[5] .. ' holds a ' .. held .. ', not a stream')
-  end
-end
-local stored = redis.call('GET', KEYS[1])
-local preference = stored or ARGV[1]
+# An optional key or argument is '': `reply` (no reply_to), `instance` (a rubric set without an instance).
+_COMMIT = Script(
+    keys="preference kept events comparisons reply usage accuracy instance_prompts",
+    args="preference judged event preference_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl instance prompt",
+    maps="accuracy usage",
+    reply="reply",
+    body="""
+local stored = redis.call('GET', k_preference)
+local preference = stored or a_preference
 if not stored then
-  redis.call('SET', KEYS[1], preference, 'EX', ARGV[4])
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', '__data__', ARGV[2])
-  redis.call('EXPIRE', KEYS[2], ARGV[10])
-  if ARGV[11] ~= '' then
-    redis.call('HSETNX', KEYS[8], ARGV[11], ARGV[12])
-    redis.call('EXPIRE', KEYS[8], ARGV[10])
+  redis.call('SET', k_preference, preference, 'EX', a_preference_ttl)
+  append(k_kept, a_kept_maxlen, a_judged)
+  redis.call('EXPIRE', k_kept, a_kept_ttl)
+  if a_instance ~= '' then
+    redis.call('HSETNX', k_instance_prompts, a_instance, a_prompt)
+    redis.call('EXPIRE', k_instance_prompts, a_kept_ttl)
   end
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', '__data__', ARGV[3])
-  for i = 14, 13 + 2 * ARGV[13], 2 do
-    redis.call('HINCRBY', KEYS[7], ARGV[i], ARGV[i + 1])
-  end
+  append(k_events, a_maxlen, a_event)
+  hincrby(k_accuracy, m_accuracy)
 end
-if KEYS[5] ~= '' then
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[7], '*', '__data__', preference)
-  redis.call('EXPIRE', KEYS[5], ARGV[8])
-end
-for i = 14 + 2 * ARGV[13], #ARGV, 2 do
-  redis.call('HINCRBY', KEYS[6], ARGV[i], ARGV[i + 1])
-end
-redis.call('XACK', KEYS[4], ARGV[5], ARGV[6])
+reply(k_reply, a_maxlen, preference, a_reply_ttl)
+hincrby(k_usage, m_usage)
+ack(k_comparisons, a_group, a_entry_id)
 return stored
-"""
+""",
+)
 
 
 class PreferenceEffects:
@@ -83,7 +71,7 @@ class PreferenceEffects:
         self.reply_ttl_s = reply_ttl_s
         self.kept_maxlen = kept_maxlen
         self.kept_ttl_s = kept_ttl_s
-        self._commit = redis.register_script(_COMMIT)
+        self._commit = _COMMIT.register(redis)
 
     async def commit(
         self,
@@ -99,39 +87,31 @@ class PreferenceEffects:
 
         Raises Rejected, having written nothing, if its reply_to names a key that is not a stream.
         """
-        judged = JudgedComparison(comparison=comparison, preference=preference)
-        keys = [
-            self.keys.preference(comparison.run_id, comparison.comparison_id),
-            self.keys.preferences(comparison.run_id),
-            self.keys.events,
-            self.keys.comparisons,
-            comparison.reply_to or "",
-            self.keys.usage(comparison.run_id),
-            self.keys.accuracy(comparison.run_id),
-            self.keys.instance_prompts(comparison.run_id),
-        ]
-        counts = accuracy_increments(preference)
-        args: list[bytes | str | int] = [
-            wire.encode(preference),
-            wire.encode(judged),
-            wire.encode(event),
-            self.preference_ttl_s,
-            self.group,
-            entry_id,
-            self.maxlen,
-            self.reply_ttl_s,
-            self.kept_maxlen,
-            self.kept_ttl_s,
-            preference.instance_key or "",
-            comparison.prompt,
-            len(counts),
-            *(x for name, n in counts.items() for x in (name, n)),
-            *(x for name, n in usage.items() for x in (name, n)),
-        ]
-        try:
-            stored = await self._commit(keys=keys, args=args)
-        except ResponseError as e:
-            if str(e).startswith("BADREPLY"):
-                raise Rejected(str(e).removeprefix("BADREPLY ")) from None
-            raise
+        stored = await self._commit(
+            keys={
+                "preference": self.keys.preference(comparison.run_id, comparison.comparison_id),
+                "kept": self.keys.preferences(comparison.run_id),
+                "events": self.keys.events,
+                "comparisons": self.keys.comparisons,
+                "reply": comparison.reply_to or "",
+                "usage": self.keys.usage(comparison.run_id),
+                "accuracy": self.keys.accuracy(comparison.run_id),
+                "instance_prompts": self.keys.instance_prompts(comparison.run_id),
+            },
+            args={
+                "preference": wire.encode(preference),
+                "judged": wire.encode(JudgedComparison(comparison=comparison, preference=preference)),
+                "event": wire.encode(event),
+                "preference_ttl": self.preference_ttl_s,
+                "group": self.group,
+                "entry_id": entry_id,
+                "maxlen": self.maxlen,
+                "reply_ttl": self.reply_ttl_s,
+                "kept_maxlen": self.kept_maxlen,
+                "kept_ttl": self.kept_ttl_s,
+                "instance": preference.instance_key or "",
+                "prompt": comparison.prompt,
+            },
+            maps={"accuracy": accuracy_increments(preference), "usage": usage},
+        )
         return stored is None

@@ -20,15 +20,15 @@ from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
 from rubricd.accuracy import Accuracy, parse_accuracy
-from rubricd.keys import COMPARERS, InvalidKey
+from rubricd.keys import COMPARERS
 from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
 from rubricd.store import RubricStore
-from rubricd_services.common import streams, usage
+from rubricd_services.common import prompts, streams, usage
 from rubricd_services.common.llm import Completion, LLMError
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.common.streams import Notice, Rejected
+from rubricd_services.common.streams import Rejected
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import InForce, RubricCache
 
@@ -91,13 +91,23 @@ class Comparer:
         self.redis = clients.redis
         self.gateway = clients.gateway
         self.agent = settings.agent(pairwise.PAIRWISE)
-        template = pairwise.load_template(settings.pairwise_prompt)
+        template = prompts.load(__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
             prepare=lambda in_force: Prepared(in_force, pairwise.system_message(template, in_force.set)),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
+        )
+        self.intake = streams.Intake(
+            Comparison,
+            "comparison",
+            "comparison_id",
+            settings.max_comparison_bytes,
+            "max_comparison_bytes",
+            self.keys,
+            settings.reply_ttl_s,
+            answer=rejected,
         )
         self.effects = PreferenceEffects(
             clients.redis,
@@ -111,7 +121,7 @@ class Comparer:
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
-        comparison = self.validate(msg.body)
+        comparison = self.take(msg.body)
         calls = Calls()
         # Published again (or redelivered after its commit): no judge calls, the commit replies its first Preference.
         stored = await self.redis.get(self.keys.preference(comparison.run_id, comparison.comparison_id))
@@ -195,36 +205,14 @@ class Comparer:
         except Exception:
             log.exception("reporting the judge accuracy of run %s failed", p.run_id)
 
-    def validate(self, body: bytes) -> Comparison:
+    def take(self, body: bytes) -> Comparison:
         """The comparison, or Rejected (counted, and with a rejected Preference for the publisher if it said
         where)."""
         try:
-            if len(body) > self.settings.max_comparison_bytes:
-                limit = self.settings.max_comparison_bytes
-                raise Rejected(f"oversized comparison: {len(body)} bytes > max_comparison_bytes={limit}")
-            comparison = streams.decode(body, Comparison, "comparison")
-            if comparison.reply_to is not None:
-                self.keys.check_reply_to(comparison.reply_to)
-            return comparison
-        except (Rejected, InvalidKey) as e:
+            return self.intake.take(body)
+        except Rejected:
             self.metrics.preferences.labels(JudgeStatus.REJECTED, "none").inc()
-            raise Rejected(str(e), notify=self.rejection(body, str(e))) from None
-
-    def rejection(self, body: bytes, reason: str) -> Notice | None:
-        """A rejected Preference for the publisher, if the entry names a valid reply stream and its ids are
-        strings (echoed even if they are outside their alphabet: `streams.sender`)."""
-        sender = streams.sender(body, self.keys, "comparison_id")
-        if sender is None:
-            return None
-        preference = Preference(
-            run_id=sender.run_id,
-            comparison_id=sender.id,
-            step=sender.step,
-            status=JudgeStatus.REJECTED,
-            error=reason,
-            judged_at=time.time(),
-        )
-        return Notice(sender.reply_to, preference, self.settings.reply_ttl_s)
+            raise
 
     @staticmethod
     def event(comparison: Comparison, p: Preference) -> Event:
@@ -250,6 +238,18 @@ class Comparer:
             rubric_version=p.rubric_version,
             judge_ms=p.judge_ms,
         )
+
+
+def rejected(sender: streams.Sender, reason: str) -> Preference:
+    """The answer to a comparison that can never be judged as sent."""
+    return Preference(
+        run_id=sender.run_id,
+        comparison_id=sender.id,
+        step=sender.step,
+        status=JudgeStatus.REJECTED,
+        error=reason,
+        judged_at=time.time(),
+    )
 
 
 @dataclass

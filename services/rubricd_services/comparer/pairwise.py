@@ -43,7 +43,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -148,10 +147,6 @@ class _PairView(msgspec.Struct, frozen=True, omit_defaults=True):
     first: str
     second: str
     reference: str | None = None
-
-
-def load_template(path: Path | None = None) -> str:
-    return prompts.load(__package__, PAIRWISE, path)
 
 
 def system_message(template: str, rubric_set: RubricSet) -> str:

@@ -101,7 +101,7 @@ async def train_one(args: argparse.Namespace, run: Run) -> None:
     print(
         f"run {run.run_id} (reward policy {run.reward_policy}): {run.steps} steps x {run.rollouts} rollouts, "
         f"scored by rubricd at {args.redis_url} (namespace {args.namespace}); to watch it live, run "
-        f"`.venv/bin/rubricd dashboard` beside it and open http://127.0.0.1:8400/#run={run.run_id}"
+        f"`.venv/bin/rubricd serve dashboard` beside it and open http://127.0.0.1:8400/#run={run.run_id}"
     )
     print(
         "per step: mean reward x rollouts per behaviour, the rubric version that scored it, what the update after it changed and why"

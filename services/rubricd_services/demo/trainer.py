@@ -34,7 +34,7 @@ from rubricd.messages import (
     RubricsUpdated,
     StepSummary,
 )
-from rubricd_services.scorer.schedule import explain, read_history
+from rubricd.schedule import explain, read_history
 
 from .policy import BEHAVIOURS, START, Policy
 
@@ -73,7 +73,7 @@ class StepRecord:
     update: Update | None = None
     class_means: dict[str, float] = field(default_factory=dict)  # per meta-class, over the scores where defined
     active_meta_class: str | None = None  # alternating: the class the step's Scores name (None: weighted total)
-    schedule: str = ""  # alternating: the schedule's decision for the step, and why (scorer.schedule.explain)
+    schedule: str = ""  # alternating: the schedule's decision for the step, and why (rubricd.schedule.explain)
 
 
 @dataclass

@@ -30,34 +30,29 @@ be).
 """
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Annotated, Literal, TypeVar, cast
 
 import msgspec
 from pydantic import BaseModel, Field, model_validator
 from redis.asyncio import Redis
-from redis.asyncio.lock import Lock
-from redis.exceptions import LockError
 
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import EventKind, GeneratedBy, Rubric, RubricKind, RubricSet
 from rubricd.store import RubricStore
-from rubricd_services.common import prompts, streams, usage
+from rubricd_services.common import locks, prompts, streams, usage
 from rubricd_services.common.llm import LLMError
-from rubricd_services.common.outage import dependency
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.service import Clients
 from rubricd_services.common.settings import ServiceSettings
 
+from .ids import new_id, normal
 from .sets import Prompted
 
 GENERATOR = "generator"  # the agent: its settings are `agents.generator`, its prompt prompts/generator.md
@@ -117,12 +112,6 @@ class RubricDraft(msgspec.Struct, frozen=True, kw_only=True):
     rubrics: list[DraftRubric] = []
 
 
-def _one_of(names: Sequence[str]) -> object:
-    """A string whose schema lists `names` (in the schema only: `build` checks them, so an answer from an
-    endpoint that does not enforce the schema still decodes, and only its bad rubrics are dropped)."""
-    return Annotated[str, msgspec.Meta(extra_json_schema={"enum": list(names)})]
-
-
 @lru_cache(maxsize=16)
 def draft_type(meta_classes: tuple[str, ...], max_rubrics: int) -> type[RubricDraft]:
     """The answer type of one call: at most `max_rubrics` rubrics, each criterion bounded, its meta-class one of
@@ -134,8 +123,8 @@ def draft_type(meta_classes: tuple[str, ...], max_rubrics: int) -> type[RubricDr
         [
             ("criterion", Annotated[str, prompts.max_chars(MAX_CRITERION_CHARS)]),
             ("points", Annotated[float, points]),
-            ("meta_class", _one_of(meta_classes)),
-            ("rule", _one_of(RULES)),
+            ("meta_class", prompts.one_of(meta_classes)),
+            ("rule", prompts.one_of(RULES)),
         ],
         bases=(DraftRubric,),
         frozen=True,
@@ -176,21 +165,21 @@ def build(draft: RubricDraft, anchors: Sequence[Rubric], meta_classes: Sequence[
 
     Raise InvalidDraft when none is valid."""
     taken = {r.id for r in anchors}
-    seen = {_normal(r.criterion) for r in anchors}
+    seen = {normal(r.criterion) for r in anchors}
     kept: list[Rubric] = []
     dropped: list[str] = []
     for n, d in enumerate(draft.rubrics, 1):
         criterion = _phrased(d.criterion)
         reason = _problem(d, criterion, meta_classes)
-        if reason is None and _normal(criterion) in seen:
+        if reason is None and normal(criterion) in seen:
             reason = "repeats an earlier criterion"
         if reason is None and len(kept) >= max_rubrics:
             reason = f"over generate_max_rubrics={max_rubrics}"
         if reason is not None:
             dropped.append(f"rubric {n} ({d.criterion[:60]!r}): {reason}")
             continue
-        seen.add(_normal(criterion))
-        rubric_id = _new_id(criterion, taken)
+        seen.add(normal(criterion))
+        rubric_id = new_id(criterion, taken)
         taken.add(rubric_id)
         rule = cast(Literal["hard_rule", "principle"], d.rule)
         kept.append(
@@ -228,29 +217,12 @@ def _problem(d: DraftRubric, criterion: str, meta_classes: Sequence[str]) -> str
     return None
 
 
-def _normal(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
-
-
-def _new_id(criterion: str, taken: set[str]) -> str:
-    words = [w for w in _normal(criterion).split() if w not in {"the", "a", "an", "response"}]
-    base = "_".join(words[:5])[:48].rstrip("_") or "rubric"
-    candidate, n = base, 2
-    while candidate in taken:
-        candidate, n = f"{base}_{n}", n + 1
-    return candidate
-
-
 # The prompt (pure).
 
 
 class _Prompt(msgspec.Struct, frozen=True, omit_defaults=True):
     prompt: str
     reference: str | None = None
-
-
-def load_template(path: Path | None = None) -> str:
-    return prompts.load(__package__, GENERATOR, path)
 
 
 def messages(
@@ -335,7 +307,7 @@ class Generator:
                 return decided
             lock = self.redis.lock(lock_name, timeout=self.lock_s, thread_local=False)
             if await lock.acquire(blocking=False):
-                async with self._held(lock):
+                async with locks.held(lock, self.lock_s, f"the rubric generation lock {lock_name}"):
                     decided = await self._decided(prompted, instance_key, seed)  # another holder may have finished
                     return decided or await self._generate(prompted, instance_key, seed)
             log.info("rubric set %s/%s waits for another process's generation", prompted.run_id, instance_key)
@@ -419,30 +391,6 @@ class Generator:
         )
         return Generated(fallback, "fallback", error)
 
-    @contextlib.asynccontextmanager
-    async def _held(self, lock: Lock) -> AsyncIterator[None]:
-        """Keep `lock` alive while the block runs (renewed every third of its lifetime), then release it."""
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(self.lock_s / 3)
-                try:
-                    await lock.reacquire()
-                except LockError:
-                    log.warning("a rubric generation lock expired while held (%s)", lock.name)
-                    return
-                except Exception as e:
-                    if dependency(e) is None:  # an outage is the service's to report, once
-                        log.exception("could not renew a rubric generation lock (%s)", lock.name)
-
-        renewing = asyncio.create_task(renew())
-        try:
-            yield
-        finally:
-            renewing.cancel()
-            with contextlib.suppress(LockError):  # it expired: the store's compare-and-set kept one version
-                await lock.release()
-
     async def _wait_released(self, name: str) -> None:
         """Until no process holds the lock (it finished, or died and the lock expired)."""
         pause = _POLL_S[0]
@@ -474,7 +422,7 @@ def generator(settings: ServiceSettings, clients: Clients, service: str) -> Gene
         clients.redis,
         clients.keys,
         usage.Metered(clients.gateway, clients.redis, clients.keys).structured,
-        template=load_template(settings.generator_prompt),
+        template=prompts.load(__package__, GENERATOR, settings.generator_prompt),
         model=agent.model,
         meta_classes=tuple(settings.meta_classes),
         max_rubrics=settings.generate_max_rubrics,

@@ -18,53 +18,40 @@ with its first score.
 from collections.abc import Mapping
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, Rollout, Score, ScoredRollout
-from rubricd_services.common.streams import Rejected
+from rubricd_services.common.commit import Script
 
 from .schedule import stats_increments
 
-# KEYS: score, scored stream ('' = not analysed), events stream, rollouts stream, reply stream ('' = none), the run's
-# usage, the step's class statistics, the run's recorded stream ('' = not recorded)
-# ARGV: score, scored, event, score ttl, group, entry id, maxlen, reply ttl, n statistics fields, statistics ttl,
-# recorded maxlen, recorded ttl, then n pairs of statistics field and increment, then usage field, increment, ...
-_COMMIT = """
-if KEYS[5] ~= '' then
-  local held = redis.call('TYPE', KEYS[5])['ok']
-  if held ~= 'none' and held ~= 'stream' then
-    return redis.error_reply('BADREPLY reply_to ' .. KEYS[5] .. ' holds a ' .. held .. ', not a stream')
-  end
-end
-local stored = redis.call('GET', KEYS[1])
-local score = stored or ARGV[1]
+# An optional key is '': `scored` (not analysed), `reply` (no reply_to), `recorded` (not recorded).
+_COMMIT = Script(
+    keys="score scored events rollouts reply usage stats recorded",
+    args="score scored event score_ttl group entry_id maxlen reply_ttl stats_ttl recorded_maxlen recorded_ttl",
+    maps="stats usage",
+    reply="reply",
+    body="""
+local stored = redis.call('GET', k_score)
+local score = stored or a_score
 if not stored then
-  redis.call('SET', KEYS[1], score, 'EX', ARGV[4])
-  if KEYS[2] ~= '' then redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', '__data__', ARGV[2]) end
-  if KEYS[8] ~= '' then
-    redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[11], '*', '__data__', ARGV[2])
-    redis.call('EXPIRE', KEYS[8], ARGV[12])
+  redis.call('SET', k_score, score, 'EX', a_score_ttl)
+  if k_scored ~= '' then append(k_scored, a_maxlen, a_scored) end
+  if k_recorded ~= '' then
+    append(k_recorded, a_recorded_maxlen, a_scored)
+    redis.call('EXPIRE', k_recorded, a_recorded_ttl)
   end
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', '__data__', ARGV[3])
-  for i = 13, 12 + 2 * ARGV[9], 2 do
-    redis.call('HINCRBYFLOAT', KEYS[7], ARGV[i], ARGV[i + 1])
-  end
-  if ARGV[9] ~= '0' then
-    redis.call('EXPIRE', KEYS[7], ARGV[10])
-  end
+  append(k_events, a_maxlen, a_event)
+  hincrbyfloat(k_stats, m_stats)
+  if #m_stats > 0 then redis.call('EXPIRE', k_stats, a_stats_ttl) end
 end
-if KEYS[5] ~= '' then
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[7], '*', '__data__', score)
-  redis.call('EXPIRE', KEYS[5], ARGV[8])
-end
-for i = 13 + 2 * ARGV[9], #ARGV, 2 do
-  redis.call('HINCRBY', KEYS[6], ARGV[i], ARGV[i + 1])
-end
-redis.call('XACK', KEYS[4], ARGV[5], ARGV[6])
+reply(k_reply, a_maxlen, score, a_reply_ttl)
+hincrby(k_usage, m_usage)
+ack(k_rollouts, a_group, a_entry_id)
 return stored
-"""
+""",
+)
 
 
 class Effects:
@@ -88,7 +75,7 @@ class Effects:
         self.record_maxlen, self.record_ttl_s = record_maxlen, record_ttl_s
         self.maxlen = maxlen
         self.reply_ttl_s = reply_ttl_s
-        self._commit = redis.register_script(_COMMIT)
+        self._commit = _COMMIT.register(redis)
 
     async def commit(
         self,
@@ -107,38 +94,30 @@ class Effects:
 
         Raises Rejected, having written nothing, if its reply_to names a key that is not a stream.
         """
-        scored = ScoredRollout(rollout=rollout, score=score)
-        keys = [
-            self.keys.score(rollout.run_id, rollout.rollout_id),
-            self.keys.scored if analyze else "",
-            self.keys.events,
-            self.keys.rollouts,
-            rollout.reply_to or "",
-            self.keys.usage(rollout.run_id),
-            self.keys.class_stats(rollout.run_id, rollout.step),
-            self.keys.recorded(rollout.run_id) if self.record_maxlen else "",
-        ]
-        stats = stats_increments(score)
-        args: list[bytes | str | int] = [
-            wire.encode(score),
-            wire.encode(scored),
-            wire.encode(event),
-            self.score_ttl_s,
-            self.group,
-            entry_id,
-            self.maxlen,
-            self.reply_ttl_s,
-            len(stats),
-            self.stats_ttl_s,
-            self.record_maxlen,
-            self.record_ttl_s,
-            *(x for field, n in stats.items() for x in (field, repr(n))),
-            *(x for field, n in usage.items() for x in (field, n)),
-        ]
-        try:
-            stored = await self._commit(keys=keys, args=args)
-        except ResponseError as e:
-            if str(e).startswith("BADREPLY"):
-                raise Rejected(str(e).removeprefix("BADREPLY ")) from None
-            raise
+        stored = await self._commit(
+            keys={
+                "score": self.keys.score(rollout.run_id, rollout.rollout_id),
+                "scored": self.keys.scored if analyze else "",
+                "events": self.keys.events,
+                "rollouts": self.keys.rollouts,
+                "reply": rollout.reply_to or "",
+                "usage": self.keys.usage(rollout.run_id),
+                "stats": self.keys.class_stats(rollout.run_id, rollout.step),
+                "recorded": self.keys.recorded(rollout.run_id) if self.record_maxlen else "",
+            },
+            args={
+                "score": wire.encode(score),
+                "scored": wire.encode(ScoredRollout(rollout=rollout, score=score)),
+                "event": wire.encode(event),
+                "score_ttl": self.score_ttl_s,
+                "group": self.group,
+                "entry_id": entry_id,
+                "maxlen": self.maxlen,
+                "reply_ttl": self.reply_ttl_s,
+                "stats_ttl": self.stats_ttl_s,
+                "recorded_maxlen": self.record_maxlen,
+                "recorded_ttl": self.record_ttl_s,
+            },
+            maps={"stats": stats_increments(score), "usage": usage},
+        )
         return stored is None

@@ -18,16 +18,16 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.keys import SCORERS, InvalidKey
+from rubricd.keys import SCORERS
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES, policy
 from rubricd.store import RubricStore
-from rubricd_services.common import streams, usage
+from rubricd_services.common import prompts, streams, usage
 from rubricd_services.common.llm import Completion, LLMError
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.common.streams import Notice, Rejected
+from rubricd_services.common.streams import Rejected
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import RubricCache
 
@@ -108,8 +108,21 @@ class Scorer:
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
-            prepare=preparer(judge.load_template(settings.judge_prompt), self.judge_settings.prompt_chars()),
+            prepare=preparer(
+                prompts.load(__package__, judge.JUDGE, settings.judge_prompt), self.judge_settings.prompt_chars()
+            ),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
+        )
+        self.intake = streams.Intake(
+            Rollout,
+            "rollout",
+            "rollout_id",
+            settings.max_rollout_bytes,
+            "max_rollout_bytes",
+            self.keys,
+            settings.reply_ttl_s,
+            answer=rejected,
+            check=known_policy,
         )
         self.effects = Effects(
             clients.redis,
@@ -124,7 +137,7 @@ class Scorer:
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
-        rollout = self.validate(msg.body)
+        rollout = self.take(msg.body)
         if (first := await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))) is not None:
             # Scored before (published again, a retried request): its first score again, without judging it.
             score = wire.decode(first, Score)
@@ -144,7 +157,7 @@ class Scorer:
             policy(policy_name),
             policy_name,
             active=active,
-            undefined=self.settings.undefined_class_reward,
+            undefined=self.settings.undefined_meta_class_reward,
         )
         if judged.cached:
             score = msgspec.structs.replace(score, judge_cached=True)
@@ -188,39 +201,13 @@ class Scorer:
                 self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
-    def validate(self, body: bytes) -> Rollout:
+    def take(self, body: bytes) -> Rollout:
         """The rollout, or Rejected (counted, and with a rejected Score for the trainer if it said where)."""
         try:
-            if len(body) > self.settings.max_rollout_bytes:
-                limit = self.settings.max_rollout_bytes
-                raise Rejected(f"oversized rollout: {len(body)} bytes > max_rollout_bytes={limit}")
-            rollout = streams.decode(body, Rollout, "rollout")
-            if rollout.reply_to is not None:
-                self.keys.check_reply_to(rollout.reply_to)
-            if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
-                raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
-            return rollout
-        except (Rejected, InvalidKey) as e:
+            return self.intake.take(body)
+        except Rejected:
             self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
-            raise Rejected(str(e), notify=self.rejection(body, str(e))) from None
-
-    def rejection(self, body: bytes, reason: str) -> Notice | None:
-        """A rejected Score for the trainer, if the entry names a valid reply stream and its ids are strings
-        (echoed even if they are outside their alphabet: `streams.sender`)."""
-        sender = streams.sender(body, self.keys, "rollout_id")
-        if sender is None:
-            return None
-        score = Score(
-            run_id=sender.run_id,
-            rollout_id=sender.id,
-            step=sender.step,
-            status=JudgeStatus.REJECTED,
-            reward=None,
-            rubric_version=0,
-            error=reason,
-            scored_at=time.time(),
-        )
-        return Notice(sender.reply_to, score, self.settings.reply_ttl_s)
+            raise
 
     def judge(self, rubrics: Rubrics, judged: "Judged") -> Judge:
         """The judge of one rollout under `rubrics`: the cached verdict of the same call, else the LLM's (then
@@ -257,6 +244,25 @@ class Scorer:
             judge_ms=score.judge_ms,
             **({"evaluation": True} if score.evaluation else {}),
         )
+
+
+def rejected(sender: streams.Sender, reason: str) -> Score:
+    """The answer to a rollout that can never be scored as sent."""
+    return Score(
+        run_id=sender.run_id,
+        rollout_id=sender.id,
+        step=sender.step,
+        status=JudgeStatus.REJECTED,
+        reward=None,
+        rubric_version=0,
+        error=reason,
+        scored_at=time.time(),
+    )
+
+
+def known_policy(rollout: Rollout) -> None:
+    if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
+        raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
 
 
 @dataclass

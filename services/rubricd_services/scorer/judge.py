@@ -12,7 +12,6 @@ an answer that does is invalid, and retried, wherever it is checked.
 """
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Annotated
 
 import msgspec
@@ -66,10 +65,6 @@ class _RolloutView(msgspec.Struct, frozen=True, omit_defaults=True):
     prompt: str
     response: str
     reference: str | None = None
-
-
-def load_template(path: Path | None = None) -> str:
-    return prompts.load(__package__, JUDGE, path)
 
 
 def system_message(template: str, rubric_set: RubricSet) -> str:

@@ -52,19 +52,17 @@ strategy). With one global set that is the set's classes; with per-instance
 sets, whose classes differ by prompt, it is every class the run's recent
 rollouts were scored on, whichever rollout of the step comes first.
 
-The statistics (`Keys.class_stats`: per run, step and class, the count and
-sum of the class's scores, and how many rollouts the active class was
-undefined for: `fallback`, rewarded with the weighted total, or `masked`) are
-written by the scorer's commit script with the score itself (scorer.effects),
-for scores under `alternating` only, and expire `schedule_stats_ttl_s` after
-the step's last score (the decisions themselves are kept with the run).
+The statistics (`Keys.class_stats`) are written by the scorer's commit script
+with the score itself (scorer.effects, from `stats_increments`), for scores
+under `alternating` only. What a reader of Redis needs (the decisions, the
+statistics, how to read them and `explain`) is rubricd.schedule; this module is
+the deciding side.
 """
 
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import msgspec
 from redis.asyncio import Redis
@@ -72,53 +70,19 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, EventKind, JudgeStatus, Rubric, Score
+from rubricd.schedule import (
+    ClassStats,
+    Decision,
+    Reason,
+    StepStats,
+    Strategy,
+    explain,
+    read_history,
+    read_stats,
+)
 from rubricd_services.common import streams
 
-Strategy = Literal["round_robin", "most_room", "largest_gain"]
-Reason = Literal["warm_up", "phase", "round_robin", "most_room", "largest_gain", "no_class"]
 CACHED_DECISIONS = 4096  # decisions a scorer keeps in memory (they never change: a miss only costs a read)
-
-
-class Decision(msgspec.Struct, frozen=True, kw_only=True):
-    """The active meta-class of one step of a run, and what chose it."""
-
-    step: int
-    meta_class: str | None  # None: no active class, the reward is the weighted total
-    reason: Reason
-    strategy: Strategy
-    candidates: list[str] = []
-    window: list[int] = []  # most_room, largest_gain: the recent steps whose statistics were read
-    means: dict[str, float | None] = {}  # most_room, largest_gain: each candidate's mean over window (None: no score)
-    previous_window: list[int] = []  # largest_gain: the steps before `window` whose statistics were read
-    gains: dict[str, float | None] = {}  # largest_gain: mean over window - mean over previous_window (None: no gain)
-    decided_at: float | None = None
-
-
-@dataclass(frozen=True)
-class ClassStats:
-    """What the committed scores of one class over some rollouts add up to: how many had a score and its sum;
-    how many of the class's active steps' rollouts it was undefined for (rewarded with the weighted total, or
-    masked)."""
-
-    count: int = 0
-    total: float = 0.0
-    fallback: int = 0
-    masked: int = 0
-
-    @property
-    def mean(self) -> float | None:
-        return self.total / self.count if self.count else None
-
-    def __add__(self, other: "ClassStats") -> "ClassStats":
-        return ClassStats(
-            self.count + other.count,
-            self.total + other.total,
-            self.fallback + other.fallback,
-            self.masked + other.masked,
-        )
-
-
-StepStats = Mapping[str, "ClassStats"]  # per class
 
 
 @dataclass(frozen=True)
@@ -235,36 +199,6 @@ def stats_increments(score: Score) -> dict[str, float]:
     return out
 
 
-def parse_stats(fields: Mapping[bytes, bytes]) -> dict[str, ClassStats]:
-    """A step's statistics hash, per class."""
-    found: dict[str, dict[str, float]] = {}
-    for field, value in fields.items():
-        kind, _, meta_class = field.decode().partition(":")
-        found.setdefault(meta_class, {})[kind] = float(value)
-    return {
-        c: ClassStats(
-            round(f.get("count", 0)), f.get("sum", 0.0), round(f.get("fallback", 0)), round(f.get("masked", 0))
-        )
-        for c, f in sorted(found.items())
-    }
-
-
-async def read_history(redis: Redis, keys: Keys, run_id: str) -> dict[int, Decision]:
-    """Every decision of the run, by step."""
-    fields = await redis.hgetall(keys.schedule(run_id))
-    decisions = {int(step): msgspec.json.decode(raw, type=Decision) for step, raw in fields.items()}
-    return dict(sorted(decisions.items()))
-
-
-async def read_stats(redis: Redis, keys: Keys, run_id: str, steps: Sequence[int]) -> dict[int, dict[str, ClassStats]]:
-    """The statistics of each of `steps`, per class."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for s in steps:
-            pipe.hgetall(keys.class_stats(run_id, s))
-        found = await pipe.execute()
-    return {s: parse_stats(fields) for s, fields in zip(steps, found)}
-
-
 # KEYS: the run's schedule hash, the events stream. ARGV: step, decision, its event, the events' maxlen.
 # Returns the step's decision: this one if it was the first, else the one already written.
 _DECIDE = """
@@ -336,24 +270,3 @@ class Schedule:
             reason=decision.reason,
             strategy=decision.strategy,
         )
-
-
-def explain(decision: Decision) -> str:
-    """One line: the class and why."""
-    chosen = decision.meta_class or "weighted total"
-    match decision.reason:
-        case "warm_up":
-            return f"{chosen}: warm-up"
-        case "no_class":
-            return f"{chosen}: no candidate meta-class in the rubric set"
-        case "phase":
-            return f"{chosen}: its phase continues (min_phase_steps)"
-        case "round_robin":
-            return f"{chosen}: next in order {', '.join(decision.candidates)}"
-        case "most_room":
-            means = ", ".join(f"{c} {'-' if m is None else f'{m:.3f}'}" for c, m in decision.means.items())
-            return f"{chosen}: lowest recent mean over steps {decision.window} ({means})"
-        case "largest_gain":
-            gains = ", ".join(f"{c} {'-' if g is None else f'{g:+.3f}'}" for c, g in decision.gains.items())
-            return f"{chosen}: largest gain, steps {decision.window} over {decision.previous_window} ({gains})"
-    return chosen

@@ -22,7 +22,7 @@ class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings):
         description="weighted_sum: the reward is the weighted total; alternating: the score of the step's active "
         "meta-class alone (ARL-RR)",
     )
-    undefined_class_reward: Undefined = Field(
+    undefined_meta_class_reward: Undefined = Field(
         "weighted_total",
         description="alternating, when the active meta-class has no positive-point rubric for a rollout: "
         "weighted_total (the reward is the weighted total) or mask (no reward, the Score says masked)",

@@ -38,75 +38,90 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, RolloutAnalysis, StepClosed, StepSummary
+from rubricd_services.common.commit import Script
 
-# KEYS: step hash, open steps, steps stream. ARGV: expected, ids json, now, deadline, member, group, entry id, ttl,
-# part ('' = the whole step), parts, the part's JSON
-_CLOSED = """
-if redis.call('HGET', KEYS[1], 'summarized') ~= '1' then
-  if ARGV[9] ~= '' then
-    redis.call('HSETNX', KEYS[1], 'parts', ARGV[10])
-    redis.call('HSETNX', KEYS[1], 'part:' .. ARGV[9], ARGV[11])
+# A StepClosed: the whole step (`part` '') or one part of it, `part_json` that part's {"expected", "ids"}.
+_CLOSED = Script(
+    keys="step open_steps steps",
+    args="expected ids now deadline member group entry_id ttl part parts part_json",
+    body="""
+if redis.call('HGET', k_step, 'summarized') ~= '1' then
+  if a_part ~= '' then
+    redis.call('HSETNX', k_step, 'parts', a_parts)
+    redis.call('HSETNX', k_step, 'part:' .. a_part, a_part_json)
   else
-    if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], 'expected', ARGV[1]) end
-    if ARGV[2] ~= '[]' then redis.call('HSET', KEYS[1], 'rollout_ids', ARGV[2]) end
+    if a_expected ~= '' then redis.call('HSET', k_step, 'expected', a_expected) end
+    if a_ids ~= '[]' then redis.call('HSET', k_step, 'rollout_ids', a_ids) end
   end
-  if redis.call('HSETNX', KEYS[1], 'closed_at', ARGV[3]) == 1 then
-    redis.call('HSET', KEYS[1], 'deadline', ARGV[4])
-    redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  if redis.call('HSETNX', k_step, 'closed_at', a_now) == 1 then
+    redis.call('HSET', k_step, 'deadline', a_deadline)
+    redis.call('ZADD', k_open_steps, a_deadline, a_member)
   end
-  redis.call('EXPIRE', KEYS[1], ARGV[8])
+  redis.call('EXPIRE', k_step, a_ttl)
 end
-redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
+ack(k_steps, a_group, a_entry_id)
 return 1
-"""
+""",
+)
 
-# KEYS: step hash, step analyses set, open steps, analyses stream
-# ARGV: rollout id, rollouts per step ('' = none), now, deadline, member, group, entry id, ttl
-_ANALYZED = """
-redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[8])
-redis.call('EXPIRE', KEYS[1], ARGV[8])
-if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'summarized') ~= '1' and redis.call('HEXISTS', KEYS[1], 'expected') == 0 then
-  redis.call('HSET', KEYS[1], 'expected', ARGV[2])
-  if redis.call('HSETNX', KEYS[1], 'closed_at', ARGV[3]) == 1 then
-    redis.call('HSET', KEYS[1], 'deadline', ARGV[4])
-    redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+# An analysis: `rollouts_per_step` ('' = none) closes the step itself; `entry_id` '' acks nothing.
+_ANALYZED = Script(
+    keys="step step_analyses open_steps analyses",
+    args="rollout_id rollouts_per_step now deadline member group entry_id ttl",
+    body="""
+redis.call('SADD', k_step_analyses, a_rollout_id)
+redis.call('EXPIRE', k_step_analyses, a_ttl)
+redis.call('EXPIRE', k_step, a_ttl)
+if a_rollouts_per_step ~= '' and redis.call('HGET', k_step, 'summarized') ~= '1'
+    and redis.call('HEXISTS', k_step, 'expected') == 0 then
+  redis.call('HSET', k_step, 'expected', a_rollouts_per_step)
+  if redis.call('HSETNX', k_step, 'closed_at', a_now) == 1 then
+    redis.call('HSET', k_step, 'deadline', a_deadline)
+    redis.call('ZADD', k_open_steps, a_deadline, a_member)
   end
 end
-if ARGV[7] ~= '' then redis.call('XACK', KEYS[4], ARGV[6], ARGV[7]) end
+if a_entry_id ~= '' then ack(k_analyses, a_group, a_entry_id) end
 return 1
-"""
+""",
+)
 
-# KEYS: step hash. ARGV: token, now, until
-_CLAIM = """
-local s = redis.call('HMGET', KEYS[1], 'summarized', 'claim_until')
+_CLAIM = Script(
+    keys="step",
+    args="token now until",
+    body="""
+local s = redis.call('HMGET', k_step, 'summarized', 'claim_until')
 if s[1] == '1' then return 0 end
-if s[2] and tonumber(s[2]) > tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'claim_until', ARGV[3])
+if s[2] and tonumber(s[2]) > tonumber(a_now) then return 0 end
+redis.call('HSET', k_step, 'claim', a_token, 'claim_until', a_until)
 return 1
-"""
+""",
+)
 
-# KEYS: step hash. ARGV: token, until
-_HOLD = """
-if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then redis.call('HSET', KEYS[1], 'claim_until', ARGV[2]) end
+_HOLD = Script(
+    keys="step",
+    args="token until",
+    body="""
+if redis.call('HGET', k_step, 'claim') == a_token then redis.call('HSET', k_step, 'claim_until', a_until) end
 return 1
-"""
+""",
+)
 
-# KEYS: step hash, open steps, summaries stream, events stream, step analyses set
-# ARGV: member, now, maxlen, event, state ttl, summaries...
-_COMMIT = """
-redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('HGET', KEYS[1], 'summarized') == '1' then return 0 end
-redis.call('HSET', KEYS[1], 'summarized', '1', 'summarized_at', ARGV[2])
-redis.call('HDEL', KEYS[1], 'claim', 'claim_until')
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('EXPIRE', KEYS[5], ARGV[5])
-for i = 6, #ARGV do
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', '__data__', ARGV[i])
-end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[3], '*', '__data__', ARGV[4])
+_COMMIT = Script(
+    keys="step open_steps summaries events step_analyses",
+    args="member now maxlen event ttl",
+    lists="summaries",
+    body="""
+redis.call('ZREM', k_open_steps, a_member)
+if redis.call('HGET', k_step, 'summarized') == '1' then return 0 end
+redis.call('HSET', k_step, 'summarized', '1', 'summarized_at', a_now)
+redis.call('HDEL', k_step, 'claim', 'claim_until')
+redis.call('EXPIRE', k_step, a_ttl)
+redis.call('EXPIRE', k_step_analyses, a_ttl)
+for _, summary in ipairs(l_summaries) do append(k_summaries, a_maxlen, summary) end
+append(k_events, a_maxlen, a_event)
 return 1
-"""
+""",
+)
 
 
 @dataclass(frozen=True)
@@ -187,31 +202,35 @@ class StepBook:
         self.deadline_s = deadline_s
         self.claim_ttl_s = claim_ttl_s
         self.maxlen = maxlen
-        self._closed = redis.register_script(_CLOSED)
-        self._analyzed = redis.register_script(_ANALYZED)
-        self._claim = redis.register_script(_CLAIM)
-        self._commit = redis.register_script(_COMMIT)
-        self._hold = redis.register_script(_HOLD)
+        self._closed = _CLOSED.register(redis)
+        self._analyzed = _ANALYZED.register(redis)
+        self._claim = _CLAIM.register(redis)
+        self._commit = _COMMIT.register(redis)
+        self._hold = _HOLD.register(redis)
 
     async def closed(self, msg: StepClosed, now: float, entry_id: bytes | str) -> None:
         """Record the trainer's StepClosed (the whole step, or one part of it) and ack its entry."""
         expected = msg.rollouts if msg.rollouts is not None else (len(msg.rollout_ids) if msg.rollout_ids else None)
         ids = sorted(set(msg.rollout_ids))
         await self._closed(
-            keys=[self.keys.step(msg.run_id, msg.step), self.keys.open_steps, self.keys.steps],
-            args=[
-                "" if expected is None else expected,
-                json.dumps(ids),
-                now,
-                now + self.deadline_s,
-                member(msg.run_id, msg.step),
-                self.group,
-                entry_id,
-                self.state_ttl_s,
-                "" if msg.part is None else msg.part,
-                msg.parts or "",
-                json.dumps({"expected": expected, "ids": ids}),
-            ],
+            keys={
+                "step": self.keys.step(msg.run_id, msg.step),
+                "open_steps": self.keys.open_steps,
+                "steps": self.keys.steps,
+            },
+            args={
+                "expected": "" if expected is None else expected,
+                "ids": json.dumps(ids),
+                "now": now,
+                "deadline": now + self.deadline_s,
+                "member": member(msg.run_id, msg.step),
+                "group": self.group,
+                "entry_id": entry_id,
+                "ttl": self.state_ttl_s,
+                "part": "" if msg.part is None else msg.part,
+                "parts": msg.parts or "",
+                "part_json": json.dumps({"expected": expected, "ids": ids}),
+            },
         )
 
     async def analyzed(
@@ -220,22 +239,22 @@ class StepBook:
         """Count an announced analysis in its step and ack its entry."""
         run, step = analysis.run_id, analysis.step
         await self._analyzed(
-            keys=[
-                self.keys.step(run, step),
-                self.keys.step_analyses(run, step),
-                self.keys.open_steps,
-                self.keys.analyses,
-            ],
-            args=[
-                analysis.rollout_id,
-                rollouts_per_step or "",
-                now,
-                now + self.deadline_s,
-                member(run, step),
-                self.group,
-                entry_id,
-                self.state_ttl_s,
-            ],
+            keys={
+                "step": self.keys.step(run, step),
+                "step_analyses": self.keys.step_analyses(run, step),
+                "open_steps": self.keys.open_steps,
+                "analyses": self.keys.analyses,
+            },
+            args={
+                "rollout_id": analysis.rollout_id,
+                "rollouts_per_step": rollouts_per_step or "",
+                "now": now,
+                "deadline": now + self.deadline_s,
+                "member": member(run, step),
+                "group": self.group,
+                "entry_id": entry_id,
+                "ttl": self.state_ttl_s,
+            },
         )
 
     async def state(self, run_id: str, step: int) -> StepState:
@@ -271,30 +290,35 @@ class StepBook:
 
     async def claim(self, run_id: str, step: int, token: str, now: float) -> bool:
         """Take the step for `claim_ttl_s` unless it is summarized or someone else holds it."""
-        return bool(await self._claim(keys=[self.keys.step(run_id, step)], args=[token, now, now + self.claim_ttl_s]))
+        return bool(
+            await self._claim(
+                keys={"step": self.keys.step(run_id, step)},
+                args={"token": token, "now": now, "until": now + self.claim_ttl_s},
+            )
+        )
 
     async def hold(self, run_id: str, step: int, token: str, until: float) -> None:
         """Move the end of our own claim (if it still is ours): to renew it, or to when a failed step is retried."""
-        await self._hold(keys=[self.keys.step(run_id, step)], args=[token, until])
+        await self._hold(keys={"step": self.keys.step(run_id, step)}, args={"token": token, "until": until})
 
     async def commit(self, run_id: str, step: int, summaries: list[StepSummary], event: Event, now: float) -> bool:
         """Mark the step summarized and publish its summaries, unless it already was; True if this call did."""
         return bool(
             await self._commit(
-                keys=[
-                    self.keys.step(run_id, step),
-                    self.keys.open_steps,
-                    self.keys.summaries,
-                    self.keys.events,
-                    self.keys.step_analyses(run_id, step),
-                ],
-                args=[
-                    member(run_id, step),
-                    now,
-                    self.maxlen,
-                    wire.encode(event),
-                    self.state_ttl_s,
-                    *(wire.encode(s) for s in summaries),
-                ],
+                keys={
+                    "step": self.keys.step(run_id, step),
+                    "open_steps": self.keys.open_steps,
+                    "summaries": self.keys.summaries,
+                    "events": self.keys.events,
+                    "step_analyses": self.keys.step_analyses(run_id, step),
+                },
+                args={
+                    "member": member(run_id, step),
+                    "now": now,
+                    "maxlen": self.maxlen,
+                    "event": wire.encode(event),
+                    "ttl": self.state_ttl_s,
+                },
+                lists={"summaries": [wire.encode(s) for s in summaries]},
             )
         )

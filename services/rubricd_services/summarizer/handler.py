@@ -27,7 +27,7 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import EventKind, RolloutAnalysis, StepClosed, StepSummary
-from rubricd_services.common import streams
+from rubricd_services.common import prompts, streams
 from rubricd_services.common.memory import MemoryItem, MemoryKind
 from rubricd_services.common.outage import LLM, WEAVIATE
 from rubricd_services.common.service import Clients
@@ -43,7 +43,6 @@ from .summary import (
     Summarized,
     SummaryDraft,
     by_instance,
-    load_template,
     render,
     render_chunk,
     summarize_step,
@@ -77,8 +76,8 @@ class Summarizer:
             maxlen=settings.stream_maxlen,
         )
         self.templates = (
-            load_template(SUMMARIZER, settings.summarizer_prompt),
-            load_template(META_SUMMARIZER, settings.meta_summarizer_prompt),
+            prompts.load(__package__, SUMMARIZER, settings.summarizer_prompt),
+            prompts.load(__package__, META_SUMMARIZER, settings.meta_summarizer_prompt),
         )
         self.prompt_chars = settings.agent(SUMMARIZER).prompt_chars(), settings.agent(META_SUMMARIZER).prompt_chars()
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}

@@ -8,7 +8,6 @@ the analyses follow as JSON data with `<` escaped.
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 import msgspec
@@ -100,10 +99,6 @@ class _ChunkView(msgspec.Struct, frozen=True, kw_only=True):
     rubric_evaluation: str
     advancement: list[str]
     evolution_plan: list[str]
-
-
-def load_template(agent: str, path: Path | None = None) -> str:
-    return prompts.load(__package__, agent, path)
 
 
 def chunked(analyses: list[RolloutAnalysis], size: int, max_chars: int | None = None) -> list[list[RolloutAnalysis]]:

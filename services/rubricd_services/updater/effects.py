@@ -6,62 +6,37 @@ advancing the run's step marker, then announcing, logging and acking in one
 MULTI.
 """
 
-import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
-from redis.exceptions import LockError
 
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event
 from rubricd.store import RubricStore
-from rubricd_services.common.outage import dependency
-
-log = logging.getLogger("rubricd.updater")
+from rubricd_services.common import locks
 
 
 class Effects:
-    def __init__(self, redis: Redis, keys: Keys, group: str, *, maxlen: int, lock_timeout_s: float) -> None:
+    def __init__(self, redis: Redis, keys: Keys, group: str, *, maxlen: int, update_lock_s: float) -> None:
         self.redis = redis
         self.keys = keys
         self.group = group
         self.maxlen = maxlen
-        self.lock_timeout_s = lock_timeout_s
+        self.update_lock_s = update_lock_s
         self.store = RubricStore(redis, keys)
 
     @contextlib.asynccontextmanager
     async def lock(self, run_id: str, instance_key: str | None) -> AsyncIterator[None]:
-        """Hold the run's update lock for as long as the update runs: renewed every `lock_timeout_s / 3`, it
-        expires `lock_timeout_s` after its holder died. A waiter waits while the holder lives."""
+        """Hold the run's update lock for as long as the update runs: renewed every `update_lock_s / 3`, it
+        expires `update_lock_s` after its holder died. A waiter waits while the holder lives."""
         # thread_local=False: the token is this coroutine's own, not shared by every handler on the thread.
         name = self.keys.update_lock(run_id, instance_key)
-        lock = self.redis.lock(name, timeout=self.lock_timeout_s, thread_local=False)
+        lock = self.redis.lock(name, timeout=self.update_lock_s, thread_local=False)
         await lock.acquire()
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(self.lock_timeout_s / 3)
-                try:
-                    await lock.reacquire()
-                except LockError:
-                    log.warning("the update lock of %s/%s was lost (expired)", run_id, instance_key)
-                    return
-                except Exception as e:
-                    if dependency(e) is None:  # an outage is the service's to report, once
-                        log.exception("could not renew the update lock of %s/%s", run_id, instance_key)
-
-        renewing = asyncio.create_task(renew())
-        try:
+        async with locks.held(lock, self.update_lock_s, f"the update lock of {run_id}/{instance_key}"):
             yield
-        finally:
-            renewing.cancel()
-            try:
-                await lock.release()
-            except LockError:  # it expired meanwhile: the store's compare-and-set still kept the update safe
-                log.warning("the update lock of %s/%s expired before the update ended", run_id, instance_key)
 
     async def commit(
         self, entry_id: bytes, run_id: str, step: int, events: list[Event], announcement: bytes | None

@@ -47,7 +47,7 @@ class Updater:
             "rubricd_rubric_version", "the run's current rubric version (global sets)", ["run_id"]
         )
         self.effects = Effects(
-            clients.redis, clients.keys, UPDATERS, maxlen=settings.stream_maxlen, lock_timeout_s=settings.lock_timeout_s
+            clients.redis, clients.keys, UPDATERS, maxlen=settings.stream_maxlen, update_lock_s=settings.update_lock_s
         )
         self.updater = RubricUpdater(
             store=self.effects.store,

@@ -36,7 +36,7 @@ class UpdaterSettings(ServiceSettings, SeedSettings):
         None, description="query writer instructions; default: prompts/query_writer.md"
     )
     updater_prompt: PromptFile = Field(None, description="updater instructions; default: prompts/updater.md")
-    lock_timeout_s: float = Field(
+    update_lock_s: float = Field(
         15.0, gt=0, description="a run's update lock, renewed while its holder lives, expires this long after it died"
     )
 

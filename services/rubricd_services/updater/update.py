@@ -22,7 +22,6 @@ is still applied on top of the current set: its evidence is not thrown away,
 and versions stay strictly increasing.
 """
 
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from rubricd.store import RubricStore
 from rubricd_services.common import prompts
 from rubricd_services.common.memory import Hit, Memory, MemoryItem, MemoryKind
 from rubricd_services.common.seeds import Seeds
+from rubricd_services.rubrics.ids import new_id
 
 T = TypeVar("T")
 # (run id, agent, messages, answer type) -> an answer of that type; the call is made for that run
@@ -82,13 +82,6 @@ class UpdateProposal(msgspec.Struct, frozen=True, kw_only=True):
     consulted: list[str] = []  # memory ids from the dynamic memory
 
 
-def _one_of(ids: tuple[str, ...]) -> object:
-    """A string whose schema lists `ids` (an enum; no list where there are none). In the schema only: a server
-    that enforces it keeps the model to them, while an answer from one that does not still decodes, and
-    `validate` drops just the modification naming another id, with a reason."""
-    return Annotated[str, msgspec.Meta(extra_json_schema={"enum": sorted(ids)})] if ids else str
-
-
 @lru_cache(maxsize=64)
 def proposal_type(
     adaptive_ids: tuple[str, ...], memory_ids: tuple[str, ...], meta_classes: tuple[str, ...] = HEALTHBENCH_AXES
@@ -105,13 +98,13 @@ def proposal_type(
             ("criterion", Annotated[str, prompts.max_chars(300)]),
             ("rationale", Annotated[str, prompts.max_chars(240)], ""),
             ("tags", Annotated[list[Annotated[str, prompts.max_chars(64)]], prompts.max_items(4)], []),
-            ("meta_class", _one_of(meta_classes) or str, meta_classes[0] if meta_classes else "accuracy"),
+            ("meta_class", prompts.one_of(sorted(meta_classes)), meta_classes[0] if meta_classes else "accuracy"),
         ],
         bases=(Rubric,),
         frozen=True,
         kw_only=True,
     )
-    target = _one_of(adaptive_ids)
+    target = prompts.one_of(sorted(adaptive_ids))
     modification = msgspec.defstruct(
         "RubricModification",
         [
@@ -123,7 +116,7 @@ def proposal_type(
         frozen=True,
         kw_only=True,
     )
-    memory = _one_of(memory_ids)
+    memory = prompts.one_of(sorted(memory_ids))
     return cast(
         type[UpdateProposal],
         msgspec.defstruct(
@@ -218,12 +211,12 @@ def _apply_one(
     by_id = {r.id: r for r in rubrics}
     if mod.action is Action.ADD:
         new = _checked_rubric(mod, limits)
-        new_id = new.id or mod.rubric_id or ""
-        if new_id and new_id in by_id:
-            raise _Invalid(f"cannot add {new_id!r}: a rubric with that id exists")
+        given = new.id or mod.rubric_id or ""
+        if given and given in by_id:
+            raise _Invalid(f"cannot add {given!r}: a rubric with that id exists")
         if sum(r.kind is RubricKind.ADAPTIVE for r in rubrics) >= limits.max_adaptive:
             raise _Invalid(f"cannot add: the set already holds max_adaptive={limits.max_adaptive} adaptive rubrics")
-        new = msgspec.structs.replace(new, id=new_id or _new_id(new.criterion, by_id))
+        new = msgspec.structs.replace(new, id=given or new_id(new.criterion, by_id))
         return [*rubrics, new], msgspec.structs.replace(mod, rubric_id=new.id, rubric=new, points=None)
     rubric_id = mod.rubric_id or (mod.rubric.id if mod.rubric else None)
     target = by_id.get(rubric_id or "")
@@ -267,15 +260,6 @@ def _checked_rubric(mod: RubricModification, limits: Limits) -> Rubric:
 def _check_points(points: float, limits: Limits) -> None:
     if not limits.min_points <= points <= limits.max_points or points == 0:
         raise _Invalid(f"points {points:g} outside [{limits.min_points:g}, {limits.max_points:g}] (or zero)")
-
-
-def _new_id(criterion: str, taken: dict[str, Rubric]) -> str:
-    words = re.findall(r"[a-z0-9]+", criterion.lower())
-    base = "_".join([w for w in words if w not in {"the", "a", "an", "response"}][:4]) or "rubric"
-    candidate, n = base, 2
-    while candidate in taken:
-        candidate, n = f"{base}_{n}", n + 1
-    return candidate
 
 
 # Prompts (pure).

@@ -36,7 +36,7 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
     sum over every rubric, the reward under `weighted_sum`.
     `active_meta_class` (policy `alternating`): the step's class, whose score is the reward; None during warm-up
     (the reward is the weighted total). If that class is undefined for this rollout the reward is the weighted
-    total, or, with RUBRICD_UNDEFINED_CLASS_REWARD=mask, None with `masked` true (status ok): drop the sample.
+    total, or, with RUBRICD_UNDEFINED_META_CLASS_REWARD=mask, None with `masked` true (status ok): drop the sample.
     `judge_cached`: the verdict was the judge cache's, kept from the same judge call (same content, rubric set
     and version, judge model and prompt) for an earlier rollout; no LLM call was made.
     `rubrics_generation` (per-instance sets with RUBRICD_GENERATE_RUBRICS): `generated` when the set judged with

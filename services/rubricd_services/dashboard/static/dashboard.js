@@ -1,4 +1,4 @@
-// rubricd dashboard: polls the JSON routes of `rubricd dashboard` and draws them (plain DOM and SVG, no build step).
+// rubricd dashboard: polls the JSON routes of the dashboard (`rubricd serve dashboard`, app.py) and draws them (plain DOM and SVG, no build step).
 "use strict";
 
 const COLORS = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d", "#4d7c0f"];

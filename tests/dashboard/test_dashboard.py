@@ -1,4 +1,4 @@
-"""`rubricd dashboard` in Debian's headless chromium (driven by selenium), against the real stack and the four
+"""`rubricd serve dashboard` in Debian's headless chromium (driven by selenium), against the real stack and the four
 services of the loop running an alternating-reward run; and its step tally without a broker.
 
 The browser test keeps a screenshot: .stack/artifacts/dashboard.png.
@@ -19,7 +19,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricsUpdated, Score, ScoredRollout
-from rubricd_services.cli.dashboard import PAGE, RunTally, StepTally
+from rubricd_services.dashboard.reader import PAGE, RunTally, StepTally
 from rubricd_services.demo.policy import respond
 
 pytestmark = pytest.mark.integration
@@ -78,7 +78,7 @@ def browser() -> Iterator[WebDriver]:
 
 @pytest.fixture
 def dashboard(service_env, free_port, serve_dashboard) -> Iterator[str]:
-    """`rubricd dashboard` in this test's namespace: its URL."""
+    """`rubricd serve dashboard` in this test's namespace: its URL."""
     with serve_dashboard(service_env, free_port) as url:
         yield url
 

@@ -1,0 +1,123 @@
+"""The meta-class schedule of alternating rewards, as Redis holds it: each step's decision and class statistics.
+
+Under the `alternating` policy the scorers decide once per (run, step) which
+meta-class the step trains (the rule and its compare-and-set are the scorer's:
+rubricd_services.scorer.schedule) and keep two things a reader may look at:
+
+- the decisions (`Keys.schedule`: one hash per run, field = step, value = a
+  `Decision` as JSON), kept with the run;
+- the statistics (`Keys.class_stats`: one hash per run and step, fields
+  `count:<class>`, `sum:<class>`, `fallback:<class>`, `masked:<class>`),
+  written by the scorer's commit script with the score itself, for scores
+  under `alternating` only, and expiring `schedule_stats_ttl_s` after the
+  step's last score.
+
+This module is their read side: the types, how to read and parse them, and
+one line saying why a step has its class (`rubricd schedule`, the dashboard,
+the demo's report).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
+
+import msgspec
+from redis.asyncio import Redis
+
+from .keys import Keys
+
+Strategy = Literal["round_robin", "most_room", "largest_gain"]
+Reason = Literal["warm_up", "phase", "round_robin", "most_room", "largest_gain", "no_class"]
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """The active meta-class of one step of a run, and what chose it."""
+
+    step: int
+    meta_class: str | None  # None: no active class, the reward is the weighted total
+    reason: Reason
+    strategy: Strategy
+    candidates: list[str] = []
+    window: list[int] = []  # most_room, largest_gain: the recent steps whose statistics were read
+    means: dict[str, float | None] = {}  # most_room, largest_gain: each candidate's mean over window (None: no score)
+    previous_window: list[int] = []  # largest_gain: the steps before `window` whose statistics were read
+    gains: dict[str, float | None] = {}  # largest_gain: mean over window - mean over previous_window (None: no gain)
+    decided_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    """What the committed scores of one class over some rollouts add up to: how many had a score and its sum;
+    how many of the class's active steps' rollouts it was undefined for (rewarded with the weighted total, or
+    masked)."""
+
+    count: int = 0
+    total: float = 0.0
+    fallback: int = 0
+    masked: int = 0
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def __add__(self, other: "ClassStats") -> "ClassStats":
+        return ClassStats(
+            self.count + other.count,
+            self.total + other.total,
+            self.fallback + other.fallback,
+            self.masked + other.masked,
+        )
+
+
+StepStats = Mapping[str, ClassStats]  # per class
+
+
+def parse_stats(fields: Mapping[bytes, bytes]) -> dict[str, ClassStats]:
+    """A step's statistics hash, per class."""
+    found: dict[str, dict[str, float]] = {}
+    for field, value in fields.items():
+        kind, _, meta_class = field.decode().partition(":")
+        found.setdefault(meta_class, {})[kind] = float(value)
+    return {
+        c: ClassStats(
+            round(f.get("count", 0)), f.get("sum", 0.0), round(f.get("fallback", 0)), round(f.get("masked", 0))
+        )
+        for c, f in sorted(found.items())
+    }
+
+
+async def read_history(redis: Redis, keys: Keys, run_id: str) -> dict[int, Decision]:
+    """Every decision of the run, by step."""
+    fields = cast(dict[bytes, bytes], await redis.hgetall(keys.schedule(run_id)))
+    decisions = {int(step): msgspec.json.decode(raw, type=Decision) for step, raw in fields.items()}
+    return dict(sorted(decisions.items()))
+
+
+async def read_stats(redis: Redis, keys: Keys, run_id: str, steps: Sequence[int]) -> dict[int, dict[str, ClassStats]]:
+    """The statistics of each of `steps`, per class."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for s in steps:
+            pipe.hgetall(keys.class_stats(run_id, s))
+        found = cast(list[dict[bytes, bytes]], await pipe.execute())
+    return {s: parse_stats(fields) for s, fields in zip(steps, found)}
+
+
+def explain(decision: Decision) -> str:
+    """One line: the class and why."""
+    chosen = decision.meta_class or "weighted total"
+    match decision.reason:
+        case "warm_up":
+            return f"{chosen}: warm-up"
+        case "no_class":
+            return f"{chosen}: no candidate meta-class in the rubric set"
+        case "phase":
+            return f"{chosen}: its phase continues (min_phase_steps)"
+        case "round_robin":
+            return f"{chosen}: next in order {', '.join(decision.candidates)}"
+        case "most_room":
+            means = ", ".join(f"{c} {'-' if m is None else f'{m:.3f}'}" for c, m in decision.means.items())
+            return f"{chosen}: lowest recent mean over steps {decision.window} ({means})"
+        case "largest_gain":
+            gains = ", ".join(f"{c} {'-' if g is None else f'{g:+.3f}'}" for c, g in decision.gains.items())
+            return f"{chosen}: largest gain, steps {decision.window} over {decision.previous_window} ({gains})"
+    return chosen
