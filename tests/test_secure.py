@@ -106,8 +106,8 @@ async def run(start_module_stack, serve_dashboard) -> Run:
         again = await http.post(f"http://127.0.0.1:{base + 4}/get_reward?run={RUN}-http", json=request)  # a retry
         assert asked.status_code == again.status_code == 200, (asked.text, again.text)
         gateway = {"first": asked.json(), "retried": again.json()}
-    pages = {}  # `rubricd serve dashboard` as the cli user, on a port of the stack's block left free
-    with serve_dashboard({**os.environ, **settings_of(stack, "cli")}, base + 5) as url:
+    pages = {}  # `rubricd serve dashboard` as the cli user, on a port of the stack's block left free (comparer: + 5)
+    with serve_dashboard({**os.environ, **settings_of(stack, "cli")}, base + 6) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             routes = {"runs": "api/runs", "run": f"api/runs/{RUN}", "groups": "api/groups", "events": "api/events"}
             for name, path in routes.items():
@@ -286,7 +286,7 @@ async def test_no_secret_reaches_a_log_an_event_a_metric_or_a_dead_letter(run: R
         **{f"{name} /metrics": page for name, page in run.metrics.items()},
         "rubricd status": run.status.stdout + run.status.stderr,
     }
-    assert len(run.secrets) == 10  # nine Redis users and the Weaviate key
+    assert len(run.secrets) == 11  # ten Redis users and the Weaviate key
     for name, secret in run.secrets.items():
         for place, text in places.items():
             assert secret not in text, f"{name} in {place}"
@@ -298,7 +298,18 @@ async def test_a_locked_down_stack_without_tls_keeps_its_secrets_to_its_owner(st
     assert secrets.stat().st_mode & 0o777 == 0o700
     assert {p.name: p.stat().st_mode & 0o777 for p in secrets.glob("redis-*")} == {
         f"redis-{user}": 0o600
-        for user in ("admin", "scorer", "analyzer", "summarizer", "updater", "gateway", "cli", "keda", "trainer")
+        for user in (
+            "admin",
+            "scorer",
+            "comparer",
+            "analyzer",
+            "summarizer",
+            "updater",
+            "gateway",
+            "cli",
+            "keda",
+            "trainer",
+        )
     }
     acl = (secrets / "users.acl").read_text()  # hashes only: readable by a Redis of another uid
     assert not any(p.read_text().strip() in acl for p in secrets.glob("redis-*"))
