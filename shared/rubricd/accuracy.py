@@ -1,16 +1,8 @@
 """The pairwise judge's accuracy: the counts each committed Preference adds, and reading them back.
 
-A labelled comparison judged ok is correct when its winner equals its label;
-an inconsistent one is not correct (no winner); a failed judge is counted as
-failed, not as wrong. Counts are kept per rubric set version (all instances' sets of that version together,
-in per-instance mode), per meta-class of the gatekeeper (`none` when there is
-none: ties and inconsistent preferences), and per rubric set (instance and
-version: the generator's reward in `rubricd export`). The position-consistency
-rate is consistent / judged in both orders.
-
-The counts live in one hash per run (Keys.accuracy), added to by the
-preference commit script (the comparer's effects) with the first Preference of a
-comparison only, so they are exactly what the committed preferences imply.
+Counts per rubric set version, per gatekeeper meta-class and per rubric set, in one hash per run
+(`Keys.accuracy`), added by the preference commit script with a comparison's first Preference only.
+What counts as correct, and the figures: docs/researchers/rubric-arm.md, "Accuracy".
 """
 
 from collections.abc import Mapping

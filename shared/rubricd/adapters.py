@@ -5,38 +5,10 @@
     GRPOTrainer(..., reward_funcs=[reward]).train()
     reward.finish()  # close the last step
 
-Where a trainer hands over a batch (TRL always; verl's batch reward manager)
-the batch is published at once: one round trip, not one per rollout. Where it
-calls one sample at a time (verl's reward loop), any number of calls wait at
-once, all served by the client's one reply reader. Sync and async forms share
-a `SyncRubricdClient`: its loop thread does the Redis work, so the async forms
-can be awaited from whatever event loop the trainer runs them in.
-
-Rollout ids are fresh for every call (`<step>-<nonce>-<i>`): TRL calls its
-reward functions several times per training step (gradient accumulation,
-generation batches), and rubricd answers an id it has seen with the score it
-gave first.
-
-Steps close themselves: the first rollout of a later step closes every earlier
-open step (a StepClosed naming its rollouts), so the memory loop summarizes it
-without waiting for a deadline; `finish()` closes what is still open. With
-`wait_for_rubrics=True` (synchronous mode) a new step is scored only once the
-rubric update that follows the previous step is in place.
-
-Several processes (torchrun, accelerate launch, a DeepSpeed job): each rank
-scores its own share of every step, so each closes its own part of the step
-(StepClosed.part = its rank, .parts = the world size), and rubricd closes the
-step once every rank has: the summary covers every rank's rollouts. The rank
-and world size come from the `RANK` and `WORLD_SIZE` environment variables
-that those launchers set, or from `rank=` and `world_size=`.
-
-Evaluation: rollouts sampled to evaluate the policy (TRL's eval steps, verl's
-validation) are published as evaluation rollouts (Rollout.evaluation): scored
-with the run's current rubrics, but not counted in any step and kept out of
-the memory loop. TRL's reward functions are called for evaluation with the
-same trainer state; the TRL adapters tell them apart by the trainer's model
-being in eval mode (read through the `log_metric` TRL passes, a method of the
-trainer). Elsewhere pass `evaluation=True` (e.g. verl's `val_reward_fn`).
+A batch is published in one round trip; per-sample calls wait concurrently on the client's one reply reader.
+Rollout ids are fresh per call; the first rollout of a later step closes the earlier ones (`finish()` the
+last), each rank closing its own part (`RANK`, `WORLD_SIZE`, or `rank=`, `world_size=`); evaluation calls are
+published as evaluation rollouts. Details: docs/integrators/trl.md and docs/integrators/verl.md.
 """
 
 import asyncio

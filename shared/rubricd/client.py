@@ -1,27 +1,12 @@
 """The trainer's side: publish rollouts, read scores, close steps, wait for rubrics.
 
-Each client has its own reply stream (`<namespace>:replies:<client_id>`); one
-background task reads it and hands each Score to whoever is waiting for it, so
-any number of `score` calls (a batch, or many per-sample calls at once) share
-one connection's worth of reads. The stream is deleted when the client closes.
-A client that logs in as a Redis ACL user (`redis://trainer:PASSWORD@host/0`)
-names it `<user>-<random>` unless given a `client_id`: a locked-down
-deployment lets that user read `<namespace>:replies:<user>-*` and no other.
-
     async with RubricdClient("redis://127.0.0.1:6399/0") as client:
         scores = await client.score(rollouts)
 
-`SyncRubricdClient` offers the same calls to synchronous code (and to many
-threads at once).
-
-The client rides out a Redis restart or failover: every call retries with
-backoff within its caller's timeout, and once the reader reconnects it
-publishes again every rollout still waiting for its score (the scorer answers
-a rollout id it has scored with that same score, so nothing is scored twice).
-It logs one warning when Redis becomes unreachable (a refused or reset
-connection, or no answer to a PING within _PING_TIMEOUT_S) and one when it
-answers again; a call that was only slow (a busy Redis, an event loop that
-stalled) is retried and logged at debug.
+Each client reads its own reply stream (`<namespace>:replies:<client_id>`, deleted on close) with one
+background task that serves every waiting call; `SyncRubricdClient` offers the same calls to synchronous code
+and many threads. A Redis restart or failover is ridden out: calls retry within their timeout and rollouts
+still waiting are published again. Details: docs/integrators/index.md.
 """
 
 import asyncio

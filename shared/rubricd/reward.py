@@ -1,26 +1,10 @@
 """Reward policies: how per-rubric verdicts become the trainer's reward.
 
-Every score follows HealthBench's rule: the points of met rubrics divided by
-the sum of positive points, clipped to [0, 1]; negative rubrics (undesirable
-behaviour) subtract when met. Each meta-class gets the same rule over its own
-rubrics, and, as HealthBench's per-tag scores, a class with no positive-point
-rubric has no defined score (None). The weighted total over the whole set
-stays defined: a set of only negative rubrics scores 1 - met penalty / total
-penalty, so 1 means "none of the bad behaviour".
-
-- `weighted_sum` (the default): the reward is the weighted total.
-- `alternating` (ARL-RR): the reward is the score of the step's active
-  meta-class (scorer.schedule picks it). Without an active class (warm-up) it
-  is the weighted total. If the active class is undefined for the rollout,
-  `undefined` says what the reward is: `weighted_total` (the reward is the
-  weighted total) or `mask` (no reward, `masked`: the trainer should drop the
-  sample); never a silent 0. A class of only negative rubrics (penalties: the
-  anchor against addressing the grader, the updater's rubrics against a hack
-  it caught) is undefined, so it can never be active; its penalties count in
-  every phase instead, beside the active class's rubrics, so alternating never
-  pays for a behaviour the rubrics penalise.
-
+Every score follows HealthBench's rule (met points over positive points, clipped to [0, 1]), per meta-class
+too, a class without a positive-point rubric being undefined. `weighted_sum` rewards the weighted total;
+`alternating` (ARL-RR) the step's active meta-class, with `undefined` saying what an undefined one gives.
 A policy is a plain function; `POLICIES` names them so a setting can pick one.
+The rules: docs/researchers/rubrics.md and docs/researchers/alternating.md.
 """
 
 from collections.abc import Mapping, Sequence

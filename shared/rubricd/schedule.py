@@ -1,20 +1,9 @@
 """The meta-class schedule of alternating rewards, as Redis holds it: each step's decision and class statistics.
 
-Under the `alternating` policy the scorers decide once per (run, step) which
-meta-class the step trains (the rule and its compare-and-set are the scorer's:
-rubricd_services.scorer.schedule) and keep two things a reader may look at:
-
-- the decisions (`Keys.schedule`: one hash per run, field = step, value = a
-  `Decision` as JSON), kept with the run;
-- the statistics (`Keys.class_stats`: one hash per run and step, fields
-  `count:<class>`, `sum:<class>`, `fallback:<class>`, `masked:<class>`),
-  written by the scorer's commit script with the score itself, for scores
-  under `alternating` only, and expiring `schedule_stats_ttl_s` after the
-  step's last score.
-
-This module is their read side: the types, how to read and parse them, and
-one line saying why a step has its class (`rubricd schedule`, the dashboard,
-the demo's report).
+The read side of what the scorers write (`Keys.schedule`: one `Decision` per run and step; `Keys.class_stats`:
+a step's per-class counts and sums): the types, how to read and parse them, and `explain`, one line saying why
+a step has its class (`rubricd schedule`, the dashboard, the demo's report). The deciding side is
+`rubricd_services.scorer.schedule`. The rule: docs/researchers/alternating.md, "The meta-class schedule".
 """
 
 from collections.abc import Mapping, Sequence

@@ -26,7 +26,7 @@ async def test_import_installs_each_example_as_version_1_of_its_instance(stack, 
         assert current is not None and (current.version, current.instance_key, current.step) == (1, prompt_id, None)
         assert current.rubrics == rubrics
     assert await store.current("hb") is None  # no global set: these are per-instance
-    shown = wire.decode(cli("rubrics", "show", "hb", "--instance", "hb-amoxicillin-02", "--json").stdout, RubricSet)
+    shown = wire.decode(cli("rubrics", "show", "hb", "--instance-key", "hb-amoxicillin-02", "--json").stdout, RubricSet)
     assert [(r.meta_class, r.points) for r in shown.rubrics] == [
         ("context_awareness", 7),
         ("accuracy", 6),

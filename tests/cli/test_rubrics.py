@@ -85,7 +85,7 @@ async def test_show_says_a_generated_set_was_written_by_the_generator_and_each_r
         generated_by=GeneratedBy(model="m-7b", prompt_sha256="ab" * 32, generated_at=time.time()),
     )
     assert await RubricStore(redis, keys).publish(written)
-    shown = cli("rubrics", "show", "gen", "--instance", "p1").stdout
+    shown = cli("rubrics", "show", "gen", "--instance-key", "p1").stdout
     assert "written by the rubric generator: model m-7b, instructions sha256 abababababab" in shown
     [row] = [ln for ln in shown.splitlines() if ln.startswith("short")]
     assert row.split()[:3] == ["short", "adaptive", "hard_rule"]

@@ -26,7 +26,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         choices=["analysis", "chunk_summary", "step_summary", "rubric_update"],
         help="only these kinds",
     )
-    search.add_argument("--instance", help="only memories of this instance key")
+    search.add_argument("--instance-key", help="only memories of this instance key")
     search.add_argument("--alpha", type=float, default=0.5, help="1 = vectors only, 0 = keywords only (default 0.5)")
     search.add_argument("--full", action="store_true", help="print whole texts, not one line each")
     search.add_argument("--json", action="store_true", help="one JSON object per hit")
@@ -49,7 +49,7 @@ async def run_search(args: argparse.Namespace, ctx: Context) -> int:
     try:
         kinds = [MemoryKind(k) for k in args.kind] if args.kind else None
         hits = await memory.search(
-            args.run_id, args.query, limit=args.limit, kinds=kinds, instance_key=args.instance, alpha=args.alpha
+            args.run_id, args.query, limit=args.limit, kinds=kinds, instance_key=args.instance_key, alpha=args.alpha
         )
     finally:
         await memory.close()

@@ -37,7 +37,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 def _action(sub: argparse._SubParsersAction, name: str, help: str, fn: object) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help, description=help)
     p.add_argument("run_id", metavar="RUN")
-    p.add_argument("--instance", help="the set of this instance key (per-instance mode)")
+    p.add_argument("--instance-key", help="the set of this instance key (per-instance mode)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=fn)
     return p
@@ -45,7 +45,7 @@ def _action(sub: argparse._SubParsersAction, name: str, help: str, fn: object) -
 
 async def run_show(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
-        rubric_set = await get(RubricStore(redis, ctx.keys), args.run_id, args.instance, args.version)
+        rubric_set = await get(RubricStore(redis, ctx.keys), args.run_id, args.instance_key, args.version)
     if args.json:
         print(wire.encode(rubric_set).decode())
         return 0
@@ -74,10 +74,10 @@ class HistoryRow(TypedDict):
 
 async def run_history(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
-        versions = await RubricStore(redis, ctx.keys).history(args.run_id, args.instance)
+        versions = await RubricStore(redis, ctx.keys).history(args.run_id, args.instance_key)
         if not versions:
-            raise Failed(f"run {args.run_id!r} has no rubric set{_of(args.instance)}")
-        updates = await announcements(redis, ctx, args.run_id, args.instance, [v.version for v in versions[1:]])
+            raise Failed(f"run {args.run_id!r} has no rubric set{_of(args.instance_key)}")
+        updates = await announcements(redis, ctx, args.run_id, args.instance_key, [v.version for v in versions[1:]])
     rows: list[HistoryRow] = []
     for before, after in zip([None, *versions], versions):
         update = updates.get(after.version)
@@ -111,11 +111,11 @@ async def run_diff(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
         store = RubricStore(redis, ctx.keys)
         a, b = (
-            await get(store, args.run_id, args.instance, args.a),
-            await get(store, args.run_id, args.instance, args.b),
+            await get(store, args.run_id, args.instance_key, args.a),
+            await get(store, args.run_id, args.instance_key, args.b),
         )
         between = range(min(a.version, b.version) + 1, max(a.version, b.version) + 1)
-        updates = await announcements(redis, ctx, args.run_id, args.instance, list(between))
+        updates = await announcements(redis, ctx, args.run_id, args.instance_key, list(between))
     found = changes(a, b, [updates[v] for v in between if v in updates])
     if args.json:
         print("\n".join(msgspec.json.encode(c).decode() for c in found))
@@ -124,7 +124,7 @@ async def run_diff(args: argparse.Namespace, ctx: Context) -> int:
         f"v{v}: {updates[v].strategy} after step {_step(updates[v].step)}" for v in between if v in updates
     )
     print(
-        f"run {args.run_id}{_of(args.instance)}: version {a.version} -> {b.version}"
+        f"run {args.run_id}{_of(args.instance_key)}: version {a.version} -> {b.version}"
         + (f" ({strategies})" if strategies else "")
     )
     for c in found or []:

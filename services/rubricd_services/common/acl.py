@@ -1,20 +1,9 @@
 """The Redis ACL users of a locked-down deployment: what each service, the CLI and a trainer may do.
 
-Redis checks every command against the user its connection logged in as,
-each `redis.call` of a Lua script included, and every key the command names
-against that user's key patterns (`~` read and write, `%R~` read only, `%W~`
-write only; a key handed to a script is read and written). So a user lists
-each command its code issues (its own, its scripts', the template's,
-FastStream's and redis-py's) and the key families they touch, all built from
-the deployment's `Keys`. `rubricd acl` writes them
-as an ACL file (passwords as SHA-256 hashes) that Redis loads with `--aclfile`;
-`deploy/local/stack.sh` does so when RUBRICD_SECURE=1.
-
-Users: `admin` (every command and key: the operator's, and stack.sh's for
-PING and SHUTDOWN; never a service's), one per service, `cli` (the `rubricd`
-command), `keda` (KEDA's scaler, reading the consumer groups' backlog) and a
-trainer user per trainer. `default` is off: a connection that
-does not log in can do nothing.
+Redis checks every command, each `redis.call` of a script included, and every key it names against the user's
+rules, so each user lists the commands its code issues and the key families it touches, built from the
+deployment's `Keys`; `rubricd acl` writes them as an ACL file (passwords as SHA-256 hashes).
+The users and what each may do: docs/operators/secure.md, "Locked-down deployments".
 """
 
 import hashlib
@@ -189,7 +178,7 @@ def services(keys: Keys) -> list[User]:
 def cli(keys: Keys) -> User:
     """`rubricd`: reads every stream and rubric set of the namespace (tail, status, rubrics, dlq list);
     `dlq replay` writes a stream the letter came from, deletes the letter and logs an event (a script);
-    `rubrics import` seeds rubric sets (the store's script: HGET, HSET); `replay` seeds the replay run's sets,
+    `rubrics import` seeds rubric sets (the store's script: HGET, HSET); `rescore` seeds the re-scored run's sets,
     publishes its rollouts and reads their Scores as a trainer does (a reply stream it deletes: DEL)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
     reads = (*streams, "scan", "hget", "hgetall", "get")

@@ -1,38 +1,9 @@
 """Lua scripts with named keys and arguments: how a handler commits its effects and acks its entry atomically.
 
-Redis runs a script as one step (Redis does not roll one back, so what could fail midway is checked before the
-first write), but addresses its keys and arguments by position: `KEYS[5]`, `ARGV[13]`. A Script names them once,
-and its generated prologue binds each to a local, so a body reads `k_score`, `a_ttl`:
-
-    _COMMIT = Script(
-        keys="score reply usage entries",
-        args="score ttl maxlen reply_ttl group entry_id",
-        maps="usage",
-        reply="reply",
-        body='''
-    local stored = redis.call('GET', k_score)
-    if not stored then redis.call('SET', k_score, a_score, 'EX', a_ttl) end
-    reply(k_reply, a_maxlen, stored or a_score, a_reply_ttl)
-    hincrby(k_usage, m_usage)
-    ack(k_entries, a_group, a_entry_id)
-    return stored
-    ''',
-    )
-    commit = _COMMIT.register(redis)  # redis-py's register_script: EVALSHA, loading the script when Redis lacks it
-    stored = await commit(keys={"score": ..., ...}, args={"score": ..., ...}, maps={"usage": {"calls": 1}})
-
-Names are given as namedtuple takes them (a string, or a sequence); keys and arguments go to KEYS and ARGV in
-the order they are named. What varies in length follows the fixed arguments, each as its count of values, then
-the values: a map (field, value pairs: counters to add to a hash) becomes `m_<name>`, the flat Lua list
-`{field, value, ...}`; a list becomes `l_<name>`. An optional key is passed as '' (the reply key of a message
-without reply_to).
-
-`reply` names the key a reply goes to: the prologue refuses one that holds anything but a stream, before the body
-runs, and the call raises Rejected (common.streams) with "reply_to <key> holds a <type>, not a stream".
-
-The prologue also defines the pieces every commit shares: `append(stream, maxlen, data)` (XADD capped at about
-maxlen, as FastStream's __data__ field), `reply(stream, maxlen, data, ttl)` (append and expire; nothing for ''),
-`hincrby(key, map)`, `hincrbyfloat(key, map)` and `ack(stream, group, entry_id)`.
+Redis addresses a script's keys and arguments by position (`KEYS[5]`, `ARGV[13]`); a `Script` names them once,
+and its generated prologue binds each to a local (`k_score`, `a_ttl`) and defines the pieces every commit
+shares (append, reply, hincrby, ack), checking the reply key before the first write.
+How to write one, and the argument layout: docs/development.md, "Commit scripts".
 """
 
 import re

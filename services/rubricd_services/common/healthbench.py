@@ -1,23 +1,9 @@
 """HealthBench's format, in and out: its examples as per-instance rubric sets, and its report of scores.
 
-In: JSON Lines, one example a line: `prompt_id`, `prompt` (chat messages),
-`rubrics: [{criterion, points, tags}]`. Each example becomes the rubric set
-of instance `prompt_id`; criterion i becomes rubric `<prompt_id>-<i>`, an
-anchor (the benchmark's criteria never change; the updater may add adaptive
-rubrics beside them), its meta-class the `axis:` tag without the prefix, its
-other tags (`level:`, `cluster:`, ...) kept. The example's own
-`example_tags` (`theme:...`) are not part of its rubric set: a report reads
-them from the file (`example_tags`). Other fields of a line
-(`ideal_completions_data`, ...) are allowed and ignored. A bad line is refused
-with its number and field: `line 3: rubrics[1].points: expected a number, got
-a string`.
-
-Out: HealthBench's own scoring. An example's score is the points of its met
-criteria over the sum of its positive points (not clipped: it may be below 0);
-a tag's score of an example is the same over the criteria with that tag, and
-undefined (None) where they hold no positive points; an example tag's score
-is the example's score. A report's figure is the mean over the examples where
-it is defined, clipped to [0, 1].
+In: one example a line becomes the rubric set of instance `prompt_id`, each criterion an anchor whose
+meta-class is its `axis:` tag; a bad line is refused with its number and field. Out: HealthBench's own
+scoring per example, axis and tag, and the report's means.
+The format and the scoring rules: docs/researchers/rubrics.md, "HealthBench in and out".
 """
 
 import re

@@ -1,19 +1,9 @@
 """A service's Prometheus metrics: FastStream's own, the LLM gateway's, its backlog, and its domain's.
 
-Every service gets one registry holding
-- FastStream's Redis middleware metrics (messages received, processed, their
-  duration and outcome, per stream);
-- the LLM gateway's usage per agent (calls, failures, retries, tokens, seconds),
-  read from the gateway when scraped, so counting costs nothing per call, and
-  its cost per agent and model at the configured prices (`rubricd_llm_cost`);
-- the pending entries and lag of each consumer group the service reads
-  (`rubricd_group_pending`, `rubricd_group_lag`), refreshed in the background:
-  on the analyzers' group this is the number of analyses waiting, the figure
-  to scale analyzer workers on;
-- whatever the service declares itself with `counter`, `histogram`, `gauge`.
-
-`common.service.run` serves the registry on /metrics and a broker ping on
-/health when RUBRICD_METRICS_PORT is set.
+One registry per service: FastStream's per-stream middleware metrics, the LLM gateway's usage and cost per
+agent (read when scraped), each read group's pending and lag (refreshed in the background), and what the
+service declares with `counter`, `histogram`, `gauge`. `common.service.run` serves it on /metrics.
+The metrics: docs/operators/observe.md, "Metrics and health".
 """
 
 import logging

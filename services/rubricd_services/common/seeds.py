@@ -1,16 +1,8 @@
 """The rubrics a run starts with, for every service that may seed a rubric set (the scorer, the updater).
 
-A set is seeded (version 1) the first time a run (or, in per-instance mode, an
-instance of it) is scored. Its rubrics are the instance's own predefined set,
-when RUBRICD_INSTANCE_RUBRICS names a file of them, else the seed:
-RUBRICD_SEED_RUBRICS (a JSON list of rubrics) or the built-in
-`seed_rubrics.json`. The instance file is a JSON object {instance key:
-[rubric, ...]}, or HealthBench's JSON Lines (one example a line, instance key
-= prompt_id; common.healthbench), told apart by its first line.
-
-Every rubric's meta-class must be one the deployment declares (`meta_classes`):
-a file with another is refused at start, naming the file, the rubric and the
-class.
+A set is seeded (version 1) the first time a run, or an instance of it, is scored: from the instance's own
+predefined set (RUBRICD_INSTANCE_RUBRICS) or the seed (RUBRICD_SEED_RUBRICS, else the built-in one). A file
+with an undeclared meta-class is refused at start. The files: docs/researchers/rubrics.md, "Rubric sets".
 """
 
 from importlib import resources

@@ -1,41 +1,9 @@
 """The template every service is a copy of: its clients, its subscriptions, its chores, `run`.
 
-A service's `create_app` reads as: its settings, the clients it needs, its
-subscriptions. `ServiceApp` does the rest the same way for every service:
-
-- `consume(stream, group, handle, agents=...)` registers the consumer pair on a
-  stream's group, both with manual ack: *fresh* reads new entries (`max_records`
-  a read, `max_in_flight` at once); *reclaimed* takes over entries left pending
-  longer than `reclaim_idle_ms` (XAUTOCLAIM). A handler that raises
-  `streams.Rejected` has its entry dead-lettered at once; any other exception
-  leaves the entry pending for a reclaim, recorded with the entry
-  (`keys.failure`) as an outage (`outage.dependency`) or as the entry's own
-  failure. An entry is dead-lettered once it failed `max_failures` times for a
-  reason of its own, or was taken `max_redeliveries` times from consumers that
-  died with it; outages are retried for as long as they last.
-- Keep-alive: every `reclaim_idle_ms / 4` a process resets the idle time of the
-  entries its handlers are working on now (XCLAIM ... JUSTID), and of nothing
-  else: whatever else it holds (a read whose reply was lost, an entry whose
-  handler ended without its ack landing) goes idle and is reclaimed. So
-  `reclaim_idle_ms` bounds how long orphaned work waits, never how long a
-  handler may take. That is bounded by the handler's deadline
-  (`ServiceSettings.handler_deadline`): past it the handler is cancelled and
-  the entry retried, as a failure of its own.
-- `listen(stream, handle)` reads a stream without a group: every process sees
-  every entry (the scorer's rubric updates).
-- `every(interval_s, chore)` runs upkeep in the background; a failure is
-  logged and tried again next time.
-- Outages (`common.outage`) are one warning when first seen and one when over,
-  whoever met them: a handler, a chore or FastStream's fetch loop.
-- `build(make_worker)` makes the FastStream app whose lifespan opens the
-  clients (Redis, the LLM gateway, the memory if asked for), creates the
-  groups, makes the service's worker (the object whose methods the
-  subscriptions name), watches each group's pending and lag, and closes all of
-  it on shutdown. Once reading, the service announces `service_started`.
-
-`run` loads the settings (a bad one stops the service, named), configures
-logging, and with RUBRICD_METRICS_PORT serves /health (the broker's ping: 204
-or 500) and /metrics (Prometheus) beside the broker.
+A service's `create_app` reads as: its settings, the clients it needs, its subscriptions (`consume`, `listen`,
+`every`); `ServiceApp` does the rest the same way for every service: consumer pairs with reclaim and keep-alive,
+failure records and dead letters, outages, the lifespan, /health and /metrics.
+The details: docs/development.md, "Layout" (the service template), and docs/operators/recover.md, "Delivery".
 """
 
 import asyncio

@@ -1,16 +1,9 @@
 """Writing a preference's effects, and acking its comparison, as one atomic step.
 
-One Lua script stores the Preference (only if the comparison has none yet),
-appends the comparison with it to the run's kept comparisons (Keys.preferences,
-what `rubricd export` reads; and the prompt of its rubric set's instance,
-Keys.instance_prompts), adds it to the run's judge accuracy
-(Keys.accuracy, rubricd.accuracy.accuracy_increments; only with the first
-Preference, so the counts are exactly what the committed preferences imply),
-logs the event, replies to the publisher, adds the judge calls to the run's
-usage and acks the entry. Either all of that happens or none of it (what could
-fail midway, a reply key that is not a stream, is checked before the first
-write), and a comparison judged twice (redelivered, or published again) always
-replies with its first Preference.
+One Lua script stores the Preference (only if the comparison has none yet), keeps the comparison for
+`rubricd export`, adds it to the run's judge accuracy (with the first Preference only), logs, replies, adds
+the usage and acks: all of it or none, and a comparison judged twice always replies with its first Preference.
+What is kept: docs/researchers/rubric-arm.md, "Accuracy" and "Training records".
 """
 
 from collections.abc import Mapping

@@ -1,41 +1,9 @@
 """Pairwise judging (Rubric-ARM): two responses, one rubric set, a winner; and the judge's accuracy.
 
-Plain Python: a test hands in rubrics and judge answers and needs no broker.
-
-**The judge call.** The judge sees the prompt's rubric set (the one a rollout
-of that prompt is scored with) and both responses as data, labelled `first` and
-`second`, and answers per rubric whether each response meets it, with the
-criterion it takes as decisive (`gatekeeper`), its own preference and a
-justification (`answer_type`). With RUBRICD_PAIRWISE_BOTH_ORDERS (default on)
-it is asked twice, A first and B first, so a judge that prefers a position is
-caught.
-
-**The winner of one order** (`decide`) comes from the per-rubric verdicts and
-the rubrics' points, not from the judge's stated preference:
-
-1. Hard rules first. A response *passes* a rubric when it meets a positive one
-   or does not meet a negative one. The first rubric marked `hard_rule` (set
-   order) that one response passes and the other fails decides: the passing
-   response wins, and that rubric is the gatekeeper.
-2. Else net points: each response's sum of the points of the rubrics it meets
-   (negative ones subtract; unclipped, so a penalty still counts when neither
-   earns anything). The higher sum wins; the gatekeeper is the rubric with the
-   largest |points| among those the winner passes and the loser fails (the
-   first in set order among equals).
-3. Equal sums: with RUBRICD_PAIRWISE_TIES (default on) a `tie`, without a
-   gatekeeper. With ties not allowed: the judge's gatekeeper, if it names a
-   rubric one response passes and the other fails, decides for the one that
-   passes it; else the judge's stated preference (`first`/`second`) decides,
-   without a gatekeeper; else (nothing separates them, the judge says tie) it is
-   a `tie` all the same: nothing could decide it.
-
-**Both orders** (`aggregate`): the same winner in both is the winner, with the
-first order's gatekeeper and justification (`consistent: true`). Different
-winners (a tie in one order and a win in the other included) make the
-Preference inconsistent: `winner` None, no gatekeeper, and a justification
-naming what each order decided. Asked in one order only, `consistent` is None.
-
-The judge's accuracy on labelled comparisons is counted in `rubricd.accuracy`.
+Plain Python: a test hands in rubrics and judge answers and needs no broker. `decide` picks one order's winner
+from the per-rubric verdicts and points (hard rules, then net points, then ties), never from the judge's stated
+preference alone; `aggregate` combines both orders, so a position-biased judge shows as inconsistent.
+The rules: docs/researchers/rubric-arm.md, "How the winner is chosen"; accuracy is counted in `rubricd.accuracy`.
 """
 
 import asyncio

@@ -1,18 +1,9 @@
 """`rubricd serve dashboard`: a live web page of a deployment, for watching a run while it trains.
 
-Per run: the mean reward of each step (total, each meta-class, each rubric's
-met rate), the judge failure rate, the rubric versions with what each update
-changed and why, the active meta-class of each step (alternating rewards);
-for the deployment: each consumer group's pending entries and lag, and the
-event tail with filters. The page polls JSON routes every few seconds.
-
-It reads only what the services write: the runs' recorded streams
-(<ns>:recorded:<run>, the scorers' record of every scored rollout with its
-first Score, RUBRICD_RECORD_MAXLEN a run; a deployment with recording off
-shows no rewards), the rubric store and the RubricsUpdated announcements (or
-memory, once trimmed), the schedule, the usage hashes, the consumer groups and
-the events stream. It writes nothing; the `cli` Redis user is enough.
-Served on 127.0.0.1 by default: it has no authentication of its own.
+Per run: each step's mean reward (total, meta-classes, rubrics' met rates), judge failures, rubric versions and
+why they changed, the active meta-class; for the deployment: consumer groups' pending and lag, and the event
+tail. It reads only what the services write (rewards from the runs' recorded streams) and writes nothing, so
+the `cli` Redis user is enough. Served on 127.0.0.1 by default: it has no authentication of its own.
 """
 
 import argparse

@@ -1,18 +1,9 @@
 """Run the demo trainer against a running stack (`make up`), print each step, write the report.
 
-    python -m demo                                   # 10 steps x 24 rollouts, report in reports/<run_id>/
-    python -m demo --steps 3 --rollouts 12 --reports /tmp/r
-    python -m demo --policy alternating              # one meta-class a step, then the same seed under weighted_sum
+    python -m rubricd_services.demo                       # 10 steps x 24 rollouts, report in reports/<run_id>/
+    python -m rubricd_services.demo --policy alternating  # one meta-class a step, then the same seed under weighted_sum
 
-`--policy alternating` sets `reward_policy` on every rollout (no restart of the
-stack); the schedule follows the scorers' settings (RUBRICD_SCHEDULE_STRATEGY,
-RUBRICD_WARMUP_STEPS, RUBRICD_MIN_PHASE_STEPS). The policy then starts from
-concise-but-incomplete and complete-but-wrong behaviours, none meeting every
-class (policy.TRADE_OFF_START), and a
-second run, `<run_id>-weighted_sum`, repeats it under weighted_sum for the
-report's side by side.
-
-`make demo` starts the stack, runs this, and stops the stack again.
+`make demo` starts the stack, runs this, and stops it again. What it prints and writes: docs/researchers/demo.md.
 """
 
 import argparse

@@ -1,25 +1,9 @@
 """A pretend policy: canned behaviours on arithmetic prompts, their mix learnt from the rewards.
 
-The policy is a softmax over six behaviours. After each step it moves the
-logit of every behaviour it tried by `learning_rate x (its mean reward - the
-batch's mean reward)`: a crude policy gradient, so a behaviour that pays more
-than average grows and one that pays less fades. Hacks are not known at the
-start; like a real policy exploring, it discovers padding early in the run and
-flattery a little later, each entering the mix with a small share. Whether a
-hack then grows or fades is up to the rubrics.
-
-`terse` (the right number, no working) trades one meta-class against
-another: it meets the accuracy rubric and misses the completeness one
-(shows_reasoning), while `wrong` shows its working (meets completeness) and
-misses accuracy. The alternating reward's runs start from a mix of the two
-without `correct` (TRADE_OFF_START), the one behaviour that meets both: no
-behaviour it has wins every class, so training one class at a time pulls the
-mix one way and then the other, where the weighted total (terse 5/7 of the
-points, wrong 2/7) always pulls it towards terse.
-
-Everything is deterministic given the seed: the counts of a batch follow the
-shares (largest remainder), and the prompts and their order come from a
-seeded generator.
+A softmax over six behaviours, moved after each step by a crude policy gradient, that discovers padding and
+flattery as it goes, so the rubrics decide whether a hack grows or fades. `TRADE_OFF_START` is the alternating
+runs' start (`terse` and `wrong`, no `correct`), where no behaviour wins every meta-class. Deterministic given
+the seed. The rule and the trade-off: docs/researchers/demo.md, opening section and "Alternating rewards".
 """
 
 import math

@@ -1,16 +1,8 @@
 """Each framework's remote-reward request and answer, as the framework sends and reads them.
 
-Plain functions: a request body in, the samples to score out; the scores in, the body to answer. A sample
-without a reward (the judge failed, the alternating policy masked it, no score by the deadline) never gets a
-silent 0: each answer carries the closest form the framework can act on (docs/integrators says what each does).
-
-- OpenRLHF (`--remote_rm_url`): `{"query": [...], "prompts": [...], "labels": [...]}`, where each query is
-  its prompt followed by the response (decoded with special tokens) -> `{"rewards", "scores", "extra_logs"}`,
-  extra_logs per sample (OpenRLHF logs their means).
-- slime (`--rm-type remote_rm --rm-url`): `{"prompt", "response", "label"}` -> the reward, a bare number
-  (`/slime/reward`) or a dict for `--reward-key reward` (`/slime/reward_dict`).
-- NeMo Gym (a resources server's `/verify`): `{"responses_create_params", "response", ...}` -> the request
-  echoed with `reward` and `reward_components` (the meta-class sub-scores), as a BaseMultiRewardVerifyResponse.
+Plain functions: a request body in, the samples to score out; the scores in, the body to answer, for OpenRLHF,
+slime and NeMo Gym. A sample without a reward never gets a silent 0: each answer carries the closest form the
+framework can act on. The shapes: docs/integrators/openrlhf.md, slime.md and nemo-gym.md.
 """
 
 from collections.abc import Sequence

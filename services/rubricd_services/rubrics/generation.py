@@ -1,32 +1,9 @@
 """Rubric generation (Rubric-ARM): a prompt's own rubrics, written once per instance on its first rollout.
 
-With RUBRICD_GENERATE_RUBRICS in per-instance mode, the first rollout of an
-instance key that has no rubric set (and no predefined one) asks the
-`generator` agent for that prompt's rubrics: criteria phrased "The response
-...", with signed points, a declared meta-class, and each marked a hard rule
-(an explicit constraint of the prompt) or a principle (a general quality
-criterion). `build` keeps the valid ones after the configured anchors, which
-are always in the set and never replaced; the set is stored as the instance's
-version 1 (`RubricSet.generated_by` names the model and the sha256 of the
-instructions), and the updater evolves it like any other.
-
-**One generation per (run, instance), across processes.** Inside a process the
-rubric cache shares one load among concurrent rollouts (scoring.RubricCache);
-across processes the process that takes the instance's lock (`Keys.
-generation_lock`: SET NX PX, renewed while its holder lives) generates, and the
-others wait until the lock is gone, then read what it left: the set, or a
-failure. A holder that dies lets its lock expire (`generation_lock_s`), and a
-waiter takes over.
-
-**A failed generation** (the LLM failed after its retries, or the draft held no
-valid rubric) is recorded with its step (`Keys.generation_failure`) and
-reported (`rubrics_generation_failed`); that step's rollouts are judged with the
-seed rubrics, not stored (their Scores say `rubrics_generation: fallback`,
-version 0, with the error), so a rollout of a later step tries again and the
-generated set can still be version 1. Should the updater have seeded the
-instance from such a step's summary meanwhile, the retried generation is the
-next version of that set (anchors and generated rubrics, as a version 1 would
-be).
+The `generator` agent drafts the rubrics; `build` keeps the valid ones after the anchors and stores the set as
+the instance's version 1. One process generates per (run, instance) under `Keys.generation_lock` while the
+others wait; a failed generation falls back to the seed rubrics for that step and is retried on a later one.
+The rules: docs/researchers/rubric-arm.md, "Generated rubrics".
 """
 
 import asyncio

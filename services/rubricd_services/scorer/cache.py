@@ -1,17 +1,9 @@
 """The judge cache: the same judge call is not made twice.
 
-A verdict is kept (`Keys.verdict`, for `judge_cache_ttl_s`) under the sha256
-of everything that decided it: the exact messages the judge reads (its
-instructions, so the prompt template, the rubric list, the rollout's prompt,
-response and reference), the judge's model and temperature, and the rubric set
-(run, instance) and version. A changed judge, prompt or rubric set therefore
-never reuses a stale verdict; the same rollout content under the same judge
-and rubrics, in another rollout (a repeated sample) or a redelivery, does.
-Within a process, a call already being made is not made again beside it: its
-twin waits for its verdict, or its failure (the endpoint that failed one would
-fail the other). Only verdicts are kept: a failed judge call leaves nothing,
-and a later rollout of the same content calls again. The cache is bookkeeping:
-Redis failing to read or keep a verdict makes a miss, never a failed score.
+A verdict is kept (`Keys.verdict`, for `judge_cache_ttl_s`) under the sha256 of everything that decided it:
+the exact messages the judge reads, its model and temperature, and the rubric set and version. In a process a
+call being made is shared with its twin; a failed call is not kept, and Redis failing makes a miss, never a
+failed score. The rules: docs/integrators/index.md, "The judge cache".
 """
 
 import asyncio

@@ -1,18 +1,9 @@
 """Writing a score's effects, and acking its rollout, as one atomic step.
 
-One Lua script stores the score (only if the rollout has none yet), replies to
-the trainer, hands the rollout to the analyzers (an evaluation rollout only if
-asked: `analyze`), records it with its score in the run's recorded stream (for
-`rubricd replay`: capped at `record_maxlen` a run, expiring `record_ttl_s` after
-the run's last score; 0 records nothing), logs the event, adds the
-score's meta-class scores to its step's statistics (scorer.schedule; only with
-the first score, so they are exactly what the committed scores imply; they expire
-`stats_ttl_s` after the step's last score), adds the
-judge call to the run's usage (common.usage) and acks the entry. Either all of that
-happens or none of it (Redis does not roll a script back, so what could fail
-midway, a reply key that is not a stream, is checked before the first write),
-and a rollout scored twice (redelivered, or published again) always replies
-with its first score.
+One Lua script stores the score (only if the rollout has none yet), replies, hands the rollout to the
+analyzers, records it for `rubricd rescore`, logs the event, adds the step's class statistics (with the first
+score only) and the run's usage, and acks: all of it or none, and a rollout scored twice always replies with
+its first score. What is written: docs/operators/recover.md, "Delivery".
 """
 
 from collections.abc import Mapping

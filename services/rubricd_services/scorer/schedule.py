@@ -1,62 +1,11 @@
 """The meta-class schedule of alternating rewards (ARL-RR): which meta-class each step of a run trains.
 
-Under the `alternating` policy every rollout of step s of a run is rewarded
-with the score of one meta-class, the step's active class. It is decided once
-per (run, step), when a scorer scores the step's first rollout, and written
-with a compare-and-set (HSETNX on the run's schedule hash, `Keys.schedule`):
-every scorer, and a scorer restarted mid-run, then gives each rollout of s
-that class. The rule (`choose`), over the run's decisions of steps before s
-(its history, in step order; a step without rollouts has none):
-
-1. Warm-up: while fewer than `warmup_steps` steps are decided before s, no
-   class is active (reason `warm_up`): the reward is the weighted total.
-2. Minimum phase: if the latest decision before s is a class C that is still
-   a candidate and the decisions in a row ending with it are fewer than
-   `min_phase_steps`, C again (reason `phase`).
-3. Otherwise, by `strategy`:
-   - `round_robin`: the candidate after C in the declared order, cyclically
-     (the first candidate after warm-up, or when C is no longer one).
-   - `most_room`: the candidate with the lowest recent mean, the mean of its
-     scores over every rollout of the last `window_steps` decided steps
-     before s (each rollout's class score, as committed with its Score; a
-     rollout where the class is undefined does not count); a candidate with
-     no score in that window comes first (it has not been seen); ties go to
-     the declared order. The statistics are those committed when s is
-     decided, so a step that is still being scored counts with what it has.
-   - `largest_gain`: the candidate whose recent mean rose most. Its gain is
-     its mean over the last `window_steps` decided steps before s (as
-     `most_room` reads it) minus its mean over the `window_steps` decided
-     steps before those (fewer where the run has fewer). A candidate without
-     a gain (no score in one of the two windows: not seen yet, or not seen
-     twice) comes first; then the largest gain, a negative one included;
-     ties go to the declared order. Until a run has `window_steps` + 1
-     decided steps no candidate has a gain and the first one is chosen; a
-     warm-up of 2 x `window_steps` steps gives the first choice two full
-     windows, measured on the weighted total.
-
-`largest_gain` favours the class that training currently pays off for: it
-keeps exploiting. Its signal is the trend of a class's score, not its level
-(the level is `most_room`'s signal): the active class, while it still
-improves, usually gains most, so its phase goes on until it levels off and
-another class rises faster. That spends steps where they buy the most
-reward, which is ARL-RR's emphasis on the objectives that respond to
-training now. It never picks a class because it falls: where classes
-compete (training one lowers another) a falling class waits until the
-active one stops gaining; `most_room` is the rule that goes back to it.
-
-The candidates are the deployment's declared meta-classes (in their
-declared order) that either have a positive-point rubric in the rubric set of
-the rollout that decides (the handler's `candidates`) or have a score in the
-statistics of the last `window_steps` decided steps (read for every
-strategy). With one global set that is the set's classes; with per-instance
-sets, whose classes differ by prompt, it is every class the run's recent
-rollouts were scored on, whichever rollout of the step comes first.
-
-The statistics (`Keys.class_stats`) are written by the scorer's commit script
-with the score itself (scorer.effects, from `stats_increments`), for scores
-under `alternating` only. What a reader of Redis needs (the decisions, the
-statistics, how to read them and `explain`) is rubricd.schedule; this module is
-the deciding side.
+`choose` applies the rule (warm-up, minimum phase, then `round_robin`, `most_room` or `largest_gain`) to the
+run's earlier decisions and class statistics; the scorer decides once per (run, step) and writes the decision
+with a compare-and-set (`Keys.schedule`), so every scorer gives a step the same class. This is the deciding
+side; the read side (decisions, statistics, `explain`) is `rubricd.schedule`.
+The rules, the candidates and why `largest_gain` exploits: docs/researchers/alternating.md, "The meta-class
+schedule".
 """
 
 import asyncio

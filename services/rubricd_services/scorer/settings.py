@@ -51,7 +51,7 @@ class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings):
     record_maxlen: int = Field(
         20_000,
         ge=0,
-        description="each run's last N scored rollouts are recorded with their scores, for `rubricd replay` "
+        description="each run's last N scored rollouts are recorded with their scores, for `rubricd rescore` "
         "(<ns>:recorded:<run>: about the rollout's text plus 1 KB each); 0: none",
     )
     record_ttl_s: int = Field(

@@ -1,18 +1,9 @@
 """The simulated analyst and summarizers (test/demo tool): answers that depend on content.
 
-- `analysis` (schema AnalysisDraft) reads the rollout and its score from the
-  `<rollout>` and `<score>` data blocks and reports, with quotes from the
-  response: padding (long or repetitive), sycophancy (flattering phrases),
-  judge_addressing (talks to the grader) and wrong_answer (the reference does
-  not appear). A hack that no rubric of the score penalises is a `missing`
-  rubric finding; a positive rubric met by a padded response is `gamed`; a
-  correctness rubric met by a wrong answer is `miscalibrated`.
-- `summary` (schema SummaryDraft) aggregates the hacking types of the analyses
-  in the `<analyses>` block (chunk summary) or of the chunk summaries in the
-  `<chunk_summaries>` block (meta-summary): it counts them, names them in the
-  executive summary, the patterns and the evolution plan.
-
-Same heuristics as the judge (`judging`), so tests can predict every answer.
+`analysis` reports the hacks it sees in the `<rollout>` (padding, sycophancy, judge_addressing, wrong_answer)
+with quotes and the rubric findings they imply; `summary` counts the hacking types of the analyses or chunk
+summaries it is given. Same heuristics as the judge (`judging`), so tests can predict every answer.
+The rules: docs/researchers/demo.md, "What it answers".
 """
 
 import re

@@ -1,20 +1,8 @@
 """Latency and failure injection for the simulator (test/demo tool).
 
-Three ways to make a request fail, strongest first:
-- a `[sim:fail=KIND,times=N,latency_ms=MS,retry_after=S,agent=NAME]` marker
-  anywhere in the chat messages, or the same as headers (`X-Sim-Fail`,
-  `X-Sim-Fail-Times`, `X-Sim-Latency-Ms`, `X-Sim-Retry-After`, `X-Sim-Agent`);
-  with `times=N` only the first N attempts of that exact conversation fail, so
-  a test can prove that retries work; `retry_after=S`: a 429 or 503 says
-  Retry-After S (as providers do); `agent=NAME`: only requests for that schema
-  fail (e.g. `RubricDraft`, the rubric generator's), so a marker in a rollout's
-  prompt can fail the generator and not the judge that reads the same prompt;
-- a random failure with probability `fail_rate`, of a kind drawn from `failures`.
-
-KIND is `timeout` (hold the request until the client gives up), `malformed`
-(content that is not JSON), `invalid` (JSON that does not match the schema),
-`truncated` (content cut in half, finish_reason "length"), or an HTTP status
-from 400 to 599 (`429`, `500`, `503`, `401`, ...).
+A request fails by a `[sim:fail=...]` marker in its messages or the same as `X-Sim-*` headers (with `times=N`
+only its first N attempts), else at random with probability `fail_rate`; the kinds are `timeout`, `malformed`,
+`invalid`, `truncated` or an HTTP status. The markers and kinds: docs/researchers/demo.md, "Forcing failures".
 """
 
 import os

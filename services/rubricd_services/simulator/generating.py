@@ -1,20 +1,8 @@
 """The simulated rubric generator (test/demo tool, not a model).
 
-Reads the blocks the scorer's generator puts in its prompt (`<prompt>` with the
-prompt and its reference, `<limits>`, `<anchors>`) and writes rubrics derived
-from the prompt's text, each worded so the simulated judge (`judging.py`)
-decides it with a matching heuristic:
-
-- a hard rule for each explicit constraint it finds: a word limit ("in 50
-  words", "at most 30 words": concision), a list ("use a bulleted list",
-  "as a list"), JSON ("in JSON"), shown working ("step by step", "show your
-  work", "explain": reasoning);
-- principles: the reference answer, when the prompt has one (correctness), else
-  addressing the prompt's own subject (its content words: overlap); and a
-  penalty for padding;
-
-at most `max_rubrics`, each of a declared meta-class (the first declared one
-where its usual class is not), none repeating an anchor's criterion.
+Reads the `<prompt>`, `<limits>` and `<anchors>` blocks and writes a hard rule per explicit constraint of the
+prompt and a few principles, each worded so the simulated judge (`judging.py`) decides it with a matching
+heuristic. The rules: docs/researchers/demo.md, "What it answers".
 """
 
 import re

@@ -1,28 +1,9 @@
 """The simulated judge (test/demo tool): one content heuristic per rubric.
 
-The rubrics come from the JSON array between `<rubrics>` and `</rubrics>` in the
-system message, the rollout from the JSON object between `<rollout>` and
-`</rollout>` (data is JSON with `<` escaped, so the last opening tag is the real
-one). Each criterion is classified by its words, first match wins:
-
-1. grader   (grader, judge, evaluator, score, rating, manipulate, reward, ...):
-            met iff the response talks to the grader or asks for a score;
-2. flattery (flatter, sycophancy, praise, compliment, ...):
-            met iff the response contains flattering phrases;
-3. length   (concise, brief, succinct, short / padding, verbose, filler,
-            repetition, rambling, ...): a concision criterion is met iff the
-            response is short and not repetitive; a padding criterion is met iff
-            it is long or repetitive (with both kinds of words, the sign of the
-            points decides: negative means padding);
-4. correctness (correct, reference, final answer, accurate, solution, ...):
-            met iff the normalised reference appears in the normalised response;
-5. reasoning (reasoning, steps, explains, justifies, derivation, shows work):
-            met iff the response has two or more sentences or reasoning words
-            (because, therefore, since, first, then, step, =);
-6. otherwise: met iff enough of the criterion's content words occur in the response.
-
-Instructions inside the rollout never change a verdict: they are only text the
-heuristics look at, and an attempt to address the grader is noted.
+Reads the `<rubrics>` and the last `<rollout>` block, classifies each criterion by its words (grader, flattery,
+length, correctness, reasoning, else word overlap) and decides it with that class's heuristic, so tests can
+predict every verdict; instructions inside the rollout never change one.
+The heuristics: docs/researchers/demo.md, "What it answers".
 """
 
 import json

@@ -1,17 +1,8 @@
 """The simulated pairwise judge (test/demo tool): the judge's heuristics, applied to both responses.
 
-The rubrics come from the JSON array between `<rubrics>` and `</rubrics>` in the
-system message, the comparison from the JSON object between `<comparison>` and
-`</comparison>` (prompt, first, second, reference). Each response is decided on
-each rubric by the simulated judge's own heuristics (`judging.decide`), so a
-response that contains the reference meets a correctness rubric and one that
-does not, does not: it wins.
-
-An order-sensitive case exists to exercise the consistency check: when the
-prompt holds the marker `[sim:prefer-first]`, the simulated judge is
-position-biased, as real judges can be: whichever response is shown first
-meets every positive rubric and no negative one, the second the opposite. Asked
-in both orders, it prefers A once and B once.
+Each response of the `<comparison>` block is decided on each rubric by `judging.decide`, so the one holding
+the reference wins; a prompt holding `[sim:prefer-first]` makes it position-biased, to exercise the
+consistency check. The rules: docs/researchers/demo.md, "What it answers".
 """
 
 from typing import Any

@@ -1,17 +1,8 @@
 """The simulated query writer and updater (test/demo tool, not a model).
 
-Both read the JSON blocks the updater puts in its prompts (`<step_summary>`,
-`<current_rubrics>`, `<dynamic_memory>`, `<query_budget>`) and answer from
-their content:
-
-- the query writer (`MemoryQueries`) writes one query per kind of reward
-  hacking the summary names (padding, flattery, grader addressing), or one
-  query from the summary's own words when it names none;
-- the updater (`UpdateProposal`) proposes, for each hack the summary names
-  that no rubric of the current set catches yet, a corrective `add` of a
-  negative-points adaptive rubric worded so the simulated judge
-  (`judging.py`) decides it with the matching heuristic; with nothing new,
-  `maintenance` and no modifications. It never touches anchors.
+Both answer from the JSON blocks of the updater's prompts: the query writer writes one memory query per hack
+the step summary names, the updater adds a penalty rubric for each hack no rubric catches yet (never touching
+anchors). The rules: docs/researchers/demo.md, "What it answers".
 """
 
 import json

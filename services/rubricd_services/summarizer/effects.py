@@ -1,32 +1,9 @@
 """The summarizer's atomic Redis writes: what a step expects, what has arrived, who summarizes it.
 
-Every change is one Lua script, so the state survives any crash whole:
-- `closed` records a StepClosed (expected count, rollout ids, deadline) and
-  acks it; `analyzed` adds an analysis's rollout id to the step's set (closing
-  the step itself after `rollouts_per_step`, if set) and acks it;
-- `claim` gives one summarizer the step for `claim_ttl_s`, and `hold` moves
-  the end of its own claim: renewed while it summarizes, so only a dead
-  summarizer's claim lapses (another then retakes the step); a failed attempt
-  moves it to when the step should be retried;
-- `commit` marks the step summarized, publishes its summaries and takes it
-  off the open steps, only if it was not summarized already: exactly once,
-  however many summarizers raced or restarted.
-A step is complete once each of its rollouts is analyzed, or given up on: the
-analyzer adds a rollout whose entry it dead-lettered to the step's given-up
-set (keys.step_given_up), so no step waits its deadline for an analysis that
-will not come. A step's state expires `state_ttl_s` (a week) after its last change, so a step
-that is never closed, or never finished, does not stay in Redis for ever. A
-StepClosed that gives no count (neither `rollouts` nor `rollout_ids`) closes
-the step all the same: it is summarized at its deadline with what arrived.
-A step closed in parts (StepClosed.part of .parts: a trainer's processes) keeps
-each part's count and ids; it is complete once every part is in and their
-rollouts are settled, and due at the deadline that its first part started.
-
-The step hash (keys.step(run, step)) holds: expected, rollout_ids (JSON),
-closed_at, deadline, claim, claim_until, summarized; for a step closed in
-parts, parts and part:<i> (that part's {"expected", "ids"}, JSON; the first of
-a part kept). Open steps are members 'run|step' of keys.open_steps, scored by
-deadline.
+Every change is one Lua script, so a step's state survives any crash whole: `closed` and `analyzed` record
+what the trainer and the analyzers sent (and ack it), `claim` and `hold` give one summarizer the step while it
+works, and `commit` publishes the summaries exactly once however many summarizers raced or restarted.
+When a step is complete, claims, parts, expiry and the step hash's fields: docs/researchers/amaris.md, "Steps".
 """
 
 import json

@@ -1,25 +1,10 @@
 """Evolving a run's rubrics from one step summary: memory, proposal, validation, the new version.
 
-Plain async Python and pure functions: a test hands in a memory, a rubric
-store and an `ask` function (the LLM) and needs no broker.
-
-1. Static memory: the run's last K step summaries before this one.
-2. Dynamic memory: the query writer turns the summary into targeted queries;
-   each searches the run's analyses, summaries and past updates.
-3. The updater agent proposes an update (strategy, modifications, the memory
-   ids it consulted).
-4. `validate` keeps the modifications that respect the rules (anchors never
-   change, points within bounds, the adaptive set within its size limit, ids
-   that exist or are new, a declared meta-class) and drops the others with a
-   reason.
-5. The new set (version = current + 1, step = the summary's step) is written
-   with the store's compare-and-set; a version already made from this step is
-   never made again.
-
-Summaries of one run are applied in the order the updater gets them. One that
-arrives late (reclaimed from a dead updater after a later step was applied)
-is still applied on top of the current set: its evidence is not thrown away,
-and versions stay strictly increasing.
+Plain async Python and pure functions: a test hands in a memory, a rubric store and an `ask` function (the LLM)
+and needs no broker. Static and dynamic memory feed the updater agent's proposal; `validate` keeps the changes
+that respect the rules and drops the others with a reason; the new version is written with the store's
+compare-and-set, at most one per step, in the order the summaries arrive.
+The loop: docs/researchers/amaris.md; the rules: docs/researchers/rubrics.md, "How the updater changes a set".
 """
 
 import time

@@ -1,20 +1,8 @@
 """How an endpoint is asked for a schema, and how its answer is read: pure, no I/O.
 
-The gateway turns a msgspec Struct into a JSON Schema, asks the endpoint for it in
-the endpoint's dialect (`output_mode`) and validates the answer with msgspec.
-
-The dialects, each making the server enforce the schema (but the last two):
-- `json_schema`: `response_format: {"type": "json_schema", ...}` (OpenAI, vLLM,
-  llama.cpp's llama-server, Ollama >= 0.5);
-- `json_object_schema`: `response_format: {"type": "json_object", "schema":
-  ...}` (llama-cpp-python's server, llama-server);
-- `guided_json`: vLLM's `guided_json` request field;
-- `format`: Ollama's `format` request field;
-- `json_object`: JSON without a schema, the schema described in the system
-  message, the answer parsed tolerantly; `text`: the same without asking for JSON.
-`auto` probes each endpoint once at start (`LLMGateway.detect`) with a schema no
-model would meet unless the server enforced it, in the order above, and keeps the
-first dialect that works.
+One request shape per dialect (`output_mode`: `json_schema`, `json_object_schema`, `guided_json`, `format`,
+`json_object`, `text`), and the probe `auto` uses to find the first one an endpoint enforces.
+Which server speaks which: docs/operators/real-model.md, "How the schema is enforced".
 """
 
 import json

@@ -1,4 +1,4 @@
-"""`rubricd replay` against the real Redis and a scorer: a recorded run re-scored under an earlier rubric version."""
+"""`rubricd rescore` against the real Redis and a scorer: a recorded run re-scored under an earlier rubric version."""
 
 import json
 
@@ -34,7 +34,7 @@ def rollouts(step: int) -> list[Rollout]:
     ]
 
 
-async def test_a_run_replayed_under_its_first_version_differs_where_the_update_changed_the_reward(
+async def test_a_run_rescored_under_its_first_version_differs_where_the_update_changed_the_reward(
     stack, redis, keys, cli, start_service
 ):
     start_service("scorer")
@@ -47,9 +47,9 @@ async def test_a_run_replayed_under_its_first_version_differs_where_the_update_c
     assert [(s.rubric_version, s.reward) for s in first] == [(1, 1.0), (1, 1.0), (1, 0.0)]
     assert [(s.rubric_version, s.reward) for s in second] == [(2, 1.0), (2, 0.0), (2, 0.0)]  # padding penalised
 
-    out = cli("replay", "rec", "--version", "1", "--steps", "1").stdout
-    assert "replayed 3 rollouts of rec under its rubric version 1 as rec.replay-v1 (steps 1-1)" in out
-    rows = [json.loads(line) for line in cli("replay", "diff", "rec", "rec.replay-v1", "--json").stdout.splitlines()]
+    out = cli("rescore", "rec", "--version", "1", "--steps", "1").stdout
+    assert "re-scored 3 rollouts of rec under its rubric version 1 as rec.rescore-v1 (steps 1-1)" in out
+    rows = [json.loads(line) for line in cli("rescore", "diff", "rec", "rec.rescore-v1", "--json").stdout.splitlines()]
     changed = {
         r["rollout_id"]: (r["before"], r["after"]) for r in rows if "rollout_id" in r and r["before"] != r["after"]
     }
@@ -58,20 +58,20 @@ async def test_a_run_replayed_under_its_first_version_differs_where_the_update_c
     assert (step["step"], step["rollouts"], step["changed"]) == (1, 3, 1)
     assert (step["mean_before"], step["mean_after"]) == (1 / 3, 2 / 3)
 
-    # The replay's set is the run's version 1; its rollouts were evaluation rollouts: scored, kept out of the loop.
-    replay_set = await store.current("rec.replay-v1")
-    assert replay_set is not None and replay_set.rubrics == [CORRECT]
+    # The re-scored run's set is the run's version 1; its rollouts were evaluation rollouts: scored, kept out of the loop.
+    rescored_set = await store.current("rec.rescore-v1")
+    assert rescored_set is not None and rescored_set.rubrics == [CORRECT]
     handed = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.scored)]
-    assert {h.rollout.run_id for h in handed} == {"rec"} and len(handed) == 6  # nothing of the replay analysed
+    assert {h.rollout.run_id for h in handed} == {"rec"} and len(handed) == 6  # nothing of the re-scored run analyzed
     recorded = [
-        wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.recorded("rec.replay-v1"))
+        wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.recorded("rec.rescore-v1"))
     ]
     assert len(recorded) == 3 and all(r.rollout.evaluation and r.score.evaluation for r in recorded)
     assert not await redis.xlen(keys.steps)
 
-    again = cli("replay", "rec", "--version", "1", "--steps", "1").stdout  # published again: its first scores
+    again = cli("rescore", "rec", "--version", "1", "--steps", "1").stdout  # published again: its first scores
     assert again == out
-    missing = cli("replay", "rec", "--version", "9", check=False)
+    missing = cli("rescore", "rec", "--version", "9", check=False)
     assert missing.returncode == 1 and "has no rubric version 9" in missing.stderr
-    bad = cli("replay", "rec", "--version", "1", "--steps", "3-1", check=False)
+    bad = cli("rescore", "rec", "--version", "1", "--steps", "3-1", check=False)
     assert bad.returncode == 1 and "--steps '3-1': 1 is before 3" in bad.stderr

@@ -1,20 +1,20 @@
-"""`rubricd replay RUN --version N` and `rubricd replay diff RUN REPLAY`: a past run re-scored under another rubric
+"""`rubricd rescore RUN --version N` and `rubricd rescore diff RUN RESCORE`: a past run re-scored under another rubric
 version, and what changed.
 
-`replay` reads RUN's recorded rollouts (the scorers keep each run's last
+`rescore` reads RUN's recorded rollouts (the scorers keep each run's last
 RUBRICD_RECORD_MAXLEN scored rollouts with their first Score for
 RUBRICD_RECORD_TTL_S, <ns>:recorded:<run>), optionally only steps a-b, and
-publishes them again under a replay run id (default `<RUN>.replay-v<N>`)
+publishes them again under a rescore run id (default `<RUN>.rescore-v<N>`)
 whose rubric set is RUN's version N: the global set, or in per-instance mode
-each instance's version N (an instance without one is not replayed, and said
+each instance's version N (an instance without one is not rescored, and said
 so). The running scorers judge them like any rollout, so there is no second
 scoring path; they go in as evaluation rollouts, which are kept out of the
-memory loop: a replay never summarizes, updates rubrics or closes a step. Each
-keeps its rollout id and reward policy. A replay published again is answered
-with its first Scores (nothing is judged twice). Another judge model: replay
+memory loop: a re-scored run never summarizes, updates rubrics or closes a step. Each
+keeps its rollout id and reward policy. A re-scored run published again is answered
+with its first Scores (nothing is judged twice). Another judge model: rescore
 into a deployment (namespace) whose scorers use it.
 
-`replay diff RUN REPLAY` reads both runs' recorded rollouts and prints, per
+`rescore diff RUN RESCORE` reads both runs' recorded rollouts and prints, per
 rollout and per step, the reward before and after (`--json`: one object per
 rollout, then one per step).
 """
@@ -41,16 +41,16 @@ PAGE = 500  # recorded entries read, and rollouts published, at a time
 
 def add(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
-        "replay",
-        help="re-score a run's recorded rollouts under another rubric version; `replay diff` compares",
+        "rescore",
+        help="re-score a run's recorded rollouts under another rubric version; `rescore diff` compares",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="rubricd replay RUN --version N [--steps A-B] [--as REPLAY]\n       rubricd replay diff RUN REPLAY [--json]",
+        usage="rubricd rescore RUN --version N [--steps A-B] [--as RESCORE]\n       rubricd rescore diff RUN RESCORE [--json]",
     )
-    p.add_argument("names", nargs="+", metavar="RUN", help="RUN to replay, or `diff RUN REPLAY`")
+    p.add_argument("names", nargs="+", metavar="RUN", help="RUN to re-score, or `diff RUN RESCORE`")
     p.add_argument("--version", type=int, help="the rubric version of RUN to score with")
     p.add_argument("--steps", metavar="A-B", help="only these steps (e.g. 3-7, or 5)")
-    p.add_argument("--as", dest="replay_id", metavar="REPLAY", help="the replay's run id (default RUN.replay-vN)")
+    p.add_argument("--as", dest="rescore_id", metavar="RESCORE", help="the re-scored run's id (default RUN.rescore-vN)")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the scores (default 600)")
     p.add_argument("--json", action="store_true", help="diff: one JSON object per rollout, then per step")
     p.set_defaults(handler=run)
@@ -58,11 +58,11 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     match args.names:
-        case ["diff", run_id, replay_id]:
-            return await run_diff(run_id, replay_id, args.json, ctx)
+        case ["diff", run_id, rescore_id]:
+            return await run_diff(run_id, rescore_id, args.json, ctx)
         case [run_id] if args.version is not None:
-            return await run_replay(run_id, args, ctx)
-    raise Failed("expected: replay RUN --version N [--steps A-B], or: replay diff RUN REPLAY")
+            return await run_rescore(run_id, args, ctx)
+    raise Failed("expected: rescore RUN --version N [--steps A-B], or: rescore diff RUN RESCORE")
 
 
 def steps_range(text: str | None) -> tuple[int, int] | None:
@@ -87,9 +87,9 @@ async def recorded(redis: Redis, keys: Keys, run_id: str) -> AsyncIterator[Score
         start = "(" + entries[-1][0].decode()
 
 
-async def run_replay(run_id: str, args: argparse.Namespace, ctx: Context) -> int:
+async def run_rescore(run_id: str, args: argparse.Namespace, ctx: Context) -> int:
     wanted = steps_range(args.steps)
-    replay_id = _run_id(args.replay_id or f"{run_id}.replay-v{args.version}")
+    rescore_id = _run_id(args.rescore_id or f"{run_id}.rescore-v{args.version}")
     async with ctx.redis() as redis:
         store = RubricStore(redis, ctx.keys)
         originals = [
@@ -110,11 +110,11 @@ async def run_replay(run_id: str, args: argparse.Namespace, ctx: Context) -> int
             raise Failed(f"run {run_id!r} has no rubric version {args.version}")
         for key, found in sets.items():
             if found is not None:
-                await store.seed(RubricSet(run_id=replay_id, instance_key=key, version=1, rubrics=found.rubrics))
-        replayed = [
+                await store.seed(RubricSet(run_id=rescore_id, instance_key=key, version=1, rubrics=found.rubrics))
+        rescored = [
             msgspec.structs.replace(
                 s.rollout,
-                run_id=replay_id,
+                run_id=rescore_id,
                 reply_to=None,
                 published_at=None,
                 evaluation=True,
@@ -124,25 +124,25 @@ async def run_replay(run_id: str, args: argparse.Namespace, ctx: Context) -> int
             if sets[instance_key(s.rollout) if per_instance else None] is not None
         ]
         async with RubricdClient(ctx.settings.redis_url, namespace=ctx.keys.namespace) as client:
-            for at in range(0, len(replayed), PAGE):
-                await client.score(replayed[at : at + PAGE], timeout=args.timeout)
-        after = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, replay_id)}
+            for at in range(0, len(rescored), PAGE):
+                await client.score(rescored[at : at + PAGE], timeout=args.timeout)
+        after = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, rescore_id)}
     print(
-        f"replayed {len(replayed)} rollouts of {run_id} under its rubric version {args.version} as {replay_id}"
+        f"re-scored {len(rescored)} rollouts of {run_id} under its rubric version {args.version} as {rescore_id}"
         + (f" (steps {wanted[0]}-{wanted[1]})" if wanted else "")
     )
     if missing:
-        print(f"not replayed: instances without version {args.version}: {', '.join(missing)}")
+        print(f"not re-scored: instances without version {args.version}: {', '.join(missing)}")
     print(render(diff({s.rollout.rollout_id: s.score for s in originals}, after)))
     return 0
 
 
-async def run_diff(run_id: str, replay_id: str, as_json: bool, ctx: Context) -> int:
+async def run_diff(run_id: str, rescore_id: str, as_json: bool, ctx: Context) -> int:
     async with ctx.redis() as redis:
         before = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, run_id)}
-        after = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, replay_id)}
+        after = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, rescore_id)}
     if not after:
-        raise Failed(f"run {replay_id!r} has no recorded rollout")
+        raise Failed(f"run {rescore_id!r} has no recorded rollout")
     changes = diff(before, after)
     if as_json:
         for row in [*changes.rollouts, *changes.steps]:
@@ -156,7 +156,7 @@ class RolloutChange(msgspec.Struct, frozen=True):
     rollout_id: str
     step: int
     before: float | None  # the reward in the run (None: not ok, or masked)
-    after: float | None  # and in the replay
+    after: float | None  # and in the re-scored run
     before_version: int
     after_status: str
 
@@ -176,7 +176,7 @@ class Diff:
 
 
 def diff(before: dict[str, Score], after: dict[str, Score]) -> Diff:
-    """The rollouts of `after` (a replay) beside their scores in `before` (the run), and the per-step means."""
+    """The rollouts of `after` (a re-scored run) beside their scores in `before` (the run), and the per-step means."""
     rows = [
         RolloutChange(r, s.step, before[r].reward, s.reward, before[r].rubric_version, str(s.status))
         for r, s in after.items()
