@@ -194,6 +194,17 @@ async def long_run(rounds: int, n: int, concurrency: int) -> None:
         )
 
 
+def machine() -> str:
+    """Whether something else was using the CPUs before the bench began: figures from a busy machine are not
+    comparable with a quiet one's (ratios taken in the same run still are)."""
+    others = psutil.cpu_percent(interval=2)
+    load = os.getloadavg()[0]
+    busy = others > 25 or load > 0.5 * (os.cpu_count() or 1)
+    return (
+        f"machine: {'BUSY' if busy else 'quiet'} (CPU {others:.0f}% over 2 s before the bench, load average {load:.2f})"
+    )
+
+
 async def main(args: argparse.Namespace) -> None:
     env = {**os.environ, **ENV, "RUBRICD_SIM_WORKERS": str(args.simulator_workers)}
     subprocess.run([str(STACK), "up", "redis", "simulator"], env=env, check=True)
@@ -214,6 +225,7 @@ async def main(args: argparse.Namespace) -> None:
         await through_rubricd(rollouts("warmup", 50), 50)
         proc = psutil.Process(scorer.pid)
         print(f"{os.cpu_count()} CPUs; simulator: {args.simulator_workers} worker process(es); one scorer process")
+        print(machine())
         await compare("L", args.rollouts, args.concurrency, args.latency_ms, proc)
         await compare("zero", args.rollouts, args.concurrency, 0, proc)
         await compare("zero-serial", min(args.rollouts, 300), 1, 0, proc)

@@ -117,3 +117,19 @@ async def test_redis_failing_under_the_cache_makes_a_miss_not_a_failed_score(key
 
     assert await cache.verdict("k", verdict, call) == (answer, False)
     await gone.aclose()
+
+
+async def test_a_verdict_read_with_the_score_is_not_read_again(keys):
+    verdict = judge.verdict_type(("correct",))
+    answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
+    gone = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)  # any read here would miss
+    cache, calls = JudgeCache(gone, keys, ttl_s=60), []
+
+    async def call():
+        calls.append(1)
+        return answer
+
+    assert await cache.verdict("k", verdict, call, kept=msgspec.json.encode(answer)) == (answer, True)
+    assert calls == []  # the scorer's one read found it: no second read, no call
+    assert await cache.verdict("k", verdict, call, kept=None) == (answer, False) and calls == [1]
+    assert await cache.verdict("k", verdict, call, kept=b'{"other": 1}') == (answer, False) and calls == [1, 1]

@@ -1,0 +1,1 @@
+"""What every service shares: the service template, settings, the LLM gateway, the memory, stream entries and commits."""

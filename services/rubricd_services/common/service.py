@@ -22,7 +22,6 @@ from faststream import FastStream
 from faststream.asgi import make_ping_asgi
 from faststream.middlewares import AckPolicy
 from faststream.redis import RedisBroker, StreamSub
-from faststream.redis.annotations import RedisStreamMessage as Entry  # what FastStream injects
 from faststream.redis.message import RedisStreamMessage
 from prometheus_client import make_asgi_app
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -46,6 +45,8 @@ Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
 
 GROUPS_INTERVAL_S = 5.0  # how often each group's pending and lag are read for the metrics
 FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
+# A handler's argument: the message itself (streams.itself); Any, so that FastStream neither injects nor converts it.
+Entry = Any
 log = logging.getLogger("rubricd.service")
 
 # Reset the idle time of the entries (ARGV[3:]) that the consumer ARGV[2] of group ARGV[1] still holds: one that
@@ -164,7 +165,7 @@ class ServiceApp(Generic[W]):
             max_workers=s.max_in_flight,
             ack_policy=AckPolicy.MANUAL,
             parser=streams.parse_entry,
-            decoder=streams.raw_body,
+            decoder=streams.itself,
         )
         async def fresh(msg: Entry) -> None:
             with self._working_on(msg, self.consumer):
@@ -175,7 +176,7 @@ class ServiceApp(Generic[W]):
             max_workers=max(1, s.max_in_flight // 4),
             ack_policy=AckPolicy.MANUAL,
             parser=streams.parse_entry,
-            decoder=streams.raw_body,
+            decoder=streams.itself,
         )
         async def reclaimed(msg: Entry) -> None:
             with self._working_on(msg, self.reclaimer):
@@ -190,7 +191,7 @@ class ServiceApp(Generic[W]):
     def listen(self, stream: str, handle: Handler[W]) -> None:
         """Every new entry of `stream`, in every process (no group, no ack)."""
 
-        @self.broker.subscriber(stream=StreamSub(stream), parser=streams.parse_entry, decoder=streams.raw_body)
+        @self.broker.subscriber(stream=StreamSub(stream), parser=streams.parse_entry, decoder=streams.itself)
         async def listener(msg: Entry) -> None:
             try:
                 if streams.MALFORMED in msg.headers:

@@ -140,10 +140,11 @@ async def parse_entry(
     return message
 
 
-async def raw_body(message: StreamMessage[Any]) -> Any:
-    """FastStream's decoder, replaced: the handlers decode the body themselves (`decode`), so nothing
-    (FastStream's json.loads of a pathologically nested body, say) can fail before they run."""
-    return message.body
+async def itself(message: StreamMessage[Any]) -> Any:
+    """FastStream's decoder, replaced: a handler's one argument is the message itself. Nothing is injected
+    (FastStream would resolve an injected message in a worker thread, one hop per message), and the handlers
+    decode the body themselves (`decode`), so nothing can fail before they run."""
+    return message
 
 
 def _text(raw: bytes | str) -> str:

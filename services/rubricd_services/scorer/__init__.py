@@ -1,0 +1,1 @@
+"""The scorer service: judges each rollout against the rubric set in force for its run and replies with its Score."""

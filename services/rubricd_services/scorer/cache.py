@@ -29,6 +29,21 @@ def digest(rubric_set: RubricSet, judge: LLMSettings, messages: list[dict[str, s
     return hashlib.sha256(_encoder.encode([*decided_by, messages])).hexdigest()
 
 
+class Unread:
+    """A kept verdict not read yet."""
+
+
+UNREAD = Unread()
+
+
+def _decoded(raw: bytes | str | None, verdict: type[msgspec.Struct]) -> msgspec.Struct | None:
+    """A kept verdict, or None (none kept, or one that no longer decodes as `verdict`)."""
+    try:
+        return None if raw is None else msgspec.json.decode(raw, type=verdict)
+    except msgspec.MsgspecError:
+        return None
+
+
 class JudgeCache:
     """Verdicts in Redis by `digest`; with a ttl of 0, off (nothing read or written)."""
 
@@ -43,23 +58,34 @@ class JudgeCache:
         return self.ttl_s > 0
 
     async def verdict(
-        self, digest: str, verdict: type[msgspec.Struct], judge: Callable[[], Awaitable[msgspec.Struct]]
+        self,
+        digest: str,
+        verdict: type[msgspec.Struct],
+        judge: Callable[[], Awaitable[msgspec.Struct]],
+        kept: bytes | str | None | Unread = UNREAD,
     ) -> tuple[msgspec.Struct, bool]:
         """The verdict of this call, and whether it was reused: the one kept, or the one this process is finding
-        now for another rollout, or else `judge()`'s (then kept). Raises what `judge()` raises (JudgeFailed)."""
+        now for another rollout, or else `judge()`'s (then kept). Raises what `judge()` raises (JudgeFailed).
+        `kept`: the kept verdict's bytes where the caller read them already (the scorer, in its one read before
+        judging), else read here."""
         if not self.enabled:
             return await judge(), False
         if (finding := self._finding.get(digest)) is not None:
             return (await asyncio.shield(finding))[0], True  # its JudgeFailed too
-        task = self._finding[digest] = asyncio.ensure_future(self._find(digest, verdict, judge))
+        task = self._finding[digest] = asyncio.ensure_future(self._find(digest, verdict, judge, kept))
         task.add_done_callback(lambda done: self._finding.pop(digest) if self._finding.get(digest) is done else None)
         return await asyncio.shield(task)
 
     async def _find(
-        self, digest: str, verdict: type[msgspec.Struct], judge: Callable[[], Awaitable[msgspec.Struct]]
+        self,
+        digest: str,
+        verdict: type[msgspec.Struct],
+        judge: Callable[[], Awaitable[msgspec.Struct]],
+        kept: bytes | str | None | Unread,
     ) -> tuple[msgspec.Struct, bool]:
-        if (kept := await self.get(digest, verdict)) is not None:
-            return kept, True
+        found = await self.get(digest, verdict) if isinstance(kept, Unread) else _decoded(kept, verdict)
+        if found is not None:
+            return found, True
         value = await judge()
         await self.put(digest, value)
         return value, False
@@ -69,10 +95,7 @@ class JudgeCache:
         if not self.enabled:
             return None
         try:
-            raw = await self.redis.get(self.keys.verdict(digest))
-            return None if raw is None else msgspec.json.decode(raw, type=verdict)
-        except msgspec.MsgspecError:
-            return None
+            return _decoded(await self.redis.get(self.keys.verdict(digest)), verdict)
         except RedisError as e:
             log.warning("judge cache: reading a verdict failed (judging instead): %s", e)
             return None

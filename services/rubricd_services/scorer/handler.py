@@ -138,7 +138,11 @@ class Scorer:
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
-        if (first := await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))) is not None:
+        rubrics = await self.rubrics.get(rollout)
+        messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
+        digest = cache.digest(rubrics.set, self.judge_settings, messages) if self.cache.enabled else None
+        first, kept = await self.lookup(rollout, digest)
+        if first is not None:
             # Scored before (published again, a retried request): its first score again, without judging it.
             score = wire.decode(first, Score)
             await self.effects.commit(streams.entry_id(msg), rollout, score, self.event(rollout, score), {})
@@ -146,17 +150,17 @@ class Scorer:
                 "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
             )
             return
-        rubrics = await self.rubrics.get(rollout)
         policy_name = rollout.reward_policy or self.settings.reward_policy
         active = await self.active_class(rollout, rubrics) if policy_name == "alternating" else None
         judged = Judged()
         score = await score_rollout(
             rollout,
             rubrics,
-            self.judge(rubrics, judged),
+            self.judge(digest, kept, judged),
             policy(policy_name),
             policy_name,
             active=active,
+            messages=messages,
             undefined=self.settings.undefined_meta_class_reward,
         )
         if judged.cached:
@@ -209,9 +213,18 @@ class Scorer:
             self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
             raise
 
-    def judge(self, rubrics: Rubrics, judged: "Judged") -> Judge:
-        """The judge of one rollout under `rubrics`: the cached verdict of the same call, else the LLM's (then
-        cached); `judged` says which, and what the call used."""
+    async def lookup(self, rollout: Rollout, digest: str | None) -> tuple[bytes | str | None, bytes | str | None]:
+        """What Redis holds before judging, in one round trip: the rollout's first score, and the verdict kept
+        for its judge call (`digest`; None: the cache is off)."""
+        score = self.keys.score(rollout.run_id, rollout.rollout_id)
+        if digest is None:
+            return await self.redis.get(score), None
+        first, kept = await self.redis.mget([score, self.keys.verdict(digest)])
+        return first, kept
+
+    def judge(self, digest: str | None, kept: bytes | str | None, judged: "Judged") -> Judge:
+        """The judge of one rollout: the verdict kept for the same call (`digest`, read as `kept`), or the one
+        this process is making for a twin, else the LLM's (then kept); `judged` says which, and what it used."""
 
         async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
             async def ask() -> msgspec.Struct:
@@ -221,10 +234,10 @@ class Scorer:
                     raise JudgeFailed(str(e)) from None
                 return judged.completion.value
 
-            key = cache.digest(rubrics.set, self.judge_settings, messages)
-            value, judged.cached = await self.cache.verdict(key, verdict, ask)
-            if self.cache.enabled:
-                self.metrics.judge_cache.labels("hit" if judged.cached else "miss").inc()
+            if digest is None:
+                return await ask()
+            value, judged.cached = await self.cache.verdict(digest, verdict, ask, kept)
+            self.metrics.judge_cache.labels("hit" if judged.cached else "miss").inc()
             return value
 
         return call

@@ -71,11 +71,13 @@ async def score_rollout(
     *,
     active: str | None = None,
     undefined: Undefined = "weighted_total",
+    messages: list[dict[str, str]] | None = None,
 ) -> Score:
     """Judge `rollout` against `rubrics` and turn the verdict into a Score.
 
     A judge that fails yields status judge_failed and no reward, never a 0. `active` and `undefined` go to the
-    policy (rubricd.reward: the step's meta-class under `alternating`).
+    policy (rubricd.reward: the step's meta-class under `alternating`); `messages`: the judge's, where the caller
+    built them already.
     """
     started = time.perf_counter()
     base: dict[str, Any] = {
@@ -91,7 +93,9 @@ async def score_rollout(
         "evaluation": rollout.evaluation,
     }
     try:
-        verdict = await call_judge(judge.messages(rubrics.system, rollout, rubrics.rollout_chars), rubrics.verdict)
+        if messages is None:
+            messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
+        verdict = await call_judge(messages, rubrics.verdict)
     except JudgeFailed as e:
         return Score(
             **base,
