@@ -92,12 +92,12 @@ def services(keys: Keys) -> list[User]:
     return [
         User(
             "scorer",
-            # listen: XREAD; score records and kept verdicts: GET, SET; rubric sets: HGET, and the store's seed
-            # script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
+            # listen: XREAD; score records and kept verdicts: GET, SET, and one MGET of both before judging; rubric
+            # sets: HGET, and the store's seed script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
             # statistics: HINCRBYFLOAT; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
             # (GET, SET, DEL)
-            (*CONSUMER, *LLM_SLOTS, "xread", "get", "set", "del", "hget", "hincrbyfloat", "hsetnx"),
+            (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx"),
             keys=[
                 *consuming(k, k.rollouts),
                 family(k.score("run", "rollout")),

@@ -253,7 +253,8 @@ class ServiceApp(Generic[W]):
             stack.callback(broker_log.removeFilter, quiet)
             self._worker = worker = make_worker(self._clients)
             tasks = [asyncio.create_task(self._repeat(s.reclaim_idle_ms / 4000, self._keep_claimed))]
-            tasks.append(asyncio.create_task(self._repeat(GROUPS_INTERVAL_S, self._read_groups)))
+            # The backlog gauges from the start, not only after the first interval.
+            tasks.append(asyncio.create_task(self._repeat(GROUPS_INTERVAL_S, self._read_groups, now=True)))
             tasks += [asyncio.create_task(self._repeat(interval, chore)) for interval, chore in self._chores]
             if self._trimmed:
                 tasks.append(asyncio.create_task(self._repeat(s.trim_interval_s, self._trim)))
@@ -421,9 +422,12 @@ class ServiceApp(Generic[W]):
     def _failure_key(self, msg: RedisStreamMessage) -> str:
         return self.keys.failure(msg.raw_message["channel"], streams.entry_id(msg).decode())
 
-    async def _repeat(self, interval_s: float, chore: Callable[[W], Awaitable[None]]) -> None:
+    async def _repeat(self, interval_s: float, chore: Callable[[W], Awaitable[None]], now: bool = False) -> None:
+        """`chore` every `interval_s` (`now`: first at once); a failure is logged and tried again next time."""
         while True:
-            await asyncio.sleep(interval_s)
+            if not now:
+                await asyncio.sleep(interval_s)
+            now = False
             name = getattr(chore, "__qualname__", chore)
             try:
                 await chore(self.worker)
