@@ -2,6 +2,7 @@
 a script run on the real Redis."""
 
 import pytest
+from redis.asyncio import Redis
 
 from rubricd_services.common.commit import Script
 from rubricd_services.common.streams import Rejected
@@ -29,9 +30,9 @@ def test_names_map_to_positions_in_the_order_named() -> None:
         maps={"usage": {"calls": 1, "tokens": 7}, "stats": {}},
         lists={"summaries": ["s1", "s2"]},
     )
-    assert keys == ["t", "", "u"]
-    # the fixed arguments, then each map and list: its count of values, the values
-    assert argv == [b"v", 60, 100, 0, 4, "calls", 1, "tokens", 7, 2, "s1", "s2"]
+    assert keys == ["t", "u"]  # the keys given; '' (the reply key here) is absent, and marked so in ARGV[1]
+    # the mark, the fixed arguments, then each map and list: its count of values, the values
+    assert argv == ["101", b"v", 60, 100, 0, 4, "calls", 1, "tokens", 7, 2, "s1", "s2"]
 
 
 def test_names_are_given_as_a_string_or_a_sequence() -> None:
@@ -43,15 +44,16 @@ def test_names_are_given_as_a_string_or_a_sequence() -> None:
 
 def test_the_prologue_binds_names_to_positions() -> None:
     lines = ECHO.lua.splitlines()
-    assert lines[:6] == [
-        "local k_target = KEYS[1]",
-        "local k_reply = KEYS[2]",
-        "local k_usage = KEYS[3]",
-        "local a_value = ARGV[1]",
-        "local a_ttl = ARGV[2]",
-        "local a_maxlen = ARGV[3]",
+    start = lines.index("local k_target = key(1)")
+    assert lines[start : start + 6] == [
+        "local k_target = key(1)",
+        "local k_reply = key(2)",
+        "local k_usage = key(3)",
+        "local a_value = ARGV[2]",
+        "local a_ttl = ARGV[3]",
+        "local a_maxlen = ARGV[4]",
     ]
-    assert "local tail_at = 4" in lines
+    assert "local tail_at = 5" in lines
     assert lines.index("local m_stats = tail()") < lines.index("local m_usage = tail()")
     assert lines.index("local m_usage = tail()") < lines.index("local l_summaries = tail()")
     assert "if k_reply ~= '' then" in lines  # the reply check comes before the body
@@ -62,6 +64,7 @@ def test_the_prologue_binds_names_to_positions() -> None:
 def test_a_script_without_tails_or_reply_has_neither() -> None:
     lua = Script("return a_x", keys="k", args="x").lua
     assert "tail_at" not in lua and "BADREPLY" not in lua
+    assert "local a_x = ARGV[1]" in Script("return a_x", args="x").lua  # no keys: no mark
 
 
 @pytest.mark.parametrize(
@@ -109,6 +112,23 @@ async def test_named_keys_and_arguments_run_on_redis(redis) -> None:
     [(_, fields)] = await redis.xrange("replies")
     assert fields == {b"__data__": b"first"} and 0 < await redis.ttl("replies") <= 60
     assert await redis.hgetall("u") == {b"calls": b"2", b"tokens": b"14"}
+
+
+async def test_an_absent_key_is_not_given_to_redis_so_an_acl_user_may_run_the_script(stack, redis) -> None:
+    commands = ["+evalsha", "+eval", "+script|load", "+get", "+set", "+xadd", "+expire", "+hincrby", "+type"]
+    await redis.acl_setuser("scoped", enabled=True, passwords=["+secret"], commands=commands, keys=["ns:*"], reset=True)
+    scoped = Redis.from_url(stack.redis_url, username="scoped", password="secret")
+    try:
+        stored, *_ = await ECHO.register(scoped)(
+            keys={"target": "ns:t", "reply": "", "usage": "ns:u"},
+            args={"value": "v", "ttl": 60, "maxlen": 100},
+            maps={"stats": {}, "usage": {"calls": 1}},
+            lists={"summaries": []},
+        )
+    finally:
+        await scoped.aclose()
+        await redis.acl_deluser("scoped")
+    assert stored is None and await redis.get("ns:t") == b"v" and await redis.hget("ns:u", "calls") == b"1"
 
 
 async def test_a_reply_key_that_is_not_a_stream_is_rejected_before_any_write(redis) -> None:

@@ -2,7 +2,9 @@
 
 Redis addresses a script's keys and arguments by position (`KEYS[5]`, `ARGV[13]`); a `Script` names them once,
 and its generated prologue binds each to a local (`k_score`, `a_ttl`) and defines the pieces every commit
-shares (append, reply, hincrby, ack), checking the reply key before the first write.
+shares (append, reply, hincrby, ack), checking the reply key before the first write. An optional key given as
+'' is left out of KEYS (Redis's ACLs check every key a script is given, and no key pattern admits ''), and
+bound to '' all the same.
 How to write one, and the argument layout: docs/development.md, "Commit scripts".
 """
 
@@ -38,6 +40,16 @@ local function hincrbyfloat(key, map)
 end
 local function ack(stream, group, entry_id)
   redis.call('XACK', stream, group, entry_id)
+end
+"""
+
+# KEYS holds the keys given (not ''), in the order declared; ARGV[1] marks which they are ('1' given, '0' not).
+_KEYS = """\
+local given, at = ARGV[1], 0
+local function key(i)
+  if string.sub(given, i, i) ~= '1' then return '' end
+  at = at + 1
+  return KEYS[at]
 end
 """
 
@@ -93,11 +105,13 @@ class Script:
     def prologue(self) -> str:
         """The Lua that binds every name to its KEYS or ARGV position, checks the reply key, and defines the
         shared pieces."""
-        lines = [f"local k_{n} = KEYS[{i}]" for i, n in enumerate(self.keys, 1)]
-        lines += [f"local a_{n} = ARGV[{i}]" for i, n in enumerate(self.args, 1)]
+        lines = [_KEYS.rstrip("\n")] if self.keys else []
+        lines += [f"local k_{n} = key({i})" for i, n in enumerate(self.keys, 1)]
+        first = 2 if self.keys else 1  # after the given-keys mark
+        lines += [f"local a_{n} = ARGV[{i}]" for i, n in enumerate(self.args, first)]
         tails = [(n, f"m_{n}") for n in self.maps] + [(n, f"l_{n}") for n in self.lists]
         if tails:
-            lines.append(f"local tail_at = {len(self.args) + 1}")
+            lines.append(f"local tail_at = {first + len(self.args)}")
             lines.append(_TAIL.rstrip("\n"))
             lines += [f"local {local} = tail()" for _, local in tails]
         text = "\n".join(lines) + "\n" + _LIBRARY
@@ -112,7 +126,7 @@ class Script:
         maps: Mapping[str, Mapping[str, Value]] | None = None,
         lists: Mapping[str, Sequence[Value]] | None = None,
     ) -> tuple[list[str], list[Value]]:
-        """KEYS and ARGV for these named values; every name given, and no other."""
+        """KEYS and ARGV for these named values; every name given, and no other (a key absent as '')."""
         maps, lists = maps or {}, lists or {}
         for kind, declared, given in (
             ("keys", self.keys, keys),
@@ -124,14 +138,15 @@ class Script:
                 raise ValueError(
                     f"{kind}: missing {sorted(set(declared) - set(given))}, unknown {sorted(set(given) - set(declared))}"
                 )
-        argv: list[Value] = [args[n] for n in self.args]
+        mark: list[Value] = ["".join("1" if keys[n] else "0" for n in self.keys)] if self.keys else []
+        argv: list[Value] = mark + [args[n] for n in self.args]
         for name in self.maps:
             argv.append(2 * len(maps[name]))
             argv += [x for field, value in maps[name].items() for x in (field, value)]
         for name in self.lists:
             argv.append(len(lists[name]))
             argv += lists[name]
-        return [keys[n] for n in self.keys], argv
+        return [keys[n] for n in self.keys if keys[n]], argv
 
     def register(self, redis: Redis) -> "Registered":
         return Registered(self, redis)
