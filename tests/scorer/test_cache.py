@@ -1,17 +1,19 @@
-"""The judge cache's key (no server needed) and its store (the real Redis)."""
+"""The judge cache's key and its choice of verdict (no server needed), and the verdicts the score's commit
+keeps (the real Redis)."""
 
 import asyncio
 
 import msgspec
 import pytest
-from redis.asyncio import Redis
 
-from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd.keys import SCORERS
+from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.scorer import judge
+from rubricd_services.scorer import cache, judge
 from rubricd_services.scorer.cache import JudgeCache, digest
-from rubricd_services.scorer.handler import Judged
+from rubricd_services.scorer.effects import Effects
+from rubricd_services.scorer.handler import Judged, Scorer
 from rubricd_services.scorer.scoring import JudgeFailed
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
@@ -58,30 +60,36 @@ def test_a_cached_verdict_adds_a_cache_hit_and_no_tokens_and_a_failed_one_nothin
     assert Judged().usage("m") == {}
 
 
-async def test_a_kept_verdict_is_read_back_as_its_type_and_expires(redis, keys):
+async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_read_decodes_it(redis, keys):
     verdict = judge.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    cache = JudgeCache(redis, keys, ttl_s=1)
-    assert await cache.get("k", verdict) is None
-    await cache.put("k", answer)
-    assert await cache.get("k", verdict) == answer
-    assert await cache.get("k", judge.verdict_type(("correct", "other"))) is None  # another rubric list: a miss
-    await asyncio.sleep(1.2)
-    assert await cache.get("k", verdict) is None
+    effects = Effects(redis, keys, SCORERS, score_ttl_s=60, stats_ttl_s=60, maxlen=100, reply_ttl_s=60, verdict_ttl_s=1)
+    await redis.xgroup_create(keys.rollouts, SCORERS, id="0", mkstream=True)
+    entry = await redis.xadd(keys.rollouts, {"__data__": b"{}"})
+    score = Score(run_id="run", rollout_id="r1", step=0, status=JudgeStatus.OK, reward=1.0, rubric_version=3)
+    event = Scorer.event(ROLLOUT, score)
+    kept = (keys.verdict("k"), cache.encode(answer))
+    assert await effects.commit(entry, ROLLOUT, score, event, {}, verdict=kept)
+    read = await redis.get(keys.verdict("k"))
+    calls = []
+
+    async def call():
+        calls.append(1)
+        return answer
+
+    assert await JudgeCache().verdict("k", verdict, read, call) == (answer, True) and calls == []
+    another_list = judge.verdict_type(("correct", "other"))  # another rubric list: a miss, so the judge is asked
+    assert await JudgeCache().verdict("k", another_list, read, call) == (answer, False) and calls == [1]
+    assert await JudgeCache().verdict("k", verdict, b'{"other": 1}', call) == (answer, False) and calls == [1, 1]
+    assert 0 < await redis.pttl(keys.verdict("k")) <= 1000
+    assert await effects.commit(entry, ROLLOUT, score, event, {}) is False  # scored already; nothing to keep
+    assert await redis.exists(keys.verdict("other")) == 0
 
 
-async def test_a_ttl_of_0_turns_the_cache_off(redis, keys):
-    verdict = judge.verdict_type(("correct",))
-    cache = JudgeCache(redis, keys, ttl_s=0)
-    await cache.put("k", msgspec.convert({"correct": {"explanation": "", "met": False}}, verdict))
-    assert not cache.enabled and await cache.get("k", verdict) is None
-    assert await redis.exists(keys.verdict("k")) == 0
-
-
-async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(redis, keys, eventually):
+async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(eventually):
     verdict = judge.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    cache, calls = JudgeCache(redis, keys, ttl_s=60), []
+    cache, calls = JudgeCache(), []
 
     async def slow(fails: bool = False):
         calls.append(fails)
@@ -90,46 +98,17 @@ async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is
             raise JudgeFailed("HTTP 500")
         return answer
 
-    first, twin = await asyncio.gather(cache.verdict("k", verdict, slow), cache.verdict("k", verdict, slow))
+    first, twin = await asyncio.gather(cache.verdict("k", verdict, None, slow), cache.verdict("k", verdict, None, slow))
     assert (first, twin) == ((answer, False), (answer, True)) and len(calls) == 1
-    assert await cache.verdict("k", verdict, slow) == (answer, True) and len(calls) == 1  # kept in Redis
+    assert await cache.verdict("k", verdict, None, slow) == (answer, False) and len(calls) == 2  # done: not shared
 
     # A failed call fails its twin at once (the endpoint that failed one would fail the other), and keeps nothing:
     # a later rollout of the same content calls again.
-    failing = asyncio.create_task(cache.verdict("f", verdict, lambda: slow(fails=True)))
-    await eventually(lambda: calls == [False, True], "the failing call to be under way", every=0.01)
+    failing = asyncio.create_task(cache.verdict("f", verdict, None, lambda: slow(fails=True)))
+    await eventually(lambda: calls == [False, False, True], "the failing call to be under way", every=0.01)
     with pytest.raises(JudgeFailed):
-        await cache.verdict("f", verdict, slow)
+        await cache.verdict("f", verdict, None, slow)
     with pytest.raises(JudgeFailed):
         await failing
-    assert calls == [False, True]
-    assert await cache.verdict("f", verdict, slow) == (answer, False) and calls == [False, True, False]
-
-
-async def test_redis_failing_under_the_cache_makes_a_miss_not_a_failed_score(keys):
-    verdict = judge.verdict_type(("correct",))
-    answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    gone = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)  # nothing listens there
-    cache = JudgeCache(gone, keys, ttl_s=60)
-
-    async def call():
-        return answer
-
-    assert await cache.verdict("k", verdict, call) == (answer, False)
-    await gone.aclose()
-
-
-async def test_a_verdict_read_with_the_score_is_not_read_again(keys):
-    verdict = judge.verdict_type(("correct",))
-    answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    gone = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)  # any read here would miss
-    cache, calls = JudgeCache(gone, keys, ttl_s=60), []
-
-    async def call():
-        calls.append(1)
-        return answer
-
-    assert await cache.verdict("k", verdict, call, kept=msgspec.json.encode(answer)) == (answer, True)
-    assert calls == []  # the scorer's one read found it: no second read, no call
-    assert await cache.verdict("k", verdict, call, kept=None) == (answer, False) and calls == [1]
-    assert await cache.verdict("k", verdict, call, kept=b'{"other": 1}') == (answer, False) and calls == [1, 1]
+    assert calls == [False, False, True]
+    assert await cache.verdict("f", verdict, None, slow) == (answer, False) and calls == [False, False, True, False]

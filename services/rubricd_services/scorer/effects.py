@@ -17,10 +17,12 @@ from rubricd_services.common.commit import Script
 
 from .schedule import stats_increments
 
-# An optional key is '': `scored` (not analysed), `reply` (no reply_to), `recorded` (not recorded).
+# An optional key is '': `scored` (not analysed), `reply` (no reply_to), `recorded` (not recorded), `verdict`
+# (no new verdict to keep for the judge cache).
 _COMMIT = Script(
-    keys="score scored events rollouts reply usage stats recorded",
-    args="score scored event score_ttl group entry_id maxlen reply_ttl stats_ttl recorded_maxlen recorded_ttl",
+    keys="score scored events rollouts reply usage stats recorded verdict",
+    args="score scored event score_ttl group entry_id maxlen reply_ttl stats_ttl recorded_maxlen recorded_ttl "
+    "verdict verdict_ttl",
     maps="stats usage",
     reply="reply",
     body="""
@@ -39,6 +41,7 @@ if not stored then
 end
 reply(k_reply, a_maxlen, score, a_reply_ttl)
 hincrby(k_usage, m_usage)
+if k_verdict ~= '' then redis.call('SET', k_verdict, a_verdict, 'EX', a_verdict_ttl) end
 ack(k_rollouts, a_group, a_entry_id)
 return stored
 """,
@@ -58,6 +61,7 @@ class Effects:
         reply_ttl_s: int,
         record_maxlen: int = 0,
         record_ttl_s: int = 0,
+        verdict_ttl_s: int = 0,
     ) -> None:
         self.keys = keys
         self.group = group
@@ -66,6 +70,7 @@ class Effects:
         self.record_maxlen, self.record_ttl_s = record_maxlen, record_ttl_s
         self.maxlen = maxlen
         self.reply_ttl_s = reply_ttl_s
+        self.verdict_ttl_s = verdict_ttl_s
         self._commit = _COMMIT.register(redis)
 
     async def commit(
@@ -77,11 +82,13 @@ class Effects:
         usage: Mapping[str, int],
         *,
         analyze: bool = True,
+        verdict: tuple[str, bytes] | None = None,
     ) -> bool:
         """Write the effects of scoring `rollout`; False if it already had a score.
 
         `usage` (common.usage.increments) is added to the run's usage either way: the judge call was made.
-        `analyze`: hand the rollout to the analyzers (the memory loop).
+        `analyze`: hand the rollout to the analyzers (the memory loop). `verdict`: a new verdict's key and value,
+        kept for `verdict_ttl_s` (the judge cache), whether or not the rollout had a score.
 
         Raises Rejected, having written nothing, if its reply_to names a key that is not a stream.
         """
@@ -95,6 +102,7 @@ class Effects:
                 "usage": self.keys.usage(rollout.run_id),
                 "stats": self.keys.class_stats(rollout.run_id, rollout.step),
                 "recorded": self.keys.recorded(rollout.run_id) if self.record_maxlen else "",
+                "verdict": verdict[0] if verdict else "",
             },
             args={
                 "score": wire.encode(score),
@@ -108,6 +116,8 @@ class Effects:
                 "stats_ttl": self.stats_ttl_s,
                 "recorded_maxlen": self.record_maxlen,
                 "recorded_ttl": self.record_ttl_s,
+                "verdict": verdict[1] if verdict else "",
+                "verdict_ttl": self.verdict_ttl_s,
             },
             maps={"stats": stats_increments(score), "usage": usage},
         )

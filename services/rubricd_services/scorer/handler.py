@@ -100,7 +100,7 @@ class Scorer:
         self.redis = clients.redis
         self.gateway = clients.gateway
         self.judge_settings = settings.agent(judge.JUDGE)
-        self.cache = JudgeCache(clients.redis, self.keys, settings.judge_cache_ttl_s)
+        self.cache = JudgeCache()
         self.schedule = Schedule(
             clients.redis, self.keys, settings.schedule_rule(), settings.meta_classes, maxlen=settings.stream_maxlen
         )
@@ -134,13 +134,14 @@ class Scorer:
             record_ttl_s=settings.record_ttl_s,
             maxlen=settings.stream_maxlen,
             reply_ttl_s=settings.reply_ttl_s,
+            verdict_ttl_s=settings.judge_cache_ttl_s,
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
         rubrics = await self.rubrics.get(rollout)
         messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
-        digest = cache.digest(rubrics.set, self.judge_settings, messages) if self.cache.enabled else None
+        digest = cache.digest(rubrics.set, self.judge_settings, messages) if self.settings.judge_cache_ttl_s else None
         first, kept = await self.lookup(rollout, digest)
         if first is not None:
             # Scored before (published again, a retried request): its first score again, without judging it.
@@ -168,7 +169,10 @@ class Scorer:
         spent = judged.usage(self.judge_settings.model)
         analyze = not rollout.evaluation or self.settings.analyze_evaluation
         event = self.event(rollout, score)
-        if not await self.effects.commit(streams.entry_id(msg), rollout, score, event, spent, analyze=analyze):
+        committed = await self.effects.commit(
+            streams.entry_id(msg), rollout, score, event, spent, analyze=analyze, verdict=judged.keep
+        )
+        if not committed:
             log.info(
                 "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
             )
@@ -236,8 +240,10 @@ class Scorer:
 
             if digest is None:
                 return await ask()
-            value, judged.cached = await self.cache.verdict(digest, verdict, ask, kept)
+            value, judged.cached = await self.cache.verdict(digest, verdict, kept, ask)
             self.metrics.judge_cache.labels("hit" if judged.cached else "miss").inc()
+            if not judged.cached:
+                judged.keep = (self.keys.verdict(digest), cache.encode(value))  # kept by the score's commit
             return value
 
         return call
@@ -280,10 +286,12 @@ def known_policy(rollout: Rollout) -> None:
 
 @dataclass
 class Judged:
-    """How one rollout was judged: by an LLM call (its completion), from the cache, or neither (it failed)."""
+    """How one rollout was judged: by an LLM call (its completion), from the cache, or neither (it failed);
+    `keep`: the verdict key and value the score's commit keeps (a new verdict, with the cache on)."""
 
     completion: Completion[msgspec.Struct] | None = None
     cached: bool = False
+    keep: tuple[str, bytes] | None = None
 
     def usage(self, model: str) -> dict[str, int]:
         """What it adds to the run's usage (common.usage)."""
