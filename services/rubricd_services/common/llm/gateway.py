@@ -117,6 +117,10 @@ class LLMGateway:
     def model(self, agent: str) -> str:
         return self._agent(agent).model
 
+    def output_mode(self, agent: str) -> str:
+        """The agent's dialect (once detect() has resolved `auto`)."""
+        return self._agent(agent).output_mode
+
     def usage(self, agent: str) -> Usage:
         return msgspec.structs.replace(self._usage[agent])
 

@@ -1,0 +1,1 @@
+"""Judge evaluation: how well a judge configuration agrees with labelled verdicts (`rubricd judge eval`)."""

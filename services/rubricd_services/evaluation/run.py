@@ -1,0 +1,155 @@
+"""Judging a labelled set with one judge configuration, and what came of it.
+
+The judge is the scorer's: its prompt, verdict schema, context fitting and reward policy, called through the
+LLM gateway (dialects, retries, rate limits) with no verdict cache, since a cached verdict agrees with itself.
+"""
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from rubricd.messages import Rollout, RubricSet
+from rubricd.reward import policy
+from rubricd_services.common.llm import Completion, LLMError, LLMGateway
+from rubricd_services.common.settings import LLMSettings, Price
+from rubricd_services.rubrics.sets import InForce
+from rubricd_services.scorer import judge
+from rubricd_services.scorer.scoring import JudgeFailed, preparer, score_rollout
+
+from . import figures
+from .figures import Agreement
+from .labelled import Item
+
+RUN = "judge-eval"
+POLICY = "weighted_sum"  # the labelled reward and the judge's: the weighted sum over every rubric
+
+
+@dataclass(frozen=True)
+class Config:
+    """One judge configuration: a name for the table, the judge's LLM settings and its prompt template."""
+
+    name: str
+    llm: LLMSettings
+    template: str
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One item as the judge saw it: its verdicts (empty: the call failed, `error` says why) and rewards."""
+
+    item_id: str
+    labels: dict[str, bool]
+    meta_classes: dict[str, str]
+    verdicts: dict[str, bool] = field(default_factory=dict)
+    labelled_reward: float = 0.0
+    reward: float | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """A configuration's figures over a labelled set (what `rubricd judge eval` prints, and `--json` writes)."""
+
+    name: str
+    model: str
+    output_mode: str
+    temperature: float
+    items: int
+    format_failures: int  # items whose judge call gave no usable verdict
+    overall: Agreement
+    by_meta_class: dict[str, Agreement]
+    by_rubric: dict[str, Agreement]
+    reward_error: float | None  # the mean of |judge reward - labelled reward| over the items judged
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    prompt_tokens_per_call: float | None
+    completion_tokens_per_call: float | None
+    cost: float | None  # of every call, by RUBRICD_PRICES; None when the model has no price
+    judged: list[Judged]
+
+
+async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
+    """Judge one item as the scorer would judge a rollout with these rubrics."""
+    rubrics = preparer(config.template, config.llm.prompt_chars())(
+        InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics))
+    )
+    rollout = Rollout(
+        run_id=RUN, rollout_id="item", step=0, prompt=item.prompt, response=item.response, reference=item.reference
+    )
+    calls: list[Completion[msgspec.Struct]] = []
+
+    async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
+        try:
+            calls.append(await gateway.structured(judge.JUDGE, messages, verdict))
+        except LLMError as e:
+            raise JudgeFailed(str(e)) from None
+        return calls[-1].value
+
+    started = time.perf_counter()
+    score = await score_rollout(rollout, rubrics, call, policy(POLICY), POLICY)
+    elapsed = time.perf_counter() - started
+    labelled = policy(POLICY)(item.rubrics, item.labels).total
+    done = calls[-1] if calls else None
+    return Judged(
+        item_id=item.id,
+        labels=dict(item.labels),
+        meta_classes={r.id: r.meta_class for r in item.rubrics},
+        verdicts={r.rubric_id: r.met for r in score.results},
+        labelled_reward=labelled if labelled is not None else 0.0,
+        reward=score.reward,
+        error=score.error,
+        seconds=done.elapsed_s if done else elapsed,
+        prompt_tokens=done.prompt_tokens if done else 0,
+        completion_tokens=done.completion_tokens if done else 0,
+    )
+
+
+async def evaluate(config: Config, items: Sequence[Item], prices: Mapping[str, Price], **gateway: object) -> Report:
+    """Judge every item with `config` (at most the judge's `concurrency` at once) and report the figures.
+    `gateway`: passed to LLMGateway (its Redis, for shared rate limits)."""
+    async with LLMGateway({judge.JUDGE: config.llm}, **gateway) as llm:  # type: ignore[arg-type]
+        if config.llm.output_mode == "auto":
+            await llm.detect([judge.JUDGE])
+        output_mode = llm.output_mode(judge.JUDGE)
+        judged = await asyncio.gather(*(judge_item(llm, config, item) for item in items))
+    return report(config, output_mode, judged, prices)
+
+
+def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: Mapping[str, Price]) -> Report:
+    """The figures of judged items (no LLM: a test hands in verdicts and labels)."""
+    answered = [j for j in judged if not j.error]
+    pairs = [(j.labels[r], j.verdicts[r]) for j in answered for r in j.labels]
+    by_class: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+    by_rubric: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+    for j in answered:
+        for rubric_id, label in j.labels.items():
+            by_class[j.meta_classes[rubric_id]].append((label, j.verdicts[rubric_id]))
+            by_rubric[rubric_id].append((label, j.verdicts[rubric_id]))
+    calls = [j for j in judged if j.prompt_tokens or j.completion_tokens or not j.error]
+    price = prices.get(config.llm.model)
+    prompt_tokens, completion_tokens = sum(j.prompt_tokens for j in judged), sum(j.completion_tokens for j in judged)
+    return Report(
+        name=config.name,
+        model=config.llm.model,
+        output_mode=output_mode,
+        temperature=config.llm.temperature,
+        items=len(judged),
+        format_failures=len(judged) - len(answered),
+        overall=figures.agreement(pairs),
+        by_meta_class={c: figures.agreement(p) for c, p in sorted(by_class.items())},
+        by_rubric={r: figures.agreement(p) for r, p in sorted(by_rubric.items())},
+        reward_error=figures.mean([abs(j.reward - j.labelled_reward) for j in answered if j.reward is not None]),
+        latency_p50_s=figures.percentile([j.seconds for j in judged], 50),
+        latency_p95_s=figures.percentile([j.seconds for j in judged], 95),
+        prompt_tokens_per_call=figures.mean([j.prompt_tokens for j in calls]),
+        completion_tokens_per_call=figures.mean([j.completion_tokens for j in calls]),
+        cost=None if price is None else price.cost(prompt_tokens, completion_tokens),
+        judged=list(judged),
+    )

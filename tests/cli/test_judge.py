@@ -1,0 +1,59 @@
+"""`rubricd judge eval` end to end: the labelled sample judged by the simulator through the gateway.
+
+The simulator's heuristics are known, so its verdicts are: it takes `17 + 25 = 41.` (an `=`) for reasoning, and
+`It is not 42; the answer is 41.` (the reference appears) for a correct answer; every other verdict agrees.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rubricd.messages import Rubric
+from rubricd.reward import policy
+
+SAMPLE = Path(__file__).parents[1] / "fixtures/labelled_sample.jsonl"
+RUBRICS = [Rubric(id="correct", criterion="c", points=5), Rubric(id="steps", criterion="s", points=2)]
+
+
+def weighted(met: dict[str, bool]) -> float:
+    total = policy("weighted_sum")(RUBRICS, met).total
+    assert total is not None
+    return total
+
+
+def test_the_sample_judged_by_the_simulator_gives_the_figures_its_heuristics_imply(cli):
+    done = cli("judge", "eval", str(SAMPLE), "--judge", "name=sim", "--judge", "name=warm,temperature=0.7", "--json")
+    sim, warm = json.loads(done.stdout)
+    assert (sim["name"], warm["name"], warm["temperature"]) == ("sim", "warm", 0.7)
+    assert sim["items"] == 6 and sim["format_failures"] == 0
+    overall = sim["overall"]
+    # 12 verdicts: 6 met and 6 unmet labelled; the simulator says met for 2 unmet ones
+    assert (overall["true_met"], overall["false_met"], overall["true_unmet"], overall["false_unmet"]) == (6, 2, 4, 0)
+    assert overall["accuracy"] == pytest.approx(10 / 12)
+    assert overall["kappa"] == pytest.approx((10 / 12 - 0.5) / 0.5)
+    assert sim["by_meta_class"]["accuracy"]["accuracy"] == pytest.approx(5 / 6)
+    assert sim["by_meta_class"]["reasoning"]["accuracy"] == pytest.approx(5 / 6)
+    wrong = weighted({"correct": False, "steps": True}) + weighted({"correct": True, "steps": False})
+    assert sim["reward_error"] == pytest.approx(wrong / 6)
+    assert sim["output_mode"] == "json_schema" and sim["prompt_tokens_per_call"] > 0
+    assert sim["latency_p50_s"] > 0 and sim["latency_p95_s"] >= sim["latency_p50_s"]
+    assert {j["item_id"]: j["verdicts"] for j in sim["judged"]}["sum-rejects-reference"] == {
+        "correct": True,
+        "steps": False,
+    }
+    assert warm["overall"] == overall  # the simulator's heuristics ignore the temperature
+
+    table = cli("judge", "eval", str(SAMPLE)).stdout
+    assert table.splitlines()[0].split()[:5] == ["judge", "model", "mode", "items", "failed"]
+    assert "0.833" in table and "reasoning" in table
+
+
+def test_a_bad_labelled_line_or_judge_setting_is_refused_naming_it(cli, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    lines = SAMPLE.read_text().splitlines()
+    bad.write_text("\n".join([lines[0], lines[1].replace('"steps": false', '"steps": "no"')]) + "\n")
+    done = cli("judge", "eval", str(bad), check=False)
+    assert done.returncode == 1 and f"{bad}:2: Expected `bool`, got `str`" in done.stderr
+    done = cli("judge", "eval", str(SAMPLE), "--judge", "name=hot,temperature=9", check=False)
+    assert done.returncode == 1 and "temperature" in done.stderr and "hot" in done.stderr

@@ -1,0 +1,52 @@
+"""rubricd's labelled JSONL: read as written; a bad line refused with its number and field."""
+
+import json
+
+import pytest
+
+from rubricd_services.evaluation import labelled
+
+GOOD = {
+    "id": "add-1",
+    "prompt": "What is 17 + 25?",
+    "response": "17 + 25 = 42.",
+    "reference": "42",
+    "rubrics": [{"id": "correct", "criterion": "The final answer is 42.", "points": 5, "kind": "anchor"}],
+    "labels": {"correct": True},
+}
+
+
+def lines(*items) -> list[str]:
+    return [json.dumps(i) if isinstance(i, dict) else i for i in items]
+
+
+def test_items_are_read_in_order_and_blank_lines_skipped():
+    second = {**GOOD, "id": "add-2", "response": "41", "labels": {"correct": False}, "note": "41 is wrong"}
+    items = list(labelled.items(lines(GOOD, "", second)))
+    assert [i.id for i in items] == ["add-1", "add-2"]
+    assert items[1].labels == {"correct": False} and items[1].note == "41 is wrong"
+    assert items[0].rubrics[0].points == 5 and items[0].reference == "42"
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("{not json", "f:2: not JSON"),
+        (
+            {**GOOD, "rubrics": [{"id": "correct", "criterion": "c", "points": "five"}]},
+            "f:2: Expected `float`, got `str` - at `$.rubrics[0].points`",
+        ),
+        ({**GOOD, "labels": {"correct": "yes"}}, "Expected `bool`, got `str` - at `$.labels[...]`"),
+        ({**GOOD, "labels": {}}, "f:2: `$.labels`: no label for rubric(s) ['correct']"),
+        ({**GOOD, "labels": {"correct": True, "other": False}}, "label(s) for no rubric: ['other']"),
+        ({**GOOD, "rubrics": []}, "`$.rubrics`: no rubric"),
+        ({**GOOD, "rubrics": GOOD["rubrics"] * 2}, "rubric ids repeat"),
+        ({**GOOD, "extra": 1}, "unknown field `extra`"),
+        ({k: v for k, v in GOOD.items() if k != "response"}, "missing required field `response`"),
+        (GOOD, "f:2: `$.id`: 'add-1' repeats an earlier line's"),
+    ],
+)
+def test_a_bad_line_is_refused_with_its_number_and_field(bad, says):
+    with pytest.raises(labelled.Invalid) as e:
+        list(labelled.items(lines(GOOD, bad), "f"))
+    assert says in str(e.value)
