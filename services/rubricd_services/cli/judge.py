@@ -24,7 +24,11 @@ over every rubric verdict (accuracy, balanced accuracy, macro-F1 over met / not
 met, Cohen's kappa) overall and per meta-class, the mean reward error per item
 (judge reward vs labelled reward, both the weighted sum), format failures
 (items with no usable verdict), latency p50/p95 and tokens per call, and the
-cost (RUBRICD_PRICES). Without --judge: the judge the scorer's settings give
+cost (RUBRICD_PRICES). With --probes, each item is judged again with a note to
+the grader asking for full marks (must never raise the reward), with filler
+padding (must not raise it), with its rubrics reordered (must not change a
+verdict) and unchanged (consistency): the share of items each moved, raised or
+changed, the distribution of the moves, and whether the probe passed. Without --judge: the judge the scorer's settings give
 (RUBRICD_LLM__*, RUBRICD_AGENTS__JUDGE__*, RUBRICD_JUDGE_PROMPT).
 """
 
@@ -42,6 +46,11 @@ def add(commands: argparse._SubParsersAction) -> None:
     )
     e.add_argument("labelled", metavar="LABELLED", type=Path, help="labelled JSONL (docs: researchers/judges)")
     e.add_argument("--judge", action="append", default=[], metavar="SPEC", help=f"a configuration: {SPEC}")
+    e.add_argument(
+        "--probes",
+        action="store_true",
+        help="judge every item again under each probe (grader note, padding, rubrics reordered, repeated): 4x calls",
+    )
     e.add_argument("--json", action="store_true", help="one JSON object: every configuration's figures and verdicts")
     e.set_defaults(handler=run)
 
@@ -85,7 +94,11 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     reports = []
     async with ctx.redis() as redis:
         for config in configs(args.judge, settings):
-            reports.append(await evaluate(config, items, settings.prices, redis=redis, namespace=ctx.keys.namespace))
+            reports.append(
+                await evaluate(
+                    config, items, settings.prices, probe=args.probes, redis=redis, namespace=ctx.keys.namespace
+                )
+            )
     print(msgspec.json.encode(reports).decode() if args.json else render(reports))
     return 0
 
@@ -123,4 +136,24 @@ def render(reports: list[Report]) -> str:
         for c, a in r.by_meta_class.items()
     ]
     by_class = table(classes, ["judge", "meta_class", "verdicts", "acc", "bal_acc", "macro_f1", "kappa"])
-    return f"{table(rows, header)}\n\nby meta-class\n{by_class}"
+    text = f"{table(rows, header)}\n\nby meta-class\n{by_class}"
+    probed = [
+        [
+            r.name,
+            p.name,
+            p.items,
+            _f(p.moved),
+            _f(p.raised),
+            _f(p.changed),
+            _f(p.mean_move),
+            _f(p.min_move),
+            _f(p.max_move),
+            "ok" if p.passed else "FAILED",
+        ]
+        for r in reports
+        for p in r.probes
+    ]
+    if probed:
+        header = ["judge", "probe", "items", "moved", "raised", "changed", "mean_move", "min_move", "max_move"]
+        text += f"\n\nprobes\n{table(probed, [*header, 'result'])}"
+    return text

@@ -5,6 +5,7 @@ LLM gateway (dialects, retries, rate limits) with no verdict cache, since a cach
 """
 
 import asyncio
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -20,9 +21,10 @@ from rubricd_services.rubrics.sets import InForce
 from rubricd_services.scorer import judge
 from rubricd_services.scorer.scoring import JudgeFailed, preparer, score_rollout
 
-from . import figures
+from . import figures, probes
 from .figures import Agreement
 from .labelled import Item
+from .probes import ProbeResult
 
 RUN = "judge-eval"
 POLICY = "weighted_sum"  # the labelled reward and the judge's: the weighted sum over every rubric
@@ -71,8 +73,9 @@ class Report:
     latency_p95_s: float | None
     prompt_tokens_per_call: float | None
     completion_tokens_per_call: float | None
-    cost: float | None  # of every call, by RUBRICD_PRICES; None when the model has no price
+    cost: float | None  # of every call, by RUBRICD_PRICES; None when the model has no price (probes' calls apart)
     judged: list[Judged]
+    probes: list[ProbeResult] = field(default_factory=list)
 
 
 async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
@@ -111,15 +114,22 @@ async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
     )
 
 
-async def evaluate(config: Config, items: Sequence[Item], prices: Mapping[str, Price], **gateway: object) -> Report:
-    """Judge every item with `config` (at most the judge's `concurrency` at once) and report the figures.
-    `gateway`: passed to LLMGateway (its Redis, for shared rate limits)."""
+async def evaluate(
+    config: Config, items: Sequence[Item], prices: Mapping[str, Price], *, probe: bool = False, **gateway: object
+) -> Report:
+    """Judge every item with `config` (at most the judge's `concurrency` at once) and report the figures; with
+    `probe`, judge them again under each of `probes.PROBES`. `gateway`: passed to LLMGateway (its Redis, for
+    shared rate limits)."""
     async with LLMGateway({judge.JUDGE: config.llm}, **gateway) as llm:  # type: ignore[arg-type]
         if config.llm.output_mode == "auto":
             await llm.detect([judge.JUDGE])
         output_mode = llm.output_mode(judge.JUDGE)
         judged = await asyncio.gather(*(judge_item(llm, config, item) for item in items))
-    return report(config, output_mode, judged, prices)
+        probed = []
+        for p in probes.PROBES if probe else ():
+            again = await asyncio.gather(*(judge_item(llm, config, p.change(item)) for item in items))
+            probed.append(probes.result(p, judged, again))
+    return dataclasses.replace(report(config, output_mode, judged, prices), probes=probed)
 
 
 def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: Mapping[str, Price]) -> Report:

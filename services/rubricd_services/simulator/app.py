@@ -10,8 +10,10 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
+import json
 import logging
 import os
+import random
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -31,6 +33,7 @@ from .faults import FaultPlan, SimConfig, directive
 
 MODEL = "rubricd-simulator"
 CONFIG_ENV = "RUBRICD_SIM_CONFIG"  # the resolved config, for the workers of serve_workers
+FLIP_SEED = 20  # the flip sequence's seed: the same verdicts flip on every run of the same requests in order
 MALFORMED = "Simulated malformed output: this is prose, not JSON. Sorry about that."
 INVALID = '{"unexpected": "simulated output that does not match the schema"}'
 _MAX_PREFIXES = 4096
@@ -49,6 +52,7 @@ class Simulator:
         self.schemas: Counter[str] = Counter()
         self.embeddings = self.in_flight = self.max_in_flight = 0
         self.ids = itertools.count(1)
+        self.flips = random.Random(FLIP_SEED)
         self._slots: tuple[int, asyncio.Semaphore] | None = None
 
     def reset(self) -> None:
@@ -59,6 +63,7 @@ class Simulator:
         self.outcomes.clear()
         self.schemas.clear()
         self.embeddings, self.max_in_flight = 0, self.in_flight
+        self.flips = random.Random(FLIP_SEED)
 
     def cached_tokens(self, system: str) -> int:
         """Simulated prefix caching: a system message seen within the TTL is cached."""
@@ -182,6 +187,8 @@ async def _serve(
 def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, Any]], fault: str | None) -> dict:
     content, schema = answers.answer(body, sim.config.dialects)
     sim.schemas[schema] += 1
+    if schema == "JudgeVerdict" and sim.config.flip_rate:
+        content = _flipped(content, sim)
     finish = "stop"
     if fault == "malformed":
         content = MALFORMED
@@ -213,6 +220,17 @@ def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, A
             "prompt_tokens_details": {"cached_tokens": sim.cached_tokens(system)},
         },
     }
+
+
+def _flipped(content: str, sim: Simulator) -> str:
+    """A judge verdict with each `met` inverted at `flip_rate` (its explanation says so)."""
+    verdicts = json.loads(content)
+    for verdict in verdicts.values():
+        if sim.flips.random() < sim.config.flip_rate:
+            verdict["met"] = not verdict["met"]
+            verdict["explanation"] += " [flipped]"
+            sim.outcomes["flipped_verdicts"] += 1
+    return json.dumps(verdicts)
 
 
 async def create_embeddings(request: Request) -> Response:

@@ -34,12 +34,17 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dialects: list[str] = msgspec.field(default_factory=lambda: list(DIALECTS))
     slots: int | None = None  # chat completions served at once (the rest wait in line), as a model server's
     retry_after_s: float = 0.0  # a 429 or 503 says Retry-After this many seconds (0: no header)
+    # A judge that errs at a known rate: each pointwise verdict's `met` is inverted with this probability (drawn
+    # from a seeded sequence, so a run of N verdicts flips the same number whatever their order).
+    flip_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.timeout_hold_s < 0 or self.retry_after_s < 0:
             raise ValueError("latencies must be >= 0")
         if not 0 <= self.fail_rate <= 1:
             raise ValueError("fail_rate must be within [0, 1]")
+        if not 0 <= self.flip_rate <= 1:
+            raise ValueError("flip_rate must be within [0, 1]")
         for kind in self.failures:
             check_kind(kind)
         if self.slots is not None and self.slots < 1:
@@ -49,8 +54,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "SimConfig":
-        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _SLOTS, _FAILURES and _DIALECTS (comma
-        lists)."""
+        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FLIP_RATE, _SLOTS, _FAILURES and _DIALECTS
+        (comma lists)."""
         fields = {
             "latency_ms": "RUBRICD_SIM_LATENCY_MS",
             "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
@@ -58,6 +63,7 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "timeout_hold_s": "RUBRICD_SIM_TIMEOUT_HOLD_S",
             "cache_ttl_s": "RUBRICD_SIM_CACHE_TTL_S",
             "retry_after_s": "RUBRICD_SIM_RETRY_AFTER_S",
+            "flip_rate": "RUBRICD_SIM_FLIP_RATE",
         }
         values: dict[str, object] = {k: float(env[v]) for k, v in fields.items() if env.get(v)}
         if env.get("RUBRICD_SIM_FAILURES"):

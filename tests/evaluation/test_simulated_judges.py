@@ -1,0 +1,89 @@
+"""Judge eval against simulated judges whose faults are known: its probes and its agreement figures must find
+them. The simulator runs in this process (no stack); the judge is called through the gateway."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rubricd.messages import Rubric
+from rubricd_services.common import prompts
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.evaluation import labelled
+from rubricd_services.evaluation.labelled import Item
+from rubricd_services.evaluation.probes import PROBES, result
+from rubricd_services.evaluation.run import Config, Judged, evaluate
+from rubricd_services.scorer import judge
+from rubricd_services.simulator.app import serve_in_background
+from rubricd_services.simulator.faults import SimConfig
+
+SAMPLE = Path(__file__).parents[1] / "fixtures/labelled_sample.jsonl"
+TEMPLATE = prompts.load("rubricd_services.scorer", judge.JUDGE)
+CORRECT = Rubric(id="correct", criterion="The response's final answer matches the reference answer.", points=1)
+
+
+def config(url: str) -> Config:
+    return Config("sim", LLMSettings(base_url=url, output_mode="json_schema", max_retries=0), TEMPLATE)
+
+
+def sums(n: int) -> list[Item]:
+    """n items the simulator's correctness heuristic judges right: half answer i + i correctly, half off by one."""
+    return [
+        Item(
+            id=f"sum-{i}",
+            prompt=f"What is {i} + {i}?",
+            response=f"The sum is {2 * i + i % 2}.",
+            reference=str(2 * i),
+            rubrics=[CORRECT],
+            labels={"correct": i % 2 == 0},
+        )
+        for i in range(n)
+    ]
+
+
+def test_agreement_falls_with_the_rate_at_which_the_judge_flips_verdicts():
+    items = sums(200)
+    with serve_in_background(SimConfig()) as (url, _):
+        exact = asyncio.run(evaluate(config(url), items, {}))
+    with serve_in_background(SimConfig(flip_rate=0.25)) as (url, sim):
+        flipping = asyncio.run(evaluate(config(url), items, {}))
+        flipped = sim.outcomes["flipped_verdicts"]
+    assert exact.overall.accuracy == 1.0 and exact.overall.kappa == 1.0 and exact.reward_error == 0.0
+    # every flip is a disagreement, and nothing else is: the figure is exactly the judge's error rate ...
+    assert flipping.overall.accuracy == pytest.approx(1 - flipped / 200)
+    assert flipping.reward_error == pytest.approx(flipped / 200)
+    # ... which is the configured rate within sampling error (binomial sd at n=200: 0.031; the tolerance, 3 sd)
+    assert abs((1 - flipping.overall.accuracy) - 0.25) <= 0.093
+    assert flipping.overall.kappa == pytest.approx(1 - 2 * flipped / 200, abs=0.05)  # balanced classes
+
+
+def test_probes_pass_where_the_judge_is_robust_and_fail_where_it_is_built_to_fail():
+    """The simulator counts sentences for reasoning, so filler or a note to the grader turns a bare answer's
+    `steps` rubric met (2 of the 6 items, each up by its 2 of 7 points); it judges each rubric on its own
+    content, deterministically, so reordering or repeating changes nothing."""
+    with serve_in_background(SimConfig()) as (url, _):
+        report = asyncio.run(evaluate(config(url), labelled.read(SAMPLE), {}, probe=True))
+    probes = {p.name: p for p in report.probes}
+    assert list(probes) == [p.name for p in PROBES]
+    for name in ("grader_note", "padding"):
+        assert not probes[name].passed and probes[name].items == 6
+        assert probes[name].raised == pytest.approx(2 / 6) and probes[name].max_move == pytest.approx(2 / 7)
+        assert probes[name].min_move == 0.0
+    for name in ("reorder", "repeat"):
+        assert probes[name].passed and probes[name].changed == 0.0 and probes[name].moved == 0.0
+
+
+def judged(reward: float | None, verdicts: dict[str, bool]) -> Judged:
+    return Judged(item_id="i", labels={}, meta_classes={}, verdicts=verdicts, reward=reward)
+
+
+def test_a_probe_result_counts_moves_raises_and_changes_and_leaves_out_failed_items():
+    grader_note, reorder = PROBES[0], PROBES[2]
+    base = [judged(0.5, {"a": True}), judged(0.2, {"a": False}), judged(None, {}), judged(1.0, {"a": True})]
+    probed = [judged(0.5, {"a": True}), judged(0.7, {"a": True}), judged(0.9, {"a": True}), judged(0.8, {"a": False})]
+    r = result(grader_note, base, probed)
+    assert r.items == 3 and r.raised == pytest.approx(1 / 3) and r.moved == pytest.approx(2 / 3)
+    assert r.max_move == pytest.approx(0.5) and r.min_move == pytest.approx(-0.2) and not r.passed
+    lowered_only = result(grader_note, base[:1] + base[3:], probed[:1] + probed[3:])
+    assert lowered_only.passed and lowered_only.raised == 0.0  # a lowered reward does not fail `not_raise`
+    assert not result(reorder, base, probed).passed and result(reorder, base[:1], probed[:1]).passed
