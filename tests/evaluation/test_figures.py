@@ -83,3 +83,21 @@ def test_the_labelled_reward_is_the_weighted_sum_of_the_labels():
         Rubric(id="steps", criterion="s", points=2, meta_class="reasoning"),
     ]
     assert policy("weighted_sum")(rubrics, {"correct": True, "steps": False}).total == pytest.approx(0.6)
+
+
+def test_with_several_graders_the_judge_is_compared_with_each_and_the_graders_with_each_other():
+    one = Judged(
+        item_id="a",
+        labels={"x": True, "y": False},
+        meta_classes={"x": "accuracy", "y": "accuracy"},
+        verdicts={"x": True, "y": True},
+        reward=1.0,
+        graders={"x": [True, True, False], "y": [False, True]},
+    )
+    r = report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [one], {})
+    assert r.pairwise is not None and r.graders_pairwise is not None
+    # judge said met for both: 3 labels of x (2 met), 2 of y (1 met): 3 of 5 agree
+    assert r.pairwise.n == 5 and r.pairwise.accuracy == pytest.approx(3 / 5)
+    # ordered pairs of graders: x has 6 (agreeing: the two True ones, both orders: 2), y has 2 (none agree)
+    assert r.graders_pairwise.n == 8 and r.graders_pairwise.accuracy == pytest.approx(2 / 8)
+    assert report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [], {}).pairwise is None

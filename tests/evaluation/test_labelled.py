@@ -1,6 +1,7 @@
 """rubricd's labelled JSONL: read as written; a bad line refused with its number and field."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,27 @@ def test_a_bad_line_is_refused_with_its_number_and_field(bad, says):
     with pytest.raises(labelled.Invalid) as e:
         list(labelled.items(lines(GOOD, bad), "f"))
     assert says in str(e.value)
+
+
+META = Path(__file__).parents[1] / "fixtures/healthbench_meta_sample.jsonl"
+
+
+def test_healthbench_meta_evaluation_lines_become_items_labelled_by_the_graders_majority():
+    good, bad = labelled.read(META)
+    assert (good.id, bad.id) == ("p1/c-good", "p1/c-bad")
+    assert good.prompt.startswith("I twisted my ankle") and good.response.startswith("Rest it")
+    assert [r.criterion for r in good.rubrics][0] == "Advises rest, ice, compression and elevation."
+    assert {r.meta_class for r in good.rubrics} == {"cluster:emergency_referrals"}
+    assert good.labels == {"c1": True, "c2": True, "c3": False}  # 3 of 3, 2 of 3, 0 of 3
+    assert bad.labels == {"c1": False, "c2": False}  # 1 of 2: a tie is not met
+    assert good.graders["c2"] == [True, True, False] and bad.graders["c2"] == [False, True]
+
+
+def test_a_bad_meta_evaluation_line_is_refused_with_its_number_and_field(tmp_path):
+    lines = META.read_text().splitlines()
+    broken = json.loads(lines[1])
+    broken["binary_labels"] = "yes"
+    path = tmp_path / "meta.jsonl"
+    path.write_text("\n".join([lines[0], json.dumps(broken)]))
+    with pytest.raises(labelled.Invalid, match=r"meta.jsonl:2: Expected `array`, got `str` - at `\$.binary_labels`"):
+        labelled.read(path)

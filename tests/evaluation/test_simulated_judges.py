@@ -87,3 +87,14 @@ def test_a_probe_result_counts_moves_raises_and_changes_and_leaves_out_failed_it
     lowered_only = result(grader_note, base[:1] + base[3:], probed[:1] + probed[3:])
     assert lowered_only.passed and lowered_only.raised == 0.0  # a lowered reward does not fail `not_raise`
     assert not result(reorder, base, probed).passed and result(reorder, base[:1], probed[:1]).passed
+
+
+def test_healthbench_meta_evaluation_data_is_judged_against_each_grader_and_their_majority():
+    items = labelled.read(Path(__file__).parents[1] / "fixtures/healthbench_meta_sample.jsonl")
+    with serve_in_background(SimConfig()) as (url, _):
+        report = asyncio.run(evaluate(config(url), items, {}))
+    assert report.items == 2 and report.format_failures == 0
+    assert report.overall.n == 5  # one verdict per criterion line, against the majority
+    assert report.pairwise is not None and report.pairwise.n == 14  # against every grader's label
+    assert report.graders_pairwise is not None and report.graders_pairwise.n == 4 * 6 + 2
+    assert list(report.by_meta_class) == ["cluster:emergency_referrals"]

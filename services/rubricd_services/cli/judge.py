@@ -18,13 +18,15 @@ from .context import Context, Failed, table
 
 HELP = """\
 Judges every item of a labelled JSONL file (a rollout, its rubrics, and per
-rubric whether it is met) as the scorer would, with no verdict cache, once per
+rubric whether it is met; or HealthBench's meta-evaluation data, labelled by
+its graders' majority) as the scorer would, with no verdict cache, once per
 --judge configuration, and prints per configuration: agreement with the labels
 over every rubric verdict (accuracy, balanced accuracy, macro-F1 over met / not
 met, Cohen's kappa) overall and per meta-class, the mean reward error per item
 (judge reward vs labelled reward, both the weighted sum), format failures
 (items with no usable verdict), latency p50/p95 and tokens per call, and the
-cost (RUBRICD_PRICES). With --probes, each item is judged again with a note to
+cost (RUBRICD_PRICES); with several graders per rubric, the judge's agreement
+with each grader and the graders' with each other (pairwise). With --probes, each item is judged again with a note to
 the grader asking for full marks (must never raise the reward), with filler
 padding (must not raise it), with its rubrics reordered (must not change a
 verdict) and unchanged (consistency): the share of items each moved, raised or
@@ -153,6 +155,14 @@ def render(reports: list[Report]) -> str:
         for r in reports
         for p in r.probes
     ]
+    graded = [
+        [r.name, label, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
+        for r in reports
+        for label, a in (("judge vs each grader", r.pairwise), ("graders vs each other", r.graders_pairwise))
+        if a is not None
+    ]
+    if graded:
+        text += f"\n\nseveral graders (pairwise)\n{table(graded, ['judge', 'pairs', 'n', 'acc', 'bal_acc', 'macro_f1', 'kappa'])}"
     if probed:
         header = ["judge", "probe", "items", "moved", "raised", "changed", "mean_move", "min_move", "max_move"]
         text += f"\n\nprobes\n{table(probed, [*header, 'result'])}"

@@ -53,6 +53,7 @@ class Judged:
     seconds: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    graders: dict[str, list[bool]] = field(default_factory=dict)  # several graders' labels, where given
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class Report:
     cost: float | None  # of every call, by RUBRICD_PRICES; None when the model has no price (probes' calls apart)
     judged: list[Judged]
     probes: list[ProbeResult] = field(default_factory=list)
+    # With several graders per rubric (HealthBench's meta-evaluation): the judge against each grader's label, and
+    # the graders against each other (every ordered pair of two graders of a rubric), as HealthBench reports them.
+    pairwise: Agreement | None = None
+    graders_pairwise: Agreement | None = None
 
 
 async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
@@ -111,6 +116,7 @@ async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
         seconds=done.elapsed_s if done else elapsed,
         prompt_tokens=done.prompt_tokens if done else 0,
         completion_tokens=done.completion_tokens if done else 0,
+        graders=dict(item.graders),
     )
 
 
@@ -143,6 +149,15 @@ def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: M
             by_class[j.meta_classes[rubric_id]].append((label, j.verdicts[rubric_id]))
             by_rubric[rubric_id].append((label, j.verdicts[rubric_id]))
     calls = [j for j in judged if j.prompt_tokens or j.completion_tokens or not j.error]
+    graded = [(j, r, labels) for j in answered for r, labels in j.graders.items()]
+    pairwise = [(label, j.verdicts[r]) for j, r, labels in graded for label in labels]
+    among = [
+        (other, label)
+        for _, _, labels in graded
+        for i, label in enumerate(labels)
+        for k, other in enumerate(labels)
+        if i != k
+    ]
     price = prices.get(config.llm.model)
     prompt_tokens, completion_tokens = sum(j.prompt_tokens for j in judged), sum(j.completion_tokens for j in judged)
     return Report(
@@ -162,4 +177,6 @@ def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: M
         completion_tokens_per_call=figures.mean([j.completion_tokens for j in calls]),
         cost=None if price is None else price.cost(prompt_tokens, completion_tokens),
         judged=list(judged),
+        pairwise=figures.agreement(pairwise) if pairwise else None,
+        graders_pairwise=figures.agreement(among) if among else None,
     )
