@@ -22,7 +22,7 @@ def weighted(met: dict[str, bool]) -> float:
     return total
 
 
-def test_the_sample_judged_by_the_simulator_gives_the_figures_its_heuristics_imply(cli):
+def test_the_sample_judged_by_the_simulator_gives_the_figures_its_heuristics_imply(cli, tmp_path):
     done = cli("judge", "eval", str(SAMPLE), "--judge", "name=sim", "--judge", "name=warm,temperature=0.7", "--json")
     sim, warm = json.loads(done.stdout)
     assert (sim["name"], warm["name"], warm["temperature"]) == ("sim", "warm", 0.7)
@@ -44,9 +44,14 @@ def test_the_sample_judged_by_the_simulator_gives_the_figures_its_heuristics_imp
     }
     assert warm["overall"] == overall  # the simulator's heuristics ignore the temperature
 
-    table = cli("judge", "eval", str(SAMPLE)).stdout
+    table = cli(
+        "judge", "eval", str(SAMPLE), "--judge", "name=sim", "--probes", "--png", str(tmp_path / "e.png")
+    ).stdout
     assert table.splitlines()[0].split()[:5] == ["judge", "model", "mode", "items", "failed"]
     assert "0.833" in table and "reasoning" in table
+    probes = {line.split()[1]: line.split()[-1] for line in table.split("probes\n")[1].splitlines()[1:]}
+    assert probes == {"grader_note": "FAILED", "padding": "FAILED", "reorder": "ok", "repeat": "ok"}
+    assert (tmp_path / "e.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_bad_labelled_line_or_judge_setting_is_refused_naming_it(cli, tmp_path):

@@ -53,6 +53,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="judge every item again under each probe (grader note, padding, rubrics reordered, repeated): 4x calls",
     )
+    e.add_argument("--png", type=Path, metavar="PATH", help="write a plot: agreement against cost per call")
     e.add_argument("--json", action="store_true", help="one JSON object: every configuration's figures and verdicts")
     e.set_defaults(handler=run)
 
@@ -102,6 +103,10 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                 )
             )
     print(msgspec.json.encode(reports).decode() if args.json else render(reports))
+    if args.png:
+        from rubricd_services.evaluation.plot import agreement_vs_cost  # matplotlib: only when asked
+
+        agreement_vs_cost(reports, args.png)
     return 0
 
 
