@@ -232,7 +232,14 @@ class Asked:
 
 def cache(redis, keys: Keys, asked: Asked, seeds: Seeds | None = None, lock_s: float = 10.0) -> RubricCache:
     generator = Generator(
-        redis, keys, asked, template="Write rubrics.", model="gen-model", meta_classes=CLASSES, lock_s=lock_s
+        redis,
+        keys,
+        asked,
+        template="Write rubrics.",
+        model="gen-model",
+        meta_classes=CLASSES,
+        service="scorer",
+        lock_s=lock_s,
     )
     return RubricCache(
         RubricStore(redis, keys),
@@ -296,7 +303,7 @@ async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure
             {"rubrics": [{"criterion": "Be good.", "points": 1, "meta_class": "accuracy", "rule": "principle"}]}, type_
         )
 
-    generator = Generator(redis, keys, nothing_valid, template="T", model="m", meta_classes=CLASSES)
+    generator = Generator(redis, keys, nothing_valid, template="T", model="m", meta_classes=CLASSES, service="scorer")
     failed = await RubricCache(
         RubricStore(redis, keys),
         Seeds(SEED),

@@ -264,11 +264,11 @@ class Generator:
     template: str
     model: str  # the generator agent's, recorded on the set
     meta_classes: tuple[str, ...]
+    service: str  # the service its events name (the scorer, the comparer)
     max_rubrics: int = 8
     lock_s: float = 10.0
     prompt_chars: int | None = None
     events_maxlen: int = 100_000
-    service: str = "scorer"  # the service its events name (the scorer, the comparer)
 
     def __post_init__(self) -> None:
         self.store = RubricStore(self.redis, self.keys)
