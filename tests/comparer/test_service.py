@@ -21,6 +21,7 @@ from rubricd.messages import (
     Preference,
     Rubric,
     RubricSet,
+    RubricsUpdated,
 )
 from rubricd.store import RubricStore
 from rubricd_services.simulator.pairwise import PREFER_FIRST
@@ -313,3 +314,30 @@ async def test_a_reply_to_outside_the_reply_streams_or_not_a_stream_is_dead_lett
     assert any(f"{squatted} holds a string, not a stream" in r for r in reasons)
     assert await redis.get(squatted) == b"not a stream"  # left alone
     assert await redis.xlen(keys.preferences("pairs")) == 0 and not await redis.exists(keys.accuracy("pairs"))
+
+
+async def test_a_rubric_update_reaches_the_next_comparison_and_is_logged(
+    stack, redis, keys, start_comparer, eventually
+) -> None:
+    start_comparer()
+    store = RubricStore(redis, keys)
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        first = await client.compare_one(comparison(0, right_first=True), timeout=60)
+        v1 = await store.current("pairs")
+        assert v1 is not None and first.rubric_version == v1.version == 1
+        assert await store.publish(msgspec.structs.replace(v1, version=2))
+        await redis.xadd(
+            keys.rubrics_updated, wire.entry(RubricsUpdated(run_id="pairs", version=2, previous_version=1))
+        )
+
+        async def reloaded() -> list[Event]:
+            return [
+                e
+                for e in events(await redis.xrange(keys.events))
+                if e.kind == EventKind.RUBRICS_RELOADED and e.service == "comparer" and e.fields.get("version") == 2
+            ]
+
+        [event] = await eventually(reloaded, "the comparer to reload the rubrics of run pairs at v2")
+        second = await client.compare_one(comparison(1, right_first=False), timeout=60)
+    assert event.run_id == "pairs" and "from the next comparison" in event.detail
+    assert second.rubric_version == 2 and second.winner == "B"

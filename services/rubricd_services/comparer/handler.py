@@ -144,8 +144,11 @@ class Comparer:
 
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next comparison loads the new version."""
-        update = wire.decode(msg.body, RubricsUpdated)
-        self.rubrics.invalidate(update.run_id, update.instance_key)
+        reloaded = self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "comparison")
+        if reloaded is not None:
+            await self.redis.xadd(
+                self.keys.events, wire.entry(reloaded), maxlen=self.settings.stream_maxlen, approximate=True
+            )
 
     async def judge(self, comparison: Comparison, calls: "Calls") -> Preference:
         # The rubric set of the prompt, found as a rollout's is (run, step, prompt, instance key).

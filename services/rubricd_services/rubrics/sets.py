@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from rubricd.messages import RubricSet, instance_key
+from rubricd.messages import Event, EventKind, RubricSet, RubricsUpdated, instance_key
 from rubricd.store import RubricStore
+from rubricd_services.common import streams
 from rubricd_services.common.seeds import Seeds
 
 if TYPE_CHECKING:
@@ -85,6 +86,21 @@ class RubricCache(Generic[T]):
     def invalidate(self, run_id: str, instance_key: str | None) -> bool:
         """Forget the set of a run (and instance); True if it was cached."""
         return self._entries.pop((run_id, instance_key), None) is not None
+
+    def reload(self, update: RubricsUpdated, service: str, user: str) -> Event | None:
+        """Forget the set `update` replaces; the `rubrics_reloaded` event saying so (`service`'s, its next `user`,
+        a rollout or a comparison, loads the new version), or None where this process had not cached it."""
+        if not self.invalidate(update.run_id, update.instance_key):
+            return None
+        return streams.event(
+            service,
+            EventKind.RUBRICS_RELOADED,
+            run_id=update.run_id,
+            step=update.step,
+            detail=f"v{update.version} replaces v{update.previous_version} from the next {user}",
+            instance_key=update.instance_key,
+            version=update.version,
+        )
 
     async def _load(self, prompted: Prompted, run_id: str, instance_key: str | None) -> tuple[int, T]:
         current: RubricSet | None

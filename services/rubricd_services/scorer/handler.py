@@ -194,19 +194,10 @@ class Scorer:
 
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""
-        update = wire.decode(msg.body, RubricsUpdated)
-        if self.rubrics.invalidate(update.run_id, update.instance_key):
-            event = streams.event(
-                SERVICE,
-                EventKind.RUBRICS_RELOADED,
-                run_id=update.run_id,
-                step=update.step,
-                detail=f"v{update.version} replaces v{update.previous_version} from the next rollout",
-                instance_key=update.instance_key,
-                version=update.version,
-            )
+        reloaded = self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "rollout")
+        if reloaded is not None:
             await self.redis.xadd(
-                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
+                self.keys.events, wire.entry(reloaded), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
     def take(self, body: bytes) -> Rollout:
