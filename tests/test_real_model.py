@@ -13,7 +13,11 @@ latency and tokens from the services' /metrics. A model this small follows the s
 them) but grades near chance, so the test prints how it ranked right against wrong and does not assert it.
 """
 
+import json
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -148,3 +152,29 @@ async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_s
     else:
         assert [v.version for v in history] == [1]
     assert {"judge", "analyzer", "summarizer", "updater"} <= set(usage), usage
+
+
+@pytest.mark.timeout(1200)
+def test_judge_eval_computes_consistent_figures_on_the_real_model(start_stack, fresh_ports, service_env):
+    """`rubricd judge eval` end to end on SmolLM2 with the six labelled sample items: every figure is computed
+    and agrees with the counts it comes from; how good the model is, it prints (`-s`) and does not assert."""
+    model = start_stack(fresh_ports, "model", env={"RUBRICD_STACK_LLM": "local"})
+    base_url = f"http://127.0.0.1:{model.ports['RUBRICD_MODEL_PORT']}/v1"
+    spec = f"name=smollm2,base_url={base_url},model={MODEL},output_mode=json_schema,strict=false"
+    spec += ",context_tokens=8192,timeout_s=600,max_retries=2,concurrency=2"
+    sample = Path(__file__).parent / "fixtures/labelled_sample.jsonl"
+    args = [sys.executable, "-m", "rubricd_services.cli", "judge", "eval", str(sample), "--judge", spec]
+    done = subprocess.run([*args, "--json"], env=service_env, capture_output=True, text=True, timeout=1100)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [report] = json.loads(done.stdout)
+    answered = report["items"] - report["format_failures"]
+    assert report["items"] == 6 and answered > 0
+    overall = report["overall"]
+    counts = [overall[k] for k in ("true_met", "false_met", "true_unmet", "false_unmet")]
+    assert sum(counts) == overall["n"] == 2 * answered  # two rubrics an item
+    assert overall["accuracy"] == pytest.approx((overall["true_met"] + overall["true_unmet"]) / overall["n"])
+    assert sum(a["n"] for a in report["by_meta_class"].values()) == overall["n"]
+    assert 0 <= report["reward_error"] <= 1 and report["latency_p95_s"] >= report["latency_p50_s"] > 0
+    assert report["prompt_tokens_per_call"] > 0 and report["completion_tokens_per_call"] > 0
+    assert report["output_mode"] == "json_schema" and report["model"] == MODEL
+    print(f"\nSmolLM2-135M on the labelled sample: {json.dumps({k: report[k] for k in ('overall', 'reward_error')})}")
