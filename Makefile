@@ -13,7 +13,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 # The demo's size: a real model on a CPU takes seconds a call, so its run is short (a few steps, few rollouts).
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,--steps 10 --rollouts 24)
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test test-under-load chaos bench schemas docs demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -140,6 +140,22 @@ chaos: install weaviate
 bench: install
 	$(PY) tests/bench/scoring.py
 	$(PY) tests/bench/endpoints.py
+
+# The judge evaluation (docs/researchers/judges.md) of MODEL on LABELLED, with the probes: MODEL=simulator (the
+# default) or MODEL=smollm2 (SmolLM2-135M-Instruct behind llama.cpp's server, as `make up LLM=local` serves it),
+# each on its own stack (.stack/judge-eval, own ports); the table on stdout, the plot in build/judge-eval.png.
+MODEL ?= simulator
+LABELLED ?= tests/fixtures/labelled_sample.jsonl
+JUDGE_EVAL_ENV := RUBRICD_STACK_DIR=$(CURDIR)/.stack/judge-eval RUBRICD_SIMULATOR_PORT=8096 RUBRICD_MODEL_PORT=8095
+judge-eval: install $(if $(filter smollm2,$(MODEL)),model)
+	@case "$(MODEL)" in \
+	  simulator) component=simulator; judge="name=simulator,base_url=http://127.0.0.1:8096/v1" ;; \
+	  smollm2) component=model; judge="name=smollm2,base_url=http://127.0.0.1:8095/v1,model=smollm2-135m-instruct,output_mode=json_schema,strict=false,context_tokens=8192,timeout_s=600,max_retries=2,concurrency=2" ;; \
+	  *) echo "judge-eval: MODEL is simulator or smollm2, not $(MODEL)" >&2; exit 2 ;; \
+	esac; \
+	trap '$(JUDGE_EVAL_ENV) $(STACK) down' EXIT; \
+	$(JUDGE_EVAL_ENV) RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK) up $$component && \
+	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" --probes --png build/judge-eval.png
 
 schemas: install
 	$(PY) -m rubricd.schema shared/schemas
