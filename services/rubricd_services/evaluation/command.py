@@ -1,0 +1,132 @@
+"""`rubricd judge eval`, run: the configurations its --judge options name, the evaluation of each, the table."""
+
+import argparse
+from pathlib import Path
+
+import msgspec
+from pydantic import ValidationError
+
+from rubricd_services.cli.context import Context, Failed, table
+from rubricd_services.common import prompts
+from rubricd_services.common.settings import LLMSettings, load
+from rubricd_services.scorer import judge
+from rubricd_services.scorer.settings import ScorerSettings
+
+from . import labelled
+from .run import Config, Report, evaluate
+
+
+def configs(specs: list[str], settings: ScorerSettings) -> list[Config]:
+    """The configurations `specs` name, each over the scorer's judge settings; a bad one fails naming its field."""
+    base, template = settings.agent(judge.JUDGE), judge_template(settings.judge_prompt)
+    if not specs:
+        return [Config("judge", base, template)]
+    found = []
+    for n, spec in enumerate(specs, 1):
+        fields = {k.strip(): v.strip() for k, _, v in (part.partition("=") for part in spec.split(",") if part)}
+        name = fields.pop("name", f"judge-{n}")
+        prompt = fields.pop("prompt", None)
+        try:
+            llm = LLMSettings.model_validate({**base.model_dump(), **fields})
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            raise Failed(f"--judge {spec!r}: {problems}") from None
+        found.append(Config(name, llm, judge_template(Path(prompt)) if prompt else template))
+    if len({c.name for c in found}) != len(found):
+        raise Failed(f"--judge names repeat: {[c.name for c in found]}")
+    return found
+
+
+def judge_template(path: Path | None) -> str:
+    try:
+        return prompts.load("rubricd_services.scorer", judge.JUDGE, path)
+    except OSError as e:
+        raise Failed(f"cannot read the judge prompt {path}: {e}") from None
+
+
+async def run(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        items = labelled.read(args.labelled)
+    except (OSError, labelled.Invalid) as e:
+        raise Failed(str(e)) from None
+    if not items:
+        raise Failed(f"{args.labelled}: no labelled item")
+    settings = load(ScorerSettings)
+    reports = []
+    async with ctx.redis() as redis:
+        for config in configs(args.judge, settings):
+            reports.append(
+                await evaluate(
+                    config, items, settings.prices, probe=args.probes, redis=redis, namespace=ctx.keys.namespace
+                )
+            )
+    print(msgspec.json.encode(reports).decode() if args.json else render(reports))
+    if args.png:
+        from .plot import agreement_vs_cost  # matplotlib: only when asked
+
+        agreement_vs_cost(reports, args.png)
+    return 0
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def render(reports: list[Report]) -> str:
+    rows = [
+        [
+            r.name,
+            r.model,
+            r.output_mode,
+            r.items,
+            r.format_failures,
+            _f(r.overall.accuracy),
+            _f(r.overall.balanced_accuracy),
+            _f(r.overall.macro_f1),
+            _f(r.overall.kappa),
+            _f(r.reward_error),
+            _f(r.latency_p50_s, 2),
+            _f(r.latency_p95_s, 2),
+            _f(r.prompt_tokens_per_call, 0),
+            _f(r.completion_tokens_per_call, 0),
+            _f(r.cost, 4),
+        ]
+        for r in reports
+    ]
+    header = ["judge", "model", "mode", "items", "failed", "acc", "bal_acc", "macro_f1", "kappa", "reward_err"]
+    header += ["p50_s", "p95_s", "prompt_tok", "compl_tok", "cost"]
+    classes = [
+        [r.name, c, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
+        for r in reports
+        for c, a in r.by_meta_class.items()
+    ]
+    by_class = table(classes, ["judge", "meta_class", "verdicts", "acc", "bal_acc", "macro_f1", "kappa"])
+    text = f"{table(rows, header)}\n\nby meta-class\n{by_class}"
+    probed = [
+        [
+            r.name,
+            p.name,
+            p.items,
+            _f(p.moved),
+            _f(p.raised),
+            _f(p.changed),
+            _f(p.mean_move),
+            _f(p.min_move),
+            _f(p.max_move),
+            "ok" if p.passed else "FAILED",
+        ]
+        for r in reports
+        for p in r.probes
+    ]
+    graded = [
+        [r.name, label, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
+        for r in reports
+        for label, a in (("judge vs each grader", r.pairwise), ("graders vs each other", r.graders_pairwise))
+        if a is not None
+    ]
+    if graded:
+        text += f"\n\nseveral graders (pairwise)\n{table(graded, ['judge', 'pairs', 'n', 'acc', 'bal_acc', 'macro_f1', 'kappa'])}"
+    if probed:
+        header = ["judge", "probe", "items", "moved", "raised", "changed", "mean_move", "min_move", "max_move"]
+        text += f"\n\nprobes\n{table(probed, [*header, 'result'])}"
+    return text
