@@ -75,3 +75,16 @@ def test_a_bad_meta_evaluation_line_is_refused_with_its_number_and_field(tmp_pat
     path.write_text("\n".join([lines[0], json.dumps(broken)]))
     with pytest.raises(labelled.Invalid, match=r"meta.jsonl:2: Expected `array`, got `str` - at `\$.binary_labels`"):
         labelled.read(path)
+
+
+def test_the_projects_labelled_set_reads_and_covers_what_it_says():
+    from importlib import resources
+
+    data = resources.files("rubricd_services.evaluation").joinpath("data/judge-set.jsonl").read_text()
+    items = list(labelled.items(data.splitlines(), "judge-set.jsonl"))
+    assert len(items) >= 60 and sum(len(i.labels) for i in items) == 210
+    behaviours = {i.id.split("-", 3)[3] for i in items if i.id.startswith("add-")}
+    assert behaviours == {"correct", "wrong", "padded", "sycophantic", "judge_addressing", "terse"}
+    open_answers = [i for i in items if i.reference is None]
+    assert len(open_answers) == 12 and all(len(i.rubrics) >= 4 for i in open_answers)
+    assert any(r.points < 0 for i in open_answers for r in i.rubrics)  # negative rubrics too
