@@ -62,3 +62,15 @@ def test_a_bad_labelled_line_or_judge_setting_is_refused_naming_it(cli, tmp_path
     assert done.returncode == 1 and f"{bad}:2: Expected `bool`, got `str`" in done.stderr
     done = cli("judge", "eval", str(SAMPLE), "--judge", "name=hot,temperature=9", check=False)
     assert done.returncode == 1 and "temperature" in done.stderr and "hot" in done.stderr
+
+
+def test_labelled_comparisons_go_to_the_pairwise_judge(cli):
+    pairs = Path(__file__).parents[1] / "fixtures/labelled_pairs_sample.jsonl"
+    [report] = json.loads(cli("judge", "eval", str(pairs), "--json").stdout)
+    assert report["name"] == "pairwise" and report["items"] == 6
+    assert report["overall"]["accuracy"] == pytest.approx(4 / 6)
+    assert report["position_consistency"] == pytest.approx(5 / 6)
+    table = cli("judge", "eval", str(pairs)).stdout
+    assert "consistency" in table.splitlines()[0] and "0.833" in table
+    refused = cli("judge", "eval", str(pairs), "--probes", check=False)
+    assert refused.returncode == 1 and "--probes applies to labelled rollouts" in refused.stderr

@@ -9,8 +9,10 @@ import pytest
 from rubricd.messages import Rubric
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.evaluation import labelled
+from rubricd_services.comparer import pairwise
+from rubricd_services.evaluation import labelled, pairs
 from rubricd_services.evaluation.labelled import Item
+from rubricd_services.evaluation.pairs import evaluate_pairs
 from rubricd_services.evaluation.probes import PROBES, result
 from rubricd_services.evaluation.run import Config, Judged, evaluate
 from rubricd_services.scorer import judge
@@ -98,3 +100,26 @@ def test_healthbench_meta_evaluation_data_is_judged_against_each_grader_and_thei
     assert report.pairwise is not None and report.pairwise.n == 14  # against every grader's label
     assert report.graders_pairwise is not None and report.graders_pairwise.n == 4 * 6 + 2
     assert list(report.by_meta_class) == ["cluster:emergency_referrals"]
+
+
+def test_labelled_comparisons_are_judged_by_the_pairwise_judge_with_position_consistency():
+    """Four pairs the simulator gets right, one labelled wrong on purpose, one where it prefers whichever response
+    it sees first (no winner: counted wrong)."""
+    items = list(
+        pairs.pairs((Path(__file__).parents[1] / "fixtures/labelled_pairs_sample.jsonl").read_text().splitlines())
+    )
+    template = prompts.load("rubricd_services.comparer", pairwise.PAIRWISE)
+    llm = LLMSettings(output_mode="json_schema", max_retries=0)
+    with serve_in_background(SimConfig()) as (url, _):
+        r = asyncio.run(evaluate_pairs(Config("sim", llm.model_copy(update={"base_url": url}), template), items, {}))
+    assert r.items == 6 and r.format_failures == 0
+    assert r.overall.accuracy == pytest.approx(4 / 6) and r.position_consistency == pytest.approx(5 / 6)
+    winners = {j.item_id: (j.winner, j.consistent) for j in r.judged}
+    assert winners["pair-4"] == ("A", True) and winners["pair-5"] == (None, False)
+    assert r.prompt_tokens_per_call > 0 and r.latency_p50_s > 0
+
+
+def test_a_comparison_labelled_a_tie_is_refused():
+    line = (Path(__file__).parents[1] / "fixtures/labelled_pairs_sample.jsonl").read_text().splitlines()[0]
+    with pytest.raises(labelled.Invalid, match=r"f:1: `\$.label`: a labelled comparison names its winner"):
+        list(pairs.pairs([line.replace('"label": "A"', '"label": "tie"')], "f"))

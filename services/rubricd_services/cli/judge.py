@@ -9,7 +9,8 @@ from .context import Context
 HELP = """\
 Judges every item of a labelled JSONL file (a rollout, its rubrics, and per
 rubric whether it is met; or HealthBench's meta-evaluation data, labelled by
-its graders' majority) as the scorer would, with no verdict cache, once per
+its graders' majority; or labelled comparisons, for the pairwise judge, with
+position consistency besides) as the scorer (or the comparer) would, with no verdict cache, once per
 --judge configuration, and prints per configuration: agreement with the labels
 over every rubric verdict (accuracy, balanced accuracy, macro-F1 over met / not
 met, Cohen's kappa) overall and per meta-class, the mean reward error per item

@@ -9,18 +9,21 @@ from pydantic import ValidationError
 from rubricd_services.cli.context import Context, Failed, table
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings, load
+from rubricd_services.comparer import pairwise
+from rubricd_services.comparer.settings import ComparerSettings
 from rubricd_services.scorer import judge
 from rubricd_services.scorer.settings import ScorerSettings
 
-from . import labelled
+from . import labelled, pairs
+from .pairs import PairReport, evaluate_pairs
 from .run import Config, Report, evaluate
 
 
-def configs(specs: list[str], settings: ScorerSettings) -> list[Config]:
-    """The configurations `specs` name, each over the scorer's judge settings; a bad one fails naming its field."""
-    base, template = settings.agent(judge.JUDGE), judge_template(settings.judge_prompt)
+def configs(specs: list[str], base: LLMSettings, template: str, package: str, agent: str) -> list[Config]:
+    """The configurations `specs` name, each over `base` (the agent's settings) and `template` (its prompt; a
+    `prompt=` file replaces it); a bad one fails naming its field."""
     if not specs:
-        return [Config("judge", base, template)]
+        return [Config(agent, base, template)]
     found = []
     for n, spec in enumerate(specs, 1):
         fields = {k.strip(): v.strip() for k, _, v in (part.partition("=") for part in spec.split(",") if part)}
@@ -31,30 +34,37 @@ def configs(specs: list[str], settings: ScorerSettings) -> list[Config]:
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
             raise Failed(f"--judge {spec!r}: {problems}") from None
-        found.append(Config(name, llm, judge_template(Path(prompt)) if prompt else template))
+        found.append(Config(name, llm, load_prompt(package, agent, Path(prompt)) if prompt else template))
     if len({c.name for c in found}) != len(found):
         raise Failed(f"--judge names repeat: {[c.name for c in found]}")
     return found
 
 
-def judge_template(path: Path | None) -> str:
+def load_prompt(package: str, agent: str, path: Path | None) -> str:
     try:
-        return prompts.load("rubricd_services.scorer", judge.JUDGE, path)
+        return prompts.load(package, agent, path)
     except OSError as e:
-        raise Failed(f"cannot read the judge prompt {path}: {e}") from None
+        raise Failed(f"cannot read the {agent} prompt {path}: {e}") from None
 
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     try:
+        lines = args.labelled.read_text(encoding="utf-8").splitlines()
+        first = next((line for line in lines if line.strip()), "")
+        if '"response_a"' in first:  # labelled comparisons: the pairwise judge
+            return await run_pairs(args, ctx, list(pairs.pairs(lines, str(args.labelled))))
         items = labelled.read(args.labelled)
     except (OSError, labelled.Invalid) as e:
         raise Failed(str(e)) from None
     if not items:
         raise Failed(f"{args.labelled}: no labelled item")
     settings = load(ScorerSettings)
+    template = load_prompt("rubricd_services.scorer", judge.JUDGE, settings.judge_prompt)
     reports = []
     async with ctx.redis() as redis:
-        for config in configs(args.judge, settings):
+        for config in configs(
+            args.judge, settings.agent(judge.JUDGE), template, "rubricd_services.scorer", judge.JUDGE
+        ):
             reports.append(
                 await evaluate(
                     config, items, settings.prices, probe=args.probes, redis=redis, namespace=ctx.keys.namespace
@@ -66,6 +76,54 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
 
         agreement_vs_cost(reports, args.png)
     return 0
+
+
+async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pair]) -> int:
+    """Labelled comparisons, judged by the pairwise judge (the comparer's settings and prompt)."""
+    if args.probes:
+        raise Failed("--probes applies to labelled rollouts, not to labelled comparisons")
+    if not items:
+        raise Failed(f"{args.labelled}: no labelled comparison")
+    settings = load(ComparerSettings)
+    package, agent = "rubricd_services.comparer", pairwise.PAIRWISE
+    template = load_prompt(package, agent, settings.pairwise_prompt)
+    reports = []
+    async with ctx.redis() as redis:
+        for config in configs(args.judge, settings.agent(agent), template, package, agent):
+            reports.append(
+                await evaluate_pairs(config, items, settings.prices, redis=redis, namespace=ctx.keys.namespace)
+            )
+    print(msgspec.json.encode(reports).decode() if args.json else render_pairs(reports))
+    if args.png:
+        from .plot import agreement_vs_cost  # matplotlib: only when asked
+
+        agreement_vs_cost(reports, args.png)
+    return 0
+
+
+def render_pairs(reports: list[PairReport]) -> str:
+    rows = [
+        [
+            r.name,
+            r.model,
+            r.output_mode,
+            r.items,
+            r.format_failures,
+            _f(r.overall.accuracy),
+            _f(r.overall.balanced_accuracy),
+            _f(r.overall.macro_f1),
+            _f(r.overall.kappa),
+            _f(r.position_consistency),
+            _f(r.latency_p50_s, 2),
+            _f(r.latency_p95_s, 2),
+            _f(r.prompt_tokens_per_call, 0),
+            _f(r.completion_tokens_per_call, 0),
+            _f(r.cost, 4),
+        ]
+        for r in reports
+    ]
+    header = ["judge", "model", "mode", "pairs", "failed", "acc", "bal_acc", "macro_f1", "kappa", "consistency"]
+    return table(rows, [*header, "p50_s", "p95_s", "prompt_tok", "compl_tok", "cost"])
 
 
 def _f(x: float | None, digits: int = 3) -> str:

@@ -8,10 +8,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from .pairs import PairReport
 from .run import Report
 
 
-def agreement_vs_cost(reports: Sequence[Report], path: Path) -> None:
+def agreement_vs_cost(reports: Sequence[Report] | Sequence[PairReport], path: Path) -> None:
     """One point per configuration: balanced accuracy against cost per call (by RUBRICD_PRICES), or against
     tokens per call where a model has no price."""
     priced = all(r.cost is not None for r in reports)
