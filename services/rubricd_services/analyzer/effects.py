@@ -13,17 +13,21 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, RolloutAnalysis
+from rubricd_services.common.commit import Script
 
-# KEYS: step analyses, analyses, events, scored. ARGV: rollout id, analysis, event, maxlen, group, entry id
-_ANNOUNCE = """
-local first = redis.call('SADD', KEYS[1], ARGV[1])
+_ANNOUNCE = Script(
+    keys="step_analyses analyses events scored",
+    args="rollout_id analysis event maxlen group entry_id",
+    body="""
+local first = redis.call('SADD', k_step_analyses, a_rollout_id)
 if first == 1 then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', '__data__', ARGV[2])
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', '__data__', ARGV[3])
+  append(k_analyses, a_maxlen, a_analysis)
+  append(k_events, a_maxlen, a_event)
 end
-redis.call('XACK', KEYS[4], ARGV[5], ARGV[6])
+ack(k_scored, a_group, a_entry_id)
 return first
-"""
+""",
+)
 
 
 GIVEN_UP_TTL_S = 7 * 86_400  # as long as the summarizer keeps a step's state
@@ -35,18 +39,25 @@ class Effects:
         self.keys = keys
         self.group = group
         self.maxlen = maxlen
-        self._announce = redis.register_script(_ANNOUNCE)
+        self._announce = _ANNOUNCE.register(redis)
 
     async def announce(self, entry_id: bytes, analysis: RolloutAnalysis, event: Event) -> bool:
         """Publish the analysis (unless announced before), log it and ack its entry; True if this call announced it."""
         first = await self._announce(
-            keys=[
-                self.keys.step_analyses(analysis.run_id, analysis.step),
-                self.keys.analyses,
-                self.keys.events,
-                self.keys.scored,
-            ],
-            args=[analysis.rollout_id, wire.encode(analysis), wire.encode(event), self.maxlen, self.group, entry_id],
+            keys={
+                "step_analyses": self.keys.step_analyses(analysis.run_id, analysis.step),
+                "analyses": self.keys.analyses,
+                "events": self.keys.events,
+                "scored": self.keys.scored,
+            },
+            args={
+                "rollout_id": analysis.rollout_id,
+                "analysis": wire.encode(analysis),
+                "event": wire.encode(event),
+                "maxlen": self.maxlen,
+                "group": self.group,
+                "entry_id": entry_id,
+            },
         )
         return bool(first)
 
