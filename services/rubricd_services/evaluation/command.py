@@ -102,28 +102,25 @@ async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pa
 
 
 def render_pairs(reports: list[PairReport]) -> str:
-    rows = [
-        [
-            r.name,
-            r.model,
-            r.output_mode,
-            r.items,
-            r.format_failures,
-            _f(r.overall.accuracy),
-            _f(r.overall.balanced_accuracy),
-            _f(r.overall.macro_f1),
-            _f(r.overall.kappa),
-            _f(r.position_consistency),
-            _f(r.latency_p50_s, 2),
-            _f(r.latency_p95_s, 2),
-            _f(r.prompt_tokens_per_call, 0),
-            _f(r.completion_tokens_per_call, 0),
-            _f(r.cost, 4),
-        ]
-        for r in reports
+    rows = [row(r, r.position_consistency) for r in reports]
+    return table(rows, columns("pairs", "consistency"))
+
+
+def row(r: Report | PairReport, own: float | None) -> list[object]:
+    """A configuration's line of the table; `own`: the figure of its kind (reward error, position consistency)."""
+    a = r.overall
+    return [
+        *(r.name, r.model, r.output_mode, r.items, r.format_failures),
+        *(_f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa), _f(own)),
+        *(_f(r.latency_p50_s, 2), _f(r.latency_p95_s, 2)),
+        *(_f(r.prompt_tokens_per_call, 0), _f(r.completion_tokens_per_call, 0), _f(r.cost, 4)),
     ]
-    header = ["judge", "model", "mode", "pairs", "failed", "acc", "bal_acc", "macro_f1", "kappa", "consistency"]
-    return table(rows, [*header, "p50_s", "p95_s", "prompt_tok", "compl_tok", "cost"])
+
+
+def columns(items: str, own: str) -> list[str]:
+    """The table's header, for `row`."""
+    first = ["judge", "model", "mode", items, "failed", "acc", "bal_acc", "macro_f1", "kappa", own]
+    return [*first, "p50_s", "p95_s", "prompt_tok", "compl_tok", "cost"]
 
 
 def _f(x: float | None, digits: int = 3) -> str:
@@ -131,35 +128,14 @@ def _f(x: float | None, digits: int = 3) -> str:
 
 
 def render(reports: list[Report]) -> str:
-    rows = [
-        [
-            r.name,
-            r.model,
-            r.output_mode,
-            r.items,
-            r.format_failures,
-            _f(r.overall.accuracy),
-            _f(r.overall.balanced_accuracy),
-            _f(r.overall.macro_f1),
-            _f(r.overall.kappa),
-            _f(r.reward_error),
-            _f(r.latency_p50_s, 2),
-            _f(r.latency_p95_s, 2),
-            _f(r.prompt_tokens_per_call, 0),
-            _f(r.completion_tokens_per_call, 0),
-            _f(r.cost, 4),
-        ]
-        for r in reports
-    ]
-    header = ["judge", "model", "mode", "items", "failed", "acc", "bal_acc", "macro_f1", "kappa", "reward_err"]
-    header += ["p50_s", "p95_s", "prompt_tok", "compl_tok", "cost"]
+    rows = [row(r, r.reward_error) for r in reports]
     classes = [
         [r.name, c, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
         for r in reports
         for c, a in r.by_meta_class.items()
     ]
     by_class = table(classes, ["judge", "meta_class", "verdicts", "acc", "bal_acc", "macro_f1", "kappa"])
-    text = f"{table(rows, header)}\n\nby meta-class\n{by_class}"
+    text = f"{table(rows, columns('items', 'reward_err'))}\n\nby meta-class\n{by_class}"
     probed = [
         [
             r.name,

@@ -6,7 +6,7 @@ number and field. The formats: docs/researchers/judges.md.
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -27,6 +27,9 @@ class Item(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     graders: dict[str, list[bool]] = {}  # per rubric id, each grader's label, where several graded it
 
 
+T = TypeVar("T")
+
+
 class Invalid(ValueError):
     """A labelled file that cannot be read; the message names the line and the field."""
 
@@ -44,17 +47,24 @@ def read(path: Path) -> list[Item]:
     return list(items(lines, str(path)))
 
 
-def items(lines: list[str], source: str = "<labelled>") -> Iterator[Item]:
-    seen: set[str] = set()
+def decoded(lines: list[str], decoder: msgspec.json.Decoder[T], source: str) -> Iterator[tuple[int, T]]:
+    """(line number, value) of every line that is not blank; raises Invalid, naming the line and field, at the
+    first that does not decode."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            item = _decoder.decode(line)
+            value = decoder.decode(line)
         except msgspec.ValidationError as e:
             raise Invalid(f"{source}:{number}: {e}") from None
         except msgspec.DecodeError as e:
             raise Invalid(f"{source}:{number}: not JSON: {e}") from None
+        yield number, value
+
+
+def items(lines: list[str], source: str = "<labelled>") -> Iterator[Item]:
+    seen: set[str] = set()
+    for number, item in decoded(lines, _decoder, source):
         ids = [r.id for r in item.rubrics]
         if not ids:
             raise Invalid(f"{source}:{number}: `$.rubrics`: no rubric to judge")
@@ -90,15 +100,7 @@ def meta_eval(lines: list[str], source: str = "<meta-eval>") -> list[Item]:
     meta-class the line's category), labelled by the graders' strict majority (a tie is not met, as HealthBench's
     committee counts it), every grader's label kept in `graders`."""
     grouped: dict[tuple[str, str], list[MetaExample]] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            example = _meta.decode(line)
-        except msgspec.ValidationError as e:
-            raise Invalid(f"{source}:{number}: {e}") from None
-        except msgspec.DecodeError as e:
-            raise Invalid(f"{source}:{number}: not JSON: {e}") from None
+    for number, example in decoded(lines, _meta, source):
         if not example.binary_labels:
             raise Invalid(f"{source}:{number}: `$.binary_labels`: no grader's label")
         grouped.setdefault((example.prompt_id, example.completion_id), []).append(example)

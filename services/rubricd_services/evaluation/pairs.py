@@ -20,7 +20,7 @@ from rubricd_services.comparer import pairwise
 
 from . import figures
 from .figures import Agreement
-from .labelled import Invalid
+from .labelled import Invalid, decoded
 from .run import RUN, Config
 
 
@@ -43,15 +43,7 @@ _decoder = msgspec.json.Decoder(Pair)
 def pairs(lines: list[str], source: str = "<pairs>") -> Iterator[Pair]:
     """Every labelled comparison of these JSONL lines; raises Invalid, naming the line and field, at a bad one."""
     seen: set[str] = set()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            pair = _decoder.decode(line)
-        except msgspec.ValidationError as e:
-            raise Invalid(f"{source}:{number}: {e}") from None
-        except msgspec.DecodeError as e:
-            raise Invalid(f"{source}:{number}: not JSON: {e}") from None
+    for number, pair in decoded(lines, _decoder, source):
         if not pair.rubrics:
             raise Invalid(f"{source}:{number}: `$.rubrics`: no rubric to judge with")
         if pair.label == "tie":
