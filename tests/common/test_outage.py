@@ -68,7 +68,7 @@ def test_an_outage_is_one_line_when_first_seen_and_one_when_over(caplog):
 
 def test_faststreams_records_of_outages_and_cancellations_are_folded_real_errors_kept():
     outages = Outages("scorer")
-    quiet = QuietOutages(outages)
+    quiet = QuietOutages(outages, lambda error: None)
 
     def record(message: str, error: BaseException | None) -> logging.LogRecord:
         exc_info = (type(error), error, None) if error else None

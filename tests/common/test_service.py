@@ -18,6 +18,7 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import DeadLetter, JudgeStatus, Rollout, Score, ScoredRollout, StepClosed
+from rubricd_services.common.service import EXIT_GROUP_GONE
 
 # FastStream's binary message format starts with this header; its JSON envelope is {"data": ..., "headers": ...}.
 FASTSTREAM_BINARY = b"\x89BIN\x0d\x0a\x1a\x0a"
@@ -364,5 +365,30 @@ async def test_handlers_cancelled_at_shutdown_are_one_line_and_their_entries_rec
     lines = [json.loads(line) for line in first.log.read_text().splitlines() if line.startswith("{")]
     assert [x["message"] for x in lines if "cancelled" in x["message"]] == [
         "scorer: handlers still running are cancelled; their entries wait for a reclaim"
+    ]
+    assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines
+
+
+async def test_a_redis_that_lost_its_data_stops_the_service_and_started_again_it_scores(
+    keys, start_stack, fresh_ports, start_service, eventually
+):
+    """A FLUSHALL (or a Redis restarted without persistence) takes the consumer groups with it, and FastStream stops
+    the app when a read finds its group gone: the service says so in one line and exits with EXIT_GROUP_GONE, so
+    its orchestrator starts it again, and started again it makes its group and scores the next rollout."""
+    own = start_stack(fresh_ports, "redis")
+    first = start_service("scorer", wait=False, redis_url=own.redis_url, reclaim_idle_ms=1000)
+    first.wait_consuming(own.redis_url, keys)
+    async with RubricdClient(own.redis_url, namespace=keys.namespace) as client:
+        before = await client.score_one(Rollout(run_id="run", rollout_id="before", step=0, prompt="2+2?", response="4"))
+        await client.redis.flushall()
+        await eventually(lambda: first.proc.poll() is not None, "the scorer to stop")
+        assert first.proc.returncode == EXIT_GROUP_GONE, first.log.read_text()[-3000:]
+        start_service("scorer", wait=False, redis_url=own.redis_url).wait_consuming(own.redis_url, keys)
+        after = await client.score_one(Rollout(run_id="run", rollout_id="after", step=0, prompt="3+3?", response="6"))
+    assert before.status is JudgeStatus.OK and after.status is JudgeStatus.OK
+    lines = [json.loads(line) for line in first.log.read_text().splitlines() if line.startswith("{")]
+    assert [x["message"] for x in lines if "is gone" in x["message"]] == [
+        f"scorer: consumer group {SCORERS} of {keys.rollouts} is gone: Redis lost its data (a FLUSHALL, or a restart "
+        f"without persistence); stopping with exit code {EXIT_GROUP_GONE}, to be started again, which makes it again"
     ]
     assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines

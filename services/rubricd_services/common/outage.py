@@ -12,9 +12,11 @@ tracebacks.
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import redis.exceptions
 import weaviate.exceptions
+from faststream.redis.exceptions import StreamGroupNotFoundError
 
 log = logging.getLogger("rubricd.outage")
 # A dependency is back once it answered with no failure seen for this long: a Redis shutting down answers a new
@@ -97,18 +99,27 @@ class QuietOutages(logging.Filter):
     """On FastStream's logger: a record carrying an outage (a fetch error, a handler's) goes to `outages` instead
     of the log, and a handler cancelled at shutdown is not a traceback (the template says so once)."""
 
-    def __init__(self, outages: Outages) -> None:
+    def __init__(self, outages: Outages, group_gone: Callable[[BaseException], None]) -> None:
         super().__init__()
         self.outages = outages
+        self.group_gone = group_gone
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         if error is None:
             return True
-        if isinstance(error, asyncio.CancelledError):
+        if isinstance(error, asyncio.CancelledError) or _unblocked(error):
+            return False
+        if isinstance(error, StreamGroupNotFoundError):
+            self.group_gone(error)
             return False
         doing = "reading its streams" if record.getMessage() == "Message fetch error" else "handling an entry"
         return not self.outages.down(doing, error)
+
+
+def _unblocked(error: BaseException) -> bool:
+    """A blocked read's stream was deleted (Redis lost its data): the next read finds its group gone."""
+    return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("UNBLOCKED")
 
 
 def _short(error: BaseException) -> str:

@@ -11,7 +11,9 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,14 +50,21 @@ FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead le
 # A handler's argument: the message itself (streams.itself); Any, so that FastStream neither injects nor converts it.
 Entry = Any
 log = logging.getLogger("rubricd.service")
+# Why this process stopped by itself, if it did: a consumer group Redis lost (run() then exits with EXIT_GROUP_GONE).
+stopped_for: list[str] = []
+EXIT_GROUP_GONE = 3
 
 # Reset the idle time of the entries (ARGV[3:]) that the consumer ARGV[2] of group ARGV[1] still holds: one that
-# was settled, or taken over by another consumer after all, is left alone.
+# was settled, or taken over by another consumer after all, is left alone; in a group that is gone, none is held.
 # KEYS: the stream. ARGV: group, consumer, entry ids.
 _KEEP = """
 local kept = 0
 for i = 3, #ARGV do
-  if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) == 1 then
+  local pending = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if pending.err then
+    return kept
+  end
+  if #pending == 1 then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
     kept = kept + 1
   end
@@ -247,7 +256,7 @@ class ServiceApp(Generic[W]):
                 await streams.ensure_group(redis, stream, group)
             self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, self.outages, memory)
             self._watch_reads(await self.broker.connect())
-            quiet = QuietOutages(self.outages)
+            quiet = QuietOutages(self.outages, self._group_gone)
             broker_log = logging.getLogger("rubricd.broker")
             broker_log.addFilter(quiet)
             stack.callback(broker_log.removeFilter, quiet)
@@ -265,6 +274,19 @@ class ServiceApp(Generic[W]):
                     task.cancel()
                 for stop in self._shutdown:
                     await stop(worker)
+
+    def _group_gone(self, error: BaseException) -> None:
+        """FastStream found a group of ours gone (Redis lost its data: a FLUSHALL, a restart without persistence)
+        and stops the service: started again, by its orchestrator, it makes its groups again."""
+        found = re.search(r"group `(.+?)` for stream `(.+?)`", str(error))
+        group = f"group {found[1]} of {found[2]}" if found else str(error)
+        if not stopped_for:
+            log.warning(
+                "%s: consumer %s is gone: Redis lost its data (a FLUSHALL, or a restart without persistence); "
+                "stopping with exit code %d, to be started again, which makes it again",
+                *(self.name, group, EXIT_GROUP_GONE),
+            )
+        stopped_for.append(group)
 
     async def _read_groups(self, _: W) -> None:
         await self.metrics.read_groups(self.clients.redis, self.groups)
@@ -482,3 +504,5 @@ def run(service: str, settings_type: type[S], create_app: Callable[[S, Metrics],
             "log_config": None,
         }
     asyncio.run(app.run(log_level=logging.INFO, run_extra_options=options))
+    if stopped_for:
+        sys.exit(EXIT_GROUP_GONE)
