@@ -144,6 +144,17 @@ class Keys:
         """Hash of one step's per-meta-class statistics from its committed scores: `count:<class>`, `sum:<class>`."""
         return f"{self.namespace}:class-stats:{run_id}:{step}"
 
+    def canaries(self, run_id: str) -> str:
+        """Hash of a run's judge canaries (rubricd.canaries reads it): field <step> -> that step's `CanaryStep`,
+        written once; `claimed:<step>` -> the scorer judging it (HSETNX). Expires `record_ttl_s` after its last
+        write."""
+        return f"{self.namespace}:canaries:{run_id}"
+
+    def canary_set(self, run_id: str) -> str:
+        """A run's own labelled set for its canaries (JSONL, `rubricd judge canaries`), in place of the scorers'
+        RUBRICD_CANARY_SET; no expiry."""
+        return f"{self.namespace}:canary-set:{run_id}"
+
     def verdict(self, digest: str) -> str:
         """A judge's verdict, kept for `judge_cache_ttl_s`, by the sha256 of everything that decided it: the judge
         call's messages (instructions, rubrics, rollout), the judge's model and temperature, and the rubric set and

@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
@@ -18,6 +19,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from rubricd import RubricdClient, wire
+from rubricd.canaries import CanaryStep
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricsUpdated, Score, ScoredRollout
 from rubricd_services.dashboard.reader import PAGE, RunTally, StepTally
 from rubricd_services.demo.policy import respond
@@ -258,3 +260,38 @@ async def test_two_reads_at_once_count_each_recorded_score_once(redis, keys):
     await redis.xadd(keys.recorded("r"), {wire.FIELD: wire.encode(scored(1, JudgeStatus.OK, 1.0))})
     await tally.catch_up(redis, keys, "r")  # only what came since
     assert [r["scored"] for r in tally.rows()] == [len(entries), 1]
+
+
+async def test_the_canaries_panel_shows_each_steps_agreement_and_where_the_judge_drifts(
+    keys, redis, dashboard, browser
+):
+    """What the scorers record of a run's canaries (tests/evaluation/test_canaries.py makes them for real), drawn:
+    the agreement per step against the baseline, the drifting steps marked, since when it drifts."""
+    agreements = [1.0, 0.75, 1.0, 0.25, 0.0]
+    for step, agreement in enumerate(agreements):
+        canary = CanaryStep(
+            step=step,
+            rubric_version=1,
+            items=["a", "b"],
+            verdicts=4,
+            agreed=round(4 * agreement),
+            agreement=agreement,
+            baseline=None if step < 3 else 0.917,
+            drift=step >= 3,
+        )
+        await redis.hset(keys.canaries("canaried"), str(step), msgspec.json.encode(canary))
+    await redis.hset(keys.canaries("canaried"), "claimed:5", "scorer-0")  # being judged: not a step yet
+    browser.get(dashboard + "#run=canaried")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#canaries g.series[data-series='agreement'] circle"))
+    series = titles(browser, "#canaries g.series", "data-series")
+    assert series["agreement"] == [f"agreement, step {s}: {a:.3f}" for s, a in enumerate(agreements)]
+    assert series["baseline"] == ["baseline, step 3: 0.917", "baseline, step 4: 0.917"]
+    drifting = browser.execute_script(
+        "return [...document.querySelectorAll('#canaries circle.drift')].map(c => c.textContent)"
+    )
+    assert drifting == ["agreement, step 3: 0.250", "agreement, step 4: 0.000"]
+    [note] = texts(browser, "#canary-note")
+    assert note == "step 4: agreement 0.00 over 4 verdicts, baseline 0.92 · judge drift since step 3"
+    assert attributes(browser, "#canary-note", "class") == ["note drift"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-canaries.png"))

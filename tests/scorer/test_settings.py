@@ -53,3 +53,19 @@ def test_a_malformed_instance_rubrics_file_is_named(tmp_path):
         assert done.returncode != 0 and "RUBRICD_INSTANCE_RUBRICS" in done.stderr and "Traceback" not in done.stderr, (
             done.stderr
         )
+
+
+def test_a_canary_set_that_cannot_be_read_stops_the_scorer_naming_the_setting_and_the_line(tmp_path):
+    bad = tmp_path / "canaries.jsonl"
+    bad.write_text('{"id": "a", "prompt": "p", "response": "r", "rubrics": [], "labels": {}}\n')
+    env = {**os.environ, "RUBRICD_CANARY_SET": str(bad), "RUBRICD_CANARY_FLOOR": "2"}
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "RUBRICD_CANARY_SET" in done.stderr and f"{bad}:1: `$.rubrics`: no rubric to judge" in done.stderr
+    assert "RUBRICD_CANARY_FLOOR" in done.stderr

@@ -1,10 +1,15 @@
 """`rubricd judge eval LABELLED`: how well one judge configuration, or several side by side, agrees with labelled
-verdicts."""
+verdicts; `rubricd judge canaries RUN LABELLED`: the labelled set a run's canaries are drawn from."""
 
 import argparse
 from pathlib import Path
 
-from .context import Context
+import msgspec
+
+from rubricd.canaries import drifting_since, read
+from rubricd_services.evaluation import labelled
+
+from .context import Context, Failed, table
 
 HELP = """\
 Judges every item of a labelled JSONL file (a rollout, its rubrics, and per
@@ -51,6 +56,17 @@ def add(commands: argparse._SubParsersAction) -> None:
     e.add_argument("--png", type=Path, metavar="PATH", help="write a plot: agreement against cost per call")
     e.add_argument("--json", action="store_true", help="one JSON object: every configuration's figures and verdicts")
     e.set_defaults(handler=run)
+    c = sub.add_parser(
+        "canaries",
+        help="set (or --clear, or show) the labelled set a run's canaries are drawn from during training",
+        description="The scorers judge a few of the set's items per step of RUN with the run's judge and record "
+        "their agreement with the labels (rubricd status, the dashboard, judge_drift events). A run's own set "
+        "replaces RUBRICD_CANARY_SET. Without LABELLED: the run's canary steps so far.",
+    )
+    c.add_argument("run_id", metavar="RUN")
+    c.add_argument("labelled", metavar="LABELLED", type=Path, nargs="?", help="labelled JSONL (judge eval's format)")
+    c.add_argument("--clear", action="store_true", help="the run goes back to RUBRICD_CANARY_SET")
+    c.set_defaults(handler=canaries)
 
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -59,3 +75,32 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     from rubricd_services.evaluation import command
 
     return await command.run(args, ctx)
+
+
+async def canaries(args: argparse.Namespace, ctx: Context) -> int:
+    async with ctx.redis() as redis:
+        if args.clear:
+            await redis.delete(ctx.keys.canary_set(args.run_id))
+            print(f"run {args.run_id}: canaries from RUBRICD_CANARY_SET (if set)")
+        elif args.labelled is not None:
+            try:
+                items = labelled.read(args.labelled)
+            except (OSError, labelled.Invalid) as e:
+                raise Failed(str(e)) from None
+            # Kept in rubricd's format whichever was read (HealthBench's: labelled by the graders' majority).
+            await redis.set(ctx.keys.canary_set(args.run_id), b"\n".join(msgspec.json.encode(i) for i in items))
+            print(f"run {args.run_id}: canaries from {args.labelled} ({len(items)} items)")
+        else:
+            steps = await read(redis, ctx.keys, args.run_id)
+            rows = [
+                (c.step, c.rubric_version, c.verdicts, _f(c.agreement), _f(c.kappa), _f(c.baseline), "yes" * c.drift)
+                for c in steps
+            ]
+            print(table(rows, ("step", "version", "verdicts", "agreement", "kappa", "baseline", "drift")))
+            if (since := drifting_since(steps)) is not None:
+                print(f"judge drift since step {since}")
+    return 0
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"

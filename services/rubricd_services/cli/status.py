@@ -1,5 +1,6 @@
 """`rubricd status`: stream lengths, consumer groups (consumers, pending, lag, oldest pending), rubric versions,
-each scheduled run's active meta-class, and each run's LLM calls, tokens and cost per agent."""
+each scheduled run's active meta-class, each run's judge canaries, and each run's LLM calls, tokens and cost per
+agent."""
 
 import argparse
 import dataclasses
@@ -10,6 +11,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from rubricd import canaries
 from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import RubricSet
 from rubricd.schedule import Decision
@@ -25,10 +27,12 @@ its consumers (pending entries, idle time), the group's pending entries (deliver
 not acked), its lag (entries not yet delivered to the group) and the age of its
 oldest pending entry; the rubric version in force for each run; for each run
 with a meta-class schedule (reward policy `alternating`), the active meta-class
-of its latest decided step and why (`rubricd schedule RUN`: every step); and
+of its latest decided step and why (`rubricd schedule RUN`: every step); for each
+run with canaries, its latest canary step's agreement with the labels, its baseline
+and since which step the judge drifts (`rubricd judge canaries RUN`: every step); and
 what each run's LLM calls used per agent and model: calls, verdicts reused from the judge
 cache, prompt and completion tokens, and their cost at RUBRICD_PRICES (a model
-without a price shows tokens only).
+without a price shows tokens only; canaries are the agent `canary`).
 
 Lag or pending that keeps growing on the `analyzers` group (stream `scored`) means
 the analyzers fall behind the scorers: add analyzer workers
@@ -79,6 +83,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             "streams": [await stream_status(redis, name) for name in streams(ctx.keys)],
             "rubrics": await rubric_versions(redis, ctx.keys),
             "schedules": await active_classes(redis, ctx.keys),
+            "canaries": await canary_runs(redis, ctx.keys),
             "usage": await run_usage(redis, ctx.keys, ctx.settings.prices),
         }
     print(msgspec.json.encode(report).decode() if args.json else render(report, ctx.keys.namespace))
@@ -178,6 +183,29 @@ async def active_classes(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: r["run_id"])
 
 
+async def canary_runs(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+    """Each run with canaries: its latest canary step, that step's agreement and baseline, how many steps were
+    judged, and the step its current judge drift began at (None: none)."""
+    prefix = keys.canaries("")
+    runs = []
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        run_id = _text(key).removeprefix(prefix)
+        steps = await canaries.read(redis, keys, run_id)
+        if steps:
+            latest = steps[-1]
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "step": latest.step,
+                    "agreement": latest.agreement,
+                    "baseline": latest.baseline,
+                    "judged_steps": len(steps),
+                    "drift_since": canaries.drifting_since(steps),
+                }
+            )
+    return sorted(runs, key=lambda r: r["run_id"])
+
+
 async def run_usage(redis: Redis, keys: Keys, prices: dict[str, Price]) -> list[dict[str, Any]]:
     """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's."""
     prefix = keys.usage("")
@@ -244,6 +272,13 @@ def render(report: dict[str, Any], namespace: str) -> str:
     if scheduled:
         header = ["RUN", "LATEST STEP", "ACTIVE CLASS", "REASON", "STRATEGY", "DECIDED STEPS"]
         out += ["", table(scheduled, header)]
+    judged = [
+        [r["run_id"], r["step"], _share(r["agreement"]), _share(r["baseline"]), r["judged_steps"]]
+        + ["-" if r["drift_since"] is None else f"since step {r['drift_since']}"]
+        for r in report["canaries"]
+    ]
+    if judged:
+        out += ["", table(judged, ["RUN", "CANARY STEP", "AGREEMENT", "BASELINE", "CANARY STEPS", "JUDGE DRIFT"])]
     spent = [
         [r["run_id"], a["agent"], a["model"], a["calls"], a["cache_hits"], a["prompt_tokens"], a["completion_tokens"]]
         + [money(a["cost"])]
@@ -254,6 +289,10 @@ def render(report: dict[str, Any], namespace: str) -> str:
         header = ["RUN", "AGENT", "MODEL", "CALLS", "CACHE HITS", "PROMPT TOKENS", "COMPLETION TOKENS", "COST"]
         out += ["", table(spent, header)]
     return "\n".join(out)
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _text(value: bytes | str) -> str:

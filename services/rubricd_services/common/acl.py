@@ -96,7 +96,8 @@ def services(keys: Keys) -> list[User]:
             # sets: HGET, and the store's seed script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
             # statistics: HINCRBYFLOAT; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
-            # (GET, SET, DEL)
+            # (GET, SET, DEL); canaries: the run's own set (GET), a step's claim (HSETNX), the steps before it
+            # (HGETALL), and its commit (MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events)
             (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx"),
             keys=[
                 *consuming(k, k.rollouts),
@@ -105,13 +106,14 @@ def services(keys: Keys) -> list[User]:
                 family(k.class_stats("run", 0)),
                 family(k.recorded("run")),
                 family(k.verdict("digest")),
+                family(k.canaries("run")),
                 *generating,
                 rubric_sets,
                 family(k.replies("c")),
                 k.scored,
                 *every,
             ],
-            read=[k.rubrics_updated],
+            read=[k.rubrics_updated, family(k.canary_set("run"))],
         ),
         User(
             "comparer",
@@ -178,11 +180,12 @@ def services(keys: Keys) -> list[User]:
 def cli(keys: Keys) -> User:
     """`rubricd`: reads every stream and rubric set of the namespace (tail, status, rubrics, dlq list);
     `dlq replay` writes a stream the letter came from, deletes the letter and logs an event (a script);
-    `rubrics import` seeds rubric sets (the store's script: HGET, HSET); `rescore` seeds the re-scored run's sets,
+    `rubrics import` seeds rubric sets (the store's script: HGET, HSET); `judge canaries` sets a run's canary set
+    (SET, DEL); `rescore` seeds the re-scored run's sets,
     publishes its rollouts and reads their Scores as a trainer does (a reply stream it deletes: DEL)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
     reads = (*streams, "scan", "hget", "hgetall", "get")
-    writes = ("xadd", "xdel", "del", "hset", "evalsha", "script|load")
+    writes = ("xadd", "xdel", "del", "set", "hset", "evalsha", "script|load")
     return User(CLI, ("ping", *reads, *writes), keys=[f"{keys.namespace}:*"])
 
 

@@ -10,7 +10,7 @@ from typing import Any, cast
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import wire
+from rubricd import canaries, wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, JudgeStatus, RubricsUpdated, ScoredRollout
 from rubricd.schedule import read_history
@@ -121,7 +121,7 @@ class RunTally:
         return [t.row(step) for step, t in sorted(self.steps.items())]
 
 
-# --- The rest of a run: rubric versions, schedule, usage ---
+# --- The rest of a run: rubric versions, schedule, canaries, usage ---
 
 
 class Reader:
@@ -178,6 +178,18 @@ class Reader:
                 for d in schedule.values()
             ],
             "step_ready": _int(await self.redis.get(self.keys.rubric_step(run_id))),
+            "canaries": [
+                {
+                    "step": c.step,
+                    "agreement": c.agreement,
+                    "baseline": c.baseline,
+                    "drift": c.drift,
+                    "verdicts": c.verdicts,
+                    "failures": c.failures,
+                    "rubric_version": c.rubric_version,
+                }
+                for c in await canaries.read(self.redis, self.keys, run_id)
+            ],
         }
 
     async def versions(self, run_id: str) -> list[dict[str, Any]]:

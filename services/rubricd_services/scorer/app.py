@@ -25,6 +25,7 @@ def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> Fast
     # A handler may wait for another process's generation of the prompt's rubrics, then generate them itself.
     app.consume(app.keys.rollouts, SCORERS, Scorer.handle, agents=[JUDGE, GENERATOR, GENERATOR], trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
+    app.on_shutdown(Scorer.stop)
     return app.build(lambda clients: Scorer(settings, clients))
 
 

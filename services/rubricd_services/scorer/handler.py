@@ -18,6 +18,7 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
+from rubricd.canaries import CanaryStep
 from rubricd.keys import SCORERS
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES, policy
@@ -28,6 +29,8 @@ from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.common.streams import Rejected
+from rubricd_services.evaluation.canaries import CANARY, Canaries
+from rubricd_services.evaluation.run import Config
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import RubricCache
 
@@ -69,6 +72,17 @@ class ScorerMetrics:
             ["run_id", "meta_class"],
         )
         self._active: dict[str, tuple[int, str]] = {}  # run -> (its latest step seen, that step's class)
+        self.canary_agreement = metrics.gauge(
+            "rubricd_canary_agreement",
+            "the judge's agreement with the labels on the canary items of the run's latest canary step this scorer "
+            "judged",
+            ["run_id"],
+        )
+        self.canary_step = metrics.gauge("rubricd_canary_step", "that canary step", ["run_id"])
+        self._canary_steps: dict[str, int] = {}  # run -> its latest canary step seen
+        self.judge_drift = metrics.gauge(
+            "rubricd_judge_drift", "1 while that step's canary agreement is drift (judge_drift), else 0", ["run_id"]
+        )
 
     def observe(self, score: Score) -> None:
         self.scores.labels(score.status).inc()
@@ -78,6 +92,15 @@ class ScorerMetrics:
             self.reward.observe(score.reward)
         if score.instance_key is None:  # per-instance sets would make one series per prompt
             self.rubric_version.labels(score.run_id).set(score.rubric_version)
+
+    def canaries(self, run_id: str, canary: CanaryStep) -> None:
+        if canary.step < self._canary_steps.get(run_id, -1):
+            return
+        self._canary_steps[run_id] = canary.step
+        self.canary_step.labels(run_id).set(canary.step)
+        self.judge_drift.labels(run_id).set(int(canary.drift))
+        if canary.agreement is not None:
+            self.canary_agreement.labels(run_id).set(canary.agreement)
 
     def active(self, run_id: str, decision: Decision) -> None:
         latest = self._active.get(run_id)
@@ -104,14 +127,22 @@ class Scorer:
         self.schedule = Schedule(
             clients.redis, self.keys, settings.schedule_rule(), settings.meta_classes, maxlen=settings.stream_maxlen
         )
+        template = prompts.load(__package__, judge.JUDGE, settings.judge_prompt)
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
-            prepare=preparer(
-                prompts.load(__package__, judge.JUDGE, settings.judge_prompt), self.judge_settings.prompt_chars()
-            ),
+            prepare=preparer(template, self.judge_settings.prompt_chars()),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
+        )
+        self.canaries = Canaries(
+            settings,
+            clients,
+            Config(CANARY, self.judge_settings, template),
+            service=SERVICE,
+            ttl_s=settings.record_ttl_s,
+            maxlen=settings.stream_maxlen,
+            observe=self.metrics.canaries,
         )
         self.intake = streams.Intake(
             Rollout,
@@ -140,6 +171,7 @@ class Scorer:
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
         rubrics = await self.rubrics.get(rollout)
+        self.canaries.seen(rollout, rubrics.set.version)
         messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
         digest = cache.digest(rubrics.set, self.judge_settings, messages) if self.settings.judge_cache_ttl_s else None
         first, kept = await self.lookup(rollout, digest)
@@ -191,6 +223,9 @@ class Scorer:
         )
         self.metrics.active(rollout.run_id, decision)
         return decision.meta_class
+
+    async def stop(self) -> None:
+        await self.canaries.stop()
 
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""

@@ -6,12 +6,13 @@ from rubricd.reward import POLICIES, Undefined
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
+from rubricd_services.evaluation.canaries import CanarySettings
 from rubricd_services.rubrics.generation import GeneratorSettings
 
 from .schedule import Rule, Strategy
 
 
-class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings):
+class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, CanarySettings):
     max_in_flight: InFlight = 256
     max_records: ReadSize = 32
     max_rollout_bytes: int = Field(

@@ -24,6 +24,8 @@ class EventKind(enum.StrEnum):
     RUBRICS_GENERATION_FAILED = "rubrics_generation_failed"  # its rollouts get the seed rubrics; retried next step
     COMPARISON_JUDGED = "comparison_judged"  # a Preference (fields: winner, consistent, correct, gatekeeper)
     JUDGE_ACCURACY = "judge_accuracy"  # after a labelled comparison: the run's judge accuracy at its rubric version
+    CANARIES_JUDGED = "canaries_judged"  # a step's canary items were judged (fields: agreement, baseline, ...)
+    JUDGE_DRIFT = "judge_drift"  # canary agreement fell below the floor or the baseline's margin (detail: which)
     # analyzer
     ROLLOUT_ANALYZED = "rollout_analyzed"
     # summarizer

@@ -146,6 +146,38 @@ function drawSchedule(schedule) {
   }
 }
 
+function drawCanaries(canaries) {
+  const box = document.querySelector("#canaries .chart");
+  const note = document.getElementById("canary-note");
+  if (!canaries.length) {
+    box.replaceChildren();
+    note.className = "note";
+    note.textContent = "no canaries: this run has no labelled set (RUBRICD_CANARY_SET, rubricd judge canaries)";
+    return;
+  }
+  const xs = canaries.map((c) => c.step);
+  lineChart(box, xs, [
+    { name: "agreement", values: canaries.map((c) => c.agreement), width: 3, color: COLORS[0] },
+    { name: "baseline", values: canaries.map((c) => c.baseline), width: 1.5, dash: "5 3", color: "#555" },
+  ], 0, 1);
+  const svg = box.querySelector("svg");
+  for (const c of canaries.filter((c) => c.drift)) {
+    const circle = svg.querySelector(`g[data-series="agreement"] circle:nth-of-type(${xs.indexOf(c.step) + 1})`);
+    if (circle) {
+      circle.setAttribute("fill", "#b3261e");
+      circle.setAttribute("r", 5);
+      circle.classList.add("drift");
+    }
+  }
+  const latest = canaries[canaries.length - 1];
+  let since = null;
+  for (const c of canaries) since = c.drift ? since ?? c.step : null;
+  note.className = since === null ? "note" : "note drift";
+  note.textContent = `step ${latest.step}: agreement ${fmt(latest.agreement, 2)} over ${latest.verdicts} verdicts` +
+    (latest.baseline === null ? "" : `, baseline ${fmt(latest.baseline, 2)}`) +
+    (since === null ? "" : ` · judge drift since step ${since}`);
+}
+
 function drawRubrics(steps) {
   const box = document.querySelector("#rubrics .heatmap");
   const shown = steps.slice(-30);
@@ -262,6 +294,7 @@ async function refresh(mine) {
       drawRewards(run.steps);
       drawFailures(run.steps);
       drawSchedule(run.schedule);
+      drawCanaries(run.canaries);
       drawRubrics(run.steps);
       drawVersions(run.versions);
     }
