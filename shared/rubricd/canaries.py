@@ -1,7 +1,7 @@
 """The judge's canaries during training, as Redis holds them: what each step's canary items found.
 
 The read side of what the scorers write (`Keys.canaries`: one `CanaryStep` per run and step): the type and how to
-read it (`rubricd status`, the dashboard). The judging side is `rubricd_services.scorer.canaries`. What canaries
+read it (`rubricd status`, the dashboard). The judging side is `rubricd_services.evaluation.canaries`. What canaries
 are and when `judge_drift` fires: docs/researchers/judges.md, "Canaries during training".
 """
 
@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from .keys import Keys
 
-CLAIMED = "claimed:"  # the prefix of a hash field that says which scorer judges a step's canaries
+CLAIMED = b"claimed:"  # the prefix of a hash field that says which scorer judges a step's canaries
 
 
 class CanaryStep(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,13 +35,13 @@ class CanaryStep(msgspec.Struct, frozen=True, kw_only=True):
 
 async def read(redis: Redis, keys: Keys, run_id: str) -> list[CanaryStep]:
     """Every canary step of the run, in step order."""
-    fields = cast(dict[bytes, bytes], await redis.hgetall(keys.canaries(run_id)))
-    found = [
-        msgspec.json.decode(raw, type=CanaryStep)
-        for name, raw in fields.items()
-        if not name.decode().startswith(CLAIMED)
-    ]
-    return sorted(found, key=lambda c: c.step)
+    return parse(cast(dict[bytes, bytes], await redis.hgetall(keys.canaries(run_id))))
+
+
+def parse(fields: dict[bytes, bytes]) -> list[CanaryStep]:
+    """The canary steps of a run's hash, in step order (claims left out)."""
+    steps = [msgspec.json.decode(raw, type=CanaryStep) for name, raw in fields.items() if not name.startswith(CLAIMED)]
+    return sorted(steps, key=lambda c: c.step)
 
 
 def drifting_since(steps: list[CanaryStep]) -> int | None:

@@ -62,6 +62,8 @@ def test_a_bad_labelled_line_or_judge_setting_is_refused_naming_it(cli, tmp_path
     assert done.returncode == 1 and f"{bad}:2: Expected `bool`, got `str`" in done.stderr
     done = cli("judge", "eval", str(SAMPLE), "--judge", "name=hot,temperature=9", check=False)
     assert done.returncode == 1 and "temperature" in done.stderr and "hot" in done.stderr
+    done = cli("judge", "eval", str(SAMPLE), "--judge", "name=each,calls=every", check=False)
+    assert done.returncode == 1 and "calls" in done.stderr and "'one' or 'per_rubric'" in done.stderr, done.stderr
 
 
 def test_labelled_comparisons_go_to_the_pairwise_judge(cli):

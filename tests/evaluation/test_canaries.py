@@ -77,6 +77,9 @@ def test_judge_drift_fires_where_a_drift_begins_not_at_every_step_of_it():
     steps = [canary(0, 1.0), canary(1, 0.2, True), canary(2, 0.2, True), canary(3, 1.0), canary(4, 0.1, True)]
     assert [starts_drift(c, steps[:i]) for i, c in enumerate(steps)] == [False, True, False, False, True]
     assert drifting_since(steps) == 4 and drifting_since(steps[:3]) == 1 and drifting_since(steps[:4]) is None
+    # Steps recorded out of order: step 2 after step 3, both drifting; step 3's event said it, step 2's does not.
+    assert starts_drift(canary(2, 0.2, True), [canary(1, 1.0), canary(3, 0.2, True)]) is False
+    assert starts_drift(canary(2, 0.2, True), [canary(1, 1.0), canary(3, 1.0)]) is True
 
 
 async def sim(stack, **config) -> None:
@@ -186,6 +189,10 @@ async def test_a_run_names_its_own_canary_set_and_a_bad_one_is_refused_with_its_
     bad.write_text(msgspec.json.encode(item(0, True)).decode() + '\n{"id": "x", "prompt": "p"}\n')
     refused = rubricd("own", str(bad))
     assert refused.returncode == 1 and f"{bad}:2: " in refused.stderr and "`response`" in refused.stderr, refused
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    refused = rubricd("own", str(empty))
+    assert refused.returncode == 1 and "no labelled item" in refused.stderr, refused
     assert await redis.get(keys.canary_set("own")) is None
 
     own = tmp_path / "own.jsonl"

@@ -123,3 +123,23 @@ def test_a_comparison_labelled_a_tie_is_refused():
     line = (Path(__file__).parents[1] / "fixtures/labelled_pairs_sample.jsonl").read_text().splitlines()[0]
     with pytest.raises(labelled.Invalid, match=r"f:1: `\$.label`: a labelled comparison names its winner"):
         list(pairs.pairs([line.replace('"label": "A"', '"label": "tie"')], "f"))
+
+
+def test_the_judges_variants_are_measured_one_way_with_every_call_counted():
+    """One call per rubric and verdicts without explanations, through the same gateway: the same verdicts from a
+    judge that is right on every rubric, and the tokens of all of an item's calls counted for it."""
+    items = labelled.read(SAMPLE)
+    rubrics = sum(len(i.rubrics) for i in items)
+    with serve_in_background(SimConfig()) as (url, sim):
+        one = asyncio.run(evaluate(config(url), items, {}))
+        calls_before = sim.stats()["schemas"]["JudgeVerdict"]
+        styled = Config("each", config(url).llm, TEMPLATE, judge.Style(calls="per_rubric", explain=False))
+        each = asyncio.run(evaluate(styled, items, {}))
+        calls = sim.stats()["schemas"]["JudgeVerdict"] - calls_before
+    assert (each.calls, each.explain, one.calls, one.explain) == ("per_rubric", False, "one", True)
+    assert calls == rubrics > len(items)  # one call per rubric of every item
+    assert [j.verdicts for j in each.judged] == [j.verdicts for j in one.judged]
+    assert each.format_failures == one.format_failures == 0
+    # Every rubric's call repeats the instructions: more prompt tokens per item than one call for all of them.
+    assert each.prompt_tokens_per_call is not None and one.prompt_tokens_per_call is not None
+    assert each.prompt_tokens_per_call > one.prompt_tokens_per_call

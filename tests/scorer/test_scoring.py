@@ -86,3 +86,71 @@ async def test_a_masked_rollout_has_no_reward_and_says_masked():
     assert score.weighted_total == 0.5 and score.active_meta_class == "communication"
     fallback = await score_rollout(ROLLOUT, RUBRICS, met, alternating, "alternating", active="communication")
     assert fallback.reward == fallback.weighted_total == 0.5 and not fallback.masked
+
+
+def prepared(style: judge.Style) -> Rubrics:
+    from rubricd_services.rubrics.sets import InForce
+    from rubricd_services.scorer.scoring import preparer
+
+    return preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None, style)(InForce(SET))
+
+
+async def test_one_call_per_rubric_asks_each_rubric_alone_at_once_and_scores_as_one_call_would():
+    asked: list[tuple[str, type]] = []
+
+    async def call(messages, verdict):
+        [rubric_id] = [r for r in ("correct", "pads", "steps") if f'"id":"{r}"' in messages[0]["content"]]
+        asked.append((rubric_id, verdict))
+        return msgspec.convert({rubric_id: {"explanation": "why", "met": rubric_id != "pads"}}, verdict)
+
+    score = await score_rollout(ROLLOUT, prepared(judge.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum")
+    assert sorted(asked) == sorted((r, judge.verdict_type((r,))) for r in ("correct", "pads", "steps"))
+    one = await score_rollout(
+        ROLLOUT, RUBRICS, judge_saying(correct=True, pads=False, steps=True), weighted_sum, "weighted_sum"
+    )
+    assert (
+        (score.reward, score.meta_class_scores) == (one.reward, one.meta_class_scores) == (1.0, one.meta_class_scores)
+    )
+    assert [(r.rubric_id, r.met, r.explanation) for r in score.results] == [
+        ("correct", True, "why"),
+        ("pads", False, "why"),
+        ("steps", True, "why"),
+    ]
+
+
+async def test_one_failed_call_of_several_fails_the_rollout_and_cancels_the_others():
+    import asyncio
+
+    cancelled = []
+
+    async def call(messages, verdict):
+        if '"id":"pads"' in messages[0]["content"]:
+            raise JudgeFailed("HTTP 500")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(verdict)
+            raise
+
+    score = await score_rollout(ROLLOUT, prepared(judge.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum")
+    assert score.status is JudgeStatus.JUDGE_FAILED and score.reward is None and score.error == "HTTP 500"
+    assert len(cancelled) == 2
+
+
+async def test_a_judge_without_explanations_is_asked_for_verdicts_alone():
+    asked = []
+
+    async def call(messages, verdict):
+        asked.append(msgspec.json.schema(verdict))
+        # An endpoint that does not enforce the schema may explain anyway: ignored.
+        return msgspec.json.decode(
+            b'{"correct": {"met": true, "explanation": "x"}, "pads": {"met": false}, "steps": {"met": true}}',
+            type=verdict,
+        )
+
+    score = await score_rollout(ROLLOUT, prepared(judge.Style(explain=False)), call, weighted_sum, "weighted_sum")
+    assert score.reward == 1.0 and {r.explanation for r in score.results} == {""}
+    [schema] = asked
+    assert [d["properties"] for d in schema["$defs"].values() if d["title"] == "BareVerdict"] == [
+        {"met": {"type": "boolean"}}
+    ]

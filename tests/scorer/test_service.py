@@ -425,3 +425,24 @@ async def test_a_failed_judge_call_is_not_kept(stack, redis, keys, start_scorer)
     assert failed.status is JudgeStatus.JUDGE_FAILED and not failed.judge_cached
     assert retried.status is JudgeStatus.OK and not retried.judge_cached
     assert await redis.hget(keys.usage("run"), "judge:rubricd-simulator:cache_hits") is None
+
+
+async def test_a_judge_asked_one_rubric_a_call_without_explanations_gives_a_verdict_on_each(
+    stack, redis, keys, start_scorer
+):
+    start_scorer(judge_calls="per_rubric", judge_explain="false")
+    async with httpx.AsyncClient() as http:
+        stats = f"{stack.llm_base_url.removesuffix('/v1')}/admin/stats"
+        before = (await http.get(stats)).json()["schemas"].get("JudgeVerdict", 0)
+        async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+            right = await client.score_one(rollout("styled", 1), timeout=60)
+            wrong = await client.score_one(rollout("styled", 2, correct=False), timeout=60)
+        calls = (await http.get(stats)).json()["schemas"].get("JudgeVerdict", 0) - before
+    assert right.status is wrong.status is JudgeStatus.OK
+    met = {s.rollout_id: {r.rubric_id: r.met for r in s.results} for s in (right, wrong)}
+    assert met[right.rollout_id]["correct"] and not met[wrong.rollout_id]["correct"], met
+    rubrics = len(right.results)
+    assert rubrics > 1 and calls == 2 * rubrics  # one call per rubric, no verdict cache
+    assert {r.explanation for r in [*right.results, *wrong.results]} == {""}
+    spent = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.usage("styled"))).items()}
+    assert sum(n for k, n in spent.items() if k.startswith("judge:") and k.endswith(":calls")) == 2 * rubrics

@@ -73,3 +73,8 @@ def entry_ms(entry_id: bytes | str) -> int:
     """The millisecond timestamp in a stream entry id."""
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return int(text.partition("-")[0])
+
+
+def share(x: float | None) -> str:
+    """A share (an agreement, a rate) in two decimals; `-` for none."""
+    return "-" if x is None else f"{x:.2f}"

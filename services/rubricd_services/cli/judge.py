@@ -9,7 +9,7 @@ import msgspec
 from rubricd.canaries import drifting_since, read
 from rubricd_services.evaluation import labelled
 
-from .context import Context, Failed, table
+from .context import Context, Failed, share, table
 
 HELP = """\
 Judges every item of a labelled JSONL file (a rollout, its rubrics, and per
@@ -87,20 +87,19 @@ async def canaries(args: argparse.Namespace, ctx: Context) -> int:
                 items = labelled.read(args.labelled)
             except (OSError, labelled.Invalid) as e:
                 raise Failed(str(e)) from None
+            if not items:
+                raise Failed(f"{args.labelled}: no labelled item")
             # Kept in rubricd's format whichever was read (HealthBench's: labelled by the graders' majority).
             await redis.set(ctx.keys.canary_set(args.run_id), b"\n".join(msgspec.json.encode(i) for i in items))
             print(f"run {args.run_id}: canaries from {args.labelled} ({len(items)} items)")
         else:
             steps = await read(redis, ctx.keys, args.run_id)
             rows = [
-                (c.step, c.rubric_version, c.verdicts, _f(c.agreement), _f(c.kappa), _f(c.baseline), "yes" * c.drift)
+                (c.step, c.rubric_version, c.verdicts, share(c.agreement), share(c.kappa), share(c.baseline))
+                + ("yes" * c.drift,)
                 for c in steps
             ]
             print(table(rows, ("step", "version", "verdicts", "agreement", "kappa", "baseline", "drift")))
             if (since := drifting_since(steps)) is not None:
                 print(f"judge drift since step {since}")
     return 0
-
-
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"

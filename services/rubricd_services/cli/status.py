@@ -19,7 +19,7 @@ from rubricd_services.common import usage
 from rubricd_services.common.settings import Price
 from rubricd_services.common.streams import group_lag
 
-from .context import Context, ago, entry_ms, table
+from .context import Context, ago, entry_ms, share, table
 
 HELP = """\
 For each stream of the namespace: its length; for each consumer group reading it:
@@ -273,7 +273,7 @@ def render(report: dict[str, Any], namespace: str) -> str:
         header = ["RUN", "LATEST STEP", "ACTIVE CLASS", "REASON", "STRATEGY", "DECIDED STEPS"]
         out += ["", table(scheduled, header)]
     judged = [
-        [r["run_id"], r["step"], _share(r["agreement"]), _share(r["baseline"]), r["judged_steps"]]
+        [r["run_id"], r["step"], share(r["agreement"]), share(r["baseline"]), r["judged_steps"]]
         + ["-" if r["drift_since"] is None else f"since step {r['drift_since']}"]
         for r in report["canaries"]
     ]
@@ -289,10 +289,6 @@ def render(report: dict[str, Any], namespace: str) -> str:
         header = ["RUN", "AGENT", "MODEL", "CALLS", "CACHE HITS", "PROMPT TOKENS", "COMPLETION TOKENS", "COST"]
         out += ["", table(spent, header)]
     return "\n".join(out)
-
-
-def _share(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
 
 
 def _text(value: bytes | str) -> str:

@@ -96,9 +96,10 @@ def services(keys: Keys) -> list[User]:
             # sets: HGET, and the store's seed script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
             # statistics: HINCRBYFLOAT; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
-            # (GET, SET, DEL); canaries: the run's own set (GET), a step's claim (HSETNX), the steps before it
-            # (HGETALL), and its commit (MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events)
-            (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx"),
+            # (GET, SET, DEL); canaries: the run's own set (GET), a step's claim (MULTI: HSETNX, EXPIRE), and its
+            # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events)
+            (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx")
+            + ("watch", "unwatch"),
             keys=[
                 *consuming(k, k.rollouts),
                 family(k.score("run", "rollout")),

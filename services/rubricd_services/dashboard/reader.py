@@ -169,6 +169,7 @@ class Reader:
         if tally is not None:
             await tally.catch_up(self.redis, self.keys, run_id)
         schedule = await read_history(self.redis, self.keys, run_id)
+        judged = await canaries.read(self.redis, self.keys, run_id)
         return {
             "run_id": run_id,
             "steps": tally.rows() if tally is not None else [],
@@ -178,6 +179,7 @@ class Reader:
                 for d in schedule.values()
             ],
             "step_ready": _int(await self.redis.get(self.keys.rubric_step(run_id))),
+            "canary_drift_since": canaries.drifting_since(judged),
             "canaries": [
                 {
                     "step": c.step,
@@ -188,7 +190,7 @@ class Reader:
                     "failures": c.failures,
                     "rubric_version": c.rubric_version,
                 }
-                for c in await canaries.read(self.redis, self.keys, run_id)
+                for c in judged
             ],
         }
 

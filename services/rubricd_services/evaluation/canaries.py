@@ -22,10 +22,11 @@ from typing import cast
 
 import msgspec
 from pydantic import BaseModel, Field, field_validator
+from redis.exceptions import WatchError
 
 from rubricd import wire
-from rubricd.canaries import CLAIMED, CanaryStep, read
-from rubricd.messages import EventKind, Rollout
+from rubricd.canaries import CLAIMED, CanaryStep, parse
+from rubricd.messages import Event, EventKind, Rollout
 from rubricd_services.common import streams, usage
 from rubricd_services.common.service import Clients
 
@@ -65,9 +66,11 @@ class CanarySettings(BaseModel):
     def _readable(cls, path: Path | None) -> Path | None:
         if path is not None:
             try:
-                labelled.read(path)
+                items = labelled.read(path)
             except (OSError, labelled.Invalid) as e:
                 raise ValueError(f"not a labelled set: {e}") from None
+            if not items:
+                raise ValueError(f"not a labelled set: {path} has no item")
         return path
 
 
@@ -121,9 +124,11 @@ def outcome(
 
 
 def starts_drift(canary: CanaryStep, earlier: Sequence[CanaryStep]) -> bool:
-    """The step drifts and the run's canary step before it did not: where `judge_drift` fires."""
+    """Where `judge_drift` fires: the step drifts, the run's canary step recorded before it did not, and neither
+    did one after it that was recorded first (steps judged out of order: that one's event said it already)."""
     before = [c for c in earlier if c.step < canary.step]
-    return canary.drift and not (before and before[-1].drift)
+    after = [c for c in earlier if c.step > canary.step]
+    return canary.drift and not (before and before[-1].drift) and not (after and after[0].drift)
 
 
 def why(canary: CanaryStep, rule: Rule) -> str:
@@ -146,7 +151,7 @@ class Canaries:
         service: str,
         ttl_s: int,
         maxlen: int,
-        observe: Callable[[str, CanaryStep], None] = lambda run_id, canary: None,
+        observe: Callable[[str, CanaryStep], None] = lambda run_id, latest: None,
     ) -> None:
         self.clients, self.redis, self.keys = clients, clients.redis, clients.keys
         self.config, self.service, self.ttl_s, self.maxlen, self.observe = config, service, ttl_s, maxlen, observe
@@ -155,7 +160,6 @@ class Canaries:
         self.default = labelled.read(settings.canary_set) if settings.canary_set else []
         self._own: dict[str, tuple[bytes, list[Item]]] = {}  # run -> its own set as read last, and its items
         self._seen: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def seen(self, rollout: Rollout, rubric_version: int) -> None:
@@ -180,18 +184,13 @@ class Canaries:
     async def judge_step(self, run_id: str, step: int, rubric_version: int) -> None:
         try:
             items = await self.items(run_id)
-            if not items or not await self.redis.hsetnx(
-                self.keys.canaries(run_id), f"{CLAIMED}{step}", self.clients.consumer
-            ):
+            if not items or not await self.claim(run_id, step):
                 return
             judged = await asyncio.gather(
                 *(judge_item(self.clients.gateway, self.config, i) for i in pick(items, step, self.n))
             )
-            async with self._locks[run_id]:  # this scorer's steps of a run recorded in turn
-                earlier = await read(self.redis, self.keys, run_id)
-                canary = outcome(step, rubric_version, judged, earlier, self.rule)
-                await self.commit(run_id, canary, judged, starts_drift(canary, earlier))
-            self.observe(run_id, canary)
+            steps = await self.commit(run_id, step, rubric_version, judged)
+            self.observe(run_id, steps[-1])
         except Exception as e:
             if not self.clients.outages.down(f"judging the canaries of run {run_id} step {step}", e):
                 log.exception("%s: the canaries of run %s step %d failed", self.service, run_id, step)
@@ -211,8 +210,19 @@ class Canaries:
             kept = self._own[run_id] = (raw, found)
         return kept[1]
 
-    async def commit(self, run_id: str, canary: CanaryStep, judged: Sequence[Judged], drift: bool) -> None:
-        """The step's canaries, their usage under `canary`, and their events, in one transaction."""
+    async def claim(self, run_id: str, step: int) -> bool:
+        """Whether this scorer judges the step's canaries: the first to ask does (the hash expires, claims too)."""
+        key = self.keys.canaries(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(key, CLAIMED + str(step).encode(), self.clients.consumer)
+            pipe.expire(key, self.ttl_s)
+            claimed, _ = await pipe.execute()
+        return bool(claimed)
+
+    async def commit(self, run_id: str, step: int, rubric_version: int, judged: Sequence[Judged]) -> list[CanaryStep]:
+        """Decide the step's drift against every canary step of the run recorded before it, whichever scorer
+        recorded it, and record it with its usage under `canary` and its events: one optimistic transaction (WATCH,
+        tried again if another step was recorded meanwhile). The run's canary steps after it, in order."""
         calls = [j for j in judged if j.prompt_tokens or j.completion_tokens or not j.error]
         model = self.config.llm.model
         spent: collections.Counter[str] = collections.Counter()
@@ -226,6 +236,27 @@ class Canaries:
                     elapsed_s=j.seconds,
                 )
             )
+        key = self.keys.canaries(run_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    earlier = parse(cast(dict[bytes, bytes], await pipe.hgetall(key)))
+                    canary = outcome(step, rubric_version, judged, earlier, self.rule)
+                    pipe.multi()
+                    pipe.hset(key, str(step), msgspec.json.encode(canary))
+                    pipe.expire(key, self.ttl_s)
+                    for name, n in spent.items():
+                        pipe.hincrby(self.keys.usage(run_id), name, n)
+                    for event in self.events(run_id, canary, starts_drift(canary, earlier)):
+                        pipe.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
+                    await pipe.execute()
+                    return sorted([*earlier, canary], key=lambda c: c.step)
+                except WatchError:
+                    continue
+
+    def events(self, run_id: str, canary: CanaryStep, drift: bool) -> list[Event]:
+        """`canaries_judged`, and `judge_drift` where a drift begins (logged too)."""
         fields = {
             "agreement": canary.agreement,
             "verdicts": canary.verdicts,
@@ -242,12 +273,4 @@ class Canaries:
                 )
             )
             log.warning("%s: judge drift in run %s: %s", self.service, run_id, detail)
-        key = self.keys.canaries(run_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, str(canary.step), msgspec.json.encode(canary))
-            pipe.expire(key, self.ttl_s)
-            for name, n in spent.items():
-                pipe.hincrby(self.keys.usage(run_id), name, n)
-            for event in events:
-                pipe.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
-            await pipe.execute()
+        return events

@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 import msgspec
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rubricd_services.cli.context import Context, Failed, table
 from rubricd_services.common import prompts
@@ -19,25 +19,37 @@ from .pairs import PairReport, evaluate_pairs
 from .run import Config, Report, evaluate
 
 
-def configs(specs: list[str], base: LLMSettings, template: str, package: str, agent: str) -> list[Config]:
-    """The configurations `specs` name, each over `base` (the agent's settings) and `template` (its prompt; a
-    `prompt=` file replaces it); a bad one fails naming its field."""
+def configs(
+    specs: list[str], base: LLMSettings, template: str, package: str, agent: str, style: judge.Style = judge.ALL_AT_ONCE
+) -> list[Config]:
+    """The configurations `specs` name, each over `base` (the agent's settings), `template` (its prompt; a
+    `prompt=` file replaces it) and `style` (`calls=`, `explain=` replace it); a bad one fails naming its field."""
     if not specs:
-        return [Config(agent, base, template)]
+        return [Config(agent, base, template, style)]
     found = []
     for n, spec in enumerate(specs, 1):
         fields = {k.strip(): v.strip() for k, _, v in (part.partition("=") for part in spec.split(",") if part)}
         name = fields.pop("name", f"judge-{n}")
         prompt = fields.pop("prompt", None)
+        asked = {k: fields.pop(k) for k in ("calls", "explain") if k in fields}
         try:
             llm = LLMSettings.model_validate({**base.model_dump(), **fields})
+            how = JudgeStyle.model_validate({"calls": style.calls, "explain": style.explain, **asked})
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
             raise Failed(f"--judge {spec!r}: {problems}") from None
-        found.append(Config(name, llm, load_prompt(package, agent, Path(prompt)) if prompt else template))
+        template_ = load_prompt(package, agent, Path(prompt)) if prompt else template
+        found.append(Config(name, llm, template_, judge.Style(how.calls, how.explain)))
     if len({c.name for c in found}) != len(found):
         raise Failed(f"--judge names repeat: {[c.name for c in found]}")
     return found
+
+
+class JudgeStyle(BaseModel):
+    """A --judge option's `calls=` and `explain=`, checked as the scorer's settings are."""
+
+    calls: judge.Calls
+    explain: bool
 
 
 def load_prompt(package: str, agent: str, path: Path | None) -> str:
@@ -63,7 +75,12 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     reports = []
     async with ctx.redis() as redis:
         for config in configs(
-            args.judge, settings.agent(judge.JUDGE), template, "rubricd_services.scorer", judge.JUDGE
+            args.judge,
+            settings.agent(judge.JUDGE),
+            template,
+            "rubricd_services.scorer",
+            judge.JUDGE,
+            settings.judge_style(),
         ):
             reports.append(
                 await evaluate(
@@ -82,6 +99,8 @@ async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pa
     """Labelled comparisons, judged by the pairwise judge (the comparer's settings and prompt)."""
     if args.probes:
         raise Failed("--probes applies to labelled rollouts, not to labelled comparisons")
+    if styled := [spec for spec in args.judge if "calls=" in spec or "explain=" in spec]:
+        raise Failed(f"calls= and explain= apply to the rollout judge, not to the pairwise judge: {styled}")
     if not items:
         raise Failed(f"{args.labelled}: no labelled comparison")
     settings = load(ComparerSettings)

@@ -32,11 +32,13 @@ POLICY = "weighted_sum"  # the labelled reward and the judge's: the weighted sum
 
 @dataclass(frozen=True)
 class Config:
-    """One judge configuration: a name for the table, the judge's LLM settings and its prompt template."""
+    """One judge configuration: a name for the table, the judge's LLM settings, its prompt template, and how it is
+    asked (every rubric in one call or one call per rubric; with explanations or not)."""
 
     name: str
     llm: LLMSettings
     template: str
+    style: judge.Style = judge.ALL_AT_ONCE
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,8 @@ class Judged:
     labelled_reward: float = 0.0
     reward: float | None = None
     error: str | None = None
-    seconds: float = 0.0
-    prompt_tokens: int = 0
+    seconds: float = 0.0  # judging the item: its one call, or its calls (one per rubric) made at once
+    prompt_tokens: int = 0  # of all its calls
     completion_tokens: int = 0
     graders: dict[str, list[bool]] = field(default_factory=dict)  # several graders' labels, where given
 
@@ -64,6 +66,8 @@ class Report:
     model: str
     output_mode: str
     temperature: float
+    calls: str  # the judge's style: every rubric in one call (one) or per_rubric
+    explain: bool  # each verdict with its explanation, or the verdict alone
     items: int
     format_failures: int  # items whose judge call gave no usable verdict
     overall: Agreement
@@ -85,7 +89,7 @@ class Report:
 
 async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
     """Judge one item as the scorer would judge a rollout with these rubrics."""
-    rubrics = preparer(config.template, config.llm.prompt_chars())(
+    rubrics = preparer(config.template, config.llm.prompt_chars(), config.style)(
         InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics))
     )
     rollout = Rollout(
@@ -104,7 +108,6 @@ async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
     score = await score_rollout(rollout, rubrics, call, policy(POLICY), POLICY)
     elapsed = time.perf_counter() - started
     labelled = policy(POLICY)(item.rubrics, item.labels).total
-    done = calls[-1] if calls else None
     return Judged(
         item_id=item.id,
         labels=dict(item.labels),
@@ -113,9 +116,9 @@ async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
         labelled_reward=labelled if labelled is not None else 0.0,
         reward=score.reward,
         error=score.error,
-        seconds=done.elapsed_s if done else elapsed,
-        prompt_tokens=done.prompt_tokens if done else 0,
-        completion_tokens=done.completion_tokens if done else 0,
+        seconds=elapsed if len(calls) != 1 else calls[0].elapsed_s,  # a rollout's calls are made at once
+        prompt_tokens=sum(c.prompt_tokens for c in calls),
+        completion_tokens=sum(c.completion_tokens for c in calls),
         graders=dict(item.graders),
     )
 
@@ -165,6 +168,8 @@ def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: M
         model=config.llm.model,
         output_mode=output_mode,
         temperature=config.llm.temperature,
+        calls=config.style.calls,
+        explain=config.style.explain,
         items=len(judged),
         format_failures=len(judged) - len(answered),
         overall=figures.agreement(pairs),

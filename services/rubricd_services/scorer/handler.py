@@ -10,9 +10,10 @@ letters, and the trainer, if it said where, gets a `rejected` score. Any other
 failure leaves the entry pending for a reclaim to retry.
 """
 
+import collections
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -74,8 +75,8 @@ class ScorerMetrics:
         self._active: dict[str, tuple[int, str]] = {}  # run -> (its latest step seen, that step's class)
         self.canary_agreement = metrics.gauge(
             "rubricd_canary_agreement",
-            "the judge's agreement with the labels on the canary items of the run's latest canary step this scorer "
-            "judged",
+            "the judge's agreement with the labels on the canary items of the run's latest canary step, as this "
+            "scorer last saw it (when it recorded one)",
             ["run_id"],
         )
         self.canary_step = metrics.gauge("rubricd_canary_step", "that canary step", ["run_id"])
@@ -132,13 +133,13 @@ class Scorer:
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
-            prepare=preparer(template, self.judge_settings.prompt_chars()),
+            prepare=preparer(template, self.judge_settings.prompt_chars(), settings.judge_style()),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
         self.canaries = Canaries(
             settings,
             clients,
-            Config(CANARY, self.judge_settings, template),
+            Config(CANARY, self.judge_settings, template, settings.judge_style()),
             service=SERVICE,
             ttl_s=settings.record_ttl_s,
             maxlen=settings.stream_maxlen,
@@ -172,8 +173,11 @@ class Scorer:
         rollout = self.take(msg.body)
         rubrics = await self.rubrics.get(rollout)
         self.canaries.seen(rollout, rubrics.set.version)
-        messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
-        digest = cache.digest(rubrics.set, self.judge_settings, messages) if self.settings.judge_cache_ttl_s else None
+        # The verdict cache keeps one call's verdict: a set judged one call per rubric is judged every time.
+        messages, digest = None, None
+        if self.settings.judge_cache_ttl_s and self.settings.judge_calls == "one":
+            messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
+            digest = cache.digest(rubrics.set, self.judge_settings, messages)
         first, kept = await self.lookup(rollout, digest)
         if first is not None:
             # Scored before (published again, a retried request): its first score again, without judging it.
@@ -259,10 +263,11 @@ class Scorer:
         async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
             async def ask() -> msgspec.Struct:
                 try:
-                    judged.completion = await self.gateway.structured(judge.JUDGE, messages, verdict)
+                    done = await self.gateway.structured(judge.JUDGE, messages, verdict)
                 except LLMError as e:
                     raise JudgeFailed(str(e)) from None
-                return judged.completion.value
+                judged.completions.append(done)
+                return done.value
 
             if digest is None:
                 return await ask()
@@ -312,10 +317,11 @@ def known_policy(rollout: Rollout) -> None:
 
 @dataclass
 class Judged:
-    """How one rollout was judged: by an LLM call (its completion), from the cache, or neither (it failed);
-    `keep`: the verdict key and value the score's commit keeps (a new verdict, with the cache on)."""
+    """How one rollout was judged: by LLM calls (their completions: one, or one per rubric), from the cache, or
+    neither (it failed); `keep`: the verdict key and value the score's commit keeps (a new verdict, with the cache
+    on)."""
 
-    completion: Completion[msgspec.Struct] | None = None
+    completions: list[Completion[msgspec.Struct]] = field(default_factory=list)
     cached: bool = False
     keep: tuple[str, bytes] | None = None
 
@@ -323,13 +329,15 @@ class Judged:
         """What it adds to the run's usage (common.usage)."""
         if self.cached:
             return usage.increments(judge.JUDGE, model, cached=True)
-        if self.completion is None:
-            return {}
-        c = self.completion
-        return usage.increments(
-            judge.JUDGE,
-            model,
-            prompt_tokens=c.prompt_tokens,
-            completion_tokens=c.completion_tokens,
-            elapsed_s=c.elapsed_s,
-        )
+        spent: collections.Counter[str] = collections.Counter()
+        for c in self.completions:
+            spent.update(
+                usage.increments(
+                    judge.JUDGE,
+                    model,
+                    prompt_tokens=c.prompt_tokens,
+                    completion_tokens=c.completion_tokens,
+                    elapsed_s=c.elapsed_s,
+                )
+            )
+        return dict(spent)

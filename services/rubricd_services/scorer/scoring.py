@@ -1,14 +1,15 @@
-"""Scoring one rollout: one judge call against the rubric set in force, the reward.
+"""Scoring one rollout: one judge call against the rubric set in force (or one per rubric), the reward.
 
 Plain async Python: a test hands in a rubric set and a judge function and
 needs no broker.
 """
 
+import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -30,14 +31,27 @@ class JudgeFailed(Exception):
 
 
 @dataclass(frozen=True)
+class Call:
+    """One judge call of a set: its system message, the rubrics it decides, what of the judge's context window the
+    rollout may fill (None: no limit), and the answer's type (judge.verdict_type)."""
+
+    system: str
+    ids: tuple[str, ...]
+    rollout_chars: int | None
+    verdict: type[msgspec.Struct]
+
+
+@dataclass(frozen=True)
 class Rubrics:
-    """A rubric set ready to judge with: the set and its system message."""
+    """A rubric set ready to judge with: the set, its system message, and the calls that judge it (one, or one per
+    rubric: judge.Style)."""
 
     set: RubricSet
     system: str
     rollout_chars: int | None = None  # what of the judge's context window the rollout may fill (None: no limit)
     generation: "Generation | None" = None  # rubric generation: the set is the generator's, or the fallback
     generation_error: str | None = None  # a failed generation's (with generation fallback)
+    calls: tuple[Call, ...] = ()  # empty: one call of every rubric, with `system`
 
     # Derived once per cached set, not per rollout (cached_property writes past the frozen __setattr__).
     @functools.cached_property
@@ -45,19 +59,28 @@ class Rubrics:
         return tuple(r.id for r in self.set.rubrics)
 
     @functools.cached_property
-    def verdict(self) -> type[msgspec.Struct]:
-        """The judge's answer type for this set (judge.verdict_type)."""
-        return judge.verdict_type(self.ids)
+    def judged_by(self) -> tuple[Call, ...]:
+        """The calls that judge the set."""
+        return self.calls or (Call(self.system, self.ids, self.rollout_chars, judge.verdict_type(self.ids)),)
 
 
-def preparer(template: str, prompt_chars: int | None) -> Callable[[InForce], Rubrics]:
-    """How the rubric cache prepares a set for the judge, once per set: its system message, and what of the judge's
-    context window (`prompt_chars`, LLMSettings.prompt_chars) a rollout may fill."""
+def preparer(
+    template: str, prompt_chars: int | None, style: judge.Style = judge.ALL_AT_ONCE
+) -> Callable[[InForce], Rubrics]:
+    """How the rubric cache prepares a set for the judge, once per set: its system message, what of the judge's
+    context window (`prompt_chars`, LLMSettings.prompt_chars) a rollout may fill, and its calls in `style`."""
+
+    def call(rubric_set: RubricSet) -> Call:
+        system = judge.system_message(template, rubric_set)
+        ids = tuple(r.id for r in rubric_set.rubrics)
+        return Call(system, ids, judge.rollout_chars(system, prompt_chars), judge.verdict_type(ids, style.explain))
 
     def prepare(in_force: InForce) -> Rubrics:
-        system = judge.system_message(template, in_force.set)
-        rollout_chars = judge.rollout_chars(system, prompt_chars)
-        return Rubrics(in_force.set, system, rollout_chars, in_force.generation, in_force.generation_error)
+        whole = call(in_force.set)
+        each = [msgspec.structs.replace(in_force.set, rubrics=[r]) for r in in_force.set.rubrics]
+        calls = (whole,) if style.calls == "one" else tuple(call(one) for one in each)
+        generated = (in_force.generation, in_force.generation_error)
+        return Rubrics(in_force.set, whole.system, whole.rollout_chars, *generated, calls)
 
     return prepare
 
@@ -75,9 +98,9 @@ async def score_rollout(
 ) -> Score:
     """Judge `rollout` against `rubrics` and turn the verdict into a Score.
 
-    A judge that fails yields status judge_failed and no reward, never a 0. `active` and `undefined` go to the
-    policy (rubricd.reward: the step's meta-class under `alternating`); `messages`: the judge's, where the caller
-    built them already.
+    A judge that fails (any of its calls) yields status judge_failed and no reward, never a 0. `active` and
+    `undefined` go to the policy (rubricd.reward: the step's meta-class under `alternating`); `messages`: the
+    judge's, where the caller built them already (a set judged in one call).
     """
     started = time.perf_counter()
     base: dict[str, Any] = {
@@ -93,9 +116,7 @@ async def score_rollout(
         "evaluation": rollout.evaluation,
     }
     try:
-        if messages is None:
-            messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
-        verdict = await call_judge(messages, rubrics.verdict)
+        decided = await _judged(rollout, rubrics.judged_by, call_judge, messages)
     except JudgeFailed as e:
         return Score(
             **base,
@@ -105,7 +126,6 @@ async def score_rollout(
             judge_ms=_ms(started),
             scored_at=time.time(),
         )
-    decided = judge.verdicts(verdict, rubrics.ids)
     met = {rubric_id: v.met for rubric_id, v in decided.items()}
     reward = policy(rubrics.set.rubrics, met, active=active, undefined=undefined)
     return Score(
@@ -123,6 +143,29 @@ async def score_rollout(
         judge_ms=_ms(started),
         scored_at=time.time(),
     )
+
+
+async def _judged(
+    rollout: Rollout, calls: tuple[Call, ...], call_judge: Judge, messages: list[dict[str, str]] | None
+) -> dict[str, judge.Verdict]:
+    """Every rubric's verdict: one call's, or the calls' made at once (the first to fail cancels the others)."""
+    if len(calls) == 1:
+        [one] = calls
+        answer = await call_judge(messages or judge.messages(one.system, rollout, one.rollout_chars), one.verdict)
+        return judge.verdicts(answer, one.ids)
+
+    async def ask(c: Call) -> dict[str, judge.Verdict]:
+        return judge.verdicts(await call_judge(judge.messages(c.system, rollout, c.rollout_chars), c.verdict), c.ids)
+
+    failed: JudgeFailed | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            asked = [group.create_task(ask(c)) for c in calls]
+    except* JudgeFailed as e:
+        failed = cast(JudgeFailed, e.exceptions[0])
+    if failed is not None:
+        raise failed
+    return {k: v for task in asked for k, v in task.result().items()}
 
 
 def _ms(started: float) -> float:

@@ -75,7 +75,7 @@ function lineChart(container, steps, series, yMin, yMax) {
       d += `${pen}${x(steps[j]).toFixed(1)},${y(v).toFixed(1)} `;
       pen = "L";
       group.append(
-        el("svg:circle", { cx: x(steps[j]), cy: y(v), r: s.width > 2 ? 3 : 2, fill: color },
+        el("svg:circle", { cx: x(steps[j]), cy: y(v), r: s.width > 2 ? 3 : 2, fill: color, "data-step": steps[j] },
           el("svg:title", {}, `${s.name}, step ${steps[j]}: ${fmt(v)}`)),
       );
     });
@@ -146,7 +146,7 @@ function drawSchedule(schedule) {
   }
 }
 
-function drawCanaries(canaries) {
+function drawCanaries(canaries, since) {
   const box = document.querySelector("#canaries .chart");
   const note = document.getElementById("canary-note");
   if (!canaries.length) {
@@ -160,9 +160,8 @@ function drawCanaries(canaries) {
     { name: "agreement", values: canaries.map((c) => c.agreement), width: 3, color: COLORS[0] },
     { name: "baseline", values: canaries.map((c) => c.baseline), width: 1.5, dash: "5 3", color: "#555" },
   ], 0, 1);
-  const svg = box.querySelector("svg");
   for (const c of canaries.filter((c) => c.drift)) {
-    const circle = svg.querySelector(`g[data-series="agreement"] circle:nth-of-type(${xs.indexOf(c.step) + 1})`);
+    const circle = box.querySelector(`g[data-series="agreement"] circle[data-step="${c.step}"]`);
     if (circle) {
       circle.setAttribute("fill", "#b3261e");
       circle.setAttribute("r", 5);
@@ -170,8 +169,6 @@ function drawCanaries(canaries) {
     }
   }
   const latest = canaries[canaries.length - 1];
-  let since = null;
-  for (const c of canaries) since = c.drift ? since ?? c.step : null;
   note.className = since === null ? "note" : "note drift";
   note.textContent = `step ${latest.step}: agreement ${fmt(latest.agreement, 2)} over ${latest.verdicts} verdicts` +
     (latest.baseline === null ? "" : `, baseline ${fmt(latest.baseline, 2)}`) +
@@ -294,7 +291,7 @@ async function refresh(mine) {
       drawRewards(run.steps);
       drawFailures(run.steps);
       drawSchedule(run.schedule);
-      drawCanaries(run.canaries);
+      drawCanaries(run.canaries, run.canary_drift_since);
       drawRubrics(run.steps);
       drawVersions(run.versions);
     }
