@@ -248,15 +248,19 @@ class Canaries:
                     pipe.expire(key, self.ttl_s)
                     for name, n in spent.items():
                         pipe.hincrby(self.keys.usage(run_id), name, n)
-                    for event in self.events(run_id, canary, starts_drift(canary, earlier)):
+                    events = self.events(run_id, canary, starts_drift(canary, earlier))
+                    for event in events:
                         pipe.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
                     await pipe.execute()
-                    return sorted([*earlier, canary], key=lambda c: c.step)
+                    break
                 except WatchError:
                     continue
+        for drift in (e for e in events if e.kind == EventKind.JUDGE_DRIFT):
+            log.warning("%s: judge drift in run %s: %s", self.service, run_id, drift.detail)
+        return sorted([*earlier, canary], key=lambda c: c.step)
 
     def events(self, run_id: str, canary: CanaryStep, drift: bool) -> list[Event]:
-        """`canaries_judged`, and `judge_drift` where a drift begins (logged too)."""
+        """`canaries_judged`, and `judge_drift` where a drift begins."""
         fields = {
             "agreement": canary.agreement,
             "verdicts": canary.verdicts,
@@ -272,5 +276,4 @@ class Canaries:
                     self.service, EventKind.JUDGE_DRIFT, run_id=run_id, step=canary.step, detail=detail, **fields
                 )
             )
-            log.warning("%s: judge drift in run %s: %s", self.service, run_id, detail)
         return events
