@@ -77,10 +77,10 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
         calls.append(1)
         return answer
 
-    assert await JudgeCache().verdict("k", verdict, read, call) == (answer, True) and calls == []
+    assert await JudgeCache(60).verdict("k", verdict, read, call) == (answer, True) and calls == []
     another_list = judge.verdict_type(("correct", "other"))  # another rubric list: a miss, so the judge is asked
-    assert await JudgeCache().verdict("k", another_list, read, call) == (answer, False) and calls == [1]
-    assert await JudgeCache().verdict("k", verdict, b'{"other": 1}', call) == (answer, False) and calls == [1, 1]
+    assert await JudgeCache(60).verdict("k", another_list, read, call) == (answer, False) and calls == [1]
+    assert await JudgeCache(60).verdict("k", verdict, b'{"other": 1}', call) == (answer, False) and calls == [1, 1]
     assert 0 < await redis.pttl(keys.verdict("k")) <= 1000
     assert await effects.commit(entry, ROLLOUT, score, event, {}) is False  # scored already; nothing to keep
     assert await redis.exists(keys.verdict("other")) == 0
@@ -89,7 +89,7 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
 async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(eventually):
     verdict = judge.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    cache, calls = JudgeCache(), []
+    cache, calls = JudgeCache(60), []
 
     async def slow(fails: bool = False):
         calls.append(fails)
@@ -100,15 +100,23 @@ async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is
 
     first, twin = await asyncio.gather(cache.verdict("k", verdict, None, slow), cache.verdict("k", verdict, None, slow))
     assert (first, twin) == ((answer, False), (answer, True)) and len(calls) == 1
-    assert await cache.verdict("k", verdict, None, slow) == (answer, False) and len(calls) == 2  # done: not shared
+    # Done, and its twin read Redis before the commit kept it: shared still, within the cache's ttl ...
+    assert await cache.verdict("k", verdict, None, slow) == (answer, True) and len(calls) == 1
+    # ... and not past it.
+    assert await JudgeCache(0.1).verdict("k", verdict, None, slow) == (answer, False) and len(calls) == 2
+    late = JudgeCache(0.1)
+    assert await late.verdict("k", verdict, None, slow) == (answer, False) and len(calls) == 3
+    await asyncio.sleep(0.1)  # the cache's ttl passes: a reason to sleep, not a race
+    assert await late.verdict("k", verdict, None, slow) == (answer, False) and len(calls) == 4
 
     # A failed call fails its twin at once (the endpoint that failed one would fail the other), and keeps nothing:
     # a later rollout of the same content calls again.
+    calls.clear()
     failing = asyncio.create_task(cache.verdict("f", verdict, None, lambda: slow(fails=True)))
-    await eventually(lambda: calls == [False, False, True], "the failing call to be under way", every=0.01)
+    await eventually(lambda: calls[-1:] == [True], "the failing call to be under way", every=0.01)
     with pytest.raises(JudgeFailed):
         await cache.verdict("f", verdict, None, slow)
     with pytest.raises(JudgeFailed):
         await failing
-    assert calls == [False, False, True]
-    assert await cache.verdict("f", verdict, None, slow) == (answer, False) and calls == [False, False, True, False]
+    assert calls == [True]
+    assert await cache.verdict("f", verdict, None, slow) == (answer, False) and calls == [True, False]

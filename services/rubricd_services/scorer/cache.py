@@ -3,12 +3,15 @@
 A verdict is kept (`Keys.verdict`, for `judge_cache_ttl_s`) under the sha256 of everything that decided it:
 the exact messages the judge reads, its model and temperature, and the rubric set and version. The scorer reads
 a kept verdict in its one read before judging and keeps a new one in the score's commit, so the cache itself
-does no I/O; in a process, a call being made is shared with its twin, and a failed call is not kept. The rules:
+does no I/O; in a process, a call being made, or made in the last `ttl_s` (its twin may have read Redis before
+its commit kept it), is shared with its twin, and a failed call is not kept. The rules:
 docs/integrators/index.md, "The judge cache".
 """
 
 import asyncio
+import collections
 import hashlib
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -38,11 +41,19 @@ def _decoded(raw: bytes | str | None, verdict: type[msgspec.Struct]) -> msgspec.
         return None
 
 
-class JudgeCache:
-    """Which verdict a judge call gets: the one kept, a twin's being made in this process, or a new one."""
+RECENT = 4096  # this process's latest calls kept for their twins
 
-    def __init__(self) -> None:
-        self._finding: dict[str, asyncio.Task[tuple[msgspec.Struct, bool]]] = {}  # this process's calls
+
+class JudgeCache:
+    """Which verdict a judge call gets: the one kept, a twin's made in this process (being made, or made within
+    `ttl_s` and not failed), or a new one."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        # this process's latest calls, oldest first: when each was asked, and its task
+        self._finding: collections.OrderedDict[str, tuple[float, asyncio.Task[tuple[msgspec.Struct, bool]]]] = (
+            collections.OrderedDict()
+        )
 
     async def verdict(
         self,
@@ -52,15 +63,25 @@ class JudgeCache:
         judge: Callable[[], Awaitable[msgspec.Struct]],
     ) -> tuple[msgspec.Struct, bool]:
         """The verdict of this call, and whether it was reused: `kept` (the bytes read under its digest, or None)
-        if it decodes as `verdict`, or the one this process is finding now for another rollout, or else
+        if it decodes as `verdict`, or the one this process is finding or found for another rollout, or else
         `judge()`'s, for the caller to keep. Raises what `judge()` raises (JudgeFailed)."""
         if (found := _decoded(kept, verdict)) is not None:
             return found, True
-        if (finding := self._finding.get(digest)) is not None:
-            return (await asyncio.shield(finding))[0], True  # its JudgeFailed too
-        task = self._finding[digest] = asyncio.ensure_future(self._judged(judge))
-        task.add_done_callback(lambda done: self._finding.pop(digest) if self._finding.get(digest) is done else None)
+        now = time.monotonic()
+        if (recent := self._finding.get(digest)) is not None and now - recent[0] < self.ttl_s:
+            return (await asyncio.shield(recent[1]))[0], True  # its JudgeFailed too
+        task = asyncio.ensure_future(self._judged(judge))
+        self._finding[digest] = (now, task)
+        self._finding.move_to_end(digest)
+        if len(self._finding) > RECENT:
+            self._finding.popitem(last=False)
+        task.add_done_callback(lambda done: self._forget(digest, done) if done.exception() else None)
         return await asyncio.shield(task)
+
+    def _forget(self, digest: str, failed: asyncio.Task[tuple[msgspec.Struct, bool]]) -> None:
+        """A failed call is not shared once over: a later rollout of the same content calls again."""
+        if (recent := self._finding.get(digest)) is not None and recent[1] is failed:
+            del self._finding[digest]
 
     @staticmethod
     async def _judged(judge: Callable[[], Awaitable[msgspec.Struct]]) -> tuple[msgspec.Struct, bool]:

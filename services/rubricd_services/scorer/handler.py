@@ -124,7 +124,7 @@ class Scorer:
         self.redis = clients.redis
         self.gateway = clients.gateway
         self.judge_settings = settings.agent(judge.JUDGE)
-        self.cache = JudgeCache()
+        self.cache = JudgeCache(settings.judge_cache_ttl_s)
         self.schedule = Schedule(
             clients.redis, self.keys, settings.schedule_rule(), settings.meta_classes, maxlen=settings.stream_maxlen
         )
