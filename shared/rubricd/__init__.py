@@ -5,11 +5,25 @@ format, reward policies, the rubric store) and the trainer client. It depends
 only on msgspec and redis, so a training environment can install it alone.
 """
 
-from .client import InvalidRollout, PreferenceTimeout, RubricdClient, ScoreTimeout, SyncRubricdClient
+from .client import ArmRewardTimeout, InvalidRollout, PreferenceTimeout, RubricdClient, ScoreTimeout, SyncRubricdClient
 from .keys import Keys
-from .messages import Comparison, JudgeStatus, Preference, Rollout, Rubric, RubricSet, Score, TrainingContext
+from .messages import (
+    ArmReward,
+    ArmRollout,
+    Comparison,
+    JudgeStatus,
+    Preference,
+    Rollout,
+    Rubric,
+    RubricSet,
+    Score,
+    TrainingContext,
+)
 
 __all__ = [
+    "ArmReward",
+    "ArmRewardTimeout",
+    "ArmRollout",
     "Comparison",
     "InvalidRollout",
     "JudgeStatus",

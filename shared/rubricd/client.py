@@ -26,7 +26,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from . import wire
 from .keys import DEFAULT_NAMESPACE, Keys
-from .messages import Comparison, Preference, Rollout, Score, StepClosed
+from .messages import ArmReward, ArmRollout, Comparison, Preference, Rollout, Score, StepClosed
 from .store import RubricStore
 
 T = TypeVar("T")
@@ -40,7 +40,11 @@ _BLOCK_MS = 1000  # how long a reply read waits on the server for something new 
 # stalled that long; then a PING tells a slow Redis from an unreachable one.
 _SOCKET_TIMEOUT_S = 10.0
 _PING_TIMEOUT_S = 5.0  # no answer to a PING within this: Redis is unreachable
-_reply_decoder = msgspec.json.Decoder(Score | Preference)  # a reply stream carries both, tagged by `type`
+# A reply stream carries every kind of reply, tagged by `type`.
+_reply_decoder = msgspec.json.Decoder(Score | Preference | ArmReward)
+Reply = Score | Preference | ArmReward
+Request = Rollout | Comparison | ArmRollout
+_Key = tuple[str, str, str]  # (what is awaited, run id, its id): ("score", run, rollout id), ...
 _USER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a user name that can prefix a client id
 
 # redis-py types stream replies for every protocol and decode_responses setting at
@@ -75,19 +79,54 @@ class PreferenceTimeout(TimeoutError):
         super().__init__(f"{len(missing)} comparison(s) not judged within {timeout:g} s: {shown}")
 
 
-def checked(message: Rollout | Comparison) -> bytes:
+class ArmRewardTimeout(TimeoutError):
+    """Some arm rollouts got no reward in time; `missing` names their rollout ids, `rewards` holds those that did
+    arrive."""
+
+    def __init__(self, missing: list[str], timeout: float, rewards: dict[str, ArmReward] | None = None) -> None:
+        self.missing = missing
+        self.rewards = rewards or {}  # rollout id -> its ArmReward
+        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
+        super().__init__(f"{len(missing)} arm rollout(s) not rewarded within {timeout:g} s: {shown}")
+
+
+def checked(message: Request) -> bytes:
     """The message's wire bytes, once they pass the same validation the services apply."""
     data = wire.encode(message)
     try:
         wire.decode(data, type(message))
     except msgspec.ValidationError as e:
         name = (
-            f"rollout {message.rollout_id!r}"
-            if isinstance(message, Rollout)
-            else f"comparison {message.comparison_id!r}"
+            f"comparison {message.comparison_id!r}"
+            if isinstance(message, Comparison)
+            else f"{'arm ' if isinstance(message, ArmRollout) else ''}rollout {message.rollout_id!r}"
         )
         raise InvalidRollout(f"{name} of run {message.run_id!r}: {e}") from None
     return data
+
+
+def _awaited(message: Request) -> _Key:
+    """What answers `message`: its reply's kind, run and id."""
+    match message:
+        case Rollout():
+            return ("score", message.run_id, message.rollout_id)
+        case Comparison():
+            return ("preference", message.run_id, message.comparison_id)
+        case ArmRollout():
+            return ("arm_reward", message.run_id, message.rollout_id)
+    raise TypeError(f"not a request: {type(message).__name__}")
+
+
+def _answers(reply: Reply) -> _Key:
+    """What `reply` answers (as `_awaited` names it)."""
+    match reply:
+        case Score():
+            return ("score", reply.run_id, reply.rollout_id)
+        case Preference():
+            return ("preference", reply.run_id, reply.comparison_id)
+        case ArmReward():
+            return ("arm_reward", reply.run_id, reply.rollout_id)
+    raise TypeError(f"not a reply: {type(reply).__name__}")
 
 
 def default_client_id(redis: Redis) -> str:
@@ -131,14 +170,10 @@ class RubricdClient:
         self.client_id = client_id or default_client_id(self.redis)
         self.reply_stream = self.keys.replies(self.client_id)
         self.rubrics = RubricStore(self.redis, self.keys)
-        self._waiting: dict[tuple[str, str], asyncio.Future[Score]] = {}
-        self._published: dict[tuple[str, str], bytes] = {}
-        self._closed: dict[
-            str, set[int]
-        ] = {}  # run -> the steps this client closed (wait_for_rubrics waits on them)  # what is waiting, as sent: published again after an outage
-        # Comparisons waiting for their Preference, and as sent (published again after an outage).
-        self._comparing: dict[tuple[str, str], asyncio.Future[Preference]] = {}
-        self._compared: dict[tuple[str, str], bytes] = {}
+        # What waits for its reply, and where and how it was sent (published again after an outage).
+        self._waiting: dict[_Key, asyncio.Future[Any]] = {}
+        self._published: dict[_Key, tuple[str, bytes]] = {}
+        self._closed: dict[str, set[int]] = {}  # run -> the steps this client closed (wait_for_rubrics waits on them)
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
         self._unreachable_since: float | None = None  # when a call found Redis unreachable; None while it answers
@@ -153,30 +188,10 @@ class RubricdClient:
         """Publish every rollout at once and return their scores, in order.
 
         Raises InvalidRollout, before publishing any, if one breaks the schema
-        (an id outside its alphabet, a negative step, ...).
+        (an id outside its alphabet, a negative step, ...); ScoreTimeout if some get no score within `timeout`
+        (default: the client's).
         """
-        now = time.time()
-        sent = [checked(msgspec.structs.replace(r, reply_to=self.reply_stream, published_at=now)) for r in rollouts]
-        limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        self._ensure_reader()
-        futures = [self._future(r.run_id, r.rollout_id) for r in rollouts]
-        for r, data in zip(rollouts, sent):
-            self._published[(r.run_id, r.rollout_id)] = data
-        try:
-            await self._retrying(lambda: self._publish(sent), deadline, f"publishing {len(sent)} rollout(s)")
-            done, pending = await asyncio.wait(set(futures), timeout=max(0.0, deadline - time.monotonic()))
-        except _OUTAGE:
-            done, pending = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
-        if pending:
-            missing = [r.rollout_id for r, f in zip(rollouts, futures) if f in pending]
-            for r, f in zip(rollouts, futures):
-                if f in pending:
-                    self._waiting.pop((r.run_id, r.rollout_id), None)
-                    self._published.pop((r.run_id, r.rollout_id), None)
-            arrived = {r.rollout_id: f.result() for r, f in zip(rollouts, futures) if f in done}
-            raise ScoreTimeout(missing, limit, arrived)
-        return [f.result() for f in futures]
+        return await self._request(rollouts, self.keys.rollouts, "rollout", ScoreTimeout, timeout)
 
     async def compare(self, comparisons: Sequence[Comparison], *, timeout: float | None = None) -> list[Preference]:
         """Publish every comparison at once and return their Preferences, in order (pairwise judging).
@@ -184,40 +199,68 @@ class RubricdClient:
         Raises InvalidRollout, before publishing any, if one breaks the schema; PreferenceTimeout if some get no
         Preference within `timeout` (default: the client's).
         """
-        now = time.time()
-        sent = [checked(msgspec.structs.replace(c, reply_to=self.reply_stream, published_at=now)) for c in comparisons]
-        limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        self._ensure_reader()
-        loop = asyncio.get_running_loop()
-        futures = [self._comparing.setdefault((c.run_id, c.comparison_id), loop.create_future()) for c in comparisons]
-        for c, data in zip(comparisons, sent):
-            self._compared[(c.run_id, c.comparison_id)] = data
-        try:
-            await self._retrying(
-                lambda: self._publish(sent, self.keys.comparisons), deadline, f"publishing {len(sent)} comparison(s)"
-            )
-            done, pending = await asyncio.wait(set(futures), timeout=max(0.0, deadline - time.monotonic()))
-        except _OUTAGE:
-            done, pending = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
-        if pending:
-            for c, f in zip(comparisons, futures):
-                if f in pending:
-                    self._comparing.pop((c.run_id, c.comparison_id), None)
-                    self._compared.pop((c.run_id, c.comparison_id), None)
-            missing = [c.comparison_id for c, f in zip(comparisons, futures) if f in pending]
-            arrived = {c.comparison_id: f.result() for c, f in zip(comparisons, futures) if f in done}
-            raise PreferenceTimeout(missing, limit, arrived)
-        return [f.result() for f in futures]
+        return await self._request(comparisons, self.keys.comparisons, "comparison", PreferenceTimeout, timeout)
 
     async def compare_one(self, comparison: Comparison, *, timeout: float | None = None) -> Preference:
         return (await self.compare([comparison], timeout=timeout))[0]
 
-    async def _publish(self, sent: Sequence[bytes], stream: str | None = None) -> None:
+    async def arm_rewards(self, rollouts: Sequence[ArmRollout], *, timeout: float | None = None) -> list[ArmReward]:
+        """Publish every Rubric-ARM rollout at once and return their rewards, in order (the arm service's).
+
+        Raises InvalidRollout, before publishing any, if one breaks the schema; ArmRewardTimeout if some get no
+        reward within `timeout` (default: the client's).
+        """
+        return await self._request(rollouts, self.keys.arm, "arm rollout", ArmRewardTimeout, timeout)
+
+    async def _request(
+        self,
+        messages: Sequence[Request],
+        stream: str,
+        what: str,
+        timed_out: Callable[[list[str], float, dict[str, Any]], TimeoutError],
+        timeout: float | None,
+    ) -> list[Any]:
+        """Publish `messages` on `stream` at once, each with this client's reply stream, and return their replies
+        in order; raise `timed_out(missing ids, timeout, arrived)` if some do not arrive in time."""
+        now = time.time()
+        sent = [checked(msgspec.structs.replace(m, reply_to=self.reply_stream, published_at=now)) for m in messages]
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        self._ensure_reader()
+        loop = asyncio.get_running_loop()
+        keys = [_awaited(m) for m in messages]
+        futures = [self._waiting.setdefault(k, loop.create_future()) for k in keys]
+        for k, data in zip(keys, sent):
+            self._published[k] = (stream, data)
+        try:
+            await self._retrying(lambda: self._publish(sent, stream), deadline, f"publishing {len(sent)} {what}(s)")
+            done, pending = await asyncio.wait(set(futures), timeout=max(0.0, deadline - time.monotonic()))
+        except _OUTAGE:
+            done, pending = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
+        if pending:
+            for k, f in zip(keys, futures):
+                if f in pending:
+                    self._waiting.pop(k, None)
+                    self._published.pop(k, None)
+            missing = [k[2] for k, f in zip(keys, futures) if f in pending]
+            raise timed_out(missing, limit, {k[2]: f.result() for k, f in zip(keys, futures) if f in done})
+        return [f.result() for f in futures]
+
+    async def _publish(self, sent: Sequence[bytes], stream: str) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
             for data in sent:
-                pipe.xadd(stream or self.keys.rollouts, {wire.FIELD: data})
+                pipe.xadd(stream, {wire.FIELD: data})
             await pipe.execute()
+
+    async def _publish_again(self) -> None:
+        """Publish again what still waits for its reply (after an outage, which may have lost it)."""
+        by_stream: dict[str, list[bytes]] = {}
+        for stream, data in self._published.values():
+            by_stream.setdefault(stream, []).append(data)
+        for stream, sent in by_stream.items():
+            await self._publish(sent, stream)
+        if by_stream:
+            log.info("published %d waiting messages again after the outage", len(self._published))
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], deadline: float, doing: str) -> T:
         """`call()` (`doing` names it in logs), tried again while it fails for an outage or a slow Redis (with
@@ -336,22 +379,12 @@ class RubricdClient:
             self._reader = None
         for future in self._waiting.values():
             future.cancel()
-        for waiting in self._comparing.values():
-            waiting.cancel()
         self._waiting.clear()
         self._published.clear()
-        self._comparing.clear()
-        self._compared.clear()
         with contextlib.suppress(*_OUTAGE):  # Redis down: the stream expires on its own (reply_ttl_s)
             await asyncio.wait_for(self.redis.delete(self.reply_stream), timeout=2)
         if self._owns_redis:
             await self.redis.aclose()
-
-    def _future(self, run_id: str, rollout_id: str) -> asyncio.Future[Score]:
-        key = (run_id, rollout_id)
-        if key not in self._waiting:
-            self._waiting[key] = asyncio.get_running_loop().create_future()
-        return self._waiting[key]
 
     def _ensure_reader(self) -> None:
         if self._reader is None or self._reader.done():
@@ -367,13 +400,7 @@ class RubricdClient:
                     _XRead, await self.redis.xread({self.reply_stream: last}, count=1000, block=self._block_ms)
                 )
                 if lost:  # back: what was in flight may be lost with the outage, so publish it again
-                    await self._publish(list(self._published.values()))
-                    await self._publish(list(self._compared.values()), self.keys.comparisons)
-                    log.info(
-                        "published %d waiting rollouts and %d comparisons again after the outage",
-                        len(self._published),
-                        len(self._compared),
-                    )
+                    await self._publish_again()
                     wait, lost = _BACKOFF_S[0], False
                 self._reachable()
             except _OUTAGE as e:
@@ -387,25 +414,19 @@ class RubricdClient:
                 for entry_id, fields in entries:
                     try:
                         self._deliver(_reply_decoder.decode(wire.payload(fields)))
-                    except msgspec.DecodeError as e:  # neither a Score nor a Preference: nobody waits for it
+                    except msgspec.DecodeError as e:  # no reply this client knows: nobody waits for it
                         log.warning("ignored reply %s on %s: %s", entry_id, self.reply_stream, e)
                 last = entries[-1][0]
                 # Read replies are ours alone: drop them so the stream stays small.
                 with contextlib.suppress(*_OUTAGE):
                     await self.redis.xdel(self.reply_stream, *(e[0] for e in entries))
 
-    def _deliver(self, reply: Score | Preference) -> None:
-        match reply:
-            case Score(run_id=run_id, rollout_id=rollout_id):
-                self._published.pop((run_id, rollout_id), None)
-                future = self._waiting.pop((run_id, rollout_id), None)
-                if future is not None and not future.done():
-                    future.set_result(reply)
-            case Preference(run_id=run_id, comparison_id=comparison_id):
-                self._compared.pop((run_id, comparison_id), None)
-                waiting = self._comparing.pop((run_id, comparison_id), None)
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(reply)
+    def _deliver(self, reply: Reply) -> None:
+        key = _answers(reply)
+        self._published.pop(key, None)
+        future = self._waiting.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(reply)
 
     async def _last_id(self, stream: str) -> bytes | str:
         newest = cast(_Entries | None, await self.redis.xrevrange(stream, count=1))
@@ -455,6 +476,9 @@ class SyncRubricdClient:
 
     def compare_one(self, comparison: Comparison, *, timeout: float | None = None) -> Preference:
         return self._run(self._client.compare_one(comparison, timeout=timeout))
+
+    def arm_rewards(self, rollouts: Sequence[ArmRollout], *, timeout: float | None = None) -> list[ArmReward]:
+        return self._run(self._client.arm_rewards(rollouts, timeout=timeout))
 
     def close_step(
         self,

@@ -16,6 +16,7 @@ ANALYZERS = "analyzers"
 SUMMARIZERS = "summarizers"
 UPDATERS = "updaters"
 COMPARERS = "comparers"
+ARM = "arm"  # the arm service's group on the arm stream
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -36,6 +37,7 @@ class Keys:
         # Streams
         self.rollouts = f"{ns}:rollouts"  # Rollout, from trainers
         self.comparisons = f"{ns}:comparisons"  # Comparison, from trainers (pairwise judging)
+        self.arm = f"{ns}:arm"  # ArmRollout, from trainers (Rubric-ARM training)
         self.steps = f"{ns}:steps"  # StepClosed, from trainers
         self.scored = f"{ns}:scored"  # ScoredRollout, scorer -> analyzers
         self.analyses = f"{ns}:analyses"  # RolloutAnalysis, analyzers -> summarizer
@@ -167,3 +169,36 @@ class Keys:
         and `cache_hits` (verdicts reused: no call, no tokens); kept as long as the run's rubric sets (no expiry);
         common.usage."""
         return f"{self.namespace}:usage:{run_id}"
+
+    def arm_pairs(self, run_id: str) -> str:
+        """Hash of a run's imported preference pairs (`rubricd arm import`): field <prompt id> -> its ArmPrompt
+        (the prompt and its labelled comparisons); no expiry, like the run's rubric sets."""
+        return f"{self.namespace}:arm-pairs:{run_id}"
+
+    def arm_index(self, run_id: str) -> str:
+        """Hash of a run's imported comparisons: field <comparison id> -> the prompt id it belongs to."""
+        return f"{self.namespace}:arm-index:{run_id}"
+
+    def arm_rubrics(self, run_id: str, generator_model: str) -> str:
+        """Hash of the rubric sets a frozen generator wrote for a run's preference prompts (`rubricd arm dataset
+        --phase judge`): field <prompt id> -> RubricSet; the judge phase's rewards read them. No expiry."""
+        return f"{self.namespace}:arm-rubrics:{run_id}:{generator_model}"
+
+    def arm_plan(self, run_id: str) -> str:
+        """A run's own Rubric-ARM phase plan (`rubricd arm phases`, JSON rubricd.arm.Plan), in place of the arm
+        service's RUBRICD_ARM_* settings; no expiry."""
+        return f"{self.namespace}:arm-plan:{run_id}"
+
+    def arm_phases(self, run_id: str) -> str:
+        """Hash of a run's Rubric-ARM phase per step: field <step> -> its rubricd.arm.PhaseDecision, written once
+        (HSETNX) by the first arm process to reward a rollout of that step."""
+        return f"{self.namespace}:arm-phases:{run_id}"
+
+    def arm_reward(self, run_id: str, rollout_id: str) -> str:
+        """The ArmReward given to an ArmRollout; makes redelivery idempotent."""
+        return f"{self.namespace}:arm-reward:{run_id}:{rollout_id}"
+
+    def arm_rewarded(self, run_id: str) -> str:
+        """Stream of a run's rewarded ArmRollouts with their first reward (ArmRewarded), oldest first, for `rubricd
+        export`: capped at `arm_kept_maxlen` entries and expiring `arm_kept_ttl_s` after the last."""
+        return f"{self.namespace}:arm-rewarded:{run_id}"

@@ -15,7 +15,7 @@ from rubricd.keys import InvalidKey, Keys
 from rubricd_services.common.llm import redact
 from rubricd_services.common.settings import ServiceSettings, load
 
-from . import accuracy, acl, dlq, export, judge, memory, rescore, rubrics, schedule, serve, status, tail
+from . import accuracy, acl, arm, dlq, export, judge, memory, rescore, rubrics, schedule, serve, status, tail
 from .context import Context, Failed
 
 
@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--namespace", help="key namespace of the deployment (default: RUBRICD_NAMESPACE or rubricd)")
     top.add_argument("--redis-url", help="Redis of the deployment (default: RUBRICD_REDIS_URL)")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, tail, status, schedule, accuracy, judge, export, rescore, rubrics, memory, dlq, acl):
+    for module in (serve, tail, status, schedule, accuracy, arm, judge, export, rescore, rubrics, memory, dlq, acl):
         module.add(commands)
     return top
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 # Services that read a consumer group: N processes of one are N consumers of its group.
-CONSUMERS = ("scorer", "comparer", "analyzer", "summarizer", "updater")
+CONSUMERS = ("scorer", "comparer", "arm", "analyzer", "summarizer", "updater")
 # The gateway (HTTP in front of the scorer), the dashboard (a live page of the runs) and the simulator (an LLM
 # stand-in for tests and the demo).
 SERVERS = ("gateway", "dashboard", "simulator")
@@ -21,7 +21,7 @@ SERVERS = ("gateway", "dashboard", "simulator")
 def add(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "serve",
-        help="run a service: scorer, comparer, analyzer, summarizer, updater, gateway, dashboard, simulator",
+        help="run a service: scorer, comparer, arm, analyzer, summarizer, updater, gateway, dashboard, simulator",
         description="Run a service until SIGTERM/SIGINT, with its settings from RUBRICD_*. The dashboard takes "
         "its own flags after its name (--host 127.0.0.1, --port 8400, --refresh 2 seconds; --namespace and "
         "--redis-url before `serve` override its settings), and so does the simulator (--host, --port, "

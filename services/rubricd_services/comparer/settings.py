@@ -1,6 +1,6 @@
 """The comparer's settings (env prefix RUBRICD_, see common.settings)."""
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
@@ -8,18 +8,23 @@ from rubricd_services.common.settings import ServiceSettings
 from rubricd_services.rubrics.generation import GeneratorSettings
 
 
-class ComparerSettings(ServiceSettings, SeedSettings, GeneratorSettings):
-    pairwise_both_orders: bool = Field(
-        True,
-        description="ask the pairwise judge in both orders (A first, B first); a preference that flips with the "
-        "order is reported inconsistent, with no winner",
-    )
+class PairwiseSettings(BaseModel):
+    """The pairwise judge's settings (mixed into the comparer's and the arm service's)."""
+
     pairwise_ties: bool = Field(
         True,
         description="two responses with equal net points under the rubrics tie; false: the judge's gatekeeper "
         "criterion, else its stated preference, decides",
     )
     pairwise_prompt: PromptFile = Field(None, description="pairwise judge instructions; default: prompts/pairwise.md")
+
+
+class ComparerSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+    pairwise_both_orders: bool = Field(
+        True,
+        description="ask the pairwise judge in both orders (A first, B first); a preference that flips with the "
+        "order is reported inconsistent, with no winner",
+    )
     max_comparison_bytes: int = Field(2_000_000, ge=1024, description="a larger comparison is rejected")
     preference_ttl_s: int = Field(
         3600, ge=60, description="how long a Preference is kept for redelivery (a comparison published again)"

@@ -13,6 +13,7 @@ from .analyses import (
     Severity,
     StepSummary,
 )
+from .arm import ArmReward, ArmRewarded, ArmRollout, ModelName, PairOutcome, Phase
 from .comparisons import (
     Comparison,
     ComparisonId,
@@ -53,6 +54,9 @@ MESSAGES: tuple[type[Message], ...] = (
     Comparison,
     Preference,
     JudgedComparison,
+    ArmRollout,
+    ArmReward,
+    ArmRewarded,
 )
 
 __all__ = [
@@ -61,6 +65,9 @@ __all__ = [
     "RENAMED_KINDS",
     "UPDATE_OUTCOMES",
     "Action",
+    "ArmReward",
+    "ArmRewarded",
+    "ArmRollout",
     "Comparison",
     "ComparisonId",
     "DeadLetter",
@@ -73,9 +80,12 @@ __all__ = [
     "JudgeStatus",
     "JudgedComparison",
     "Message",
+    "ModelName",
     "Order",
     "OrderJudgment",
+    "PairOutcome",
     "PairResult",
+    "Phase",
     "Preference",
     "Rollout",
     "RolloutAnalysis",

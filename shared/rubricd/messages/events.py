@@ -26,6 +26,9 @@ class EventKind(enum.StrEnum):
     JUDGE_ACCURACY = "judge_accuracy"  # after a labelled comparison: the run's judge accuracy at its rubric version
     CANARIES_JUDGED = "canaries_judged"  # a step's canary items were judged (fields: agreement, baseline, ...)
     JUDGE_DRIFT = "judge_drift"  # canary agreement fell below the floor or the baseline's margin (detail: which)
+    # arm (Rubric-ARM training)
+    ARM_REWARDED = "arm_rewarded"  # a generator or judge rollout was rewarded (fields: phase, reward, penalty)
+    ARM_PHASE = "arm_phase"  # a run's Rubric-ARM phase switched at this step (fields: phase, previous)
     # analyzer
     ROLLOUT_ANALYZED = "rollout_analyzed"
     # summarizer

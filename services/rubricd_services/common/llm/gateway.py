@@ -132,13 +132,16 @@ class LLMGateway:
         now = time.monotonic()
         return {url: endpoint.health(now) for url, endpoint in self._endpoints.items()}
 
-    async def structured(self, agent: str, messages: list[dict[str, str]], type_: type[T]) -> Completion[T]:
-        """Ask `agent` for one `type_` instance; raise LLMError when every attempt failed."""
+    async def structured(
+        self, agent: str, messages: list[dict[str, str]], type_: type[T], *, model: str | None = None
+    ) -> Completion[T]:
+        """Ask `agent` for one `type_` instance; raise LLMError when every attempt failed. `model`: another model
+        its endpoint serves (a Rubric-ARM frozen model's version), in place of the agent's own."""
         s, schema, tokens = self._agent(agent), schema_of(cast(type, type_)), Tokens()
         if s.output_mode == "auto":
             raise RuntimeError(f"agent {agent!r}: output_mode auto is resolved by LLMGateway.detect() at start")
         fields, messages = request(s, schema, messages)
-        body: dict[str, Any] = {"model": s.model, "temperature": s.temperature, **fields, "messages": messages}
+        body: dict[str, Any] = {"model": model or s.model, "temperature": s.temperature, **fields, "messages": messages}
         if s.max_tokens:
             body["max_tokens"] = s.max_tokens
         cost = _estimate((m.get("content") or "" for m in messages), s.max_tokens or _ANSWER_TOKENS)

@@ -1,0 +1,89 @@
+"""Writing an arm reward's effects, and acking its rollout, as one atomic step.
+
+One Lua script stores the reward (only if the rollout has none yet), keeps the rollout with it for `rubricd
+export`, logs the event, replies, adds the judge calls' usage and acks: all of it or none, and a rollout
+rewarded twice always replies with its first reward.
+"""
+
+from collections.abc import Mapping
+
+from redis.asyncio import Redis
+
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import ArmReward, ArmRewarded, ArmRollout, Event
+from rubricd_services.common.commit import Script
+
+# An optional key is '': `reply` (no reply_to).
+_COMMIT = Script(
+    keys="reward kept events arm reply usage",
+    args="reward rewarded event reward_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl",
+    maps="usage",
+    reply="reply",
+    body="""
+local stored = redis.call('GET', k_reward)
+local reward = stored or a_reward
+if not stored then
+  redis.call('SET', k_reward, reward, 'EX', a_reward_ttl)
+  append(k_kept, a_kept_maxlen, a_rewarded)
+  redis.call('EXPIRE', k_kept, a_kept_ttl)
+  append(k_events, a_maxlen, a_event)
+end
+reply(k_reply, a_maxlen, reward, a_reply_ttl)
+hincrby(k_usage, m_usage)
+ack(k_arm, a_group, a_entry_id)
+return stored
+""",
+)
+
+
+class ArmEffects:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        group: str,
+        *,
+        reward_ttl_s: int,
+        maxlen: int,
+        reply_ttl_s: int,
+        kept_maxlen: int,
+        kept_ttl_s: int,
+    ) -> None:
+        self.keys, self.group = keys, group
+        self.reward_ttl_s, self.maxlen, self.reply_ttl_s = reward_ttl_s, maxlen, reply_ttl_s
+        self.kept_maxlen, self.kept_ttl_s = kept_maxlen, kept_ttl_s
+        self._commit = _COMMIT.register(redis)
+
+    async def commit(
+        self, entry_id: bytes, rollout: ArmRollout, reward: ArmReward, event: Event, usage: Mapping[str, int]
+    ) -> bool:
+        """Write the effects of rewarding `rollout`; False if it already had a reward (its first is replied).
+
+        `usage` (common.usage.increments) is added to the run's usage either way: the judge calls were made.
+        Raises Rejected, having written nothing, if its reply_to names a key that is not a stream.
+        """
+        stored = await self._commit(
+            keys={
+                "reward": self.keys.arm_reward(rollout.run_id, rollout.rollout_id),
+                "kept": self.keys.arm_rewarded(rollout.run_id),
+                "events": self.keys.events,
+                "arm": self.keys.arm,
+                "reply": rollout.reply_to or "",
+                "usage": self.keys.usage(rollout.run_id),
+            },
+            args={
+                "reward": wire.encode(reward),
+                "rewarded": wire.encode(ArmRewarded(rollout=rollout, reward=reward)),
+                "event": wire.encode(event),
+                "reward_ttl": self.reward_ttl_s,
+                "group": self.group,
+                "entry_id": entry_id,
+                "maxlen": self.maxlen,
+                "reply_ttl": self.reply_ttl_s,
+                "kept_maxlen": self.kept_maxlen,
+                "kept_ttl": self.kept_ttl_s,
+            },
+            maps={"usage": usage},
+        )
+        return stored is None

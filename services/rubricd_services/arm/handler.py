@@ -1,0 +1,264 @@
+"""The arm service's worker: one ArmRollout in, one committed ArmReward out (or a dead letter).
+
+`handle` validates the rollout, checks its phase against what its step trains (`phases`), and rewards it
+(`rewards`): a generator rollout by having the frozen judge compare its prompt's labelled pairs, in both orders,
+under the candidate rubric set (nothing cached across candidates); a judge rollout by reading its verdict against
+the label (no LLM call). The reward, its event, the reply and the calls' usage are committed in one step
+(`effects`). A rollout that can never be rewarded as sent (malformed, of the phase its step does not train, naming
+a prompt or comparison the run has not imported, or a generator whose rubrics were never written) is rejected:
+it goes to the dead letters, and the trainer gets a `rejected` reward naming why.
+"""
+
+import asyncio
+import logging
+import time
+from typing import Any, cast
+
+import msgspec
+from faststream.redis.message import RedisStreamMessage
+
+from rubricd import arm, wire
+from rubricd.arm import explain
+from rubricd.keys import ARM
+from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, Phase, RubricKind, RubricSet
+from rubricd_services.common import prompts, streams
+from rubricd_services.common.llm import LLMError
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.common.service import Clients
+from rubricd_services.common.streams import Notice, Rejected, Sender
+from rubricd_services.comparer import pairwise
+from rubricd_services.comparer.handler import Calls
+from rubricd_services.comparer.pairwise import PAIRWISE, PairwiseFailed
+
+from . import rewards
+from .effects import ArmEffects
+from .phases import Phases
+from .settings import ArmSettings
+
+SERVICE = "arm"
+log = logging.getLogger("rubricd.arm")
+
+
+class Rewarder:
+    """Turns one arm entry into one committed ArmReward."""
+
+    def __init__(self, settings: ArmSettings, clients: Clients) -> None:
+        self.settings, self.keys, self.redis, self.gateway = settings, clients.keys, clients.redis, clients.gateway
+        self.judge_agent = settings.agent(PAIRWISE)
+        self.template = prompts.load(pairwise.__package__, PAIRWISE, settings.pairwise_prompt)
+        self.anchors = [r for r in Seeds.load(settings).default if r.kind == RubricKind.ANCHOR]
+        self.phases = Phases(clients.redis, clients.keys, settings.plan(), maxlen=settings.stream_maxlen)
+        self.rewards = clients.metrics.counter(
+            "rubricd_arm_rewards",
+            "Rubric-ARM rollouts rewarded, by phase and outcome (rewarded, penalized, judge_failed, rejected)",
+            ["phase", "outcome"],
+        )
+        self.intake = streams.Intake(
+            ArmRollout,
+            "arm rollout",
+            "rollout_id",
+            settings.max_arm_rollout_bytes,
+            "max_arm_rollout_bytes",
+            self.keys,
+            settings.reply_ttl_s,
+            answer=rejected,
+        )
+        self.effects = ArmEffects(
+            clients.redis,
+            self.keys,
+            ARM,
+            reward_ttl_s=settings.arm_reward_ttl_s,
+            maxlen=settings.stream_maxlen,
+            reply_ttl_s=settings.reply_ttl_s,
+            kept_maxlen=settings.arm_kept_maxlen,
+            kept_ttl_s=settings.arm_kept_ttl_s,
+        )
+
+    async def handle(self, msg: RedisStreamMessage) -> None:
+        try:
+            rollout = self.intake.take(msg.body)
+            calls = Calls()
+            # Published again (or redelivered after its commit): no judge calls, the commit replies its first reward.
+            stored = await self.redis.get(self.keys.arm_reward(rollout.run_id, rollout.rollout_id))
+            reward = wire.decode(stored, ArmReward) if stored is not None else await self.reward(rollout, calls)
+        except Rejected:
+            self.rewards.labels("none", "rejected").inc()
+            raise
+        spent = calls.usage(reward.judge_model or self.judge_agent.model)
+        if not await self.effects.commit(streams.entry_id(msg), rollout, reward, self.event(reward), spent):
+            log.info(
+                "arm rollout %s/%s was already rewarded; replied its first reward", rollout.run_id, rollout.rollout_id
+            )
+            return
+        outcome = "penalized" if reward.penalty else "rewarded" if reward.status is JudgeStatus.OK else reward.status
+        self.rewards.labels(reward.phase or "none", outcome).inc()
+
+    async def reward(self, rollout: ArmRollout, calls: Calls) -> ArmReward:
+        decision = await self.phases.decision(rollout.run_id, rollout.step)
+        if not decision.admits(rollout.phase):
+            raise refuse(
+                rollout,
+                f"step {rollout.step} trains the {decision.training} ({explain(decision)}): a {rollout.phase} "
+                "rollout is not rewarded in it",
+                self.settings.reply_ttl_s,
+            )
+        started = time.perf_counter()
+        if rollout.phase == "generator":
+            reward = await self.generator(rollout, calls)
+        else:
+            reward = await self.judge(rollout)
+        ms = round((time.perf_counter() - started) * 1000, 3)
+        return msgspec.structs.replace(reward, reward_ms=ms, rewarded_at=time.time())
+
+    async def generator(self, rollout: ArmRollout, calls: Calls) -> ArmReward:
+        """The frozen judge's accuracy on the prompt's labelled pairs with the candidate rubric set."""
+        s = self.settings
+        assert rollout.prompt_id is not None
+        found = await arm.read_prompt(self.redis, self.keys, rollout.run_id, rollout.prompt_id)
+        if found is None:
+            raise refuse(
+                rollout, f"run has no preference prompt {rollout.prompt_id!r} (rubricd arm import)", s.reply_ttl_s
+            )
+        judge_model = rollout.judge_model or self.judge_agent.model
+        base = _base(rollout, judge_model=judge_model)
+        candidate = rewards.candidate(rollout.completion, self.anchors, s.meta_classes, s.generate_max_rubrics)
+        if candidate.problem is not None:
+            return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=candidate.problem)
+        rubric_set = rewards.candidate_set(rollout.run_id, found.prompt_id, candidate.rubrics)
+        system = pairwise.system_message(self.template, rubric_set)
+        judged = await asyncio.gather(
+            *(
+                pairwise.judge_comparison(
+                    comparison,
+                    rubric_set,
+                    system,
+                    self.caller(calls, judge_model),
+                    both_orders=True,
+                    ties=s.pairwise_ties,
+                    max_chars=self.judge_agent.prompt_chars(),
+                )
+                for comparison in found.comparisons[: s.arm_max_comparisons]
+            )
+        )
+        outcomes = [rewards.outcome(p, s.arm_tie_reward) for p in judged]
+        value = rewards.generator_reward(outcomes)
+        failed = [o.error for o in outcomes if o.credit is None]
+        return ArmReward(
+            **base,
+            status=JudgeStatus.OK if value is not None else JudgeStatus.JUDGE_FAILED,
+            reward=value,
+            error=f"the judge answered none of {len(outcomes)} comparisons: {failed[0]}" if value is None else None,
+            rubrics=candidate.rubrics,
+            dropped=candidate.dropped,
+            outcomes=outcomes,
+            judged=len(outcomes) - len(failed),
+            correct=sum(1 for o in outcomes if o.winner is not None and o.winner == o.label),
+        )
+
+    async def judge(self, rollout: ArmRollout) -> ArmReward:
+        """The judge's verdict against the label, under the frozen generator's rubrics it was shown."""
+        s = self.settings
+        assert rollout.comparison_id is not None and rollout.generator_model is not None
+        indexed = cast(bytes | None, await self.redis.hget(self.keys.arm_index(rollout.run_id), rollout.comparison_id))
+        found = (
+            None if indexed is None else await arm.read_prompt(self.redis, self.keys, rollout.run_id, indexed.decode())
+        )
+        comparison = (
+            next((c for c in found.comparisons if c.comparison_id == rollout.comparison_id), None) if found else None
+        )
+        if found is None or comparison is None:
+            raise refuse(
+                rollout, f"run has no comparison {rollout.comparison_id!r} (rubricd arm import)", s.reply_ttl_s
+            )
+        stored = await self.redis.hget(self.keys.arm_rubrics(rollout.run_id, rollout.generator_model), found.prompt_id)
+        if stored is None:
+            raise refuse(
+                rollout,
+                f"no rubrics of generator {rollout.generator_model!r} for prompt {found.prompt_id!r}: `rubricd arm "
+                f"dataset {rollout.run_id} --phase judge --generator {rollout.generator_model}` writes them, with the "
+                "judge's prompts",
+                s.reply_ttl_s,
+            )
+        base = _base(rollout, prompt_id=found.prompt_id, label=comparison.label)
+        read = rewards.verdict(rollout.completion, wire.decode(stored, RubricSet), rollout.order, ties=s.pairwise_ties)
+        if read.judgment is None:
+            return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=read.problem)
+        return ArmReward(
+            **base,
+            status=JudgeStatus.OK,
+            reward=rewards.judge_reward(read.judgment, comparison),
+            winner=read.judgment.winner,
+        )
+
+    def caller(self, calls: Calls, model: str) -> pairwise.PairJudge:
+        async def call(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
+            try:
+                done = await self.gateway.structured(PAIRWISE, messages, answer, model=model)
+            except LLMError as e:
+                raise PairwiseFailed(str(e)) from None
+            calls.completions.append(done)
+            return done.value, done.attempts
+
+        return call
+
+    @staticmethod
+    def event(reward: ArmReward) -> Event:
+        if reward.status is not JudgeStatus.OK:
+            kind, detail = EventKind(reward.status), reward.error or ""
+        elif reward.penalty is not None:
+            kind, detail = EventKind.ARM_REWARDED, f"penalty: {reward.penalty}"
+        elif reward.phase == "generator":
+            kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
+        else:
+            kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
+        return streams.event(
+            SERVICE,
+            kind,
+            run_id=reward.run_id,
+            step=reward.step,
+            rollout_id=reward.rollout_id,
+            detail=detail,
+            phase=reward.phase,
+            reward=reward.reward,
+            penalized=reward.penalty is not None,
+            judge_model=reward.judge_model,
+            generator_model=reward.generator_model,
+        )
+
+
+def _base(rollout: ArmRollout, **fields: Any) -> dict[str, Any]:
+    """The fields every reward of `rollout` carries."""
+    return {
+        "run_id": rollout.run_id,
+        "rollout_id": rollout.rollout_id,
+        "step": rollout.step,
+        "phase": rollout.phase,
+        "prompt_id": rollout.prompt_id,
+        "comparison_id": rollout.comparison_id,
+        "order": rollout.order if rollout.phase == "judge" else None,
+        "judge_model": rollout.judge_model,
+        "generator_model": rollout.generator_model,
+        **fields,
+    }
+
+
+def refuse(rollout: ArmRollout, reason: str, reply_ttl_s: int) -> Rejected:
+    """A valid rollout that can never be rewarded as sent: dead-lettered, and answered if it said where."""
+    notice = None
+    if rollout.reply_to is not None:
+        sender = Sender(rollout.reply_to, rollout.run_id, rollout.rollout_id, rollout.step)
+        notice = Notice(rollout.reply_to, rejected(sender, reason, rollout.phase), reply_ttl_s)
+    return Rejected(reason, notify=notice)
+
+
+def rejected(sender: Sender, reason: str, phase: Phase | None = None) -> ArmReward:
+    """The answer to an arm rollout that can never be rewarded as sent."""
+    return ArmReward(
+        run_id=sender.run_id,
+        rollout_id=sender.id,
+        step=sender.step,
+        phase=phase,
+        status=JudgeStatus.REJECTED,
+        error=reason,
+        rewarded_at=time.time(),
+    )

@@ -1,0 +1,59 @@
+"""The arm service's settings (env prefix RUBRICD_, see common.settings)."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from rubricd.arm import Plan
+from rubricd_services.common.seeds import SeedSettings
+from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.comparer.settings import PairwiseSettings
+from rubricd_services.rubrics.generation import GeneratorSettings
+
+
+class ArmSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+    arm_first_phase: Literal["generator", "judge"] = Field(
+        "judge", description="the phase a run starts in (Rubric-ARM trains the judge first)"
+    )
+    arm_phase_steps: int = Field(10, ge=1, description="steps of each phase before the other model trains")
+    arm_warm_up_steps: int = Field(
+        0, ge=0, description="steps of the first phase before the alternation starts (added to its first turn)"
+    )
+    arm_simultaneous: bool = Field(
+        False, description="reward both phases every step (simultaneous updates, the baseline alternation beats)"
+    )
+    arm_invalid_reward: float = Field(
+        -1.0,
+        description="the reward of a completion that cannot be used: a candidate rubric set that breaks the "
+        "generation rules (no valid rubric), or a judge verdict that does not parse",
+    )
+    arm_tie_reward: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="what a comparison judged a tie in both orders adds to the generator's reward (1: a right "
+        "pick; 0.5 makes a set that cannot separate a pair worth a coin toss)",
+    )
+    arm_max_comparisons: int = Field(
+        8, ge=1, le=64, description="labelled comparisons of the prompt a generator rollout is judged on (the first)"
+    )
+    max_arm_rollout_bytes: int = Field(1_000_000, ge=1024, description="a larger arm rollout is rejected")
+    arm_reward_ttl_s: int = Field(
+        3600, ge=60, description="how long a reward is kept for redelivery (a rollout published again)"
+    )
+    reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
+    arm_kept_maxlen: int = Field(
+        100_000, ge=100, description="rewarded rollouts kept per run for `rubricd export` (<ns>:arm-rewarded:<run>)"
+    )
+    arm_kept_ttl_s: int = Field(
+        30 * 24 * 3600, ge=60, description="a run's kept rewarded rollouts expire this long after the last one"
+    )
+
+    def plan(self) -> Plan:
+        """A run's phase plan unless it has its own (`rubricd arm phases`)."""
+        return Plan(
+            first=self.arm_first_phase,
+            phase_steps=self.arm_phase_steps,
+            warm_up_steps=self.arm_warm_up_steps,
+            simultaneous=self.arm_simultaneous,
+        )

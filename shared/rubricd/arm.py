@@ -1,0 +1,180 @@
+"""Rubric-ARM training as Redis holds it: a run's preference pairs, its phase plan, and each step's phase.
+
+Pure rules and the read side, shared by the arm service, `rubricd arm`, `rubricd status` and the dashboard:
+`read_preferences` turns a preference set (JSONL: prompt, chosen, rejected, optional reference and id) into
+labelled comparisons grouped by prompt; `Plan.phase` says which model a step trains. The rules:
+docs/researchers/rubric-arm.md, "Training the generator and the judge".
+"""
+
+import hashlib
+from collections.abc import Mapping
+from typing import Annotated, Literal, cast
+
+import msgspec
+from redis.asyncio import Redis
+
+from .keys import Keys
+from .messages import Comparison, InstanceKey, Phase, RolloutId
+
+# What a step trains: one model, or both (a plan with simultaneous updates, the baseline alternation is compared to).
+Training = Literal["generator", "judge", "both"]
+Why = Literal["warm_up", "phase", "simultaneous"]
+
+
+class PreferenceLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a preference set, the common JSONL shape of preference datasets."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+    reference: str | None = None
+    id: RolloutId | None = None
+
+
+class ArmPrompt(msgspec.Struct, frozen=True, kw_only=True):
+    """A preference prompt of a run and its labelled comparisons (the generator's reward judges them all)."""
+
+    prompt_id: InstanceKey
+    prompt: str
+    reference: str | None = None
+    comparisons: list[Comparison]
+
+
+class InvalidPreferences(ValueError):
+    """A preference set that cannot be imported; the message names the line and the field."""
+
+
+_line_decoder = msgspec.json.Decoder(PreferenceLine)
+
+
+def read_preferences(data: bytes, run_id: str, source: str = "preferences") -> list[ArmPrompt]:
+    """The preference set's lines as labelled comparisons grouped by prompt (in the order first seen).
+
+    A comparison's id is the line's `id`, or `<prompt id>-<n>` (its n-th pair); its prompt id the hash a rollout's
+    instance key would be (rubricd.messages.instance_key). The chosen response is shown as A or as B by the id's
+    hash, so a judge cannot learn a position from the labels. Raise InvalidPreferences naming `source`, the line
+    and the field.
+    """
+    prompts: dict[str, ArmPrompt] = {}
+    seen: set[str] = set()
+    for n, raw in enumerate(data.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            line = _line_decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise InvalidPreferences(f"{source}:{n}: {e}") from None
+        prompt_id = prompt_key(line.prompt)
+        found = prompts.get(prompt_id)
+        comparison_id = line.id or f"{prompt_id}-{len(found.comparisons) if found else 0}"
+        if comparison_id in seen:
+            raise InvalidPreferences(f"{source}:{n}: id {comparison_id!r} appears twice - at `$.id`")
+        seen.add(comparison_id)
+        try:
+            comparison = msgspec.convert(_comparison(run_id, comparison_id, line), Comparison)
+        except msgspec.ValidationError as e:
+            raise InvalidPreferences(f"{source}:{n}: {e}") from None
+        if found is None:
+            prompts[prompt_id] = ArmPrompt(
+                prompt_id=prompt_id, prompt=line.prompt, reference=line.reference, comparisons=[comparison]
+            )
+        else:
+            found.comparisons.append(comparison)
+    if not prompts:
+        raise InvalidPreferences(f"{source}: no preference pair")
+    return list(prompts.values())
+
+
+def prompt_key(prompt: str) -> str:
+    """A preference prompt's id: the instance key a rollout of that prompt gets (rubricd.messages.instance_key)."""
+    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
+
+
+def _comparison(run_id: str, comparison_id: str, line: PreferenceLine) -> dict[str, object]:
+    chosen_first = hashlib.sha256(comparison_id.encode()).digest()[0] % 2 == 0
+    return {
+        "run_id": run_id,
+        "comparison_id": comparison_id,
+        "prompt": line.prompt,
+        "response_a": line.chosen if chosen_first else line.rejected,
+        "response_b": line.rejected if chosen_first else line.chosen,
+        "reference": line.reference,
+        "label": "A" if chosen_first else "B",
+    }
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """Which model each step of a run trains: `first` for `warm_up_steps` steps, then `phase_steps` steps of each
+    in turn from `first`; with `simultaneous`, both every step."""
+
+    first: Phase = "judge"
+    phase_steps: Annotated[int, msgspec.Meta(ge=1)] = 10
+    warm_up_steps: Annotated[int, msgspec.Meta(ge=0)] = 0
+    simultaneous: bool = False
+
+    def training(self, step: int) -> tuple[Training, Why]:
+        """What `step` trains, and why."""
+        if self.simultaneous:
+            return "both", "simultaneous"
+        if step < self.warm_up_steps:
+            return self.first, "warm_up"
+        other: Phase = "generator" if self.first == "judge" else "judge"
+        turn = (step - self.warm_up_steps) // self.phase_steps
+        return (self.first if turn % 2 == 0 else other), "phase"
+
+    def span(self, step: int) -> tuple[int, int]:
+        """The first and last step of `step`'s phase (warm-up included in the first)."""
+        if self.simultaneous:
+            return 0, step
+        if step < self.warm_up_steps + self.phase_steps:
+            return 0, self.warm_up_steps + self.phase_steps - 1
+        start = step - (step - self.warm_up_steps) % self.phase_steps
+        return start, start + self.phase_steps - 1
+
+
+class PhaseDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """What one step of a run trains, decided once for every trainer process, and the plan it followed."""
+
+    step: int
+    training: Training
+    why: Why
+    plan: Plan
+    decided_at: float | None = None
+
+    def admits(self, phase: Phase) -> bool:
+        return self.training in (phase, "both")
+
+
+def explain(d: PhaseDecision) -> str:
+    """One line: what the step trains, and why."""
+    if d.why == "simultaneous":
+        return "both models (simultaneous updates)"
+    first, last = d.plan.span(d.step)
+    return f"{d.training}: {'warm-up, ' if d.why == 'warm_up' else ''}steps {first}-{last}"
+
+
+async def read_plan(redis: Redis, keys: Keys, run_id: str) -> Plan | None:
+    """The run's own plan (`rubricd arm phases`), or None: the arm service's settings."""
+    raw = cast(bytes | None, await redis.get(keys.arm_plan(run_id)))
+    return None if raw is None else msgspec.json.decode(raw, type=Plan)
+
+
+async def read_decisions(redis: Redis, keys: Keys, run_id: str) -> dict[int, PhaseDecision]:
+    """Every decided step of the run, in order."""
+    return parse_decisions(cast(dict[bytes, bytes], await redis.hgetall(keys.arm_phases(run_id))))
+
+
+def parse_decisions(fields: Mapping[bytes, bytes]) -> dict[int, PhaseDecision]:
+    decided = {int(step): msgspec.json.decode(raw, type=PhaseDecision) for step, raw in fields.items()}
+    return dict(sorted(decided.items()))
+
+
+async def read_prompt(redis: Redis, keys: Keys, run_id: str, prompt_id: str) -> ArmPrompt | None:
+    raw = cast(bytes | None, await redis.hget(keys.arm_pairs(run_id), prompt_id))
+    return None if raw is None else msgspec.json.decode(raw, type=ArmPrompt)
+
+
+async def read_prompts(redis: Redis, keys: Keys, run_id: str) -> list[ArmPrompt]:
+    """The run's imported preference prompts, by prompt id."""
+    fields = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_pairs(run_id)))
+    return [msgspec.json.decode(fields[k], type=ArmPrompt) for k in sorted(fields)]

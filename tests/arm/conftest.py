@@ -1,0 +1,45 @@
+"""Arm processes and the `rubricd` command for the arm service's integration tests (see tests/conftest.py)."""
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def start_arm(start_service):
+    """start_arm(**settings): an arm service in this test's namespace, reading once it returns."""
+    return lambda **settings: start_service("arm", **{"llm__max_retries": 2, **settings})
+
+
+@pytest.fixture
+def rubricd(service_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """rubricd(*args, ok=True): the command in this test's namespace; with ok, it must succeed."""
+
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "rubricd_services.cli", *args],
+            env=service_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert not ok or done.returncode == 0, done.stderr
+        return done
+
+    return run
+
+
+@pytest.fixture
+def preferences(tmp_path: Path) -> Callable[[list[dict[str, str]]], Path]:
+    """preferences(lines): a preference set file."""
+
+    def write(lines: list[dict[str, str]]) -> Path:
+        path = tmp_path / "preferences.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        return path
+
+    return write
