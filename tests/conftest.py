@@ -262,7 +262,7 @@ def stack_ports(base: int) -> dict[str, int]:
         "RUBRICD_WEAVIATE_RAFT_PORT": base + 5,  # raft rpc: + 1
         "RUBRICD_SIMULATOR_PORT": base + 7,
         "RUBRICD_METRICS_BASE_PORT": base
-        + 8,  # scorer + 1, summarizer + 2, updater + 3, gateway + 4, comparer + 5, analyzer-i + 10 + i
+        + 8,  # scorer + 1, summarizer + 2, updater + 3, gateway + 4, comparer + 5, arm + 6, analyzer-i + 10 + i
         "RUBRICD_MODEL_PORT": base + 21,  # the local model's server
     }
 

@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from rubricd.keys import ANALYZERS, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
+from rubricd.keys import ANALYZERS, ARM, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd_services.common.service import ServiceApp
 from rubricd_services.common.settings import AGENT_DEFAULTS, LLMSettings
 from rubricd_services.gateway.settings import GatewaySettings
@@ -31,24 +31,24 @@ from rubricd_services.gateway.settings import GatewaySettings
 ROOT = Path(__file__).parents[1]
 K8S = ROOT / "deploy" / "k8s"
 KUBERNETES = "1.37"  # the API version the built-in kinds are checked against
-CONSUMERS = ("scorer", "comparer", "analyzer", "summarizer", "updater")
+CONSUMERS = ("scorer", "comparer", "arm", "analyzer", "summarizer", "updater")
 METRICS_PORT = 9100  # rubricd-config's RUBRICD_METRICS_PORT
 GATEWAY_PORT = GatewaySettings.model_fields["gateway_port"].default
 
 # What each overlay renders: a test that validated nothing cannot pass.
 OVERLAYS = {
-    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 8},
+    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 9},
     "production": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 7},
-        **{"ScaledObject": 5, "TriggerAuthentication": 1, "PodMonitor": 1},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 8},
+        **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
     "locked-down": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 7},
-        **{"ScaledObject": 5, "TriggerAuthentication": 1, "PodMonitor": 1},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 8},
+        **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
     "external-redis": {
-        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 1, "Deployment": 7},
-        **{"ScaledObject": 5, "TriggerAuthentication": 1, "PodMonitor": 1},
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 1, "Deployment": 8},
+        **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
 }
 
@@ -242,6 +242,7 @@ def test_each_consumer_is_scaled_on_the_groups_it_reads() -> None:
     expected = {
         "scorer": {(keys.rollouts, SCORERS)},
         "comparer": {(keys.comparisons, COMPARERS)},
+        "arm": {(keys.arm, ARM)},
         "analyzer": {(keys.scored, ANALYZERS)},
         "summarizer": {(keys.steps, SUMMARIZERS), (keys.analyses, SUMMARIZERS)},
         "updater": {(keys.summaries, UPDATERS)},

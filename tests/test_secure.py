@@ -22,8 +22,9 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, ConnectionError, NoPermissionError, TimeoutError
 
 from rubricd import Rollout, RubricdClient, wire
-from rubricd.keys import ANALYZERS, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
-from rubricd.messages import JudgeStatus, Score
+from rubricd.arm import prompt_key
+from rubricd.keys import ANALYZERS, ARM, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
+from rubricd.messages import ArmReward, ArmRollout, JudgeStatus, Score
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,8 @@ class Run:
     healthbench: list[subprocess.CompletedProcess[str]]  # `rubricd rubrics import` and `report` as the cli user
     gateway: dict[str, Any]  # the HTTP gateway's answers to an OpenRLHF request and its retry, as its own user
     dashboard: dict[str, httpx.Response]  # `rubricd serve dashboard`'s JSON routes, as the cli user
+    arm: list[subprocess.CompletedProcess[str]]  # `rubricd arm import`, `phases` and `dataset`, as the cli user
+    arm_rewards: list[ArmReward]  # a generator and a judge rollout, rewarded by the arm service as its own user
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +102,47 @@ async def run(start_module_stack, serve_dashboard) -> Run:
         )
         for args in (["import", str(SAMPLE), "--run", "imported", "--json"], ["report", RUN])
     ]
+    # Rubric-ARM: the cli user imports preference pairs, sets the run's phases and writes the judge's prompts
+    # (asking the frozen generator); the trainer has a generator and a judge rollout rewarded.
+    pairs = stack.stack_dir / "preferences.jsonl"
+    pairs.write_text('{"prompt": "Name the largest planet.", "chosen": "Jupiter.", "rejected": "Mars.", "id": "p0"}\n')
+    arm = [
+        subprocess.run(
+            [sys.executable, "-m", "rubricd_services.cli", "arm", *args],
+            env={**os.environ, **settings_of(stack, "cli")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for args in (
+            ["import", RUN, str(pairs)],
+            ["phases", RUN, "--simultaneous"],
+            ["dataset", RUN, "--phase", "judge", "--generator", "gen-v1", "-o", "/dev/null"],
+        )
+    ]
+    drafted = '{"rubrics": [{"criterion": "The response is concise and brief.", "points": 3, "meta_class": "accuracy", '
+    drafted += '"rule": "principle"}]}'
+    arm_rollouts = [
+        ArmRollout(
+            run_id=RUN,
+            rollout_id="g0",
+            step=0,
+            phase="generator",
+            completion=drafted,
+            prompt_id=prompt_key("Name the largest planet."),
+        ),
+        ArmRollout(
+            run_id=RUN,
+            rollout_id="j0",
+            step=0,
+            phase="judge",
+            completion="not a verdict",
+            comparison_id="p0",
+            generator_model="gen-v1",
+        ),
+    ]
+    async with RubricdClient(url_of(stack, "trainer")) as client:
+        arm_rewards = await client.arm_rewards(arm_rollouts, timeout=120)
     base = stack.ports["RUBRICD_METRICS_BASE_PORT"]
     async with httpx.AsyncClient(timeout=60) as http:  # the HTTP gateway, as its own Redis user
         request = {"query": ["What is 17 + 25? 17 + 25 = 42."], "prompts": ["What is 17 + 25?"], "labels": ["42"]}
@@ -106,8 +150,8 @@ async def run(start_module_stack, serve_dashboard) -> Run:
         again = await http.post(f"http://127.0.0.1:{base + 4}/get_reward?run={RUN}-http", json=request)  # a retry
         assert asked.status_code == again.status_code == 200, (asked.text, again.text)
         gateway = {"first": asked.json(), "retried": again.json()}
-    pages = {}  # `rubricd serve dashboard` as the cli user, on a port of the stack's block left free (comparer: + 5)
-    with serve_dashboard({**os.environ, **settings_of(stack, "cli")}, base + 6) as url:
+    pages = {}  # `rubricd serve dashboard` as the cli user, on a port of the stack's block left free (arm: + 6)
+    with serve_dashboard({**os.environ, **settings_of(stack, "cli")}, base + 7) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             routes = {"runs": "api/runs", "run": f"api/runs/{RUN}", "groups": "api/groups", "events": "api/events"}
             for name, path in routes.items():
@@ -137,6 +181,8 @@ async def run(start_module_stack, serve_dashboard) -> Run:
         healthbench,
         gateway,
         pages,
+        arm,
+        arm_rewards,
     )
 
 
@@ -172,6 +218,10 @@ def test_the_cli_user_imports_healthbench_sets_and_reports_the_run(run: Run) -> 
 
 def test_no_service_was_refused_anything_the_run_needed(run: Run) -> None:
     assert run.refused == []  # the gateway's answers below included: it publishes, waits and re-reads as itself
+    assert [done.returncode for done in run.arm] == [0, 0, 0], [done.stderr for done in run.arm]
+    generator, judge = run.arm_rewards
+    assert (generator.status, generator.judged, judge.status, judge.reward) == ("ok", 1, "ok", -1.0)
+    assert judge.penalty is not None
     assert run.gateway["first"]["rewards"] == run.gateway["retried"]["rewards"] == [1.0]
     assert run.status.returncode == 0, run.status.stderr  # the cli user reads what `rubricd status` shows
     assert {name: page.status_code for name, page in run.dashboard.items()} == dict.fromkeys(
@@ -233,6 +283,7 @@ async def test_keda_s_user_reads_each_group_s_backlog_and_nothing_else(run: Run)
     consumed = {
         keys.rollouts: SCORERS,
         keys.comparisons: COMPARERS,
+        keys.arm: ARM,
         keys.scored: ANALYZERS,
         keys.steps: SUMMARIZERS,
         keys.analyses: SUMMARIZERS,
@@ -274,8 +325,8 @@ async def test_no_secret_reaches_a_log_an_event_a_metric_or_a_dead_letter(run: R
         await admin.aclose()
     started = [e for _, e in events if b'"service_started"' in e[wire.FIELD.encode()]]
     assert (
-        len(started) == 6 and len(letters) == 1
-    )  # scorer, comparer, summarizer, updater, gateway, analyzer; the rejection
+        len(started) == 7 and len(letters) == 1
+    )  # scorer, comparer, arm, summarizer, updater, gateway, analyzer; the rejection
     logs = {path.name: path.read_text() for path in (run.stack.stack_dir / "logs").glob("*.log")}
     assert {"scorer.log", "analyzer-1.log", "redis.log", "weaviate.log"} <= set(logs)
     places = {
@@ -286,7 +337,7 @@ async def test_no_secret_reaches_a_log_an_event_a_metric_or_a_dead_letter(run: R
         **{f"{name} /metrics": page for name, page in run.metrics.items()},
         "rubricd status": run.status.stdout + run.status.stderr,
     }
-    assert len(run.secrets) == 11  # ten Redis users and the Weaviate key
+    assert len(run.secrets) == 12  # eleven Redis users and the Weaviate key
     for name, secret in run.secrets.items():
         for place, text in places.items():
             assert secret not in text, f"{name} in {place}"
@@ -302,6 +353,7 @@ async def test_a_locked_down_stack_without_tls_keeps_its_secrets_to_its_owner(st
             "admin",
             "scorer",
             "comparer",
+            "arm",
             "analyzer",
             "summarizer",
             "updater",

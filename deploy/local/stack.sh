@@ -50,7 +50,7 @@ WEAVIATE_RAFT_PORT=${RUBRICD_WEAVIATE_RAFT_PORT:-$((_CLUSTER_BASE + 2))}
 WEAVIATE_RAFT_RPC_PORT=$((WEAVIATE_RAFT_PORT + 1))
 ANALYZER_WORKERS=${RUBRICD_ANALYZER_WORKERS:-2}
 # Each service serves /health and /metrics: scorer B+1, summarizer B+2,
-# updater B+3, gateway B+4 (its reward routes too), comparer B+5, analyzer-i B+10+i (B = this base port).
+# updater B+3, gateway B+4 (its reward routes too), comparer B+5, arm B+6, analyzer-i B+10+i (B = this base port).
 METRICS_BASE_PORT=${RUBRICD_METRICS_BASE_PORT:-9100}
 STOP_TIMEOUT=${RUBRICD_STACK_STOP_TIMEOUT:-20}
 
@@ -63,7 +63,7 @@ elif [[ ${RUBRICD_REDIS_TLS:-0} == 1 ]]; then
   echo "stack: RUBRICD_REDIS_TLS=1 goes with RUBRICD_SECURE=1 (make up SECURE=1 TLS=1)" >&2
   exit 1
 fi
-REDIS_USERS=(admin scorer comparer analyzer summarizer updater gateway cli keda trainer)
+REDIS_USERS=(admin scorer comparer arm analyzer summarizer updater gateway cli keda trainer)
 
 WEAVIATE_VERSION=v1.36.15
 WEAVIATE_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/weaviate-$WEAVIATE_VERSION/weaviate-server
@@ -92,7 +92,7 @@ LLAMA_CPP_PYTHON=0.3.36          # its sdist vendors llama.cpp (commit 0c1e570),
 LLAMA_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/llama-server-$LLAMA_CPP_PYTHON/llama-server
 
 COMPONENTS=(redis weaviate simulator model services)
-SERVICES=(scorer comparer summarizer updater gateway) # gateway: the HTTP reward gateway (its Redis user: common.acl.gateway)
+SERVICES=(scorer comparer arm summarizer updater gateway) # gateway: the HTTP reward gateway (its Redis user: common.acl.gateway)
 
 say() { echo "stack: $*"; }
 die() { echo "stack: $*" >&2; exit 1; }
@@ -538,6 +538,7 @@ metrics_port() {
     updater) echo $((METRICS_BASE_PORT + 3)) ;;
     gateway) echo $((METRICS_BASE_PORT + 4)) ;;
     comparer) echo $((METRICS_BASE_PORT + 5)) ;;
+    arm) echo $((METRICS_BASE_PORT + 6)) ;;
     analyzer-*) echo $((METRICS_BASE_PORT + 10 + ${1#analyzer-})) ;;
   esac
 }
@@ -568,7 +569,7 @@ up_services() {
 
 down_services() {
   local f name
-  for f in "$STACK"/run/{scorer,comparer,summarizer,updater,gateway,analyzer-*}.pid; do
+  for f in "$STACK"/run/{scorer,comparer,arm,summarizer,updater,gateway,analyzer-*}.pid; do
     [[ -e $f ]] || continue
     name=$(basename "$f" .pid)
     stop "$name"

@@ -175,6 +175,17 @@ async def test_every_process_gives_a_step_the_same_phase_and_a_rollout_of_the_ot
     assert len(letters) == 3 * 6 and all("is not rewarded in it" in d.reason for d in letters)  # each one sent
     shown = rubricd("arm", "phases", "arm").stdout
     assert "judge first, 2 steps each in turn" in shown and "generator: steps 2-3" in shown
+    status = json.loads(rubricd("status", "--json").stdout)["arm_phases"]
+    assert status == [
+        {
+            "run_id": "arm",
+            "step": 5,
+            "training": "judge",
+            "why": "phase",
+            "phase": "judge: steps 4-5",
+            "decided_steps": 6,
+        }
+    ]
 
 
 async def test_a_rollout_naming_what_the_run_never_imported_is_rejected_with_the_reason(

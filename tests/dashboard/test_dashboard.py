@@ -19,8 +19,19 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from rubricd import RubricdClient, wire
+from rubricd.arm import PhaseDecision, Plan
 from rubricd.canaries import CanaryStep
-from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricsUpdated, Score, ScoredRollout
+from rubricd.messages import (
+    ArmReward,
+    ArmRewarded,
+    ArmRollout,
+    JudgeStatus,
+    Rollout,
+    RubricResult,
+    RubricsUpdated,
+    Score,
+    ScoredRollout,
+)
 from rubricd_services.dashboard.reader import PAGE, RunTally, StepTally
 from rubricd_services.demo.policy import respond
 
@@ -295,3 +306,62 @@ async def test_the_canaries_panel_shows_each_steps_agreement_and_where_the_judge
     assert attributes(browser, "#canary-note", "class") == ["note drift"]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "dashboard-canaries.png"))
+
+
+async def test_the_rubric_arm_panel_shows_each_phase_and_both_models_rewards(keys, redis, dashboard, browser):
+    """What the arm service keeps of a run (tests/arm/test_service.py makes it for real), drawn: the generator's mean
+    reward and the judge's accuracy per step, and what each step trained."""
+    plan = Plan(first="judge", phase_steps=2)
+    for step in range(4):
+        training, why = plan.training(step)
+        decision = PhaseDecision(step=step, training=training, why=why, plan=plan)
+        await redis.hset(keys.arm_phases("armed"), str(step), msgspec.json.encode(decision))
+        for i in range(2):
+            rollout = ArmRollout(
+                run_id="armed",
+                rollout_id=f"{step}-{i}",
+                step=step,
+                phase=training,
+                completion="...",
+                prompt_id="p" if training == "generator" else None,
+                comparison_id="c" if training == "judge" else None,
+                generator_model="g" if training == "judge" else None,
+            )
+            if training == "generator":  # 0.5 and 1.0 at step 2, 1.0 and 1.0 at step 3
+                reward = ArmReward(
+                    run_id="armed",
+                    rollout_id=rollout.rollout_id,
+                    step=step,
+                    phase=training,
+                    status=JudgeStatus.OK,
+                    reward=1.0 if i or step == 3 else 0.5,
+                )
+            else:  # one right verdict and one unparsable at step 0; both right at step 1
+                penalized = step == 0 and i == 1
+                reward = ArmReward(
+                    run_id="armed",
+                    rollout_id=rollout.rollout_id,
+                    step=step,
+                    phase=training,
+                    status=JudgeStatus.OK,
+                    reward=-1.0 if penalized else 1.0,
+                    penalty="not a verdict" if penalized else None,
+                    winner=None if penalized else "A",
+                    label="A",
+                )
+            await redis.xadd(
+                keys.arm_rewarded("armed"), {wire.FIELD: wire.encode(ArmRewarded(rollout=rollout, reward=reward))}
+            )
+    browser.get(dashboard + "#run=armed")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#arm g.series[data-series='judge accuracy'] circle"))
+    series = titles(browser, "#arm g.series", "data-series")
+    assert series["judge accuracy"] == ["judge accuracy, step 0: 1.000", "judge accuracy, step 1: 1.000"]
+    assert series["generator reward"] == ["generator reward, step 2: 0.750", "generator reward, step 3: 1.000"]
+    assert attributes(browser, "#arm .strip span", "data-training") == ["judge", "judge", "generator", "generator"]
+    [note] = texts(browser, "#arm-note")
+    assert (
+        note
+        == "step 3 trains generator: steps 2-3 · 1 completions penalized (invalid rubric sets, unparsable verdicts)"
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-arm.png"))

@@ -1,5 +1,6 @@
 """`rubricd status`: stream lengths, consumer groups (consumers, pending, lag, oldest pending), rubric versions,
-each scheduled run's active meta-class, each run's judge canaries, and each run's LLM calls, tokens and cost per
+each scheduled run's active meta-class, each run's judge canaries, each Rubric-ARM run's phase, and each run's LLM
+calls, tokens and cost per
 agent."""
 
 import argparse
@@ -11,7 +12,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rubricd import canaries
+from rubricd import arm, canaries
 from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import RubricSet
 from rubricd.schedule import Decision
@@ -29,7 +30,9 @@ oldest pending entry; the rubric version in force for each run; for each run
 with a meta-class schedule (reward policy `alternating`), the active meta-class
 of its latest decided step and why (`rubricd schedule RUN`: every step); for each
 run with canaries, its latest canary step's agreement with the labels, its baseline
-and since which step the judge drifts (`rubricd judge canaries RUN`: every step); and
+and since which step the judge drifts (`rubricd judge canaries RUN`: every step); for
+each Rubric-ARM run, what its latest decided step trains (`rubricd arm phases RUN`:
+every step); and
 what each run's LLM calls used per agent and model: calls, verdicts reused from the judge
 cache, prompt and completion tokens, and their cost at RUBRICD_PRICES (a model
 without a price shows tokens only; canaries are the agent `canary`).
@@ -66,6 +69,7 @@ def streams(keys: Keys) -> list[str]:
     return [
         keys.rollouts,
         keys.comparisons,
+        keys.arm,
         keys.steps,
         keys.scored,
         keys.analyses,
@@ -84,6 +88,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             "rubrics": await rubric_versions(redis, ctx.keys),
             "schedules": await active_classes(redis, ctx.keys),
             "canaries": await canary_runs(redis, ctx.keys),
+            "arm_phases": await arm_phases(redis, ctx.keys),
             "usage": await run_usage(redis, ctx.keys, ctx.settings.prices),
         }
     print(msgspec.json.encode(report).decode() if args.json else render(report, ctx.keys.namespace))
@@ -206,6 +211,27 @@ async def canary_runs(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: r["run_id"])
 
 
+async def arm_phases(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+    """Each Rubric-ARM run: what its latest decided step trains and why, and its phase's span."""
+    prefix = keys.arm_phases("")
+    runs = []
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        decided = arm.parse_decisions(cast(dict[bytes, bytes], await redis.hgetall(key)))
+        if decided:
+            latest = decided[max(decided)]
+            runs.append(
+                {
+                    "run_id": _text(key).removeprefix(prefix),
+                    "step": latest.step,
+                    "training": latest.training,
+                    "why": latest.why,
+                    "phase": arm.explain(latest),
+                    "decided_steps": len(decided),
+                }
+            )
+    return sorted(runs, key=lambda r: r["run_id"])
+
+
 async def run_usage(redis: Redis, keys: Keys, prices: dict[str, Price]) -> list[dict[str, Any]]:
     """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's."""
     prefix = keys.usage("")
@@ -279,6 +305,9 @@ def render(report: dict[str, Any], namespace: str) -> str:
     ]
     if judged:
         out += ["", table(judged, ["RUN", "CANARY STEP", "AGREEMENT", "BASELINE", "CANARY STEPS", "JUDGE DRIFT"])]
+    phases = [[r["run_id"], r["step"], r["training"], r["phase"], r["decided_steps"]] for r in report["arm_phases"]]
+    if phases:
+        out += ["", table(phases, ["RUN", "LATEST STEP", "TRAINS", "PHASE", "DECIDED STEPS"])]
     spent = [
         [r["run_id"], a["agent"], a["model"], a["calls"], a["cache_hits"], a["prompt_tokens"], a["completion_tokens"]]
         + [money(a["cost"])]

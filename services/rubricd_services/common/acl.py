@@ -16,7 +16,7 @@ from rubricd.keys import Keys
 from .limits import rate_key
 from .slots import slots_key
 
-SERVICES = ("scorer", "comparer", "analyzer", "summarizer", "updater", "gateway")
+SERVICES = ("scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway")
 ADMIN, CLI, KEDA = "admin", "cli", "keda"
 # A trainer's name prefixes its client ids (`<name>-<random>`), so it may hold no '-': the pattern of
 # trainer `a` must not match the reply streams of a trainer `a-b`.
@@ -135,6 +135,26 @@ def services(keys: Keys) -> list[User]:
             read=[k.rubrics_updated],
         ),
         User(
+            "arm",
+            # the phase script's HSETNX, HGET (and HMGET before it); the run's plan, pairs and frozen generators'
+            # rubrics: GET, HGET; the reward commit script: GET, SET, XADD, EXPIRE, HINCRBY (usage)
+            (*CONSUMER, *LLM_SLOTS, "get", "set", "hget", "hmget", "hsetnx"),
+            keys=[
+                *consuming(k, k.arm),
+                family(k.arm_reward("run", "rollout")),
+                family(k.arm_rewarded("run")),
+                family(k.arm_phases("run")),
+                family(k.replies("c")),
+                *every,
+            ],
+            read=[
+                family(k.arm_plan("run")),
+                family(k.arm_pairs("run")),
+                family(k.arm_index("run")),
+                family(k.arm_rubrics("run", "model")),
+            ],
+        ),
+        User(
             "analyzer",
             (*CONSUMER, *LLM_SLOTS, "sadd", "hget"),  # the announce script's SADD; the rollout's rubric set version
             keys=[
@@ -183,15 +203,18 @@ def cli(keys: Keys) -> User:
     `dlq replay` writes a stream the letter came from, deletes the letter and logs an event (a script);
     `rubrics import` seeds rubric sets (the store's script: HGET, HSET); `judge canaries` sets a run's canary set
     (SET, DEL); `rescore` seeds the re-scored run's sets,
-    publishes its rollouts and reads their Scores as a trainer does (a reply stream it deletes: DEL)."""
+    publishes its rollouts and reads their Scores as a trainer does (a reply stream it deletes: DEL); `arm import`
+    replaces a run's preference pairs (MULTI: DEL, HSET), `arm phases` sets its plan (SET), `arm dataset` keeps a
+    frozen generator's rubric sets (HSETNX), asking the generator through the LLM gateway (its slots and limits)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
     reads = (*streams, "scan", "hget", "hgetall", "get")
-    writes = ("xadd", "xdel", "del", "set", "hset", "evalsha", "script|load")
-    return User(CLI, ("ping", *reads, *writes), keys=[f"{keys.namespace}:*"])
+    writes = ("xadd", "xdel", "del", "set", "hset", "hsetnx", "multi", "exec", "evalsha", "script|load")
+    return User(CLI, ("ping", *reads, *writes, *LLM_SLOTS), keys=[f"{keys.namespace}:*"])
 
 
 def trainer(keys: Keys, name: str) -> User:
-    """A trainer (RubricdClient, the TRL and verl adapters): publishes rollouts, comparisons and step closures, reads rubric
+    """A trainer (RubricdClient, the TRL and verl adapters): publishes rollouts, comparisons, arm rollouts and step
+    closures, reads rubric
     sets, their announcements and done steps (wait_for_rubrics), the run's meta-class schedule (alternating:
     why each step's class was chosen), and reads and deletes its own reply streams."""
     if not TRAINER_NAME.fullmatch(name):
@@ -208,7 +231,7 @@ def trainer(keys: Keys, name: str) -> User:
             family(k.rubric_steps("run")),
             family(k.schedule("run")),
         ],
-        write=[k.rollouts, k.steps, k.comparisons],
+        write=[k.rollouts, k.steps, k.comparisons, k.arm],
     )
 
 
@@ -234,7 +257,7 @@ def keda(keys: Keys) -> User:
     return User(
         KEDA,
         ("ping", "info", "xinfo|groups", "xlen", "xpending"),
-        read=[k.rollouts, k.comparisons, k.scored, k.steps, k.analyses, k.summaries],
+        read=[k.rollouts, k.comparisons, k.arm, k.scored, k.steps, k.analyses, k.summaries],
     )
 
 

@@ -10,9 +10,9 @@ from typing import Any, cast
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import canaries, wire
+from rubricd import arm, canaries, wire
 from rubricd.keys import Keys
-from rubricd.messages import Event, JudgeStatus, RubricsUpdated, ScoredRollout
+from rubricd.messages import ArmReward, ArmRewarded, Event, JudgeStatus, RubricsUpdated, ScoredRollout
 from rubricd.schedule import read_history
 from rubricd.store import RubricStore
 from rubricd_services.cli import rubrics, status, tail
@@ -121,6 +121,60 @@ class RunTally:
         return [t.row(step) for step, t in sorted(self.steps.items())]
 
 
+@dataclass
+class ArmStep:
+    """What one step's Rubric-ARM rewards add up to, per phase: the mean reward (penalties included: what the
+    trainer trained on), how many were penalized, and for the judge how many verdicts picked the labelled winner."""
+
+    generator: Mean = field(default_factory=Mean)
+    judge: Mean = field(default_factory=Mean)
+    right: Mean = field(default_factory=Mean)  # judge verdicts that parsed: 1.0 picked the labelled winner
+    penalized: int = 0
+    failed: int = 0
+
+    def add(self, r: ArmReward) -> None:
+        if r.status is JudgeStatus.JUDGE_FAILED:
+            self.failed += 1
+        if r.reward is None:
+            return
+        (self.generator if r.phase == "generator" else self.judge).add(r.reward)
+        if r.penalty is not None:
+            self.penalized += 1
+        elif r.phase == "judge":
+            self.right.add(float(r.winner == r.label))
+
+    def row(self, step: int) -> dict[str, Any]:
+        return {
+            "step": step,
+            "generator_reward": self.generator.value(),
+            "generator_rollouts": self.generator.n,
+            "judge_reward": self.judge.value(),
+            "judge_accuracy": self.right.value(),
+            "judge_rollouts": self.judge.n,
+            "penalized": self.penalized,
+            "failed": self.failed,
+        }
+
+
+@dataclass
+class ArmTally:
+    """A Rubric-ARM run's steps from its kept rewards (Keys.arm_rewarded), read from where the last read stopped."""
+
+    steps: dict[int, ArmStep] = field(default_factory=dict)
+    last_id: str = "-"
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
+        stream = keys.arm_rewarded(run_id)
+        async with self.reading:
+            while entries := cast(list[StreamEntry], await redis.xrange(stream, min=self.last_id, count=PAGE)):
+                for _, fields in entries:
+                    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                        rewarded = wire.decode(wire.payload(fields), ArmRewarded)
+                        self.steps.setdefault(rewarded.rollout.step, ArmStep()).add(rewarded.reward)
+                self.last_id = "(" + entries[-1][0].decode()
+
+
 # --- The rest of a run: rubric versions, schedule, canaries, usage ---
 
 
@@ -130,6 +184,7 @@ class Reader:
     def __init__(self, ctx: Context, redis: Redis) -> None:
         self.ctx, self.keys, self.redis = ctx, ctx.keys, redis
         self.tallies: dict[str, RunTally] = {}
+        self.arm: dict[str, ArmTally] = {}
         self.updates: dict[str, dict[int, RubricsUpdated]] = {}
         self.looked_up: dict[str, float] = {}  # run -> when missing announcements were last looked for
         self.listed: tuple[float, list[dict[str, Any]]] | None = None  # when the run list was read, and it
@@ -148,6 +203,11 @@ class Reader:
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
             found[run_id]["recorded"] = await self.redis.xlen(key)
+        prefix = self.keys.arm_rewarded("")
+        async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
+            run_id = key.decode().removeprefix(prefix)
+            found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
+            found[run_id]["arm_rewarded"] = await self.redis.xlen(key)
         costs = {
             u["run_id"]: u["cost"] for u in await status.run_usage(self.redis, self.keys, self.ctx.settings.prices)
         }
@@ -157,6 +217,7 @@ class Reader:
                 "version": r["version"],
                 "instance_sets": r["instance_sets"],
                 "recorded": r.get("recorded", 0),
+                "arm_rewarded": r.get("arm_rewarded", 0),
                 "cost": costs.get(r["run_id"]),
             }
             for _, r in sorted(found.items())
@@ -170,6 +231,12 @@ class Reader:
             await tally.catch_up(self.redis, self.keys, run_id)
         schedule = await read_history(self.redis, self.keys, run_id)
         judged = await canaries.read(self.redis, self.keys, run_id)
+        arm_tally = self.arm.get(run_id)
+        if arm_tally is None and await self.redis.xlen(self.keys.arm_rewarded(run_id)):
+            arm_tally = self.arm[run_id] = ArmTally()
+        if arm_tally is not None:
+            await arm_tally.catch_up(self.redis, self.keys, run_id)
+        phases = await arm.read_decisions(self.redis, self.keys, run_id)
         return {
             "run_id": run_id,
             "steps": tally.rows() if tally is not None else [],
@@ -192,6 +259,8 @@ class Reader:
                 }
                 for c in judged
             ],
+            "arm": [t.row(step) for step, t in sorted(arm_tally.steps.items())] if arm_tally else [],
+            "arm_phases": [{"step": d.step, "training": d.training, "phase": arm.explain(d)} for d in phases.values()],
         }
 
     async def versions(self, run_id: str) -> list[dict[str, Any]]:

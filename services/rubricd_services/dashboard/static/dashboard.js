@@ -175,6 +175,33 @@ function drawCanaries(canaries, since) {
     (since === null ? "" : ` · judge drift since step ${since}`);
 }
 
+const PHASE_COLORS = { generator: "#1d4ed8", judge: "#b45309", both: "#555" };
+
+function drawArm(steps, phases) {
+  const box = document.querySelector("#arm .chart");
+  const strip = document.querySelector("#arm .strip");
+  const note = document.getElementById("arm-note");
+  strip.replaceChildren();
+  if (!steps.length && !phases.length) {
+    box.replaceChildren();
+    note.textContent = "no Rubric-ARM rewards: this run trains no rubric generator or judge (rubricd arm)";
+    return;
+  }
+  const xs = steps.map((s) => s.step);
+  lineChart(box, xs, [
+    { name: "generator reward", values: steps.map((s) => s.generator_reward), width: 3, color: PHASE_COLORS.generator },
+    { name: "judge accuracy", values: steps.map((s) => s.judge_accuracy), width: 3, color: PHASE_COLORS.judge },
+  ], Math.min(0, ...steps.map((s) => s.generator_reward ?? 0)), 1);
+  for (const d of phases) {
+    strip.append(el("span", { "data-step": d.step, "data-training": d.training, title: `step ${d.step}: ${d.phase}`,
+      style: `background:${PHASE_COLORS[d.training]};color:#fff` }, `${d.step}: ${d.training}`));
+  }
+  const latest = phases[phases.length - 1];
+  const penalized = steps.reduce((n, s) => n + s.penalized, 0);
+  note.textContent = (latest ? `step ${latest.step} trains ${latest.phase}` : "") +
+    (penalized ? ` · ${penalized} completions penalized (invalid rubric sets, unparsable verdicts)` : "");
+}
+
 function drawRubrics(steps) {
   const box = document.querySelector("#rubrics .heatmap");
   const shown = steps.slice(-30);
@@ -272,7 +299,7 @@ async function refresh(mine) {
     const info = runs.find((r) => r.run_id === state.run);
     document.getElementById("run-info").textContent = info
       ? `rubrics v${info.version ?? "–"}` + (info.instance_sets ? ` · ${info.instance_sets} instance sets` : "") +
-        ` · ${info.recorded} recorded` + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
+        ` · ${info.recorded} recorded` + (info.arm_rewarded ? ` · ${info.arm_rewarded} Rubric-ARM rewards` : "") + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
       : state.run ? "not recorded yet" : "no runs yet";
     const q = new URLSearchParams({
       run: document.getElementById("event-this-run").checked ? state.run ?? "" : "",
@@ -292,6 +319,7 @@ async function refresh(mine) {
       drawFailures(run.steps);
       drawSchedule(run.schedule);
       drawCanaries(run.canaries, run.canary_drift_since);
+      drawArm(run.arm, run.arm_phases);
       drawRubrics(run.steps);
       drawVersions(run.versions);
     }
