@@ -4,6 +4,7 @@ The venv with torch and TRL is `make frameworks`'s (cached outside the repo); th
 
 import json
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import redis as redis_sync
 
 from rubricd import wire
-from rubricd.messages import Event, EventKind, ScoredRollout, StepSummary
+from rubricd.messages import ArmRewarded, Event, EventKind, ScoredRollout, StepSummary
 
 pytestmark = pytest.mark.integration
 
@@ -77,4 +78,57 @@ def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_
             logged = json.loads((out / f"rank-{rank}.json").read_text())
             assert any("rewards/rubricd/mean" in entry for entry in logged["log"])
             assert "eval_rewards/rubricd/mean" in logged["eval"]
+    client.close()
+
+
+@pytest.mark.timeout(1200)
+def test_grpo_trains_rubric_arms_judge_then_its_generator_through_the_arm_adapter(
+    stack, keys, start_service, service_env, tmp_path, frameworks_python
+) -> None:
+    pairs = tmp_path / "preferences.jsonl"
+    pairs.write_text(
+        "".join(
+            json.dumps({"prompt": f"Name planet number {i}.", "chosen": "Mars.", "rejected": "It is Mars. " * 12})
+            + "\n"
+            for i in range(4)
+        )
+    )
+    rubricd = [sys.executable, "-m", "rubricd_services.cli", "arm"]
+    for args in (
+        ["import", "trl-arm", str(pairs)],
+        ["phases", "trl-arm", "--first", "judge", "--steps", "1"],
+        ["dataset", "trl-arm", "--phase", "generator", "-o", str(tmp_path / "generator.jsonl")],
+        ["dataset", "trl-arm", "--phase", "judge", "--generator", "gen-v0", "-o", str(tmp_path / "judge.jsonl")],
+    ):
+        done = subprocess.run([*rubricd, *args], env=service_env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    start_service("arm")
+    env = {
+        "RUBRICD_REDIS_URL": stack.redis_url,
+        "RUBRICD_NAMESPACE": keys.namespace,
+        "PYTHONPATH": str(ROOT / "shared"),
+    }
+    script = ROOT / "tests" / "frameworks" / "train_arm.py"
+    done = subprocess.run(
+        [frameworks_python, str(script), "trl-arm", str(tmp_path / "generator.jsonl"), str(tmp_path / "judge.jsonl")]
+        + ["gen-v0", str(tmp_path)],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    turns = json.loads((tmp_path / "turns.json").read_text())
+    assert [(t["phase"], t["first_step"]) for t in turns] == [("judge", 0), ("generator", 1)]
+    for turn in turns:  # TRL logged the rewards the arm service gave
+        assert any(f"rewards/rubricd_arm_{turn['phase']}/mean" in entry for entry in turn["log"]), turn["log"]
+    client = redis_sync.Redis.from_url(stack.redis_url)
+    kept = entries(client, keys.arm_rewarded("trl-arm"), ArmRewarded)
+    assert {(k.rollout.phase, k.rollout.step) for k in kept} == {("judge", 0), ("generator", 1)}
+    assert len(kept) == 8  # 4 generations a step
+    judged = [k.reward for k in kept if k.reward.phase == "judge"]
+    assert all(r.reward in (-1.0, 0.0, 1.0) for r in judged)
+    drafted = [k.reward for k in kept if k.reward.phase == "generator"]
+    assert all((r.penalty is not None) == (r.reward == -1.0) == (r.rubrics == []) for r in drafted)
+    assert client.xlen(keys.dead_letters) == 0  # no rollout of the phase a step does not train
     client.close()

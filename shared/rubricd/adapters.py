@@ -1,4 +1,5 @@
-"""Reward functions for trainers, backed by rubricd: TRL's `reward_funcs` and verl's `compute_score`.
+"""Reward functions for trainers, backed by rubricd: TRL's `reward_funcs` (rubric rewards, and Rubric-ARM's two
+models' with `trl_arm_reward`) and verl's `compute_score`.
 
     client = SyncRubricdClient("redis://rubricd-redis:6399/0")
     reward = trl_reward(client, run_id="grpo-1", reference_column="answer")
@@ -15,10 +16,10 @@ import asyncio
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .client import RubricdClient, SyncRubricdClient
-from .messages import JudgeStatus, Rollout, Score, TrainingContext
+from .messages import ArmRollout, JudgeStatus, Order, Phase, Rollout, Score, TrainingContext
 
 Sample = tuple[str, str, str | None, str | None, dict[str, str]]  # prompt, response, reference, instance key, metadata
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -238,6 +239,74 @@ def text(value: Any, roles: bool = True) -> str:
 
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+# --- Rubric-ARM (TRL) -----------------------------------------------------------
+
+
+class ArmRejected(RuntimeError):
+    """The arm service rejected rollouts (a phase its step does not train, a prompt or comparison the run never
+    imported, a generator whose rubrics were never written): the trainer is misconfigured, so training stops."""
+
+
+def trl_arm_reward(
+    client: SyncRubricdClient,
+    run_id: str,
+    *,
+    phase: Phase,
+    first_step: int = 0,
+    judge_model: str | None = None,
+    generator_model: str | None = None,
+    prompt_id_column: str = "prompt_id",
+    comparison_id_column: str = "comparison_id",
+    order_column: str = "order",
+    timeout: float | None = None,
+    name: str | None = None,
+) -> Callable[..., list[float | None]]:
+    """A TRL `reward_funcs` entry training one of Rubric-ARM's models: its completions are rewarded by the arm
+    service (a generator's: the frozen judge's accuracy with its rubrics; a judge's: its verdict against the label).
+
+    The dataset is `rubricd arm dataset`'s for the phase: its `prompt_id` column (generator), `comparison_id`,
+    `order` and `generator_model` columns (judge; `generator_model=` when the rows have none). The run's step is
+    `first_step` + TRL's global step: a trainer of several turns (rubricd.arm.Plan.turns) starts each at the turn's
+    first step. The reward is None where the frozen judge failed; a rejected rollout raises ArmRejected.
+    """
+    kind = "g" if phase == "generator" else "j"
+
+    def rubricd_arm(
+        prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
+    ) -> list[float | None]:
+        step = first_step + _trl_step(trainer_state)
+        nonce = uuid.uuid4().hex[:10]
+        models = columns.get("generator_model")
+        rollouts = [
+            ArmRollout(
+                run_id=run_id,
+                rollout_id=f"{kind}{step}-{nonce}-{i}",
+                step=step,
+                phase=phase,
+                completion=text(completion, roles=False),
+                prompt_id=_column(columns, prompt_id_column, i) if phase == "generator" else None,
+                comparison_id=_column(columns, comparison_id_column, i) if phase == "judge" else None,
+                order=cast(Order, _column(columns, order_column, i) or "AB"),
+                judge_model=judge_model,
+                generator_model=(_str(models[i]) if models is not None else None) or generator_model,
+            )
+            for i, completion in enumerate(completions)
+        ]
+        rewards = client.arm_rewards(rollouts, timeout=timeout)
+        refused = [f"{r.rollout_id}: {r.error}" for r in rewards if r.status is JudgeStatus.REJECTED]
+        if refused:
+            raise ArmRejected(f"{len(refused)} of {len(rewards)} rollouts rejected: {'; '.join(refused[:3])}")
+        return [r.reward for r in rewards]
+
+    rubricd_arm.__name__ = rubricd_arm.__qualname__ = name or f"rubricd_arm_{phase}"
+    return rubricd_arm
+
+
+def _column(columns: dict[str, Any], name: str, i: int) -> str | None:
+    values = columns.get(name)
+    return None if values is None else _str(values[i])
 
 
 # --- verl --------------------------------------------------------------------

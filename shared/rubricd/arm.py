@@ -122,6 +122,18 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
         turn = (step - self.warm_up_steps) // self.phase_steps
         return (self.first if turn % 2 == 0 else other), "phase"
 
+    def turns(self, total_steps: int) -> list[tuple[Training, int, int]]:
+        """The run's first `total_steps` steps as turns: (what they train, first step, how many steps), in order: a
+        trainer loop trains one model per turn (with simultaneous updates, one turn of both)."""
+        out: list[tuple[Training, int, int]] = []
+        for step in range(total_steps):
+            training = self.training(step)[0]
+            if out and out[-1][0] == training:
+                out[-1] = (training, out[-1][1], out[-1][2] + 1)
+            else:
+                out.append((training, step, 1))
+        return out
+
     def span(self, step: int) -> tuple[int, int]:
         """The first and last step of `step`'s phase (warm-up included in the first)."""
         if self.simultaneous:

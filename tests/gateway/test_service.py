@@ -2,10 +2,15 @@
 with the simulator (a response is correct iff it holds the reference)."""
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 
 import httpx
 import pytest
+
+from rubricd.arm import prompt_key
 
 from .conftest import RUN
 
@@ -204,3 +209,47 @@ async def test_a_bad_request_is_refused_naming_it(start_gateway):
     assert bad_run.status_code == 422 and "run" in bad_run.json()["error"]
     assert get.status_code == 405
     assert no_time.status_code == 422 and "deadline" in no_time.json()["error"]
+
+
+async def test_rubric_arm_rewards_over_http_and_a_rollout_of_the_other_phase_fails_loudly(
+    start_service, start_gateway, service_env, tmp_path
+):
+    pairs = tmp_path / "preferences.jsonl"
+    line = {"prompt": "Name the largest planet.", "chosen": "Jupiter.", "rejected": "It is Saturn, I think. " * 8}
+    pairs.write_text(json.dumps(line) + "\n")
+    for args in (["import", "arm-http", str(pairs)], ["phases", "arm-http", "--first", "generator", "--steps", "5"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "rubricd_services.cli", "arm", *args],
+            env=service_env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+    start_service("arm")
+    url = start_gateway()
+    drafted = {
+        "criterion": "The response is concise and brief.",
+        "points": 3,
+        "meta_class": "accuracy",
+        "rule": "principle",
+    }
+    generator = {
+        "phase": "generator",
+        "completion": json.dumps({"rubrics": [drafted]}),
+        "prompt_id": prompt_key("Name the largest planet."),
+    }
+    judge = {"phase": "judge", "completion": "{}", "comparison_id": "x", "generator_model": "g"}
+    async with httpx.AsyncClient(timeout=60) as http:
+        ok = await http.post(f"{url}/arm/reward?run=arm-http&step=0", json={"rollouts": [generator]})
+        refused = await http.post(f"{url}/arm/reward?run=arm-http&step=1", json={"rollouts": [judge]})
+    assert ok.status_code == 200, ok.text
+    answer = ok.json()
+    assert answer["rewards"] == [1.0]  # the short answer is preferred and the concision rubric picks it
+    [reward] = answer["arm_rewards"]
+    assert (reward["phase"], reward["judged"], reward["correct"], reward["judge_model"]) == (
+        "generator",
+        1,
+        1,
+        "rubricd-simulator",
+    )
+    assert refused.status_code == 422 and "step 1 trains the generator" in refused.json()["error"]

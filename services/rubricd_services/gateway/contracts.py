@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from rubricd.adapters import text
-from rubricd.messages import JudgeStatus, Score
+from rubricd.messages import ArmReward, ArmRollout, InstanceKey, JudgeStatus, ModelName, Order, Phase, Score
 
 
 @dataclass(frozen=True)
@@ -190,4 +190,49 @@ def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, clas
         "no_reward": float(o.reward is None),
         "rubric_version": o.rubric_version,
         "rubricd_error": o.error,
+    }
+
+
+# --- Rubric-ARM ----------------------------------------------------------------
+
+
+class ArmSample(msgspec.Struct, frozen=True, kw_only=True):
+    """One completion of the model a Rubric-ARM phase trains (an ArmRollout without its run, step and reply)."""
+
+    phase: Phase
+    completion: str
+    prompt_id: InstanceKey | None = None
+    comparison_id: str | None = None
+    order: Order = "AB"
+    judge_model: ModelName | None = None
+    generator_model: ModelName | None = None
+    rollout_id: str | None = None
+
+
+class ArmRequest(msgspec.Struct, frozen=True):
+    rollouts: list[ArmSample]
+
+
+def arm_rollouts(request: ArmRequest, run_id: str, step: int, ids: Sequence[str]) -> list[ArmRollout]:
+    """The request's rollouts, each with its own id or the derived one (`ids`)."""
+    return [
+        msgspec.convert(
+            {
+                **msgspec.structs.asdict(sample),
+                "run_id": run_id,
+                "step": step,
+                "rollout_id": sample.rollout_id or rollout_id,
+            },
+            ArmRollout,
+        )
+        for sample, rollout_id in zip(request.rollouts, ids)
+    ]
+
+
+def arm_answer(rewards: Sequence[ArmReward | None], failed_reward: float) -> dict[str, Any]:
+    """`rewards`: one number per rollout (`failed_reward` where the frozen judge failed or none came by the
+    deadline), and `arm_rewards`: each ArmReward as the arm service answered it (null where none came)."""
+    return {
+        "rewards": [failed_reward if r is None or r.reward is None else r.reward for r in rewards],
+        "arm_rewards": [None if r is None else msgspec.to_builtins(r) for r in rewards],
     }

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from redis.exceptions import NoPermissionError
 
 from rubricd import wire
-from rubricd.client import RubricdClient, ScoreTimeout
-from rubricd.messages import Rollout, Score, TrainingContext
+from rubricd.client import ArmRewardTimeout, RubricdClient, ScoreTimeout
+from rubricd.messages import ArmReward, ArmRollout, Rollout, Score, TrainingContext
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import Clients
 
@@ -104,6 +104,28 @@ class RewardGateway:
                     self.metrics.timed_out.inc(len(e.missing))
                     scored |= e.scores
             return [scored.get(r.rollout_id) for r in rollouts]
+        finally:
+            self.in_flight -= n
+            self.metrics.in_flight.set(self.in_flight)
+
+    async def arm_rewards(self, call: Call, rollouts: Sequence[ArmRollout]) -> list[ArmReward | None]:
+        """Each Rubric-ARM rollout's reward, None where none came by the deadline; the in-flight bound as `score`'s.
+        Raises InvalidRollout for a rollout the arm service would reject as sent."""
+        n = len(rollouts)
+        if self.in_flight + n > self.settings.max_rollouts_in_flight:
+            raise Busy(
+                f"{self.in_flight} rollouts in flight; {n} more would exceed {self.settings.max_rollouts_in_flight}"
+            )
+        self.in_flight += n
+        self.metrics.in_flight.set(self.in_flight)
+        try:
+            self.metrics.published.inc(n)
+            try:
+                found = {r.rollout_id: r for r in await self.client.arm_rewards(rollouts, timeout=call.deadline_s)}
+            except ArmRewardTimeout as e:
+                self.metrics.timed_out.inc(len(e.missing))
+                found = e.rewards
+            return [found.get(r.rollout_id) for r in rollouts]
         finally:
             self.in_flight -= n
             self.metrics.in_flight.set(self.in_flight)

@@ -19,11 +19,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rubricd.client import InvalidRollout
-from rubricd.messages import TrainingContext
+from rubricd.messages import JudgeStatus, TrainingContext
 
 from . import contracts
 from .contracts import Outcome, Sample
-from .gateway import Busy, Call, RewardGateway
+from .gateway import Busy, Call, RewardGateway, rollout_ids
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -139,6 +139,24 @@ async def nemo_gym_verify(gateway: RewardGateway, request: Request, raw: bytes) 
     return contracts.nemo_gym_answer(body, outcome, gateway.settings.failed_reward, gateway.settings.meta_classes)
 
 
+async def arm(gateway: RewardGateway, request: Request, raw: bytes) -> object:
+    """Rubric-ARM rewards: every rollout of the request rewarded, or 422 naming those rejected (a rollout of the
+    phase its step does not train, an unknown prompt or comparison): a misconfigured trainer fails loudly."""
+    body = msgspec.json.decode(raw, type=contracts.ArmRequest)
+    call = read_call(request, {}, gateway)
+    # Ids derived as for samples: from the idempotency key, else from (run, step, phase, completion, target, index).
+    ids = rollout_ids(call, [Sample(s.phase, s.completion, s.prompt_id or s.comparison_id) for s in body.rollouts])
+    try:
+        rollouts = contracts.arm_rollouts(body, call.run_id, call.step, ids)
+    except msgspec.ValidationError as e:
+        raise BadRequest(str(e)) from None
+    rewards = await gateway.arm_rewards(call, rollouts)
+    rejected = [f"{r.rollout_id}: {r.error}" for r in rewards if r is not None and r.status is JudgeStatus.REJECTED]
+    if rejected:
+        raise BadRequest("rejected: " + "; ".join(rejected))
+    return contracts.arm_answer(rewards, gateway.settings.failed_reward)
+
+
 async def nemo_gym_seed_session(request: Request) -> Response:
     """NeMo Gym's agents seed a session before a rollout; the gateway keeps none."""
     return json_response({})
@@ -152,5 +170,6 @@ def routes(gateway: Callable[[], RewardGateway]) -> list[tuple[str, Route]]:
         ("/slime/reward_dict", endpoint("slime", gateway, slime_dict)),
         ("/verify", endpoint("nemo_gym", gateway, nemo_gym_verify)),
         ("/seed_session", nemo_gym_seed_session),
+        ("/arm/reward", endpoint("arm", gateway, arm)),
     ]
     return [(path, Route(path, serve, methods=["POST"])) for path, serve in table]
