@@ -62,8 +62,16 @@ async def test_a_generator_rollout_earns_the_frozen_judges_accuracy_with_its_rub
     assert spent == {("pairwise", "rubricd-simulator"): 3 * 2 * 2}  # 3 valid candidates x 2 pairs x 2 orders
     rewarded = [e for e in events(await redis.xrange(keys.events)) if e.kind == EventKind.ARM_REWARDED]
     assert sorted(e.rollout_id for e in rewarded) == ["g0-0", "g0-1", "g0-2", "g0-3"]  # once each
-    kept = await redis.xrange(keys.arm_rewarded("arm"))
-    assert len(kept) == 4
+    records = [json.loads(line) for line in rubricd("export", "arm", "--only", "arm").stdout.splitlines()]
+    assert {r["record"] for r in records} == {"arm"}
+    assert sorted((r["rollout_id"], r["reward"]) for r in records) == [
+        ("g0-0", 1.0),
+        ("g0-1", 0.0),
+        ("g0-2", 0.5),
+        ("g0-3", -1.0),
+    ]
+    assert records[0]["completion"] == sent[int(records[0]["rollout_id"][-1])].completion
+    assert {(r["judge_model"], r["phase"]) for r in records} == {("rubricd-simulator", "generator")}
 
 
 async def test_a_judge_rollout_earns_1_for_the_labelled_winner_under_the_frozen_generators_rubrics(

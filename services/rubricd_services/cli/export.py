@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.accuracy import COUNTS, Accuracy
 from rubricd.keys import GLOBAL, Keys
-from rubricd.messages import JudgedComparison, RubricSet
+from rubricd.messages import ArmRewarded, JudgedComparison, RubricSet
 from rubricd.store import RubricStore
 
 from .context import Context, StreamEntry
@@ -29,7 +29,13 @@ Writes one JSON object a line (docs/researchers/rubric-arm.md):
 - generator records ("record": "generator"), one per generated rubric set of
   the run (a set that records `generated_by`): the instance key and prompt ->
   the set, with the judge's accuracy on the comparisons judged under that set
-  as the generator's reward (null without a labelled one).
+  as the generator's reward (null without a labelled one);
+- arm records ("record": "arm"), one per Rubric-ARM rollout the arm service
+  rewarded, oldest first: the phase, the completion and what it answered
+  (prompt id, or comparison and order) -> the reward, why a penalty, the
+  candidate's rubrics and each comparison's outcome (generator), the
+  verdict's winner and the label (judge), and both models' versions
+  (judge_model, generator_model).
 
 The judge records come from the run's kept comparisons (<ns>:preferences:<run>,
 the last RUBRICD_PREFERENCES_MAXLEN of them, for RUBRICD_PREFERENCES_TTL_S
@@ -51,7 +57,7 @@ def add(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
-    p.add_argument("--only", choices=("judge", "generator"), help="only these records")
+    p.add_argument("--only", choices=("judge", "generator", "arm"), help="only these records")
     p.add_argument("--page", type=int, default=PAGE, help=f"entries read at a time (default {PAGE})")
     p.set_defaults(handler=run)
 
@@ -64,6 +70,9 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
                     out.write(msgspec.json.encode(record) + b"\n")
             if args.only in (None, "generator"):
                 async for record in generator_records(redis, ctx.keys, args.run_id):
+                    out.write(msgspec.json.encode(record) + b"\n")
+            if args.only in (None, "arm"):
+                async for record in arm_records(redis, ctx.keys, args.run_id, page=max(1, args.page)):
                     out.write(msgspec.json.encode(record) + b"\n")
     return 0
 
@@ -94,6 +103,25 @@ async def judge_records(redis: Redis, keys: Keys, run_id: str, *, page: int = PA
                 if len(sets) > SETS_KEPT:
                     sets.popitem(last=False)
             yield judge_record(judged, sets[key])
+        if len(entries) < page:
+            return
+        after = "(" + entries[-1][0].decode()
+
+
+async def arm_records(redis: Redis, keys: Keys, run_id: str, *, page: int = PAGE) -> AsyncIterator[dict[str, Any]]:
+    """One record per rewarded Rubric-ARM rollout of the run, oldest first, read `page` entries at a time."""
+    after = "-"
+    while True:
+        entries = cast(list[StreamEntry], await redis.xrange(keys.arm_rewarded(run_id), min=after, count=page))
+        for _, fields in entries:
+            kept = wire.decode(wire.payload(fields), ArmRewarded)
+            r, reward = kept.rollout, kept.reward
+            yield {
+                "record": "arm",
+                **{k: v for k, v in msgspec.to_builtins(reward).items() if k != "type"},
+                "completion": r.completion,
+                "order": r.order if r.phase == "judge" else None,
+            }
         if len(entries) < page:
             return
         after = "(" + entries[-1][0].decode()
