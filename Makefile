@@ -11,7 +11,8 @@ STACK_MODE := $(if $(SECURE),RUBRICD_SECURE=$(SECURE)) $(if $(TLS),RUBRICD_REDIS
 LLM ?= simulator
 LLM_DEPS := $(if $(filter local,$(LLM)),model)
 # The demo's size: a real model on a CPU takes seconds a call, so its run is short (a few steps, few rollouts).
-DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,--steps 10 --rollouts 24)
+METHOD ?= amaris
+DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
 .PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
 
@@ -174,10 +175,11 @@ docs: install
 
 # The main job: the whole stack, a simulated training run of 10 steps (report in
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
-# More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help).
+# More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help); Rubric-ARM's
+# generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm.
 demo: install weaviate $(LLM_DEPS)
 	@trap '$(STACK) down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	RUBRICD_STACK_LLM=$(LLM) $(STACK) up && $(PY) -m rubricd_services.demo $(DEMO_SIZE) $(DEMO_ARGS)
+	RUBRICD_STACK_LLM=$(LLM) $(STACK) up && $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
 
 # Stops the demo stack and any test stack before deleting their data.
 clean:

@@ -215,3 +215,35 @@ def test_a_reduced_alternating_run_reports_its_schedule_and_the_weighted_sum_sid
     assert all(m["terse"] > m["wrong"] for c, m in rewards if c == "accuracy")
     assert all(m["wrong"] > m["terse"] for c, m in rewards if c == "completeness")
     assert all(r["mean_reward"]["terse"] > r["mean_reward"]["wrong"] for r in twin["records"])
+
+
+@pytest.mark.timeout(600)
+def test_the_rubric_arm_demo_trains_both_models_in_turns_beside_simultaneous_updates(
+    stack, keys, service_env, start_service, tmp_path
+) -> None:
+    start_service("arm")
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.demo", "--method", "rubric-arm", "--steps", "6", "--rollouts", "8"]
+        + ["--phase-steps", "2", "--run-id", "ci-arm", "--namespace", keys.namespace, "--redis-url", stack.redis_url]
+        + ["--reports", str(tmp_path)],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = [line.split() for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert [s[3] for s in steps] == ["judge", "judge", "generator", "generator", "judge", "judge"] + ["both"] * 6
+    runs = json.loads((tmp_path / "ci-arm" / "run.json").read_text())
+    alternating, simultaneous = runs
+    assert (alternating["run_id"], simultaneous["run_id"]) == ("ci-arm", "ci-arm-simultaneous")
+    for r in alternating["records"]:  # each step rewards only the model it trains
+        assert (r["generator_reward"] is None) == (r["training"] == "judge")
+        assert (r["judge_accuracy"] is None) == (r["training"] == "generator")
+    # The generator's frozen judge is the judge as last trained: one version through a generator phase.
+    assert {r["frozen_judge"] for r in alternating["records"] if r["training"] == "generator"} == {
+        f"sim-judge@{alternating['records'][1]['expected_accuracy']:.2f}"
+    }
+    assert all(r["generator_reward"] is not None and r["judge_accuracy"] is not None for r in simultaneous["records"])
+    report = (tmp_path / "ci-arm" / "report.md").read_text()
+    assert "| 2 | generator |" in report and (tmp_path / "ci-arm" / "arm.png").stat().st_size > 10_000

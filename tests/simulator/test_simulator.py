@@ -295,3 +295,22 @@ def test_the_command_line_starts_a_labelled_server() -> None:
         proc.terminate()
         output, _ = proc.communicate(timeout=10)
     assert "rubricd LLM simulator — test/demo tool, not a model" in output
+
+
+def test_a_pairwise_judge_named_with_an_accuracy_errs_at_that_rate_the_same_way_for_the_same_call() -> None:
+    from rubricd_services.simulator import pairwise as simulated
+
+    assert simulated.accuracy("sim-judge@0.8") == 0.8 and simulated.accuracy("sim-judge@1") == 1.0
+    assert simulated.accuracy("gpt-4o") is None and simulated.accuracy("judge@1.5") is None
+    fair = json.dumps(
+        {
+            "verdicts": {"r": {"explanation": "", "first": True, "second": False}},
+            "preferred": "first",
+            "gatekeeper": "r",
+        }
+    )
+    answers = [simulated.erring(fair, 0.8, f"call {i}") for i in range(2000)]
+    erred = [json.loads(a) for a in answers if a != fair]
+    assert 0.17 < len(erred) / len(answers) < 0.23  # 1 - 0.8, within sampling noise
+    assert all(e["preferred"] == "second" and e["verdicts"]["r"]["second"] for e in erred)
+    assert simulated.erring(fair, 0.8, "call 7") == answers[7]  # the same call errs the same way

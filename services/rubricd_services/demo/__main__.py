@@ -2,6 +2,7 @@
 
     python -m rubricd_services.demo                       # 10 steps x 24 rollouts, report in reports/<run_id>/
     python -m rubricd_services.demo --policy alternating  # one meta-class a step, then the same seed under weighted_sum
+    python -m rubricd_services.demo --method rubric-arm   # Rubric-ARM: a generator and a judge, alternating vs simultaneous
 
 `make demo` starts the stack, runs this, and stops it again. What it prints and writes: docs/researchers/demo.md.
 """
@@ -35,6 +36,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--learning-rate", type=float, default=1.0, help="how fast the policy's mix follows its rewards"
+    )
+    parser.add_argument(
+        "--method",
+        choices=("amaris", "rubric-arm"),
+        default="amaris",
+        help="amaris: a policy rewarded by evolving rubrics; rubric-arm: a rubric generator and a judge trained in "
+        "alternating phases, beside simultaneous updates on the same seed",
+    )
+    parser.add_argument(
+        "--phase-steps", type=int, default=3, help="rubric-arm: steps of each phase (the judge's first)"
     )
     parser.add_argument(
         "--policy",
@@ -121,6 +132,10 @@ async def run_usage(args: argparse.Namespace, run_id: str) -> list[AgentUsage]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.method == "rubric-arm":
+        from . import arm
+
+        return arm.main(args)
     # SIGTERM ends the run like Ctrl-C: the steps done are still reported.
     signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     run = new_run(args)

@@ -5,11 +5,15 @@ the reference wins; a prompt holding `[sim:prefer-first]` makes it position-bias
 consistency check. The rules: docs/researchers/demo.md, "What it answers".
 """
 
+import hashlib
+import json
+import re
 from typing import Any
 
 from .judging import _block, decide
 
 PREFER_FIRST = "[sim:prefer-first]"
+_ACCURACY = re.compile(r"@(0(?:\.\d+)?|1(?:\.0+)?)$")  # a model named `<name>@q`: a judge right with probability q
 
 
 def verdict(system: str, user: str) -> dict[str, Any]:
@@ -50,3 +54,24 @@ def verdict(system: str, user: str) -> dict[str, Any]:
         "justification": f"[simulator] net points {net[0]:g} (first) vs {net[1]:g} (second); "
         f"gatekeeper {gatekeeper or 'none'}.",
     }
+
+
+def accuracy(model: str) -> float | None:
+    """The accuracy a pairwise judge model named `<name>@q` plays (q in [0, 1]: the demo's frozen Rubric-ARM
+    judge, whose version is its accuracy so far); None for any other name."""
+    found = _ACCURACY.search(model)
+    return float(found.group(1)) if found else None
+
+
+def erring(content: str, right: float, seed: str) -> str:
+    """The verdict, or with probability 1 - `right` (decided by a hash of `seed`: the same call errs the same way)
+    its two responses swapped, every rubric and the preference: a judge that picks the other one."""
+    draw = int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=8).digest(), "big") / 2**64
+    if draw < right:
+        return content
+    answer = json.loads(content)
+    for verdict in answer.get("verdicts", {}).values():
+        verdict["first"], verdict["second"] = verdict["second"], verdict["first"]
+        verdict["explanation"] += " [erring]"
+    answer["preferred"] = {"first": "second", "second": "first"}.get(answer.get("preferred"), "tie")
+    return json.dumps(answer)
