@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from rubricd import wire
-from rubricd.keys import COMPARERS, SCORERS
-from rubricd.messages import Comparison, DeadLetter, Rollout
+from rubricd.keys import ARM, COMPARERS, SCORERS
+from rubricd.messages import ArmRollout, Comparison, DeadLetter, Rollout
 from rubricd_services.common.streams import MAX_ECHOED_ID_CHARS
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ ONE_MB = 2**20
 BAD_IDS = {"empty": "", "space": "run 1", "1 MB": "x" * ONE_MB, "NUL": "run\x001"}
 
 
-def raw(message: Rollout | Comparison, reply_to: str, **fields: str) -> dict[str, bytes]:
+def raw(message: Rollout | Comparison | ArmRollout, reply_to: str, **fields: str) -> dict[str, bytes]:
     """An entry as a trainer in any language could write it: the message's JSON with FIELDS as given."""
     body = {**msgspec.to_builtins(message), "reply_to": reply_to, **fields}
     return {wire.FIELD: msgspec.json.encode(body)}
@@ -111,3 +111,26 @@ async def test_a_comparison_with_an_id_outside_its_alphabet_is_answered_rejected
     dead = await letters(redis, keys, 2, eventually)
     assert all(d.stream == keys.comparisons and d.group == COMPARERS for d in dead)
     assert (await redis.xpending(keys.comparisons, COMPARERS))["pending"] == 0
+
+
+async def test_an_arm_rollout_with_an_id_outside_its_alphabet_or_no_target_is_answered_rejected_at_once(
+    stack, redis, keys, start_service, eventually
+):
+    start_service("arm")
+    reply_to = keys.replies("raw-trainer")
+    sent = ArmRollout(run_id="arm", rollout_id="g0", step=0, phase="generator", completion="{}", prompt_id="p")
+    await redis.xadd(keys.arm, raw(sent, reply_to, rollout_id="g 0"))
+    await redis.xadd(keys.arm, raw(sent, reply_to, run_id="run\x001"))
+    await redis.xadd(keys.arm, raw(sent, reply_to, rollout_id="j0", phase="judge"))  # a judge rollout names its pair
+    answers = await replies(redis, reply_to, 3, eventually)
+    assert sorted((a["run_id"], a["rollout_id"]) for a in answers) == [
+        ("arm", "g 0"),
+        ("arm", "j0"),
+        ("run\x001", "g0"),
+    ]
+    assert all(a["type"] == "arm_reward" and a["status"] == "rejected" and a["reward"] is None for a in answers)
+    assert all(a["error"].startswith("malformed arm rollout") for a in answers), answers
+    assert "comparison_id and the generator_model" in next(a["error"] for a in answers if a["rollout_id"] == "j0")
+    dead = await letters(redis, keys, 3, eventually)
+    assert all(d.stream == keys.arm and d.group == ARM for d in dead)
+    assert (await redis.xpending(keys.arm, ARM))["pending"] == 0
