@@ -5,14 +5,14 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 from redis.asyncio import Redis
 
 from rubricd import arm, canaries, wire
 from rubricd.keys import Keys
-from rubricd.messages import ArmReward, ArmRewarded, Event, JudgeStatus, RubricsUpdated, ScoredRollout
+from rubricd.messages import ArmReward, ArmRewarded, Event, JudgeStatus, Message, RubricsUpdated, ScoredRollout
 from rubricd.schedule import read_history
 from rubricd.store import RubricStore
 from rubricd_services.cli import rubrics, status, tail
@@ -24,6 +24,8 @@ EVENTS_SHOWN = 100
 MISSING_RETRY_S = 30.0  # how often an announcement not found (stream trimmed, memory down) is looked for again
 RUNS_EVERY_S = 15.0  # how often the run list is read again: it SCANs the keyspace, which holds a key per score
 
+
+M = TypeVar("M", bound=Message)
 
 # --- Rewards per step: a tally of the recorded scores, read incrementally ---
 
@@ -100,22 +102,34 @@ class StepTally:
 
 
 @dataclass
-class RunTally:
-    """A run's steps from its recorded stream, read from where the last read stopped."""
+class Following:
+    """Where a tally stopped reading its stream: each read returns only what came since, decoded (an entry that
+    does not decode is passed over); two reads at once (two tabs, a poll and a click) read each entry once."""
 
-    steps: dict[int, StepTally] = field(default_factory=dict)
     last_id: str = "-"
-    reading: asyncio.Lock = field(default_factory=asyncio.Lock)  # two pages (or polls) at once read each entry once
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
-        stream = keys.recorded(run_id)
+    async def new(self, redis: Redis, stream: str, type_: type[M]) -> list[M]:
+        found: list[M] = []
         async with self.reading:
             while entries := cast(list[StreamEntry], await redis.xrange(stream, min=self.last_id, count=PAGE)):
                 for _, fields in entries:
                     with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                        scored = wire.decode(wire.payload(fields), ScoredRollout)
-                        self.steps.setdefault(scored.rollout.step, StepTally()).add(scored)
+                        found.append(wire.decode(wire.payload(fields), type_))
                 self.last_id = "(" + entries[-1][0].decode()
+        return found
+
+
+@dataclass
+class RunTally:
+    """A run's steps from its recorded stream, read from where the last read stopped."""
+
+    steps: dict[int, StepTally] = field(default_factory=dict)
+    following: Following = field(default_factory=Following)
+
+    async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
+        for scored in await self.following.new(redis, keys.recorded(run_id), ScoredRollout):
+            self.steps.setdefault(scored.rollout.step, StepTally()).add(scored)
 
     def rows(self) -> list[dict[str, Any]]:
         return [t.row(step) for step, t in sorted(self.steps.items())]
@@ -161,18 +175,11 @@ class ArmTally:
     """A Rubric-ARM run's steps from its kept rewards (Keys.arm_rewarded), read from where the last read stopped."""
 
     steps: dict[int, ArmStep] = field(default_factory=dict)
-    last_id: str = "-"
-    reading: asyncio.Lock = field(default_factory=asyncio.Lock)
+    following: Following = field(default_factory=Following)
 
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
-        stream = keys.arm_rewarded(run_id)
-        async with self.reading:
-            while entries := cast(list[StreamEntry], await redis.xrange(stream, min=self.last_id, count=PAGE)):
-                for _, fields in entries:
-                    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                        rewarded = wire.decode(wire.payload(fields), ArmRewarded)
-                        self.steps.setdefault(rewarded.rollout.step, ArmStep()).add(rewarded.reward)
-                self.last_id = "(" + entries[-1][0].decode()
+        for kept in await self.following.new(redis, keys.arm_rewarded(run_id), ArmRewarded):
+            self.steps.setdefault(kept.rollout.step, ArmStep()).add(kept.reward)
 
 
 # --- The rest of a run: rubric versions, schedule, canaries, usage ---
