@@ -6,8 +6,9 @@ UTF-8, FastStream's envelopes, the message nested under a key, another message
 type), malformed or pathologically nested JSON, wrongly typed or out-of-range
 fields, ids that would inject into keys, reply streams outside the namespace
 or of the wrong type, oversized entries. They are written to the rollouts,
-steps, scored, analyses and summaries streams (and the rubric updates every
-scorer listens to) while a trainer runs three steps through the whole loop.
+steps, scored, analyses, summaries and arm streams (and the rubric updates
+every scorer listens to) while a trainer runs three steps through the whole
+loop.
 
 Then: every service is still running; every hostile entry was settled, dead-
 lettered once with a reason (those of rollouts that say where to reply, with a
@@ -28,6 +29,7 @@ from redis.asyncio import Redis
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import (
+    ArmRollout,
     DeadLetter,
     JudgeStatus,
     Rollout,
@@ -146,6 +148,17 @@ class Corpus:
                 (("quality_score",), [2, -1, "x"]),
             ],
             keys.summaries: [(("run_id",), ids), (("step",), steps), (("reward_hacking",), [[{"x": 1}], "x"])],
+            keys.arm: [
+                (("run_id",), ids),
+                (("rollout_id",), ids),
+                (("step",), steps),
+                (("phase",), ["critic", 1, None]),
+                (("completion",), [None, 1, ["x"]]),
+                (("prompt_id",), [v for v in ids if v is not None]),
+                (("order",), ["CA", 1, None]),
+                (("judge_model",), ["a b", "x" * 300, 1, "model\n"]),
+                (("reply_to",), bad_reply_to(ns)),
+            ],
         }
         self.written: dict[str, list[bytes]] = collections.defaultdict(list)
         self.replied: list[str] = []  # rollout ids whose rejection names our probe reply stream
@@ -204,7 +217,9 @@ async def test_a_thousand_hostile_entries_are_settled_and_change_nothing_else(
     stack, redis, keys, start_service, settled, eventually
 ):
     settings: dict[str, object] = {"max_entry_bytes": MAX_ENTRY_BYTES, "max_rollout_bytes": MAX_ENTRY_BYTES}
-    services = [start_service(name, wait=False, **settings) for name in ("scorer", "analyzer", "summarizer", "updater")]
+    settings["max_arm_rollout_bytes"] = MAX_ENTRY_BYTES
+    names = ("scorer", "analyzer", "summarizer", "updater", "arm")
+    services = [start_service(name, wait=False, **settings) for name in names]
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
     # What must not change: a key outside the namespace, another run's rubrics, a hash named like a reply stream.
@@ -233,6 +248,10 @@ async def test_a_thousand_hostile_entries_are_settled_and_change_nothing_else(
             keys.scored: wire.payload((await redis.xrange(keys.scored, count=1))[0][1]),
             keys.analyses: wire.payload((await redis.xrange(keys.analyses, count=1))[0][1]),
             keys.summaries: wire.payload((await redis.xrange(keys.summaries, count=1))[0][1]),
+            # A run that imported nothing: even a mutation that stays well-formed is rejected (no such prompt).
+            keys.arm: wire.encode(
+                ArmRollout(run_id="hostile", rollout_id="g0", step=0, phase="generator", completion="{}", prompt_id="p")
+            ),
         }
         before, memory_before = await keyspace(redis), (await redis.info("memory"))["used_memory"]
         corpus = Corpus(keys, valid, random.Random(8))  # its own: the same corpus however the tasks interleave
@@ -251,6 +270,12 @@ async def test_a_thousand_hostile_entries_are_settled_and_change_nothing_else(
 
         await asyncio.gather(attack(), *(train(step) for step in range(1, STEPS)))
         await settled(redis, 120)
+
+        async def arm_settled() -> bool:
+            [group] = await redis.xinfo_groups(keys.arm)
+            return group["pending"] == 0 and not group["lag"]
+
+        await eventually(arm_settled, "the arm service to settle its stream")
 
     # No crash.
     assert all(s.proc.poll() is None for s in services), [s.service for s in services if s.proc.poll() is not None]
