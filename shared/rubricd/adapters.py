@@ -271,6 +271,11 @@ def trl_arm_reward(
     `first_step` + TRL's global step: a trainer of several turns (rubricd.arm.Plan.turns) starts each at the turn's
     first step. The reward is None where the frozen judge failed; a rejected rollout raises ArmRejected.
     """
+    if phase not in ("generator", "judge"):
+        raise ValueError(
+            f"phase {phase!r}: a reward function trains the generator or the judge; with simultaneous updates, give "
+            "each model its own, over the same steps"
+        )
     kind = "g" if phase == "generator" else "j"
 
     def rubricd_arm(

@@ -124,7 +124,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
 
     def turns(self, total_steps: int) -> list[tuple[Training, int, int]]:
         """The run's first `total_steps` steps as turns: (what they train, first step, how many steps), in order: a
-        trainer loop trains one model per turn (with simultaneous updates, one turn of both)."""
+        trainer loop trains one model per turn (with simultaneous updates, one turn of "both": each model trains
+        over it, with its own trainer)."""
         out: list[tuple[Training, int, int]] = []
         for step in range(total_steps):
             training = self.training(step)[0]

@@ -259,3 +259,10 @@ def test_the_plan_alternates_from_the_first_phase_after_its_warm_up() -> None:
     assert {both.training(s) for s in range(5)} == {("both", "simultaneous")}
     decision = PhaseDecision(step=6, training="generator", why="phase", plan=plan)
     assert decision.admits("generator") and not decision.admits("judge")
+
+
+def test_a_reward_function_trains_one_model_only() -> None:
+    from rubricd.adapters import trl_arm_reward
+
+    with pytest.raises(ValueError, match="its own, over the same steps"):
+        trl_arm_reward(None, "arm", phase="both")  # type: ignore[arg-type]

@@ -19,8 +19,10 @@ from .settings import ArmSettings
 
 def create_app(settings: ArmSettings, metrics: Metrics | None = None) -> FastStream:
     app: ServiceApp[Rewarder] = ServiceApp(SERVICE, settings, metrics, agents=[PAIRWISE])
-    # A generator rollout's judge calls (two per comparison) run at once, as many as the agent's slots allow.
-    rounds = math.ceil(2 * settings.arm_max_comparisons / settings.agent(PAIRWISE).concurrency)
+    # A generator rollout's judge calls (two per comparison) run at once, beside those of the process's other
+    # rollouts in flight, as many at a time as the agent's slots allow: the deadline waits for every round.
+    calls = 2 * settings.arm_max_comparisons * settings.max_in_flight
+    rounds = math.ceil(calls / settings.agent(PAIRWISE).concurrency)
     app.consume(app.keys.arm, ARM, Rewarder.handle, agents=[PAIRWISE] * rounds, trim=True)
     return app.build(lambda clients: Rewarder(settings, clients))
 

@@ -94,7 +94,8 @@ async def frozen_rubrics(
 ) -> dict[str, RubricSet]:
     """Each prompt's rubric set by the frozen generator `generator_model` (the generator agent's endpoint serving
     it): the one kept in Redis, else asked now and kept. A draft that fails (the call, or every rubric broke the
-    rules) gives the seed rubrics, logged: the judge still needs rubrics to judge with."""
+    rules) gives the seed rubrics, logged and kept as the version's: the judge's rows and its rewards must read
+    the same set."""
     stored = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_rubrics(run_id, generator_model)))
     sets = {k.decode(): wire.decode(v, RubricSet) for k, v in stored.items()}
     anchors = [r for r in seed if r.kind == RubricKind.ANCHOR]
@@ -113,7 +114,8 @@ async def frozen_rubrics(
             )
         except (LLMError, InvalidDraft) as e:
             log.warning(
-                "prompt %s: generator %s wrote no usable rubrics (%s): the seed rubrics",
+                "prompt %s: generator %s wrote no usable rubrics (%s): the seed rubrics, kept as this version's (the "
+                "judge's rows and rewards read the same set); to ask again, name another version",
                 p.prompt_id,
                 generator_model,
                 e,

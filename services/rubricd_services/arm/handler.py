@@ -75,6 +75,7 @@ class Rewarder:
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
+        rollout: ArmRollout | None = None
         try:
             rollout = self.intake.take(msg.body)
             calls = Calls()
@@ -82,7 +83,7 @@ class Rewarder:
             stored = await self.redis.get(self.keys.arm_reward(rollout.run_id, rollout.rollout_id))
             reward = wire.decode(stored, ArmReward) if stored is not None else await self.reward(rollout, calls)
         except Rejected:
-            self.rewards.labels("none", "rejected").inc()
+            self.rewards.labels(rollout.phase if rollout else "none", "rejected").inc()
             raise
         spent = calls.usage(reward.judge_model or self.judge_agent.model)
         if not await self.effects.commit(streams.entry_id(msg), rollout, reward, self.event(reward), spent):

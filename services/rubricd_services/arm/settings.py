@@ -6,12 +6,13 @@ from pydantic import Field
 
 from rubricd.arm import Plan
 from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.common.settings import InFlight, ServiceSettings
 from rubricd_services.comparer.settings import PairwiseSettings
 from rubricd_services.rubrics.generation import GeneratorSettings
 
 
 class ArmSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+    max_in_flight: InFlight = 8  # a generator rollout is up to 2 x arm_max_comparisons judge calls
     arm_first_phase: Literal["generator", "judge"] = Field(
         "judge", description="the phase a run starts in (Rubric-ARM trains the judge first)"
     )

@@ -9,6 +9,7 @@ Where a request's rollouts go, first found wins:
 - deadline: header `X-Rubricd-Deadline` or `?deadline=` (seconds), up to RUBRICD_MAX_DEADLINE_S.
 """
 
+import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -144,8 +145,18 @@ async def arm(gateway: RewardGateway, request: Request, raw: bytes) -> object:
     phase its step does not train, an unknown prompt or comparison): a misconfigured trainer fails loudly."""
     body = msgspec.json.decode(raw, type=contracts.ArmRequest)
     call = read_call(request, {}, gateway)
-    # Ids derived as for samples: from the idempotency key, else from (run, step, phase, completion, target, index).
-    ids = rollout_ids(call, [Sample(s.phase, s.completion, s.prompt_id or s.comparison_id) for s in body.rollouts])
+    # Ids derived as for samples: from the idempotency key, else from a hash of everything that decides the reward.
+    ids = rollout_ids(
+        call,
+        [
+            Sample(
+                s.phase,
+                s.completion,
+                json.dumps([s.prompt_id, s.comparison_id, s.order, s.judge_model, s.generator_model]),
+            )
+            for s in body.rollouts
+        ],
+    )
     try:
         rollouts = contracts.arm_rollouts(body, call.run_id, call.step, ids)
     except msgspec.ValidationError as e:

@@ -27,9 +27,10 @@ class ArmRollout(Message, tag="arm_rollout", frozen=True, kw_only=True):
 
     `phase` says which model wrote `completion`: `generator` (a candidate rubric set for the preference prompt
     `prompt_id`, in the generator's answer format) or `judge` (a verdict on the comparison `comparison_id`, shown
-    in `order`, in the pairwise judge's answer format). The frozen model of the other phase is named by
-    `judge_model` (generator phase: the judge rubricd asks; default the arm service's pairwise agent's model) and
-    `generator_model` (judge phase: the generator whose rubrics the judge was shown, required). `rollout_id` is
+    in `order`, in the pairwise judge's answer format). `judge_model` and `generator_model` name both models'
+    versions, kept with the reward: the frozen one of the other phase (generator phase: `judge_model` is the judge
+    rubricd asks, default the arm service's pairwise agent's model; judge phase: `generator_model`, required, is
+    the generator whose rubrics the judge was shown) and, optionally, the one being trained. `rollout_id` is
     unique within the run; a rollout published twice is rewarded once. `reply_to` must be one of the namespace's
     reply streams.
     """

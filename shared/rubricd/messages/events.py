@@ -28,7 +28,7 @@ class EventKind(enum.StrEnum):
     JUDGE_DRIFT = "judge_drift"  # canary agreement fell below the floor or the baseline's margin (detail: which)
     # arm (Rubric-ARM training)
     ARM_REWARDED = "arm_rewarded"  # a generator or judge rollout was rewarded (fields: phase, reward, penalty)
-    ARM_PHASE = "arm_phase"  # a run's Rubric-ARM phase switched at this step (fields: phase, previous)
+    ARM_PHASE = "arm_phase"  # a run's Rubric-ARM phase switched at this step (fields: training, previous)
     # analyzer
     ROLLOUT_ANALYZED = "rollout_analyzed"
     # summarizer
