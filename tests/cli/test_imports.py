@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 READERS = ("rubricd_services.cli", "rubricd_services.dashboard", "rubricd_services.demo")
-SERVICES = ("scorer", "comparer", "analyzer", "summarizer", "updater", "gateway", "simulator")
+SERVICES = ("scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "simulator")
 
 # Every module of the readers' packages, then the rubricd_services packages that came with them.
 PROBE = f"""

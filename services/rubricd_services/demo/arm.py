@@ -26,9 +26,8 @@ from typing import Any
 import msgspec
 
 from rubricd import RubricdClient
-from rubricd.arm import Plan, prompt_key
+from rubricd.arm import Plan, prompt_key, read_prompts
 from rubricd.messages import ArmReward, ArmRollout
-from rubricd_services.simulator import pairwise as simulated
 
 from .policy import respond
 
@@ -50,8 +49,8 @@ CANDIDATES = {
 }
 GOOD = ("concise", "no_padding")
 GENERATOR_START = {"reasoning": 0.35, "vague": 0.3, "garbled": 0.2, "concise": 0.1, "no_padding": 0.05}
-# The judge's canned behaviours on a comparison: the simulator's fair verdict, always the response shown first
-# (right in one order of two), or no verdict at all.
+# The judge's canned behaviours on a comparison: a fair verdict (the labelled response passes every rubric), always
+# the response shown first (right in one order of two), or no verdict at all.
 VERDICTS = ("fair", "first", "garbled")
 JUDGE_START = {"first": 0.5, "garbled": 0.35, "fair": 0.15}
 
@@ -105,19 +104,20 @@ def judge_accuracy(shares: dict[str, float]) -> float:
     return (shares["fair"] + 0.5 * shares["first"]) / answered if answered else 0.0
 
 
-def verdict(behaviour: str, row: dict[str, Any]) -> str:
-    """The judge's completion for a `rubricd arm dataset --phase judge` row."""
-    system, user = (m["content"] for m in row["prompt"])
+def verdict(behaviour: str, row: dict[str, Any], label: str) -> str:
+    """The judge's completion for a `rubricd arm dataset --phase judge` row whose comparison's label is `label`:
+    `fair` has the labelled response pass every rubric and the other fail it, `first` the response shown first."""
     if behaviour == "garbled":
         return "The first one is better."
-    fair = simulated.verdict(system, user)
-    if behaviour == "first":
-        rubrics = {r["id"]: r for r in json.loads(system[system.rfind("<rubrics>") + 9 : system.rfind("</rubrics>")])}
-        for rubric_id, v in fair["verdicts"].items():
-            positive = rubrics[rubric_id]["points"] >= 0
-            v["first"], v["second"] = positive, not positive
-        fair["preferred"] = "first"
-    return json.dumps(fair)
+    system = row["prompt"][0]["content"]
+    rubrics = json.loads(system[system.rfind("<rubrics>") + len("<rubrics>") : system.rfind("</rubrics>")])
+    first_wins = behaviour == "first" or (label == "A") == (row["order"] == "AB")
+    verdicts = {}
+    for r in rubrics:
+        passes_first = first_wins == (r["points"] >= 0)  # a penalty is passed by not meeting it
+        verdicts[r["id"]] = {"explanation": "(pretend judge)", "first": passes_first, "second": not passes_first}
+    preferred = "first" if first_wins else "second"
+    return json.dumps({"verdicts": verdicts, "gatekeeper": None, "preferred": preferred, "justification": ""})
 
 
 @dataclass
@@ -190,6 +190,11 @@ async def train(
         )
         judge_rows = [json.loads(line) for line in (Path(tmp) / "judge.jsonl").read_text().splitlines()]
     prompt_ids = sorted({prompt_key(p["prompt"]) for p in pairs})
+    labels = {
+        c.comparison_id: c.label
+        for p in await read_prompts(client.redis, client.keys, run.run_id)
+        for c in p.comparisons
+    }
     rng = random.Random(run.seed)
     generator, judge = Mix(GENERATOR_START), Mix(JUDGE_START)
     frozen = judge_accuracy(judge.shares())  # the judge as it was when last trained
@@ -223,7 +228,7 @@ async def train(
                         rollout_id=f"s{step}-j{i}",
                         step=step,
                         phase="judge",
-                        completion=verdict(name, row),
+                        completion=verdict(name, row, str(labels[row["comparison_id"]])),
                         comparison_id=row["comparison_id"],
                         order=row["order"],
                         generator_model=row["generator_model"],
