@@ -57,6 +57,11 @@ def pairs(n: int = 4) -> list[Comparison]:
     return out
 
 
+async def simulated_judge(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
+    """The simulated pairwise judge, called in this process (no HTTP)."""
+    return msgspec.convert(simulated.verdict(messages[0]["content"], messages[1]["content"]), answer), 1
+
+
 async def generator_reward(text: str, tie_reward: float = 0.0) -> tuple[float | None, rewards.Candidate]:
     """The reward of a generator's completion, judged by the simulated pairwise judge in this process."""
     candidate = rewards.candidate(text, ANCHORS, HEALTHBENCH_AXES, max_rubrics=8)
@@ -65,10 +70,9 @@ async def generator_reward(text: str, tie_reward: float = 0.0) -> tuple[float | 
     rubric_set = rewards.candidate_set("arm", "p", candidate.rubrics)
     system = pairwise.system_message("Judge the pair.", rubric_set)
 
-    async def judge(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
-        return msgspec.convert(simulated.verdict(messages[0]["content"], messages[1]["content"]), answer), 1
-
-    judged = [await pairwise.judge_comparison(c, rubric_set, system, judge, both_orders=True) for c in pairs()]
+    judged = [
+        await pairwise.judge_comparison(c, rubric_set, system, simulated_judge, both_orders=True) for c in pairs()
+    ]
     return rewards.generator_reward([rewards.outcome(p, tie_reward) for p in judged]), candidate
 
 
@@ -97,13 +101,10 @@ async def test_half_right_earns_half() -> None:
     )
     system = pairwise.system_message("Judge the pair.", rubric_set)
 
-    async def judge(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
-        return msgspec.convert(simulated.verdict(messages[0]["content"], messages[1]["content"]), answer), 1
-
     flipped = [
         msgspec.structs.replace(c, label="B" if c.label == "A" else "A") if i % 2 else c for i, c in enumerate(pairs())
     ]
-    judged = [await pairwise.judge_comparison(c, rubric_set, system, judge) for c in flipped]
+    judged = [await pairwise.judge_comparison(c, rubric_set, system, simulated_judge) for c in flipped]
     outcomes = [rewards.outcome(p, 0.0) for p in judged]
     assert [o.credit for o in outcomes] == [1.0, 0.0, 1.0, 0.0]
     assert rewards.generator_reward(outcomes) == 0.5

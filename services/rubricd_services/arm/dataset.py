@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.arm import ArmPrompt
 from rubricd.keys import Keys
-from rubricd.messages import GeneratedBy, Order, Rubric, RubricKind, RubricSet
+from rubricd.messages import GeneratedBy, Order, Rubric, RubricSet
 from rubricd_services.common.llm import LLMError, LLMGateway
 from rubricd_services.common.llm.dialects import request, schema_of
 from rubricd_services.common.settings import LLMSettings
@@ -98,17 +98,17 @@ async def frozen_rubrics(
     the same set."""
     stored = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_rubrics(run_id, generator_model)))
     sets = {k.decode(): wire.decode(v, RubricSet) for k, v in stored.items()}
-    anchors = [r for r in seed if r.kind == RubricKind.ANCHOR]
+    first = generation.anchors(seed)
     answer = generation.draft_type(tuple(meta_classes), max_rubrics)
     for p in found:
         if p.prompt_id in sets:
             continue
-        asked = generation.messages(template, p.comparisons[0], anchors, meta_classes, max_rubrics)
+        asked = generation.messages(template, p.comparisons[0], first, meta_classes, max_rubrics)
         now = time.time()
         try:
             done = await gateway.structured(GENERATOR, asked, answer, model=generator_model)
             draft = msgspec.convert(msgspec.to_builtins(done.value), RubricDraft)
-            rubrics = generation.build(draft, anchors, meta_classes, max_rubrics).rubrics
+            rubrics = generation.build(draft, first, meta_classes, max_rubrics).rubrics
             made = GeneratedBy(
                 model=generator_model, prompt_sha256=hashlib.sha256(template.encode()).hexdigest(), generated_at=now
             )

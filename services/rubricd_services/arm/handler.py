@@ -20,7 +20,7 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import arm, wire
 from rubricd.arm import explain
 from rubricd.keys import ARM
-from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, Phase, RubricKind, RubricSet
+from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, Phase, RubricSet
 from rubricd_services.common import prompts, streams
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
@@ -29,6 +29,7 @@ from rubricd_services.common.streams import Notice, Rejected, Sender
 from rubricd_services.comparer import pairwise
 from rubricd_services.comparer.handler import Calls
 from rubricd_services.comparer.pairwise import PAIRWISE, PairwiseFailed
+from rubricd_services.rubrics import generation
 
 from . import rewards
 from .effects import ArmEffects
@@ -46,7 +47,7 @@ class Rewarder:
         self.settings, self.keys, self.redis, self.gateway = settings, clients.keys, clients.redis, clients.gateway
         self.judge_agent = settings.agent(PAIRWISE)
         self.template = prompts.load(pairwise.__package__, PAIRWISE, settings.pairwise_prompt)
-        self.anchors = [r for r in Seeds.load(settings).default if r.kind == RubricKind.ANCHOR]
+        self.anchors = generation.anchors(Seeds.load(settings).default)
         self.phases = Phases(clients.redis, clients.keys, settings.plan(), maxlen=settings.stream_maxlen)
         self.rewards = clients.metrics.counter(
             "rubricd_arm_rewards",

@@ -95,7 +95,6 @@ async def dataset(args: argparse.Namespace, ctx: Context) -> int:
         raise Failed("--phase judge needs --generator MODEL: the frozen generator whose rubrics the judge is shown")
     settings = load(ArmSettings)
     seed = Seeds.load(settings).default
-    anchors = [r for r in seed if r.kind == "anchor"]
     generator_template = prompts.load(generation.__package__, generation.GENERATOR, settings.generator_prompt)
     async with ctx.redis() as redis:
         found = await arm.read_prompts(redis, ctx.keys, args.run_id)
@@ -103,7 +102,11 @@ async def dataset(args: argparse.Namespace, ctx: Context) -> int:
             raise Failed(f"run {args.run_id!r} has no preference pairs (rubricd arm import)")
         if args.phase == "generator":
             rows = rows_of.generator_rows(
-                found, generator_template, anchors, settings.meta_classes, settings.generate_max_rubrics
+                found,
+                generator_template,
+                generation.anchors(seed),
+                settings.meta_classes,
+                settings.generate_max_rubrics,
             )
         else:
             gateway = LLMGateway.from_settings(settings, [generation.GENERATOR], redis)

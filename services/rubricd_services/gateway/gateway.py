@@ -8,11 +8,12 @@ therefore names the same rollouts: those the scorer has scored are answered with
 scorer replies to a rollout it scored meanwhile with its first Score.
 """
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from redis.exceptions import NoPermissionError
@@ -73,11 +74,6 @@ class RewardGateway:
     async def score(self, call: Call, samples: Sequence[Sample]) -> list[Score | None]:
         """Each sample's Score, None where none came by the deadline. Raises Busy beyond the bound (nothing is
         published), InvalidRollout for a run id or step the scorer would reject."""
-        n = len(samples)
-        if self.in_flight + n > self.settings.max_rollouts_in_flight:
-            raise Busy(
-                f"{self.in_flight} rollouts in flight; {n} more would exceed {self.settings.max_rollouts_in_flight}"
-            )
         rollouts = [
             Rollout(
                 run_id=call.run_id,
@@ -91,9 +87,7 @@ class RewardGateway:
             )
             for rollout_id, s in zip(rollout_ids(call, samples), samples)
         ]
-        self.in_flight += n
-        self.metrics.in_flight.set(self.in_flight)
-        try:
+        async with self.holding(len(rollouts)):
             scored = await self.stored(rollouts)
             waiting = [r for r in rollouts if r.rollout_id not in scored]
             if waiting:
@@ -104,14 +98,23 @@ class RewardGateway:
                     self.metrics.timed_out.inc(len(e.missing))
                     scored |= e.scores
             return [scored.get(r.rollout_id) for r in rollouts]
-        finally:
-            self.in_flight -= n
-            self.metrics.in_flight.set(self.in_flight)
 
     async def arm_rewards(self, call: Call, rollouts: Sequence[ArmRollout]) -> list[ArmReward | None]:
         """Each Rubric-ARM rollout's reward, None where none came by the deadline; the in-flight bound as `score`'s.
         Raises InvalidRollout for a rollout the arm service would reject as sent."""
-        n = len(rollouts)
+        async with self.holding(len(rollouts)):
+            self.metrics.published.inc(len(rollouts))
+            try:
+                found = {r.rollout_id: r for r in await self.client.arm_rewards(rollouts, timeout=call.deadline_s)}
+            except ArmRewardTimeout as e:
+                self.metrics.timed_out.inc(len(e.missing))
+                found = e.rewards
+            return [found.get(r.rollout_id) for r in rollouts]
+
+    @contextlib.asynccontextmanager
+    async def holding(self, n: int) -> AsyncIterator[None]:
+        """Count `n` more rollouts waited for while the block runs; raise Busy, having counted nothing, beyond
+        max_rollouts_in_flight."""
         if self.in_flight + n > self.settings.max_rollouts_in_flight:
             raise Busy(
                 f"{self.in_flight} rollouts in flight; {n} more would exceed {self.settings.max_rollouts_in_flight}"
@@ -119,13 +122,7 @@ class RewardGateway:
         self.in_flight += n
         self.metrics.in_flight.set(self.in_flight)
         try:
-            self.metrics.published.inc(n)
-            try:
-                found = {r.rollout_id: r for r in await self.client.arm_rewards(rollouts, timeout=call.deadline_s)}
-            except ArmRewardTimeout as e:
-                self.metrics.timed_out.inc(len(e.missing))
-                found = e.rewards
-            return [found.get(r.rollout_id) for r in rollouts]
+            yield
         finally:
             self.in_flight -= n
             self.metrics.in_flight.set(self.in_flight)

@@ -127,6 +127,11 @@ def _items(n: int) -> msgspec.Meta:
 # The draft, checked (pure).
 
 
+def anchors(rubrics: Sequence[Rubric]) -> list[Rubric]:
+    """The anchors of a seed or set, in order: a generated set keeps them first, unchanged."""
+    return [r for r in rubrics if r.kind == RubricKind.ANCHOR]
+
+
 class InvalidDraft(Exception):
     """The draft held no rubric that keeps the rules."""
 
@@ -305,12 +310,12 @@ class Generator:
         return current, msgspec.json.decode(raw, type=Failure) if raw else None
 
     async def _generate(self, prompted: Prompted, instance_key: str, seed: Sequence[Rubric]) -> Generated:
-        anchors = [r for r in seed if r.kind == RubricKind.ANCHOR]
-        asked = messages(self.template, prompted, anchors, self.meta_classes, self.max_rubrics, self.prompt_chars)
+        first = anchors(seed)
+        asked = messages(self.template, prompted, first, self.meta_classes, self.max_rubrics, self.prompt_chars)
         try:
             answer = await self.ask(prompted.run_id, GENERATOR, asked, draft_type(self.meta_classes, self.max_rubrics))
             draft = msgspec.convert(msgspec.to_builtins(answer), RubricDraft)  # the shared types, not the call's
-            drafted = build(draft, anchors, self.meta_classes, self.max_rubrics)
+            drafted = build(draft, first, self.meta_classes, self.max_rubrics)
         except (LLMError, InvalidDraft) as e:
             return await self._failed(prompted, instance_key, seed, str(e))
         while True:
@@ -334,7 +339,7 @@ class Generator:
         await self._event(
             EventKind.RUBRICS_GENERATED,
             prompted,
-            f"v{generated.version}: {len(rules)} generated rubrics beside {len(anchors)} anchors"
+            f"v{generated.version}: {len(rules)} generated rubrics beside {len(first)} anchors"
             + (f"; dropped {'; '.join(drafted.dropped)}" if drafted.dropped else ""),
             instance_key=instance_key,
             version=generated.version,
