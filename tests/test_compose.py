@@ -1,0 +1,286 @@
+"""compose.yaml, run for real: the whole stack from images under Docker Compose, a trainer on the host.
+
+No registry is needed: deploy/docker/images.sh builds the images (a Debian base, stand-ins for Redis and Weaviate,
+the project's Dockerfile on the checkout) under rubricd-local/ names, and compose.yaml's image settings point at
+them; Compose is `make compose-tools`'s pinned build. The project has its own name and ports, publishes on 127.0.0.1
+only, and is removed (`down -v`) however the tests end; a dockerd this module started, it stops. The tests run in
+order, each on what the one before left: they are the steps of one operator's session. Each step's time is written
+to .stack/artifacts/compose/steps.tsv.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis as redis_sync
+import weaviate
+from redis.asyncio import Redis
+
+from rubricd import Rollout, RubricdClient
+from rubricd.keys import SCORERS, Keys
+from rubricd.store import RubricStore
+from rubricd_services.demo.policy import respond
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "rubricd-compose-test"
+PORTS = {  # not stack.sh's defaults, nor the suite's: a `make up` or another test stack may be running
+    "RUBRICD_REDIS_PORT": 16399,
+    "RUBRICD_WEAVIATE_PORT": 18089,
+    "RUBRICD_WEAVIATE_GRPC_PORT": 50071,
+    "RUBRICD_SIMULATOR_PORT": 18099,
+    "RUBRICD_GATEWAY_PORT": 18300,
+    "RUBRICD_DASHBOARD_PORT": 18400,
+}
+REDIS_URL = f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0"
+SERVICES = ["scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "dashboard", "simulator"]
+RUN = "compose-1"
+STEPS = ROOT / ".stack/artifacts/compose/steps.tsv"
+
+
+def timed(step: str, started: float) -> None:
+    """Record how long STEP took (the note and the README quote these)."""
+    STEPS.parent.mkdir(parents=True, exist_ok=True)
+    with STEPS.open("a") as out:
+        out.write(f"{step}\t{time.monotonic() - started:.1f}\n")
+
+
+def sh(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    return done.stdout
+
+
+class Compose:
+    """`docker compose -p rubricd-compose-test -f compose.yaml [...]` with the images and ports above."""
+
+    def __init__(self, binary: str, images: dict[str, str]) -> None:
+        self.binary = binary
+        self.env = {**os.environ, **images, **{k: str(v) for k, v in PORTS.items()}, "RUBRICD_SIM_LATENCY_MS": "300"}
+        self.files = ["-f", "compose.yaml"]
+
+    def __call__(self, *args: str, timeout: float = 600) -> str:
+        try:
+            return sh(self.binary, "-p", PROJECT, *self.files, *args, env=self.env, timeout=timeout)
+        except AssertionError as failed:
+            logs = subprocess.run(
+                [self.binary, "-p", PROJECT, *self.files, "logs", "--tail", "30", "--no-color"],
+                capture_output=True, text=True, env=self.env, cwd=ROOT, timeout=60,
+            )  # fmt: skip
+            raise AssertionError(f"{failed}\n--- the stack's last logs:\n{logs.stdout[-6000:]}") from None
+
+    def up(self) -> None:
+        self("up", "-d", "--wait", "--wait-timeout", "400", "--no-build", timeout=480)
+
+    def states(self) -> dict[str, dict[str, object]]:
+        """Each container's `ps` record, by container name (stopped ones included)."""
+        rows = [json.loads(line) for line in self("ps", "-a", "--format", "json").splitlines() if line.strip()]
+        return {row["Name"]: row for row in rows}
+
+    def leftovers(self) -> list[str]:
+        """The project's containers, networks and volumes that Docker still has."""
+        label = f"label=com.docker.compose.project={PROJECT}"
+        found = []
+        for kind in (["ps", "-a"], ["network", "ls"], ["volume", "ls"]):
+            found += [f"{kind[0]} {name}" for name in sh("docker", *kind, "-q", "--filter", label).split()]
+        return found
+
+
+@pytest.fixture(scope="module")
+def compose() -> Iterator[Compose]:
+    STEPS.unlink(missing_ok=True)
+    started = time.monotonic()
+    dockerd = sh("deploy/docker/images.sh", "daemon").strip()  # a pid when this module started it
+    timed("dockerd (started here)" if dockerd else "dockerd (running)", started)
+    started = time.monotonic()
+    exports = sh("deploy/docker/images.sh", "build", timeout=1800).split()[1:]  # `export A=x B=y ...`
+    images = dict(pair.split("=", 1) for pair in exports)
+    timed("images built (or found)", started)
+    binary = sh("make", "-s", "compose-path").strip()
+    assert Path(binary).is_file(), f"no Compose at {binary}: run make compose-tools"
+    stack = Compose(binary, images)
+    try:
+        yield stack
+    finally:
+        stack.files = ["-f", "compose.yaml"]
+        stack("down", "-v", "--remove-orphans", "--timeout", "30")
+        if dockerd:
+            os.kill(int(dockerd), signal.SIGTERM)
+            for _ in range(300):
+                if subprocess.run(["kill", "-0", dockerd], capture_output=True).returncode != 0:
+                    break
+                time.sleep(0.1)
+
+
+def rollouts(step: int, n: int, tag: str) -> list[Rollout]:
+    """Honest and padded answers, in turns: padding the run's rubrics miss, so its first step updates them."""
+    out = []
+    for i in range(n):
+        a, b = 10 + i, 20 + step
+        behaviour = "padded" if i % 2 else "correct"
+        out.append(
+            Rollout(
+                run_id=RUN,
+                rollout_id=f"{tag}-s{step}-r{i}",
+                step=step,
+                prompt=f"What is {a} + {b}?",
+                response=respond(behaviour, a, b),
+                reference=str(a + b),
+            )
+        )
+    return out
+
+
+async def history() -> list[int]:
+    async with Redis.from_url(REDIS_URL) as redis:
+        return [r.version for r in await RubricStore(redis, Keys()).history(RUN)]
+
+
+def memory_objects() -> int:
+    """Every object in Weaviate, all collections."""
+    client = weaviate.connect_to_local(
+        port=PORTS["RUBRICD_WEAVIATE_PORT"], grpc_port=PORTS["RUBRICD_WEAVIATE_GRPC_PORT"]
+    )
+    try:
+        names = client.collections.list_all(simple=True)
+        return sum(client.collections.get(name).aggregate.over_all(total_count=True).total_count or 0 for name in names)
+    finally:
+        client.close()
+
+
+def get(port_name: str, path: str) -> tuple[int, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{PORTS[port_name]}{path}", timeout=10) as response:
+        return response.status, response.read().decode()
+
+
+def test_the_stack_comes_up_healthy(compose: Compose) -> None:
+    started = time.monotonic()
+    compose.up()
+    timed("up -d --wait", started)
+    states = compose.states()
+    running = {row["Service"] for row in states.values() if row["State"] == "running"}
+    assert running == {"redis", "weaviate", *SERVICES}, states
+    assert sum(row["Service"] == "analyzer" for row in states.values()) == 2  # deploy.replicas
+    user = sh("docker", "exec", f"{PROJECT}-scorer-1", "id", "-un").strip()
+    assert user == "rubricd", "the rubricd image runs as its own unprivileged user"
+    assert get("RUBRICD_GATEWAY_PORT", "/health")[0] in (200, 204)
+    status, page = get("RUBRICD_DASHBOARD_PORT", "/")
+    assert status == 200 and "rubricd" in page
+
+
+async def test_a_trainer_scores_a_step_and_the_rubrics_update(compose: Compose) -> None:
+    started = time.monotonic()
+    async with RubricdClient(REDIS_URL, timeout=300) as client:
+        scores = await client.score(rollouts(0, 8, "a"))
+        await client.close_step(RUN, 0, rollout_ids=[s.rollout_id for s in scores])
+        await client.wait_for_rubrics(RUN, 0)
+    timed("a step scored, closed and its rubric update in place", started)
+    assert [s.status for s in scores] == ["ok"] * 8, [s.error for s in scores]
+    assert await history() == [1, 2], "the step's update made version 2"
+
+
+async def pending(group: str, stream: str) -> int:
+    async with Redis.from_url(REDIS_URL) as redis:
+        return int((await redis.xpending(stream, group))["pending"])
+
+
+async def test_a_scorer_killed_mid_batch_finishes_the_batch_once_restarted(compose: Compose) -> None:
+    started = time.monotonic()
+    async with RubricdClient(REDIS_URL, timeout=300) as client:
+        batch = asyncio.create_task(client.score(rollouts(1, 24, "k")))
+        while not await pending(SCORERS, Keys().rollouts):  # the scorer holds some of the batch
+            assert not batch.done(), "the batch finished before the scorer could be killed: raise the latency"
+            await asyncio.sleep(0.05)
+        compose("kill", "scorer")
+        killed = compose.states()[f"{PROJECT}-scorer-1"]
+        assert killed["State"] == "exited"
+        compose("start", "scorer")
+        scores = await batch
+    timed("24 rollouts, the scorer killed and started mid-batch", started)
+    assert sorted(s.rollout_id for s in scores) == sorted(r.rollout_id for r in rollouts(1, 24, "k"))
+    assert all(s.status == "ok" for s in scores), [s.error for s in scores if s.status != "ok"]
+    assert await pending(SCORERS, Keys().rollouts) == 0
+
+
+async def test_a_redis_restart_loses_nothing(compose: Compose) -> None:
+    started = time.monotonic()
+    before = await history()
+    async with RubricdClient(REDIS_URL, timeout=300) as client:
+        batch = asyncio.create_task(client.score(rollouts(2, 16, "r")))
+        while not await pending(SCORERS, Keys().rollouts):
+            await asyncio.sleep(0.05)
+        compose("restart", "redis")
+        scores = await batch
+        await client.close_step(RUN, 2, rollout_ids=[s.rollout_id for s in scores])
+        await client.wait_for_rubrics(RUN, 2)
+    timed("16 rollouts across a Redis restart, then the step's update", started)
+    assert len({s.rollout_id for s in scores}) == 16 and all(s.status == "ok" for s in scores)
+    assert (await history())[: len(before)] == before, "every version from before the restart is still there"
+
+
+async def test_down_then_up_keeps_the_run_history(compose: Compose) -> None:
+    versions, objects = await history(), memory_objects()
+    assert objects > 0, "the analyses and step summaries are in Weaviate"
+    started = time.monotonic()
+    compose("down", "--timeout", "30")
+    assert compose.states() == {}
+    compose.up()
+    timed("down, then up -d --wait on the same volumes", started)
+    assert await history() == versions
+    assert memory_objects() == objects
+
+
+def test_every_service_stops_gracefully_within_the_grace_period(compose: Compose) -> None:
+    started = time.monotonic()
+    compose("stop", "--timeout", "30")
+    took = time.monotonic() - started
+    timed("stop (every container, SIGTERM)", started)
+    exits = {row["Name"]: row["ExitCode"] for row in compose.states().values() if row["Service"] in SERVICES}
+    assert exits and all(code == 0 for code in exits.values()), f"a service was killed or failed on SIGTERM: {exits}"
+    assert took < 30, f"stop took {took:.0f} s: a service waited out the grace period"
+
+
+async def test_the_secure_overlay_logs_each_service_in_as_its_own_user(compose: Compose, tmp_path: Path) -> None:
+    started = time.monotonic()
+    compose("down", "-v", "--timeout", "30")
+    secrets = tmp_path / "stack"
+    sh("deploy/local/stack.sh", "secrets", env={**os.environ, "RUBRICD_STACK_DIR": str(secrets)})
+    compose.files = [
+        "-f",
+        "compose.yaml",
+        "-f",
+        "compose.secure.yaml",
+        "--env-file",
+        str(secrets / "secrets/compose.env"),
+    ]
+    compose.up()
+    timed("secure overlay: down -v, secrets, up -d --wait", started)
+    password = {user: (secrets / f"secrets/redis-{user}").read_text().strip() for user in ("admin", "trainer")}
+    port = PORTS["RUBRICD_REDIS_PORT"]
+    with pytest.raises(redis_sync.AuthenticationError):
+        redis_sync.Redis(port=port).ping()  # no user: the default user is off
+    with redis_sync.Redis(port=port, username="admin", password=password["admin"]) as admin:
+        users = {client["user"] for client in admin.client_list()}
+    assert {"scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "cli"} <= users, users
+    async with RubricdClient(f"redis://trainer:{password['trainer']}@127.0.0.1:{port}/0", timeout=300) as client:
+        scores = await client.score(rollouts(0, 4, "s"))
+    assert all(s.status == "ok" for s in scores), [s.error for s in scores]
+
+
+def test_down_v_leaves_nothing_behind(compose: Compose) -> None:
+    started = time.monotonic()
+    compose.files = ["-f", "compose.yaml"]
+    compose("down", "-v", "--timeout", "30")
+    timed("down -v", started)
+    assert compose.leftovers() == []
