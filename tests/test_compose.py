@@ -23,7 +23,7 @@ import redis as redis_sync
 import weaviate
 from redis.asyncio import Redis
 
-from rubricd import Rollout, RubricdClient
+from rubricd import Rollout, RubricdClient, Score
 from rubricd.keys import SCORERS, Keys
 from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
@@ -67,7 +67,7 @@ class Compose:
 
     def __init__(self, binary: str, images: dict[str, str]) -> None:
         self.binary = binary
-        self.env = {**os.environ, **images, **{k: str(v) for k, v in PORTS.items()}, "RUBRICD_SIM_LATENCY_MS": "300"}
+        self.env = {**os.environ, **images, **{k: str(v) for k, v in PORTS.items()}, "RUBRICD_SIM_LATENCY_MS": "100"}
         self.files = ["-f", "compose.yaml"]
 
     def __call__(self, *args: str, timeout: float = 600) -> str:
@@ -82,6 +82,14 @@ class Compose:
 
     def up(self) -> None:
         self("up", "-d", "--wait", "--wait-timeout", "400", "--no-build", timeout=480)
+
+    def healthy(self, container: str, within_s: float = 120) -> None:
+        """Wait until CONTAINER's health check passes again (after a pause: compose starts nothing that depends on
+        a container it last saw unhealthy)."""
+        deadline = time.monotonic() + within_s
+        while (health := sh("docker", "inspect", "-f", "{{.State.Health.Status}}", container).strip()) != "healthy":
+            assert time.monotonic() < deadline, f"{container} not healthy after {within_s:g} s: {health}"
+            time.sleep(0.5)
 
     def states(self) -> dict[str, dict[str, object]]:
         """Each container's `ps` record, by container name (stopped ones included)."""
@@ -195,16 +203,26 @@ async def pending(group: str, stream: str) -> int:
         return int((await redis.xpending(stream, group))["pending"])
 
 
+async def held_by_the_scorer(batch: "asyncio.Task[list[Score]]") -> None:
+    """Return once the scorer holds some of BATCH's entries, its LLM calls hanging on the paused simulator: a fault
+    injected now lands mid-batch however busy the machine is (the caller unpauses it)."""
+    while not await pending(SCORERS, Keys().rollouts):
+        assert not batch.done(), f"the batch ended before the scorer held it: {batch}"
+        await asyncio.sleep(0.05)
+
+
 async def test_a_scorer_killed_mid_batch_finishes_the_batch_once_restarted(compose: Compose) -> None:
     started = time.monotonic()
     async with RubricdClient(REDIS_URL, timeout=300) as client:
-        batch = asyncio.create_task(client.score(rollouts(1, 24, "k")))
-        while not await pending(SCORERS, Keys().rollouts):  # the scorer holds some of the batch
-            assert not batch.done(), "the batch finished before the scorer could be killed: raise the latency"
-            await asyncio.sleep(0.05)
-        compose("kill", "scorer")
-        killed = compose.states()[f"{PROJECT}-scorer-1"]
-        assert killed["State"] == "exited"
+        compose("pause", "simulator")
+        try:
+            batch = asyncio.create_task(client.score(rollouts(1, 24, "k")))
+            await held_by_the_scorer(batch)
+            compose("kill", "scorer")
+            assert compose.states()[f"{PROJECT}-scorer-1"]["State"] == "exited"
+        finally:
+            compose("unpause", "simulator")
+        compose.healthy(f"{PROJECT}-simulator-1")
         compose("start", "scorer")
         scores = await batch
     timed("24 rollouts, the scorer killed and started mid-batch", started)
@@ -217,10 +235,13 @@ async def test_a_redis_restart_loses_nothing(compose: Compose) -> None:
     started = time.monotonic()
     before = await history()
     async with RubricdClient(REDIS_URL, timeout=300) as client:
-        batch = asyncio.create_task(client.score(rollouts(2, 16, "r")))
-        while not await pending(SCORERS, Keys().rollouts):
-            await asyncio.sleep(0.05)
-        compose("restart", "redis")
+        compose("pause", "simulator")
+        try:
+            batch = asyncio.create_task(client.score(rollouts(2, 16, "r")))
+            await held_by_the_scorer(batch)
+            compose("restart", "redis")
+        finally:
+            compose("unpause", "simulator")
         scores = await batch
         await client.close_step(RUN, 2, rollout_ids=[s.rollout_id for s in scores])
         await client.wait_for_rubrics(RUN, 2)
