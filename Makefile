@@ -118,11 +118,13 @@ k8s-tools-path:
 COMPOSE_VERSION := v2.40.3
 COMPOSE := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/compose-$(COMPOSE_VERSION)/docker-compose
 compose-tools:
+# (A copy of the module, built in place: its go.mod's exclude directives make `go install ...@version` refuse it.)
 	@test -x $(COMPOSE) || { src=$$(go mod download -json github.com/docker/compose/v2@$(COMPOSE_VERSION) | \
-	    sed -n 's/.*"Dir": "\(.*\)",/\1/p') && tmp=$$(mktemp -d) && cp -r $$src/. $$tmp && chmod -R u+w $$tmp && \
+	    sed -n 's/.*"Dir": "\(.*\)",/\1/p') && [ -n "$$src" ] || { echo "compose-tools: go mod download failed" >&2; exit 1; }; \
+	  tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && cp -r $$src/. $$tmp && chmod -R u+w $$tmp && \
 	  (cd $$tmp && CGO_ENABLED=0 go build -trimpath -o $(COMPOSE).new \
 	    -ldflags "-w -X github.com/docker/compose/v2/internal.Version=$(COMPOSE_VERSION)" ./cmd) && \
-	  rm -rf $$tmp && mv $(COMPOSE).new $(COMPOSE); }
+	  mv $(COMPOSE).new $(COMPOSE); }
 
 compose-path:
 	@echo $(COMPOSE)
@@ -196,11 +198,15 @@ docs: install
 # STACK=compose: the same demo against compose.yaml's stack (project rubricd, the default ports), from the public
 # images and the checkout built by Compose; IMAGES=local: from deploy/docker/images.sh's images instead (no registry
 # needed; starts dockerd as root when none answers). Compose is `make compose-tools`'s pinned build.
-STACK ?= local
+STACK := local
+ifeq ($(filter local compose,$(STACK)),)
+$(error STACK is local or compose, not $(STACK))
+endif
 demo: install $(if $(filter compose,$(STACK)),compose-tools,weaviate $(LLM_DEPS))
 ifeq ($(STACK),compose)
 	@$(if $(filter local,$(LLM)),echo "demo: LLM=local runs on the local stack only (STACK=local)" >&2; exit 2;) \
-	$(if $(filter local,$(IMAGES)),deploy/docker/images.sh daemon >/dev/null && eval "$$(deploy/docker/images.sh build)" &&) \
+	$(if $(filter local,$(IMAGES)),deploy/docker/images.sh daemon >/dev/null || exit 1; \
+	  images=$$(deploy/docker/images.sh build) || exit 1; eval "$$images";) \
 	trap '$(COMPOSE) -p rubricd down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	$(COMPOSE) -p rubricd up -d --wait --wait-timeout 600 $(if $(filter local,$(IMAGES)),--no-build,--build) && \
 	  $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)

@@ -24,11 +24,12 @@ import weaviate
 from redis.asyncio import Redis
 
 from rubricd import Rollout, RubricdClient, Score
-from rubricd.keys import SCORERS, Keys
+from rubricd.keys import ANALYZERS, SCORERS, Keys
 from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+# func_only: the first build (several minutes on a fresh machine) has its own deadline, in the fixture.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900, func_only=True)]
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "rubricd-compose-test"
@@ -111,18 +112,19 @@ def compose() -> Iterator[Compose]:
     started = time.monotonic()
     dockerd = sh("deploy/docker/images.sh", "daemon").strip()  # a pid when this module started it
     timed("dockerd (started here)" if dockerd else "dockerd (running)", started)
-    started = time.monotonic()
-    exports = sh("deploy/docker/images.sh", "build", timeout=1800).split()[1:]  # `export A=x B=y ...`
-    images = dict(pair.split("=", 1) for pair in exports)
-    timed("images built (or found)", started)
-    binary = sh("make", "-s", "compose-path").strip()
-    assert Path(binary).is_file(), f"no Compose at {binary}: run make compose-tools"
-    stack = Compose(binary, images)
     try:
-        yield stack
+        started = time.monotonic()
+        exports = sh("deploy/docker/images.sh", "build", timeout=1800).split()[1:]  # `export A=x B=y ...`
+        timed("images built (or found)", started)
+        binary = sh("make", "-s", "compose-path").strip()
+        assert Path(binary).is_file(), f"no Compose at {binary}: run make compose-tools"
+        stack = Compose(binary, dict(pair.split("=", 1) for pair in exports))
+        try:
+            yield stack
+        finally:
+            stack.files = ["-f", "compose.yaml"]
+            stack("down", "-v", "--remove-orphans", "--timeout", "30")
     finally:
-        stack.files = ["-f", "compose.yaml"]
-        stack("down", "-v", "--remove-orphans", "--timeout", "30")
         if dockerd:
             os.kill(int(dockerd), signal.SIGTERM)
             for _ in range(300):
@@ -250,7 +252,21 @@ async def test_a_redis_restart_loses_nothing(compose: Compose) -> None:
     assert (await history())[: len(before)] == before, "every version from before the restart is still there"
 
 
+async def settled(stream: str, group: str, within_s: float = 120) -> None:
+    """Wait until GROUP has read and acked every entry of STREAM (nothing left to write to memory)."""
+    deadline = time.monotonic() + within_s
+    async with Redis.from_url(REDIS_URL, decode_responses=True) as redis:
+        while True:
+            (info,) = [g for g in await redis.xinfo_groups(stream) if g["name"] == group]
+            last = (await redis.xinfo_stream(stream))["last-generated-id"]
+            if info["pending"] == 0 and info["last-delivered-id"] == last:
+                return
+            assert time.monotonic() < deadline, f"{group} on {stream} not settled after {within_s:g} s: {info}"
+            await asyncio.sleep(0.2)
+
+
 async def test_down_then_up_keeps_the_run_history(compose: Compose) -> None:
+    await settled(Keys().scored, ANALYZERS)  # every analysis written before counting what memory holds
     versions, objects = await history(), memory_objects()
     assert objects > 0, "the analyses and step summaries are in Weaviate"
     started = time.monotonic()
@@ -265,11 +281,10 @@ async def test_down_then_up_keeps_the_run_history(compose: Compose) -> None:
 def test_every_service_stops_gracefully_within_the_grace_period(compose: Compose) -> None:
     started = time.monotonic()
     compose("stop", "--timeout", "30")
-    took = time.monotonic() - started
     timed("stop (every container, SIGTERM)", started)
     exits = {row["Name"]: row["ExitCode"] for row in compose.states().values() if row["Service"] in SERVICES}
+    # A service still running when the grace period ends is SIGKILLed: exit 137, not 0.
     assert exits and all(code == 0 for code in exits.values()), f"a service was killed or failed on SIGTERM: {exits}"
-    assert took < 30, f"stop took {took:.0f} s: a service waited out the grace period"
 
 
 async def test_the_secure_overlay_logs_each_service_in_as_its_own_user(compose: Compose, tmp_path: Path) -> None:

@@ -7,7 +7,8 @@
 # image is rebuilt from the checkout each time (Docker's layer cache keeps that short).
 #
 #   deploy/docker/images.sh daemon   # start dockerd when none answers (root; prints its pid, or nothing if one ran)
-#   deploy/docker/images.sh build    # build what is missing; prints the settings compose.yaml reads (eval it)
+#   deploy/docker/images.sh build    # build what is missing (root, for debootstrap, the first time); prints the
+#                                    # settings compose.yaml reads (eval it)
 #   deploy/docker/images.sh env      # print those settings
 #   deploy/docker/images.sh clean    # remove the images built here and the cached wheels
 #
@@ -22,13 +23,15 @@ SUITE=bookworm
 MIRROR=${RUBRICD_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE=rubricd-local/base:$SUITE
 REDIS=rubricd-local/redis:7
-WEAVIATE=rubricd-local/weaviate:1.36.15
+# The Weaviate stand-in is tagged with the version stack.sh builds.
+WEAVIATE=rubricd-local/weaviate:$(sed -n 's/^WEAVIATE_VERSION=v//p' "$REPO/deploy/local/stack.sh")
 RUBRICD=rubricd-local/rubricd:latest
 DOCKERD_LOG=${RUBRICD_DOCKERD_LOG:-/var/log/rubricd-dockerd.log}
 
 say() { echo "images: $*" >&2; }
 die() { echo "images: $*" >&2; exit 1; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+answers() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "$1" 2>/dev/null; }
 
 cmd_daemon() {
   docker info >/dev/null 2>&1 && return
@@ -50,14 +53,16 @@ cmd_daemon() {
 build_base() {
   have "$BASE" && return
   command -v debootstrap >/dev/null || die "no debootstrap: apt-get install debootstrap (or: sudo make system-deps)"
-  local root
-  root=$(mktemp -d)
+  [[ $(id -u) == 0 ]] || die "$BASE: debootstrap needs root (once; the image is reused after)"
+  mkdir -p "$CACHE"
+  ROOTFS=$(mktemp -d "$CACHE/debootstrap.XXXXXX") # not /tmp: it may be a nodev tmpfs, which debootstrap refuses
+  trap 'rm -rf "$ROOTFS" "$ROOTFS.log"' EXIT
   say "$BASE: debootstrap $SUITE from $MIRROR (about a minute, once)"
   debootstrap --variant=minbase --include=python3,python3-venv,redis-server,wget,ca-certificates \
-    "$SUITE" "$root" "$MIRROR" >"$root.log" 2>&1 || die "debootstrap failed: $(tail -5 "$root.log")"
-  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-  tar -C "$root" -c . | docker import -c 'ENV LANG=C.UTF-8' - "$BASE" >/dev/null
-  rm -rf "$root" "$root.log"
+    "$SUITE" "$ROOTFS" "$MIRROR" >"$ROOTFS.log" 2>&1 || die "debootstrap failed: $(tail -5 "$ROOTFS.log")"
+  rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
+  tar -C "$ROOTFS" -c . | docker import -c 'ENV LANG=C.UTF-8' - "$BASE" >/dev/null
+  rm -rf "$ROOTFS" "$ROOTFS.log" && trap - EXIT
 }
 
 build_redis() {
@@ -132,11 +137,13 @@ build_rubricd() {
   index=$(wheels)
   # A fixed port: the index's URL is a build argument, and a changed argument would rebuild every layer after it.
   port=${RUBRICD_WHEELS_PORT:-8398}
+  ! answers "http://127.0.0.1:$port/" || die "127.0.0.1:$port already answers: free it or set RUBRICD_WHEELS_PORT"
   python3 -m http.server -b 127.0.0.1 -d "$index" "$port" >/dev/null 2>&1 &
   SERVER=$!
-  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/simple/" >/dev/null && break; sleep 0.1; done
-  kill -0 "$SERVER" 2>/dev/null || die "the package index could not listen on 127.0.0.1:$port (RUBRICD_WHEELS_PORT)"
   trap 'kill $SERVER 2>/dev/null' EXIT
+  trap 'exit 130' INT TERM # through the EXIT trap
+  for _ in $(seq 50); do answers "http://127.0.0.1:$port/simple/" && break; sleep 0.1; done
+  kill -0 "$SERVER" 2>/dev/null || die "the package index could not listen on 127.0.0.1:$port (RUBRICD_WHEELS_PORT)"
   say "$RUBRICD: deploy/docker/Dockerfile from $BASE, packages from $index"
   old=$(docker image inspect -f '{{.Id}}' "$RUBRICD" 2>/dev/null || true)
   # Fixed times and owners: an unchanged file is an unchanged layer, whatever touched its directory.
