@@ -9,13 +9,14 @@ to .stack/artifacts/compose/steps.tsv.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -205,26 +206,30 @@ async def pending(group: str, stream: str) -> int:
         return int((await redis.xpending(stream, group))["pending"])
 
 
-async def held_by_the_scorer(batch: "asyncio.Task[list[Score]]") -> None:
-    """Return once the scorer holds some of BATCH's entries, its LLM calls hanging on the paused simulator: a fault
-    injected now lands mid-batch however busy the machine is (the caller unpauses it)."""
-    while not await pending(SCORERS, Keys().rollouts):
-        assert not batch.done(), f"the batch ended before the scorer held it: {batch}"
-        await asyncio.sleep(0.05)
+@contextlib.asynccontextmanager
+async def mid_batch(
+    compose: Compose, client: RubricdClient, batch: list[Rollout]
+) -> AsyncIterator["asyncio.Task[list[Score]]"]:
+    """Publish BATCH with the simulator paused; yield (its scores' task) once the scorer holds some of it, its LLM
+    calls hanging, so a fault injected in the body lands mid-batch however busy the machine is; then unpause."""
+    compose("pause", "simulator")
+    try:
+        scores = asyncio.create_task(client.score(batch))
+        while not await pending(SCORERS, Keys().rollouts):
+            assert not scores.done(), f"the batch ended before the scorer held it: {scores}"
+            await asyncio.sleep(0.05)
+        yield scores
+    finally:
+        compose("unpause", "simulator")
+    compose.healthy(f"{PROJECT}-simulator-1")  # compose starts nothing whose dependency it last saw unhealthy
 
 
 async def test_a_scorer_killed_mid_batch_finishes_the_batch_once_restarted(compose: Compose) -> None:
     started = time.monotonic()
     async with RubricdClient(REDIS_URL, timeout=300) as client:
-        compose("pause", "simulator")
-        try:
-            batch = asyncio.create_task(client.score(rollouts(1, 24, "k")))
-            await held_by_the_scorer(batch)
+        async with mid_batch(compose, client, rollouts(1, 24, "k")) as batch:
             compose("kill", "scorer")
             assert compose.states()[f"{PROJECT}-scorer-1"]["State"] == "exited"
-        finally:
-            compose("unpause", "simulator")
-        compose.healthy(f"{PROJECT}-simulator-1")
         compose("start", "scorer")
         scores = await batch
     timed("24 rollouts, the scorer killed and started mid-batch", started)
@@ -237,13 +242,8 @@ async def test_a_redis_restart_loses_nothing(compose: Compose) -> None:
     started = time.monotonic()
     before = await history()
     async with RubricdClient(REDIS_URL, timeout=300) as client:
-        compose("pause", "simulator")
-        try:
-            batch = asyncio.create_task(client.score(rollouts(2, 16, "r")))
-            await held_by_the_scorer(batch)
+        async with mid_batch(compose, client, rollouts(2, 16, "r")) as batch:
             compose("restart", "redis")
-        finally:
-            compose("unpause", "simulator")
         scores = await batch
         await client.close_step(RUN, 2, rollout_ids=[s.rollout_id for s in scores])
         await client.wait_for_rubrics(RUN, 2)
