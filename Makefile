@@ -199,6 +199,7 @@ docs: install
 # images and the checkout built by Compose; IMAGES=local: from deploy/docker/images.sh's images instead (no registry
 # needed; starts dockerd as root when none answers). Compose is `make compose-tools`'s pinned build.
 STACK := local
+DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
 ifeq ($(filter local compose,$(STACK)),)
 $(error STACK is local or compose, not $(STACK))
 endif
@@ -209,10 +210,10 @@ ifeq ($(STACK),compose)
 	  images=$$(deploy/docker/images.sh build) || exit 1; eval "$$images";) \
 	trap '$(COMPOSE) -p rubricd down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	$(COMPOSE) -p rubricd up -d --wait --wait-timeout 600 $(if $(filter local,$(IMAGES)),--no-build,--build) && \
-	  $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
+	  $(DEMO_RUN)
 else
 	@trap '$(STACK_SH) down' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	RUBRICD_STACK_LLM=$(LLM) $(STACK_SH) up && $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
+	RUBRICD_STACK_LLM=$(LLM) $(STACK_SH) up && $(DEMO_RUN)
 endif
 
 # Stops the demo stack and any test stack before deleting their data.

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ import weaviate
 from redis.asyncio import Redis
 
 from rubricd import Rollout, RubricdClient, Score
-from rubricd.keys import ANALYZERS, SCORERS, Keys
+from rubricd.keys import SCORERS, Keys
 from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
 
@@ -45,6 +45,7 @@ PORTS = {  # not stack.sh's defaults, nor the suite's: a `make up` or another te
 REDIS_URL = f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0"
 SERVICES = ["scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "dashboard", "simulator"]
 RUN = "compose-1"
+Settled = Callable[[Redis, float], Awaitable[None]]  # conftest's `settled`
 STEPS = ROOT / ".stack/artifacts/compose/steps.tsv"
 
 
@@ -252,21 +253,15 @@ async def test_a_redis_restart_loses_nothing(compose: Compose) -> None:
     assert (await history())[: len(before)] == before, "every version from before the restart is still there"
 
 
-async def settled(stream: str, group: str, within_s: float = 120) -> None:
-    """Wait until GROUP has read and acked every entry of STREAM (nothing left to write to memory)."""
-    deadline = time.monotonic() + within_s
-    async with Redis.from_url(REDIS_URL, decode_responses=True) as redis:
-        while True:
-            (info,) = [g for g in await redis.xinfo_groups(stream) if g["name"] == group]
-            last = (await redis.xinfo_stream(stream))["last-generated-id"]
-            if info["pending"] == 0 and info["last-delivered-id"] == last:
-                return
-            assert time.monotonic() < deadline, f"{group} on {stream} not settled after {within_s:g} s: {info}"
-            await asyncio.sleep(0.2)
+@pytest.fixture
+def keys() -> Keys:
+    """The compose stack's namespace (the default), for conftest's fixtures that take `keys` (`settled`)."""
+    return Keys()
 
 
-async def test_down_then_up_keeps_the_run_history(compose: Compose) -> None:
-    await settled(Keys().scored, ANALYZERS)  # every analysis written before counting what memory holds
+async def test_down_then_up_keeps_the_run_history(compose: Compose, settled: Settled) -> None:
+    async with Redis.from_url(REDIS_URL) as redis:
+        await settled(redis, 120)  # every analysis and summary written before counting what memory holds
     versions, objects = await history(), memory_objects()
     assert objects > 0, "the analyses and step summaries are in Weaviate"
     started = time.monotonic()
