@@ -446,3 +446,33 @@ async def test_a_judge_asked_one_rubric_a_call_without_explanations_gives_a_verd
     assert {r.explanation for r in [*right.results, *wrong.results]} == {""}
     spent = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.usage("styled"))).items()}
     assert sum(n for k, n in spent.items() if k.startswith("judge:") and k.endswith(":calls")) == 2 * rubrics
+
+
+async def test_a_rollout_nested_too_deep_to_decode_is_rejected_at_once_and_answered(
+    stack, redis, keys, start_scorer, eventually
+):
+    scorer = start_scorer()
+    reply_to = keys.replies("trainer-deep")
+    deep = b"[" * 100_000 + b"]" * 100_000
+    valid = {**msgspec.to_builtins(rollout("run", 0)), "reply_to": reply_to}
+    bodies = {
+        f"deep-{field}": msgspec.json.encode({**valid, "rollout_id": f"deep-{field}", field: "<deep>"}).replace(
+            b'"<deep>"', deep
+        )
+        for field in ("step", "metadata", "prompt", "unknown")
+    }
+    for body in bodies.values():
+        await redis.xadd(keys.rollouts, {wire.FIELD: body})
+    await redis.xadd(keys.rollouts, {wire.FIELD: deep})  # not even an object: dead-lettered, nobody to answer
+
+    async def answered() -> bool:
+        return await redis.xlen(reply_to) >= len(bodies) and await redis.xlen(keys.dead_letters) > len(bodies)
+
+    await eventually(answered, f"{len(bodies)} replies on {reply_to} and {len(bodies) + 1} dead letters")
+    replies = [wire.decode(wire.payload(f), Score) for _, f in await redis.xrange(reply_to)]
+    assert sorted(s.rollout_id for s in replies) == sorted(bodies)
+    assert all(s.status is JudgeStatus.REJECTED and "malformed rollout" in (s.error or "") for s in replies)
+    letters = [wire.decode(wire.payload(f), DeadLetter) for _, f in await redis.xrange(keys.dead_letters)]
+    assert len(letters) == len(bodies) + 1 and all(d.deliveries == 1 for d in letters)
+    assert all(d.reason.startswith("malformed rollout") for d in letters)
+    assert "Traceback" not in scorer.log.read_text()

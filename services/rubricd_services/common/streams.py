@@ -7,6 +7,7 @@ work.
 """
 
 import functools
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -76,10 +77,14 @@ def _sender_decoder(id_field: str) -> msgspec.json.Decoder[Any]:
 def sender(body: bytes, keys: Keys, id_field: str) -> Sender | None:
     """Who sent a rejected entry, read leniently from its JSON: `reply_to` one of `keys`' reply streams, and
     `run_id` and `id_field` any strings; None if the entry has no such fields."""
+    decoder = _sender_decoder(id_field)
     try:
-        addressed = _sender_decoder(id_field).decode(body)
+        try:
+            addressed = decoder.decode(body)
+        except RecursionError:
+            addressed = decoder.decode(shallow(body))
         reply_to = keys.check_reply_to(addressed.reply_to)
-    except (msgspec.DecodeError, InvalidKey, UnicodeError):
+    except (msgspec.DecodeError, InvalidKey, UnicodeError, RecursionError):
         return None
     step = addressed.step
     return Sender(
@@ -88,6 +93,29 @@ def sender(body: bytes, keys: Keys, id_field: str) -> Sender | None:
         id=getattr(addressed, id_field)[:MAX_ECHOED_ID_CHARS],
         step=step if type(step) is int and 0 <= step <= MAX_STEP else 0,
     )
+
+
+# A JSON string, or a bracket outside strings.
+_STRUCTURE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def shallow(body: bytes) -> bytes:
+    """`body` with every value nested inside a top-level value replaced by null: the part of an entry nested too
+    deep to decode that `sender` needs (its top-level ids and reply stream). Scans brackets and strings only."""
+    parts, depth, kept = [], 0, 0
+    for token in _STRUCTURE.finditer(body):
+        bracket = token.group()
+        if bracket[:1] == b'"':
+            continue
+        if bracket in (b"[", b"{"):
+            depth += 1
+            if depth == 2:
+                parts += [body[kept : token.start()], b"null"]
+        else:
+            if depth == 2:
+                kept = token.end()
+            depth -= 1
+    return b"".join([*parts, body[kept:]])
 
 
 MAX_REASON_CHARS = 2000  # a dead letter's reason is cut to this (an error can quote a whole payload)
@@ -157,6 +185,8 @@ def decode(body: bytes, type_: type[M], what: str) -> M:
         return wire.decode(body, type_)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise Rejected(f"malformed {what}: {e}") from None
+    except RecursionError:
+        raise Rejected(f"malformed {what}: JSON nested deeper than the decoder reads") from None
 
 
 @dataclass(frozen=True)
