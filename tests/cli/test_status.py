@@ -12,7 +12,7 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, SCORERS
 from rubricd.messages import HEALTHBENCH_AXES, Rollout
-from rubricd_services.common.streams import ensure_group
+from rubricd_services.common.groups import ensure_group
 from rubricd_services.scorer.schedule import Rule, Schedule
 
 

@@ -5,7 +5,7 @@ import pytest
 from redis.asyncio import Redis
 
 from rubricd_services.common.commit import Script
-from rubricd_services.common.streams import Rejected
+from rubricd_services.common.intake import Rejected
 
 ECHO = Script(
     keys="target reply usage",

@@ -9,9 +9,9 @@ import msgspec
 import redis.exceptions
 import weaviate.exceptions
 
+from rubricd_services.common.intake import Rejected
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.outage import LLM, QUIET_S, REDIS, WEAVIATE, Outages, QuietOutages, dependency
-from rubricd_services.common.streams import Rejected
 
 
 class AnalysisFailed(Exception):

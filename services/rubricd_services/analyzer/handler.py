@@ -17,7 +17,7 @@ from rubricd import wire
 from rubricd.keys import ANALYZERS
 from rubricd.messages import EventKind, RolloutAnalysis, Rubric, ScoredRollout
 from rubricd.store import RubricStore
-from rubricd_services.common import prompts, streams
+from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.memory import MemoryItem, MemoryKind
 from rubricd_services.common.service import Clients
@@ -52,7 +52,7 @@ class Analyzer:
         self._rubrics: dict[tuple[str, str | None, int], list[Rubric]] = {}
 
     async def handle(self, msg: RedisStreamMessage) -> None:
-        scored = streams.decode(msg.body, ScoredRollout, "scored rollout")
+        scored = intake.decode(msg.body, ScoredRollout, "scored rollout")
         rubrics = await self.rubrics(scored)
         analysis = await analyze_rollout(
             scored,
@@ -63,7 +63,7 @@ class Analyzer:
             prompt_chars=self.prompt_chars,
         )
         await self.memory.put([memory_item(analysis)])
-        event = streams.event(
+        event = events.event(
             SERVICE,
             EventKind.ROLLOUT_ANALYZED,
             run_id=analysis.run_id,
@@ -72,7 +72,7 @@ class Analyzer:
             hacking=",".join(sorted({e.type for e in analysis.reward_hacking})),
             consumer=self.consumer,
         )
-        first = await self.effects.announce(streams.entry_id(msg), analysis, event)
+        first = await self.effects.announce(intake.entry_id(msg), analysis, event)
         self.analyzed.labels("announced" if first else "repeat").inc()
         if first and analysis.reward_hacking:
             self.flagged.inc()

@@ -21,11 +21,11 @@ from rubricd import arm, wire
 from rubricd.arm import explain
 from rubricd.keys import ARM
 from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, Phase, RubricSet
-from rubricd_services.common import prompts, streams
+from rubricd_services.common import events, intake, prompts
+from rubricd_services.common.intake import Notice, Rejected, Sender
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.common.streams import Notice, Rejected, Sender
 from rubricd_services.comparer import pairwise
 from rubricd_services.comparer.handler import Calls
 from rubricd_services.comparer.pairwise import PAIRWISE, PairwiseFailed
@@ -54,7 +54,7 @@ class Rewarder:
             "Rubric-ARM rollouts rewarded, by phase and outcome (rewarded, penalized, judge_failed, rejected)",
             ["phase", "outcome"],
         )
-        self.intake = streams.Intake(
+        self.intake = intake.Intake(
             ArmRollout,
             "arm rollout",
             "rollout_id",
@@ -87,7 +87,7 @@ class Rewarder:
             self.rewards.labels(rollout.phase if rollout else "none", "rejected").inc()
             raise
         spent = calls.usage(reward.judge_model or self.judge_agent.model)
-        if not await self.effects.commit(streams.entry_id(msg), rollout, reward, self.event(reward), spent):
+        if not await self.effects.commit(intake.entry_id(msg), rollout, reward, self.event(reward), spent):
             log.info(
                 "arm rollout %s/%s was already rewarded; replied its first reward", rollout.run_id, rollout.rollout_id
             )
@@ -213,7 +213,7 @@ class Rewarder:
             kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
         else:
             kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
-        return streams.event(
+        return events.event(
             SERVICE,
             kind,
             run_id=reward.run_id,

@@ -17,7 +17,7 @@ from rubricd import wire
 from rubricd.arm import PhaseDecision, Plan, explain, read_plan
 from rubricd.keys import Keys
 from rubricd.messages import EventKind
-from rubricd_services.common import streams
+from rubricd_services.common import events
 
 CACHED_DECISIONS = 4096  # decisions a process keeps in memory (they never change: a miss only costs a read)
 
@@ -67,7 +67,7 @@ class Phases:
         event = b""
         if training != previous:
             event = wire.encode(
-                streams.event(
+                events.event(
                     self.service,
                     EventKind.ARM_PHASE,
                     run_id=run_id,

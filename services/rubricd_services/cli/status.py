@@ -17,8 +17,8 @@ from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import RubricSet
 from rubricd.schedule import Decision
 from rubricd_services.common import usage
+from rubricd_services.common.groups import group_lag
 from rubricd_services.common.settings import Price
-from rubricd_services.common.streams import group_lag
 
 from .context import Context, ago, entry_ms, share, table
 

@@ -22,8 +22,8 @@ ADMIN, CLI, KEDA = "admin", "cli", "keda"
 # trainer `a` must not match the reply streams of a trainer `a-b`.
 TRAINER_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 
-# What every consuming service does through the template (common.service, common.streams, common.metrics)
-# and FastStream: consumer groups, reading, reclaiming (XAUTOCLAIM) and holding (XCLAIM JUSTID) entries,
+# What every consuming service does through the template (common.service, common.intake, common.dead_letters,
+# common.groups, common.metrics) and FastStream: consumer groups, reading, reclaiming (XAUTOCLAIM) and holding (XCLAIM JUSTID) entries,
 # the backlog gauges, trimming, failure records (MULTI), dead letters and events (a script), the health
 # PING; scripts run by EVALSHA, loaded on a miss.
 CONSUMER = (

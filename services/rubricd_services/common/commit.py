@@ -15,7 +15,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .streams import Rejected
+from .intake import Rejected
 
 Value = bytes | str | int | float
 Names = str | Sequence[str]  # "score reply usage", as namedtuple takes them, or ("score", "reply", "usage")

@@ -16,9 +16,9 @@ from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from .groups import group_lag
 from .llm import LLMGateway
 from .settings import Price
-from .streams import group_lag
 
 log = logging.getLogger("rubricd.metrics")
 

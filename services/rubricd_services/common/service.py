@@ -1,13 +1,12 @@
 """The template every service is a copy of: its clients, its subscriptions, its chores, `run`.
 
 A service's `create_app` reads as: its settings, the clients it needs, its subscriptions (`consume`, `listen`,
-`every`); `ServiceApp` does the rest the same way for every service: consumer pairs with reclaim and keep-alive,
-failure records and dead letters, outages, the lifespan, /health and /metrics.
+`every`); `ServiceApp` does the rest the same way for every service: consumer pairs with reclaim and keep-alive
+(common.ledger), failure records and dead letters, outages, the lifespan, /health and /metrics.
 The details: docs/development.md, "Layout" (the service template), and docs/operators/recover.md, "Delivery".
 """
 
 import asyncio
-import collections
 import contextlib
 import logging
 import os
@@ -15,7 +14,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -32,8 +31,9 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import EventKind
 
-from . import streams
+from . import dead_letters, events, groups, intake
 from .embedder import EMBEDDER, make_embedder
+from .ledger import Ledger
 from .llm import LLMGateway
 from .logs import configure_logging
 from .memory import Memory
@@ -47,32 +47,10 @@ Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
 
 GROUPS_INTERVAL_S = 5.0  # how often each group's pending and lag are read for the metrics
 FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
-# A handler's argument: the message itself (streams.itself); Any, so that FastStream neither injects nor converts it.
+# A handler's argument: the message itself (intake.itself); Any, so that FastStream neither injects nor converts it.
 Entry = Any
 log = logging.getLogger("rubricd.service")
-# Why this process stopped by itself, if it did: a consumer group Redis lost (run() then exits with EXIT_GROUP_GONE).
-stopped_for: list[str] = []
-EXIT_GROUP_GONE = 3
-
-# Reset the idle time of the entries (ARGV[3:]) that the consumer ARGV[2] of group ARGV[1] still holds: one that
-# was settled, or taken over by another consumer after all, is left alone; in a group that is gone, none is held.
-# KEYS: the stream. ARGV: group, consumer, entry ids.
-_KEEP = """
-local kept = 0
-for i = 3, #ARGV do
-  local pending = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if pending.err then
-    return kept
-  end
-  if #pending == 1 then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
-    kept = kept + 1
-  end
-end
-return kept
-"""
-
-Held = tuple[str, bytes]  # an entry this process received and has not finished with: (consumer, entry id)
+EXIT_GROUP_GONE = 3  # run()'s exit code when the service stopped because Redis lost a consumer group of its
 
 
 class DeadlineExceeded(Exception):
@@ -96,6 +74,14 @@ class Clients:
         if self.memory_ is None:
             raise RuntimeError("this service was built without memory (ServiceApp(..., memory=True))")
         return self.memory_
+
+
+class Service(FastStream):
+    """A service's app: FastStream's, with its wiring (`run` reads why it stopped by itself, if it did)."""
+
+    def __init__(self, wiring: "ServiceApp[Any]", *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.wiring = wiring
 
 
 class ServiceApp(Generic[W]):
@@ -122,9 +108,8 @@ class ServiceApp(Generic[W]):
         self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
         self._shutdown: list[Callable[[W], Awaitable[None]]] = []
         self._trimmed: list[str] = []
-        self._held: collections.Counter[Held] = collections.Counter()  # how many of its deliveries are in hand
-        self._held_since: dict[Held, float] = {}
-        self._cancelled = 0  # handlers cancelled at shutdown
+        self.ledger = Ledger(name)
+        self.stopped_for: list[str] = []  # why the service stopped by itself, if it did (a consumer group gone)
         self._worker: W | None = None
         self._clients: Clients | None = None
 
@@ -173,22 +158,22 @@ class ServiceApp(Generic[W]):
             stream=StreamSub(stream, group=group, consumer=self.consumer, max_records=s.max_records),
             max_workers=s.max_in_flight,
             ack_policy=AckPolicy.MANUAL,
-            parser=streams.parse_entry,
-            decoder=streams.itself,
+            parser=intake.parse_entry,
+            decoder=intake.itself,
         )
         async def fresh(msg: Entry) -> None:
-            with self._working_on(msg, self.consumer):
+            with self.ledger.working_on(self.consumer, intake.entry_id(msg)):
                 await self._handle(handle, msg, deadline, answered)
 
         @self.broker.subscriber(
             stream=StreamSub(stream, group=group, consumer=self.reclaimer, min_idle_time=s.reclaim_idle_ms),
             max_workers=max(1, s.max_in_flight // 4),
             ack_policy=AckPolicy.MANUAL,
-            parser=streams.parse_entry,
-            decoder=streams.itself,
+            parser=intake.parse_entry,
+            decoder=intake.itself,
         )
         async def reclaimed(msg: Entry) -> None:
-            with self._working_on(msg, self.reclaimer):
+            with self.ledger.working_on(self.reclaimer, intake.entry_id(msg)):
                 spent = await self._spent(msg)
                 if spent is None:
                     await self._handle(handle, msg, deadline, answered)
@@ -200,14 +185,14 @@ class ServiceApp(Generic[W]):
     def listen(self, stream: str, handle: Handler[W]) -> None:
         """Every new entry of `stream`, in every process (no group, no ack)."""
 
-        @self.broker.subscriber(stream=StreamSub(stream), parser=streams.parse_entry, decoder=streams.itself)
+        @self.broker.subscriber(stream=StreamSub(stream), parser=intake.parse_entry, decoder=intake.itself)
         async def listener(msg: Entry) -> None:
             try:
-                if streams.MALFORMED in msg.headers:
-                    raise streams.Rejected(msg.headers[streams.MALFORMED])
+                if intake.MALFORMED in msg.headers:
+                    raise intake.Rejected(msg.headers[intake.MALFORMED])
                 await handle(self.worker, msg)
-            except (streams.Rejected, msgspec.DecodeError) as e:  # bad input: one line, no traceback
-                log.warning("%s: skipped entry %s of %s: %s", self.name, streams.entry_id(msg).decode(), stream, e)
+            except (intake.Rejected, msgspec.DecodeError) as e:  # bad input: one line, no traceback
+                log.warning("%s: skipped entry %s of %s: %s", self.name, intake.entry_id(msg).decode(), stream, e)
             except Exception as e:
                 if not self.outages.down(f"reading {stream}", e):
                     raise
@@ -230,12 +215,12 @@ class ServiceApp(Generic[W]):
                 "handler_deadline_s": ", ".join(f"{stream} {s:g}" for stream, s in self.deadlines.items()),
                 **started,
             }
-            event = streams.event(self.name, EventKind.SERVICE_STARTED, **fields)
+            event = events.event(self.name, EventKind.SERVICE_STARTED, **fields)
             await self.clients.redis.xadd(
                 self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
-        return FastStream(self.broker, lifespan=lambda: self._lifespan(make_worker), after_startup=[announce])
+        return Service(self, self.broker, lifespan=lambda: self._lifespan(make_worker), after_startup=[announce])
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, make_worker: Callable[[Clients], W]) -> AsyncIterator[None]:
@@ -253,9 +238,9 @@ class ServiceApp(Generic[W]):
                 stack.push_async_callback(memory.close)
             # Created at 0, not $: entries published before the service first ran are handled too.
             for stream, group in self.groups:
-                await streams.ensure_group(redis, stream, group)
+                await groups.ensure_group(redis, stream, group)
             self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, self.outages, memory)
-            self._watch_reads(await self.broker.connect())
+            self.ledger.watch(await self.broker.connect(), fresh=self.consumer, reclaimed=self.reclaimer)
             quiet = QuietOutages(self.outages, self._group_gone)
             broker_log = logging.getLogger("rubricd.broker")
             broker_log.addFilter(quiet)
@@ -280,98 +265,38 @@ class ServiceApp(Generic[W]):
         and stops the service: started again, by its orchestrator, it makes its groups again."""
         found = re.search(r"group `(.+?)` for stream `(.+?)`", str(error))
         group = f"group {found[1]} of {found[2]}" if found else str(error)
-        if not stopped_for:
+        if not self.stopped_for:
             log.warning(
                 "%s: consumer %s is gone: Redis lost its data (a FLUSHALL, or a restart without persistence); "
                 "stopping with exit code %d, to be started again, which makes it again",
                 *(self.name, group, EXIT_GROUP_GONE),
             )
-        stopped_for.append(group)
+        self.stopped_for.append(group)
 
     async def _read_groups(self, _: W) -> None:
         await self.metrics.read_groups(self.clients.redis, self.groups)
 
     async def _trim(self, _: W) -> None:
         for stream in self._trimmed:
-            await streams.trim_consumed(self.clients.redis, stream)
+            await groups.trim_consumed(self.clients.redis, stream)
 
     async def _keep_claimed(self, _: W) -> None:
-        """Reset the idle time of the entries this process has in hand (with none, a PING: this is also the
-        heartbeat that says Redis is back). One held past twice its handler's deadline is let go: it is lost."""
-        redis = self.clients.redis
+        """Keep the entries in hand from going idle (with none, a PING: this is also the heartbeat that says Redis
+        is back); one held past twice its handler's deadline is let go, to a reclaim."""
         too_old = time.monotonic() - 2 * max(self.deadlines.values(), default=0.0)
-        for held in [h for h, since in self._held_since.items() if since < too_old]:
-            log.warning("%s: entry %s, received and never finished, left to a reclaim", self.name, held[1].decode())
-            self._let_go(held, all_of_it=True)
-        by_consumer: dict[str, list[bytes]] = collections.defaultdict(list)
-        for consumer, entry_id in list(self._held):
-            by_consumer[consumer].append(entry_id)
-        if not by_consumer:
-            await redis.ping()
-        for stream, group in self.groups:  # an id the consumer does not hold in a stream is skipped there
-            for consumer, ids in by_consumer.items():
-                await redis.register_script(_KEEP)(keys=[stream], args=[group, consumer, *ids])
+        await self.ledger.keep(self.clients.redis, self.groups, too_old)
         await self._answered(REDIS)
-
-    def _watch_reads(self, client: Redis) -> None:
-        """Count an entry in hand from the moment a read of this process receives it: FastStream queues what it
-        read until a handler is free, and a queued entry must not go idle. A read whose reply never arrived
-        counts nothing, so what it delivered goes idle and is reclaimed. (redis-py's response callbacks: the
-        fresh consumer reads with XREADGROUP, the reclaiming one with XAUTOCLAIM.)"""
-        for command, consumer in (("XREADGROUP", self.consumer), ("XAUTOCLAIM", self.reclaimer)):
-            client.set_response_callback(
-                command, self._receipt(command, consumer, client.response_callbacks.get(command))
-            )
-
-    def _receipt(self, command: str, consumer: str, parse: Callable[..., Any] | None) -> Callable[..., Any]:
-        def received(response: Any, **options: Any) -> Any:
-            parsed = parse(response, **options) if parse else response
-            try:
-                for entry_id in streams.read_ids(command, parsed):
-                    self._hold((consumer, entry_id))
-            except Exception:  # never fail the read: what it delivered is held once its handler starts
-                log.exception("%s: could not read the entry ids of a %s reply", self.name, command)
-            return parsed
-
-        return received
-
-    def _hold(self, held: Held) -> None:
-        self._held[held] += 1
-        self._held_since[held] = time.monotonic()  # the latest delivery's: the sweep must not cut a new one short
-
-    def _let_go(self, held: Held, *, all_of_it: bool = False) -> None:
-        self._held[held] -= 1
-        if all_of_it or self._held[held] <= 0:
-            del self._held[held]
-            self._held_since.pop(held, None)
-
-    @contextlib.contextmanager
-    def _working_on(self, msg: RedisStreamMessage, consumer: str) -> Iterator[None]:
-        """The body works on `msg`'s entry, in hand since its read; after it, whatever the outcome, it is not."""
-        held = (consumer, streams.entry_id(msg))
-        if held not in self._held:  # a read the callbacks did not see
-            self._hold(held)
-        try:
-            yield
-        except asyncio.CancelledError:
-            self._cancelled += 1
-            if self._cancelled == 1:
-                log.warning("%s: handlers still running are cancelled; their entries wait for a reclaim", self.name)
-            raise
-        finally:
-            if held in self._held:
-                self._let_go(held)
 
     async def _handle(
         self, handle: Handler[W], msg: RedisStreamMessage, deadline_s: float, answered: Sequence[str]
     ) -> None:
         try:
             if len(msg.body) > self.settings.max_entry_bytes:
-                raise streams.Rejected(
+                raise intake.Rejected(
                     f"oversized entry: {len(msg.body)} bytes > max_entry_bytes={self.settings.max_entry_bytes}"
                 )
-            if streams.MALFORMED in msg.headers:
-                raise streams.Rejected(msg.headers[streams.MALFORMED])
+            if intake.MALFORMED in msg.headers:
+                raise intake.Rejected(msg.headers[intake.MALFORMED])
             try:
                 async with asyncio.timeout(deadline_s) as deadline:
                     await handle(self.worker, msg)
@@ -380,17 +305,17 @@ class ServiceApp(Generic[W]):
                     ran_past = f"the handler ran past its deadline (handler_deadline_s={deadline_s:g})"
                     raise DeadlineExceeded(ran_past) from None
                 raise
-        except streams.Rejected as e:
+        except intake.Rejected as e:
             await self._dead_letter(msg, str(e), notify=e.notify)
         except Exception as e:
             # Left pending: once idle, a reclaiming consumer retries it; the record says whether it counts against it.
             outage = self.outages.down(
-                f"handling entry {streams.entry_id(msg).decode()} of {msg.raw_message['channel']}", e
+                f"handling entry {intake.entry_id(msg).decode()} of {msg.raw_message['channel']}", e
             )
             with contextlib.suppress(Exception):
                 key = self._failure_key(msg)
                 async with self.clients.redis.pipeline(transaction=True) as pipe:
-                    pipe.hset(key, "error", repr(e)[: streams.MAX_REASON_CHARS])
+                    pipe.hset(key, "error", repr(e)[: dead_letters.MAX_REASON_CHARS])
                     pipe.hincrby(key, "transient" if outage else "failed", 1)
                     pipe.expire(key, FAILURE_TTL_S)
                     await pipe.execute()
@@ -426,9 +351,9 @@ class ServiceApp(Generic[W]):
         return reason, deliveries
 
     async def _dead_letter(
-        self, msg: RedisStreamMessage, reason: str, deliveries: int = 1, notify: streams.Notice | None = None
+        self, msg: RedisStreamMessage, reason: str, deliveries: int = 1, notify: intake.Notice | None = None
     ) -> None:
-        await streams.dead_letter(
+        await dead_letters.dead_letter(
             self.clients.redis,
             self.keys,
             msg,
@@ -442,7 +367,7 @@ class ServiceApp(Generic[W]):
         )
 
     def _failure_key(self, msg: RedisStreamMessage) -> str:
-        return self.keys.failure(msg.raw_message["channel"], streams.entry_id(msg).decode())
+        return self.keys.failure(msg.raw_message["channel"], intake.entry_id(msg).decode())
 
     async def _repeat(self, interval_s: float, chore: Callable[[W], Awaitable[None]], now: bool = False) -> None:
         """`chore` every `interval_s` (`now`: first at once); a failure is logged and tried again next time."""
@@ -486,12 +411,13 @@ def make_redis(settings: ServiceSettings) -> Redis:
     return Redis.from_pool(pool)
 
 
-def run(service: str, settings_type: type[S], create_app: Callable[[S, Metrics], FastStream]) -> None:
+def run(name: str, settings_type: type[S], create_app: Callable[[S, Metrics], FastStream]) -> None:
     """Load settings, configure logging, build the app with its metrics, and run it until SIGTERM/SIGINT."""
     settings = load(settings_type)
     configure_logging(settings)
-    metrics = Metrics(service)
-    app: Any = create_app(settings, metrics)
+    metrics = Metrics(name)
+    service = create_app(settings, metrics)
+    app: Any = service
     options: dict[str, str | int | None] = {}
     if settings.metrics_port is not None:
         routes = [("/health", make_ping_asgi(app.broker, timeout=5.0)), ("/metrics", make_asgi_app(metrics.registry))]
@@ -504,5 +430,5 @@ def run(service: str, settings_type: type[S], create_app: Callable[[S, Metrics],
             "log_config": None,
         }
     asyncio.run(app.run(log_level=logging.INFO, run_extra_options=options))
-    if stopped_for:
+    if isinstance(service, Service) and service.wiring.stopped_for:
         sys.exit(EXIT_GROUP_GONE)

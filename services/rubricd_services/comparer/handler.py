@@ -23,12 +23,12 @@ from rubricd.accuracy import Accuracy, parse_accuracy
 from rubricd.keys import COMPARERS
 from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
 from rubricd.store import RubricStore
-from rubricd_services.common import prompts, streams, usage
+from rubricd_services.common import events, intake, prompts, usage
+from rubricd_services.common.intake import Rejected
 from rubricd_services.common.llm import Completion, LLMError
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.common.streams import Rejected
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import InForce, RubricCache
 
@@ -99,7 +99,7 @@ class Comparer:
             prepare=lambda in_force: Prepared(in_force, pairwise.system_message(template, in_force.set)),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
-        self.intake = streams.Intake(
+        self.intake = intake.Intake(
             Comparison,
             "comparison",
             "comparison_id",
@@ -131,7 +131,7 @@ class Comparer:
             preference = await self.judge(comparison, calls)
         event = self.event(comparison, preference)
         spent = calls.usage(self.agent.model)
-        if not await self.effects.commit(streams.entry_id(msg), comparison, preference, event, spent):
+        if not await self.effects.commit(intake.entry_id(msg), comparison, preference, event, spent):
             log.info(
                 "comparison %s/%s was already judged; replied with its first preference",
                 comparison.run_id,
@@ -191,7 +191,7 @@ class Comparer:
                 self.metrics.accuracy.labels(*labels).set(counts.accuracy)
             if counts.consistency is not None:
                 self.metrics.consistency.labels(*labels).set(counts.consistency)
-            event = streams.event(
+            event = events.event(
                 SERVICE,
                 EventKind.JUDGE_ACCURACY,
                 run_id=p.run_id,
@@ -226,7 +226,7 @@ class Comparer:
             detail = p.justification
         else:
             detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
-        return streams.event(
+        return events.event(
             SERVICE,
             kind,
             run_id=comparison.run_id,
@@ -243,7 +243,7 @@ class Comparer:
         )
 
 
-def rejected(sender: streams.Sender, reason: str) -> Preference:
+def rejected(sender: intake.Sender, reason: str) -> Preference:
     """The answer to a comparison that can never be judged as sent."""
     return Preference(
         run_id=sender.run_id,

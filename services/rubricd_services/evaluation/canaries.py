@@ -27,7 +27,8 @@ from redis.exceptions import WatchError
 from rubricd import wire
 from rubricd.canaries import CLAIMED, CanaryStep, parse
 from rubricd.messages import Event, EventKind, Rollout
-from rubricd_services.common import streams, usage
+from rubricd_services.common import usage
+from rubricd_services.common.events import event
 from rubricd_services.common.service import Clients
 
 from . import figures, labelled
@@ -268,12 +269,10 @@ class Canaries:
             "rubric_version": canary.rubric_version,
             "failures": canary.failures,
         }
-        events = [streams.event(self.service, EventKind.CANARIES_JUDGED, run_id=run_id, step=canary.step, **fields)]
+        events = [event(self.service, EventKind.CANARIES_JUDGED, run_id=run_id, step=canary.step, **fields)]
         if drift:
             detail = why(canary, self.rule)
             events.append(
-                streams.event(
-                    self.service, EventKind.JUDGE_DRIFT, run_id=run_id, step=canary.step, detail=detail, **fields
-                )
+                event(self.service, EventKind.JUDGE_DRIFT, run_id=run_id, step=canary.step, detail=detail, **fields)
             )
         return events

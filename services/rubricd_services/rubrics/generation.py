@@ -23,7 +23,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import EventKind, GeneratedBy, Rubric, RubricKind, RubricSet
 from rubricd.store import RubricStore
-from rubricd_services.common import locks, prompts, streams, usage
+from rubricd_services.common import events, locks, prompts, usage
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.service import Clients
@@ -381,7 +381,7 @@ class Generator:
             pause = min(pause * 2, _POLL_S[1])
 
     async def _event(self, kind: EventKind, prompted: Prompted, detail: str, **fields: object) -> None:
-        event = streams.event(self.service, kind, run_id=prompted.run_id, step=prompted.step, detail=detail, **fields)
+        event = events.event(self.service, kind, run_id=prompted.run_id, step=prompted.step, detail=detail, **fields)
         await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.events_maxlen, approximate=True)
 
 

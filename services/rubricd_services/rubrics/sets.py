@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from rubricd.messages import Event, EventKind, RubricSet, RubricsUpdated, instance_key
 from rubricd.store import RubricStore
-from rubricd_services.common import streams
+from rubricd_services.common import events
 from rubricd_services.common.seeds import Seeds
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class RubricCache(Generic[T]):
         a rollout or a comparison, loads the new version), or None where this process had not cached it."""
         if not self.invalidate(update.run_id, update.instance_key):
             return None
-        return streams.event(
+        return events.event(
             service,
             EventKind.RUBRICS_RELOADED,
             run_id=update.run_id,

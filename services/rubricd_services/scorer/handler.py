@@ -24,12 +24,12 @@ from rubricd.keys import SCORERS
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES, policy
 from rubricd.store import RubricStore
-from rubricd_services.common import prompts, streams, usage
+from rubricd_services.common import events, intake, prompts, usage
+from rubricd_services.common.intake import Rejected
 from rubricd_services.common.llm import Completion, LLMError
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.common.streams import Rejected
 from rubricd_services.evaluation.canaries import CANARY, Canaries
 from rubricd_services.evaluation.run import Config
 from rubricd_services.rubrics import generation
@@ -145,7 +145,7 @@ class Scorer:
             maxlen=settings.stream_maxlen,
             observe=self.metrics.canaries,
         )
-        self.intake = streams.Intake(
+        self.intake = intake.Intake(
             Rollout,
             "rollout",
             "rollout_id",
@@ -182,7 +182,7 @@ class Scorer:
         if first is not None:
             # Scored before (published again, a retried request): its first score again, without judging it.
             score = wire.decode(first, Score)
-            await self.effects.commit(streams.entry_id(msg), rollout, score, self.event(rollout, score), {})
+            await self.effects.commit(intake.entry_id(msg), rollout, score, self.event(rollout, score), {})
             log.info(
                 "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
             )
@@ -206,7 +206,7 @@ class Scorer:
         analyze = not rollout.evaluation or self.settings.analyze_evaluation
         event = self.event(rollout, score)
         committed = await self.effects.commit(
-            streams.entry_id(msg), rollout, score, event, spent, analyze=analyze, verdict=judged.keep
+            intake.entry_id(msg), rollout, score, event, spent, analyze=analyze, verdict=judged.keep
         )
         if not committed:
             log.info(
@@ -282,7 +282,7 @@ class Scorer:
     @staticmethod
     def event(rollout: Rollout, score: Score) -> Event:
         kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
-        return streams.event(
+        return events.event(
             SERVICE,
             kind,
             run_id=rollout.run_id,
@@ -296,7 +296,7 @@ class Scorer:
         )
 
 
-def rejected(sender: streams.Sender, reason: str) -> Score:
+def rejected(sender: intake.Sender, reason: str) -> Score:
     """The answer to a rollout that can never be scored as sent."""
     return Score(
         run_id=sender.run_id,

@@ -29,7 +29,7 @@ from rubricd.schedule import (
     read_history,
     read_stats,
 )
-from rubricd_services.common import streams
+from rubricd_services.common import events
 
 CACHED_DECISIONS = 4096  # decisions a scorer keeps in memory (they never change: a miss only costs a read)
 
@@ -209,7 +209,7 @@ class Schedule:
         return msgspec.json.decode(stored, type=Decision)
 
     def event(self, run_id: str, decision: Decision) -> Event:
-        return streams.event(
+        return events.event(
             self.service,
             EventKind.META_CLASS_SELECTED,
             run_id=run_id,

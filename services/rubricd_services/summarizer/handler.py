@@ -27,7 +27,7 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import EventKind, RolloutAnalysis, StepClosed, StepSummary
-from rubricd_services.common import prompts, streams
+from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.memory import MemoryItem, MemoryKind
 from rubricd_services.common.outage import LLM, WEAVIATE
 from rubricd_services.common.service import Clients
@@ -83,13 +83,13 @@ class Summarizer:
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
 
     async def on_step_closed(self, msg: RedisStreamMessage) -> None:
-        closed = streams.decode(msg.body, StepClosed, "step closure")
-        await self.book.closed(closed, time.time(), streams.entry_id(msg))
+        closed = intake.decode(msg.body, StepClosed, "step closure")
+        await self.book.closed(closed, time.time(), intake.entry_id(msg))
         self.try_later(closed.run_id, closed.step)
 
     async def on_analysis(self, msg: RedisStreamMessage) -> None:
-        analysis = streams.decode(msg.body, RolloutAnalysis, "analysis")
-        await self.book.analyzed(analysis, time.time(), streams.entry_id(msg), self.settings.rollouts_per_step)
+        analysis = intake.decode(msg.body, RolloutAnalysis, "analysis")
+        await self.book.analyzed(analysis, time.time(), intake.entry_id(msg), self.settings.rollouts_per_step)
         self.try_later(analysis.run_id, analysis.step)
 
     def try_later(self, run_id: str, step: int) -> None:
@@ -128,9 +128,7 @@ class Summarizer:
             self.summaries.labels("failed").inc()
             with contextlib.suppress(Exception):
                 await self.book.hold(run_id, step, token, time.time() + self.settings.retry_after_s)
-                failed = streams.event(
-                    SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500]
-                )
+                failed = events.event(SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500])
                 await self.redis.xadd(
                     self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True
                 )
@@ -180,7 +178,7 @@ class Summarizer:
             summaries.append(done.summary)
             items += memory_items(info, done)
         await self.memory.put(items)
-        event = streams.event(
+        event = events.event(
             SERVICE,
             EventKind.STEP_SUMMARIZED,
             run_id=state.run_id,

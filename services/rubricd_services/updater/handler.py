@@ -20,7 +20,7 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.keys import UPDATERS
 from rubricd.messages import Event, EventKind, StepSummary
-from rubricd_services.common import streams
+from rubricd_services.common import events, intake
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
@@ -70,8 +70,8 @@ class Updater:
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
-        summary = streams.decode(msg.body, StepSummary, "step summary")
-        entry_id = streams.entry_id(msg)
+        summary = intake.decode(msg.body, StepSummary, "step summary")
+        entry_id = intake.entry_id(msg)
         events, announcement = await self.process(summary)
         await self.effects.commit(entry_id, summary.run_id, summary.step, events, announcement)
         for event in events:
@@ -127,4 +127,4 @@ class Updater:
 
     @staticmethod
     def event(kind: EventKind, summary: StepSummary, **fields: object) -> Event:
-        return streams.event(SERVICE, kind, run_id=summary.run_id, step=summary.step, **fields)
+        return events.event(SERVICE, kind, run_id=summary.run_id, step=summary.step, **fields)

@@ -1,14 +1,12 @@
-"""What every consuming service shares about stream entries: decoding, rejecting, events, dead letters, trimming.
+"""Taking in a stream entry: held to the wire format, decoded, checked, or rejected with a reason.
 
-All of it leans on Redis itself: a dead letter is written and acked in one
-MULTI, and a stream is trimmed only below what every consumer group has
-finished with (XINFO GROUPS + XPENDING), so trimming never drops unprocessed
-work.
+An entry that can never be handled as sent is `Rejected`: the service dead-letters it at once (common.dead_letters)
+and, where the entry names a valid reply stream, answers its sender (`Notice`). Nothing here raises on bad bytes:
+a malformed entry, however deep or large, is a rejection, never a retried failure.
 """
 
 import functools
 import re
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -16,12 +14,10 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from faststream.message import StreamMessage
 from faststream.redis.message import RedisStreamMessage
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from rubricd import wire
 from rubricd.keys import InvalidKey, Keys
-from rubricd.messages import DeadLetter, Event, EventKind, Message
+from rubricd.messages import Message
 from rubricd.messages._base import MAX_STEP
 
 M = TypeVar("M", bound=Message)
@@ -118,25 +114,6 @@ def shallow(body: bytes) -> bytes:
     return b"".join([*parts, body[kept:]])
 
 
-MAX_REASON_CHARS = 2000  # a dead letter's reason is cut to this (an error can quote a whole payload)
-MAX_DETAIL_CHARS = 500  # and the dead_lettered event's detail to this
-
-# KEYS: dead letters, events, the entry's stream[, reply stream]
-# ARGV: letter, event, maxlen of dead letters, maxlen of events, group, entry id[, notice, notice ttl]
-_DEAD_LETTER = """
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', '__data__', ARGV[1])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', '__data__', ARGV[2])
-if KEYS[4] then
-  local held = redis.call('TYPE', KEYS[4])['ok']
-  if held == 'none' or held == 'stream' then
-    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', '__data__', ARGV[7])
-    redis.call('EXPIRE', KEYS[4], ARGV[8])
-  end
-end
-redis.call('XACK', KEYS[3], ARGV[5], ARGV[6])
-return 1
-"""
-
 # The header the entry parser sets on an entry whose shape is not the wire format's (its value: why).
 MALFORMED = "rubricd-malformed"
 _FIELD = wire.FIELD.encode()
@@ -222,133 +199,7 @@ class Intake(Generic[M]):
             raise Rejected(str(e), notify=notice) from None
 
 
-def read_ids(command: str, reply: Any) -> list[bytes]:
-    """The entry ids a parsed XREADGROUP (`[[stream, entries], ...]`, or `{stream: entries}`) or XAUTOCLAIM
-    (`[next id, entries, deleted]`) reply delivered, as redis-py parses them by default; an entry is
-    `(id, fields)`, or an id alone (JUSTID)."""
-    if not reply:
-        return []
-    if command == "XAUTOCLAIM":
-        batches = [reply[1]]
-    else:
-        batches = list(reply.values()) if isinstance(reply, dict) else [entries for _, entries in reply]
-    return [e if isinstance(e, bytes) else e[0] for entries in batches for e in entries or []]
-
-
 def entry_id(msg: RedisStreamMessage) -> bytes:
     """The stream entry id of a message read from a stream."""
     raw: bytes = msg.raw_message["message_ids"][0]
     return raw
-
-
-def event(service: str, kind: EventKind, **fields: Any) -> Event:
-    """An Event for the events stream; known fields go to their slots, the rest to `fields`."""
-    slots = {k: fields.pop(k) for k in ("run_id", "step", "rollout_id", "detail") if k in fields}
-    return Event(service=service, kind=str(kind), at=time.time(), fields=fields, **slots)
-
-
-async def dead_letter(
-    redis: Redis,
-    keys: Keys,
-    msg: RedisStreamMessage,
-    *,
-    service: str,
-    reason: str,
-    deliveries: int = 1,
-    maxlen: int,
-    events_maxlen: int,
-    max_payload: int,
-    notify: Notice | None = None,
-) -> None:
-    """Move `msg` to the dead-letter stream (capped at `maxlen`) with `reason`, note it on the events stream, and
-    ack it, in one script; `notify` as in Rejected (a key of another type than a stream is left alone).
-
-    The letter is bounded: its payload cut to `max_payload` bytes, its reason to MAX_REASON_CHARS.
-    """
-    stream = msg.raw_message["channel"]
-    entry_id = msg.raw_message["message_ids"][0]
-    body: bytes = msg.body
-    letter = DeadLetter(
-        stream=stream,
-        entry_id=entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id),
-        group=msg.group or "",
-        service=service,
-        reason=_cut(reason, MAX_REASON_CHARS),
-        deliveries=deliveries,
-        payload=body[:max_payload],
-        payload_size=len(body) if len(body) > max_payload else None,
-        at=time.time(),
-    )
-    note = event(
-        service,
-        EventKind.DEAD_LETTERED,
-        detail=_cut(reason, MAX_DETAIL_CHARS),
-        stream=stream,
-        entry_id=letter.entry_id,
-    )
-    script_keys = [keys.dead_letters, keys.events, stream]
-    args: list[bytes | str | int] = [
-        wire.encode(letter),
-        wire.encode(note),
-        maxlen,
-        events_maxlen,
-        letter.group,
-        entry_id,
-    ]
-    if notify:
-        script_keys.append(notify.stream)
-        args += [wire.encode(notify.message), notify.ttl_s]
-    await redis.register_script(_DEAD_LETTER)(keys=script_keys, args=args)
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-async def ensure_group(redis: Redis, stream: str, group: str) -> None:
-    """Create `group` reading `stream` from its first entry, unless it exists."""
-    try:
-        await redis.xgroup_create(stream, group, id="0", mkstream=True)
-    except ResponseError as e:
-        if "BUSYGROUP" not in str(e):
-            raise
-
-
-async def group_lag(redis: Redis, stream: str, info: dict[str, Any]) -> int:
-    """Entries of `stream` not yet delivered to the group `info` (an XINFO GROUPS row) describes:
-    Redis's own count, or counted when it cannot tell (Redis < 7, or after deletions)."""
-    if info.get("lag") is not None:
-        return int(info["lag"])
-    last = info["last-delivered-id"]
-    after = "(" + (last.decode() if isinstance(last, bytes) else last)
-    return len(await redis.xrange(stream, min=after, max="+", count=100_000) or [])
-
-
-async def trim_consumed(redis: Redis, stream: str) -> int:
-    """Drop entries every consumer group has acked; return how many went."""
-    try:
-        groups = await redis.xinfo_groups(stream)
-    except ResponseError:  # no such stream yet
-        return 0
-    if not groups:
-        return 0
-    floors = []
-    for group in groups:
-        pending = await redis.xpending(stream, group["name"])
-        oldest = pending["min"] if pending["pending"] else None
-        floors.append(_id(oldest) if oldest else _next(_id(group["last-delivered-id"])))
-    return await redis.xtrim(stream, minid=_fmt(min(floors)), approximate=False)
-
-
-def _id(raw: bytes | str) -> tuple[int, int]:
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _next(entry_id: tuple[int, int]) -> tuple[int, int]:
-    return entry_id[0], entry_id[1] + 1
-
-
-def _fmt(entry_id: tuple[int, int]) -> str:
-    return f"{entry_id[0]}-{entry_id[1]}"

@@ -5,8 +5,8 @@ import pytest
 
 from rubricd.keys import Keys
 from rubricd.messages import JudgeStatus, Rollout, Score
-from rubricd_services.common import streams
-from rubricd_services.common.streams import Rejected
+from rubricd_services.common import intake
+from rubricd_services.common.intake import Rejected
 
 KEYS = Keys("rubricd")
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -14,21 +14,21 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 
 def test_shallow_replaces_every_nested_value_and_keeps_the_top_level():
     body = b'{"a": {"b": [1, {"c": "]"}]}, "s": "{[", "n": 2, "l": [[["x"]]]}'
-    assert msgspec.json.decode(streams.shallow(body)) == {"a": None, "s": "{[", "n": 2, "l": None}
-    assert streams.shallow(b'{"a": 1}') == b'{"a": 1}'
+    assert msgspec.json.decode(intake.shallow(body)) == {"a": None, "s": "{[", "n": 2, "l": None}
+    assert intake.shallow(b'{"a": 1}') == b'{"a": 1}'
 
 
 def test_the_sender_of_an_entry_nested_too_deep_is_read():
     body = b'{"run_id": "r", "rollout_id": "x", "step": ' + DEEP + b', "reply_to": "rubricd:replies:t"}'
     with pytest.raises(RecursionError):
         msgspec.json.decode(body)
-    assert streams.sender(body, KEYS, "rollout_id") == streams.Sender("rubricd:replies:t", "r", "x", 0)
-    assert streams.sender(DEEP, KEYS, "rollout_id") is None
+    assert intake.sender(body, KEYS, "rollout_id") == intake.Sender("rubricd:replies:t", "r", "x", 0)
+    assert intake.sender(DEEP, KEYS, "rollout_id") is None
 
 
 @pytest.mark.parametrize("field", ["step", "metadata", "unknown"])
 def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
-    intake = streams.Intake(
+    taking = intake.Intake(
         Rollout, "rollout", "rollout_id", 10_000_000, "max_rollout_bytes", KEYS, 60, answer=_rejected
     )
     valid = {
@@ -41,12 +41,12 @@ def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
     }
     body = msgspec.json.encode({**valid, field: "<deep>"}).replace(b'"<deep>"', DEEP)
     with pytest.raises(Rejected, match="malformed rollout") as raised:
-        intake.take(body)
+        taking.take(body)
     assert raised.value.notify is not None and raised.value.notify.stream == "rubricd:replies:t"
     assert raised.value.notify.message.rollout_id == "x"
 
 
-def _rejected(sender: streams.Sender, reason: str) -> Score:
+def _rejected(sender: intake.Sender, reason: str) -> Score:
     return Score(
         run_id=sender.run_id,
         rollout_id=sender.id,
