@@ -8,16 +8,9 @@ from rubricd_services.common.llm import LLMGateway
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.simulator import judging
 from rubricd_services.simulator.updates import proposal, queries
-from rubricd_services.updater.update import (
-    Limits,
-    MemoryBudget,
-    MemoryQueries,
-    Prompts,
-    UpdateProposal,
-    query_writer_messages,
-    updater_messages,
-    validate,
-)
+from rubricd_services.updater.memory import MemoryQueries
+from rubricd_services.updater.messages import MemoryBudget, Prompts, query_writer_messages, updater_messages
+from rubricd_services.updater.proposal import Limits, UpdateProposal, validate
 
 SEED = [
     Rubric(

@@ -26,7 +26,9 @@ from rubricd_services.common.llm.dialects import request, schema_of
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.comparer import pairwise
 from rubricd_services.rubrics import generation
-from rubricd_services.rubrics.generation import GENERATOR, InvalidDraft, RubricDraft
+from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build, draft_type
+from rubricd_services.rubrics.generation import GENERATOR
+from rubricd_services.rubrics.messages import messages as generator_messages
 
 log = logging.getLogger("rubricd.arm")
 ORDERS: tuple[Order, ...] = ("AB", "BA")
@@ -43,11 +45,11 @@ def generator_rows(
     found: Sequence[ArmPrompt], template: str, anchors: Sequence[Rubric], meta_classes: Sequence[str], max_rubrics: int
 ) -> list[dict[str, Any]]:
     """One row per prompt: `prompt` (the chat), `prompt_id`."""
-    answer = generation.draft_type(tuple(meta_classes), max_rubrics)
+    answer = draft_type(tuple(meta_classes), max_rubrics)
     return [
         {
             "prompt": with_schema(
-                generation.messages(template, p.comparisons[0], anchors, meta_classes, max_rubrics), answer
+                generator_messages(template, p.comparisons[0], anchors, meta_classes, max_rubrics), answer
             ),
             "prompt_id": p.prompt_id,
         }
@@ -99,16 +101,16 @@ async def frozen_rubrics(
     stored = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_rubrics(run_id, generator_model)))
     sets = {k.decode(): wire.decode(v, RubricSet) for k, v in stored.items()}
     first = generation.anchors(seed)
-    answer = generation.draft_type(tuple(meta_classes), max_rubrics)
+    answer = draft_type(tuple(meta_classes), max_rubrics)
     for p in found:
         if p.prompt_id in sets:
             continue
-        asked = generation.messages(template, p.comparisons[0], first, meta_classes, max_rubrics)
+        asked = generator_messages(template, p.comparisons[0], first, meta_classes, max_rubrics)
         now = time.time()
         try:
             done = await gateway.structured(GENERATOR, asked, answer, model=generator_model)
             draft = msgspec.convert(msgspec.to_builtins(done.value), RubricDraft)
-            rubrics = generation.build(draft, first, meta_classes, max_rubrics).rubrics
+            rubrics = build(draft, first, meta_classes, max_rubrics).rubrics
             made = GeneratedBy(
                 model=generator_model, prompt_sha256=hashlib.sha256(template.encode()).hexdigest(), generated_at=now
             )

@@ -17,7 +17,7 @@ from rubricd.messages import Comparison, JudgeStatus, Order, OrderJudgment, Pair
 from rubricd_services.common.llm.dialects import decode
 from rubricd_services.common.llm.errors import Retryable
 from rubricd_services.comparer import pairwise
-from rubricd_services.rubrics.generation import InvalidDraft, RubricDraft, build
+from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build
 
 
 @dataclass(frozen=True)

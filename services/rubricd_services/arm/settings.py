@@ -8,7 +8,7 @@ from rubricd.arm import Plan
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import InFlight, ServiceSettings
 from rubricd_services.comparer.settings import PairwiseSettings
-from rubricd_services.rubrics.generation import GeneratorSettings
+from rubricd_services.rubrics.settings import GeneratorSettings
 
 
 class ArmSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):

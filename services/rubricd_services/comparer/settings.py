@@ -5,7 +5,7 @@ from pydantic import BaseModel, Field
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import ServiceSettings
-from rubricd_services.rubrics.generation import GeneratorSettings
+from rubricd_services.rubrics.settings import GeneratorSettings
 
 
 class PairwiseSettings(BaseModel):

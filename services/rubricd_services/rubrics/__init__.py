@@ -1,5 +1,6 @@
 """The rubric set in force for a prompt, used by the scorer and the comparer alike.
 
 `sets` finds it (stored, seeded from configuration, or generated) and caches it per run and instance;
-`generation` writes a new instance's own rubrics with the `generator` agent (Rubric-ARM).
+`generation` writes a new instance's own rubrics with the `generator` agent (Rubric-ARM): its chat in `messages`,
+its draft in `draft`, its `settings`. `validation` checks one proposed rubric, for the generator and the updater.
 """

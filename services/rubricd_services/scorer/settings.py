@@ -7,7 +7,7 @@ from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
 from rubricd_services.evaluation.canaries import CanarySettings
-from rubricd_services.rubrics.generation import GeneratorSettings
+from rubricd_services.rubrics.settings import GeneratorSettings
 
 from .judge import Calls, Style
 from .schedule import Rule, Strategy

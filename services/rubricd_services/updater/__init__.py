@@ -1,6 +1,7 @@
 """The updater service: evolves a run's adaptive rubrics from its evaluation memory into new versions.
 
-`app` wires it (broker, subscribers, lifespan); `update` is the domain (static
-and dynamic memory, the proposal, validation, the new version); `prompts/`
-holds the query writer's and the updater's instructions.
+`app` wires it (broker, subscribers, lifespan); `handler` decodes, updates and
+publishes; `update` makes the new version from `memory` (static and dynamic),
+the agents' chats (`messages`) and the validated `proposal`; `prompts/` holds
+the query writer's and the updater's instructions.
 """

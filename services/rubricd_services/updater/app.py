@@ -12,8 +12,8 @@ from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
 
 from .handler import SERVICE, Updater
+from .messages import QUERY_WRITER, UPDATER
 from .settings import UpdaterSettings
-from .update import QUERY_WRITER, UPDATER
 
 
 def create_app(settings: UpdaterSettings, metrics: Metrics | None = None) -> FastStream:

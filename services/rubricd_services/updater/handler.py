@@ -27,8 +27,10 @@ from rubricd_services.common.service import Clients
 from rubricd_services.common.usage import Metered
 
 from .effects import Effects
+from .messages import UPDATER, MemoryBudget, Prompts
+from .proposal import Limits
 from .settings import UpdaterSettings
-from .update import UPDATER, Limits, MemoryBudget, Outcome, Prompts, RubricUpdater
+from .update import Outcome, RubricUpdater
 
 SERVICE = "updater"
 log = logging.getLogger("rubricd.updater")
@@ -56,7 +58,10 @@ class Updater:
             prompts=Prompts.load(settings.query_writer_prompt, settings.updater_prompt),
             seeds=Seeds.load(settings),
             limits=Limits(
-                settings.min_points, settings.max_points, settings.max_adaptive, tuple(settings.meta_classes)
+                min_points=settings.min_points,
+                max_points=settings.max_points,
+                meta_classes=tuple(settings.meta_classes),
+                max_adaptive=settings.max_adaptive,
             ),
             prompt_chars=settings.agent(UPDATER).prompt_chars(),
             budget=MemoryBudget(

@@ -1,0 +1,34 @@
+"""Rubric generation's settings, mixed into the settings of the services that generate (env prefix RUBRICD_)."""
+
+from pydantic import BaseModel, Field, model_validator
+
+from rubricd_services.common.prompts import PromptFile
+
+
+class GeneratorSettings(BaseModel):
+    """Rubric generation settings (mixed into the scorer's and the comparer's)."""
+
+    generate_rubrics: bool = Field(
+        False,
+        description="per_instance mode: the first rollout of an instance without a rubric set has the generator "
+        "agent write that prompt's rubrics (anchors kept), stored as its version 1; a failure judges with the seed "
+        "rubrics and is retried on a later step",
+    )
+    generator_prompt: PromptFile = Field(None, description="generator instructions; default: prompts/generator.md")
+    generate_max_rubrics: int = Field(8, ge=1, le=20, description="the most rubrics the generator may write a prompt")
+    generate_max_points: float = Field(
+        10.0, gt=0, le=100, description="a generated rubric's points lie within -N..N (and are not zero)"
+    )
+    generation_lock_s: float = Field(
+        10.0,
+        ge=1,
+        description="the generation lock's lifetime, renewed every third of it while its holder lives: a process "
+        "that dies while generating holds the instance's other rollouts up this long",
+    )
+
+    @model_validator(mode="after")
+    def _per_instance(self) -> "GeneratorSettings":
+        """Generation writes per-instance sets: switched on in global mode, it would silently do nothing."""
+        if self.generate_rubrics and getattr(self, "rubrics_mode", "per_instance") != "per_instance":
+            raise ValueError("RUBRICD_GENERATE_RUBRICS writes per-instance sets: set RUBRICD_RUBRICS_MODE=per_instance")
+        return self

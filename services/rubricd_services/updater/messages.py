@@ -1,0 +1,114 @@
+"""The query writer's and the updater's chats (pure): instructions, then the data as JSON blocks."""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from rubricd.messages import RubricKind, RubricSet, StepSummary
+from rubricd_services.common import prompts
+from rubricd_services.common.memory import Hit, MemoryItem
+
+from .proposal import Limits
+
+T = TypeVar("T")
+# (run id, agent, messages, answer type) -> an answer of that type; the call is made for that run
+Ask = Callable[[str, str, list[dict[str, str]], type[T]], Awaitable[T]]
+
+# The agents: settings `agents.<name>`, prompts prompts/<name>.md.
+QUERY_WRITER = "query_writer"  # turns a step summary into searches of the run's memory
+UPDATER = "updater"  # proposes the rubric modifications
+_FRAME_CHARS = 200  # the memory blocks' tags and newlines
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What the updater is shown of the run's memory: the paper's ablation switches and their budgets."""
+
+    static: bool = True
+    dynamic: bool = True
+    static_k: int = 3
+    max_queries: int = 4
+    adaptive_queries: bool = True
+    results_per_query: int = 5
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """The two agents' instructions: the files next to the service, or the configured ones."""
+
+    query_writer: str
+    updater: str
+
+    @classmethod
+    def load(cls, query_writer: Path | None = None, updater: Path | None = None) -> "Prompts":
+        return cls(prompts.load(__package__, QUERY_WRITER, query_writer), prompts.load(__package__, UPDATER, updater))
+
+
+class _Remembered(msgspec.Struct, frozen=True):
+    id: str
+    kind: str
+    step: int
+    text: str
+
+
+def query_writer_messages(template: str, summary: StepSummary, budget: MemoryBudget) -> list[dict[str, str]]:
+    how_many = (
+        f"at most {budget.max_queries}, one per distinct issue"
+        if budget.adaptive_queries
+        else f"exactly {budget.max_queries}"
+    )
+    user = "\n".join(
+        [
+            prompts.block("query_budget", {"max_queries": budget.max_queries, "adaptive": budget.adaptive_queries}),
+            f"Write {how_many} queries.",
+            prompts.block("step_summary", msgspec.to_builtins(summary)),
+        ]
+    )
+    return [{"role": "system", "content": template.rstrip()}, {"role": "user", "content": user}]
+
+
+def updater_messages(
+    template: str,
+    summary: StepSummary,
+    current: RubricSet,
+    static: list[MemoryItem] | None,
+    dynamic: list[Hit] | None,
+    limits: Limits,
+    prompt_chars: int | None = None,
+) -> list[dict[str, str]]:
+    """The updater's chat: instructions, then the data (rubrics, limits, summary, memories) as JSON blocks.
+
+    A memory section that is switched off is left out entirely, so an ablation
+    changes what the model sees and nothing else. With `prompt_chars` (the
+    agent's prompt budget), the memories' texts are cut (prompts.fit) to what
+    the rest leaves.
+    """
+    parts = [
+        prompts.block("current_rubrics", [msgspec.to_builtins(r) for r in current.rubrics]),
+        prompts.block(
+            "limits",
+            {
+                "min_points": limits.min_points,
+                "max_points": limits.max_points,
+                "max_adaptive": limits.max_adaptive,
+                "adaptive_now": sum(r.kind is RubricKind.ADAPTIVE for r in current.rubrics),
+                "meta_classes": list(limits.meta_classes),
+            },
+        ),
+        prompts.block("step_summary", msgspec.to_builtins(summary)),
+    ]
+    remembered = [_Remembered("", str(m.kind), m.step, m.text) for m in static or []]
+    remembered += [_Remembered(h.id, str(h.item.kind), h.item.step, h.item.text) for h in dynamic or []]
+    if prompt_chars is not None:
+        rest = len(template) + sum(map(len, parts)) + len(prompts.as_data(remembered))
+        texts = [r.text for r in remembered]
+        texts = prompts.fit(texts, sum(map(prompts.size, texts)) - (rest - prompt_chars) - _FRAME_CHARS)
+        remembered = [msgspec.structs.replace(r, text=t) for r, t in zip(remembered, texts)]
+    if static is not None:
+        parts.append(prompts.block("static_memory", remembered[: len(static)]))
+    if dynamic is not None:
+        parts.append(prompts.block("dynamic_memory", remembered[len(static or []) :]))
+    return [{"role": "system", "content": template.rstrip()}, {"role": "user", "content": "\n".join(parts)}]
