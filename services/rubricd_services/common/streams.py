@@ -169,7 +169,7 @@ class _Addressed(Protocol):
 
 @dataclass(frozen=True)
 class Intake(Generic[M]):
-    """How a service takes in a message its publisher waits on (a rollout, a comparison): at most `max_bytes`,
+    """How a service takes in a message its publisher waits on (a rollout, a comparison, an arm rollout): at most `max_bytes`,
     decoded and checked in one call (`take`), or Rejected with a `rejected` answer for the publisher when the entry
     names a valid reply stream and its ids are strings (`sender`)."""
 
