@@ -169,9 +169,10 @@ class _Addressed(Protocol):
 
 @dataclass(frozen=True)
 class Intake(Generic[M]):
-    """How a service takes in a message its publisher waits on (a rollout, a comparison, an arm rollout): at most `max_bytes`,
-    decoded and checked in one call (`take`), or Rejected with a `rejected` answer for the publisher when the entry
-    names a valid reply stream and its ids are strings (`sender`)."""
+    """How a service takes in a message its publisher waits on (a rollout, a comparison, an arm rollout): at most
+    `max_bytes`, decoded and checked in one call (`take`), or Rejected with a `rejected` answer for the publisher
+    when the entry names a valid reply stream and its ids are strings (`sender`); `refuse` gives a message taken in
+    and found unusable later the same answer."""
 
     type: type[M]  # with a `reply_to` field
     what: str  # the message in the reasons: "rollout"
