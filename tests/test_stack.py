@@ -179,7 +179,7 @@ async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(
     assert metric(scorer, "rubricd_llm_calls_total", agent="judge") == 2
     assert metric(scorer, "rubricd_judge_cache_total", result="hit") == 2
     assert metric(scorer, "rubricd_llm_tokens_total", agent="judge", kind="prompt") > 0
-    assert metric(scorer, "rubricd_rubric_version", run_id="stack") == 1
+    assert metric(scorer, "rubricd_scored_rubric_version", run_id="stack") == 1
     assert metric(scorer, "faststream_received_messages_total", app_name="scorer") >= 4
     analyzers = [pages["analyzer-1"], pages["analyzer-2"]]
     assert sum(metric(p, "rubricd_analyses_total", outcome="announced") for p in analyzers) == 4

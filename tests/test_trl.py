@@ -13,7 +13,7 @@ import pytest
 import redis as redis_sync
 
 from rubricd import wire
-from rubricd.messages import ArmRewarded, Event, EventKind, ScoredRollout, StepSummary
+from rubricd.messages import Event, EventKind, RewardedArmRollout, ScoredRollout, StepSummary
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_
             if len(summaries) >= len(STEPS):
                 break
             time.sleep(1)
-        recorded = [s.rollout for s in entries(client, keys.recorded(run), ScoredRollout)]
+        recorded = [s.rollout for s in entries(client, keys.kept_rollouts(run), ScoredRollout)]
         training = Counter(r.step for r in recorded if not r.evaluation)
         evaluation = Counter(r.step for r in recorded if r.evaluation)
         # Every rank's rollouts of a step are counted in it; TRL's evaluations (every 2 steps, at the end, and
@@ -123,7 +123,7 @@ def test_grpo_trains_rubric_arms_judge_then_its_generator_through_the_arm_adapte
     for turn in turns:  # TRL logged the rewards the arm service gave
         assert any(f"rewards/rubricd_arm_{turn['phase']}/mean" in entry for entry in turn["log"]), turn["log"]
     client = redis_sync.Redis.from_url(stack.redis_url)
-    kept = entries(client, keys.arm_rewarded("trl-arm"), ArmRewarded)
+    kept = entries(client, keys.kept_arm_rollouts("trl-arm"), RewardedArmRollout)
     assert {(k.rollout.phase, k.rollout.step) for k in kept} == {("judge", 0), ("generator", 1)}
     assert len(kept) == 8  # 4 generations a step
     judged = [k.reward for k in kept if k.reward.phase == "judge"]

@@ -5,6 +5,7 @@ Nothing else in rubricd spells a Redis name. Names a message carries (its
 outside the namespace.
 """
 
+import hashlib
 import re
 
 DEFAULT_NAMESPACE = "rubricd"
@@ -20,6 +21,11 @@ ARM = "arm"  # the arm service's group on the arm stream
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def endpoint_id(base_url: str) -> str:
+    """A short name for an LLM endpoint in key names (a hash of its URL: no host or credentials in key names)."""
+    return hashlib.sha256(base_url.encode()).hexdigest()[:16]
 
 
 class InvalidKey(ValueError):
@@ -109,26 +115,31 @@ class Keys:
         return f"{self.namespace}:generation-failure:{run_id}:{instance_key}"
 
     def score(self, run_id: str, rollout_id: str) -> str:
-        """The Score given to a rollout; makes redelivery idempotent."""
+        """The Score given to a rollout; makes redelivery idempotent (kept the scorer's `answer_ttl_s`)."""
         return f"{self.namespace}:score:{run_id}:{rollout_id}"
 
     def preference(self, run_id: str, comparison_id: str) -> str:
-        """The Preference given to a comparison; makes redelivery idempotent (kept `score_ttl_s`)."""
+        """The Preference given to a comparison; makes redelivery idempotent (kept the comparer's `answer_ttl_s`)."""
         return f"{self.namespace}:preference:{run_id}:{comparison_id}"
 
-    def recorded(self, run_id: str) -> str:
-        """Stream of a run's scored rollouts with their first Score (ScoredRollout), oldest first, for `rubricd
-        replay`: capped at `record_maxlen` entries and expiring `record_ttl_s` after the run's last score."""
+    # The kept requests: a run's requests, each kept with its first answer. Their key names are the ones deployed
+    # services wrote before the word was "kept" (recorded, preferences, arm-rewarded): renaming them would lose
+    # what is stored.
+    def kept_rollouts(self, run_id: str) -> str:
+        """Stream of a run's kept rollouts, each with its first Score (ScoredRollout), oldest first, for `rubricd
+        rescore`: capped at the scorer's `kept_maxlen` entries and expiring `kept_ttl_s` after the run's last
+        score."""
         return f"{self.namespace}:recorded:{run_id}"
 
-    def preferences(self, run_id: str) -> str:
-        """Stream of a run's committed comparisons with their Preference (JudgedComparison), oldest first, for
-        `rubricd export`: capped at `preferences_maxlen` entries and expiring `preferences_ttl_s` after the last."""
+    def kept_comparisons(self, run_id: str) -> str:
+        """Stream of a run's kept comparisons, each with its first Preference (JudgedComparison), oldest first, for
+        `rubricd export`: capped at the comparer's `kept_maxlen` entries and expiring `kept_ttl_s` after the
+        last."""
         return f"{self.namespace}:preferences:{run_id}"
 
     def instance_prompts(self, run_id: str) -> str:
         """Hash of the prompt of each instance whose rubric set judged a run's comparisons (field: instance key),
-        for the generator records of `rubricd export`; expires with the run's kept comparisons."""
+        for the generator records of `rubricd export`; expires with the run's kept comparisons (`kept_ttl_s`)."""
         return f"{self.namespace}:instance-prompts:{run_id}"
 
     def accuracy(self, run_id: str) -> str:
@@ -148,8 +159,8 @@ class Keys:
 
     def canaries(self, run_id: str) -> str:
         """Hash of a run's judge canaries (rubricd.canaries reads it): field <step> -> that step's `CanaryStep`,
-        written once; `claimed:<step>` -> the scorer judging it (HSETNX). Expires `record_ttl_s` after its last
-        write."""
+        written once; `claimed:<step>` -> the scorer judging it (HSETNX). Expires the scorer's `kept_ttl_s` after
+        its last write."""
         return f"{self.namespace}:canaries:{run_id}"
 
     def canary_set(self, run_id: str) -> str:
@@ -195,10 +206,22 @@ class Keys:
         return f"{self.namespace}:arm-phases:{run_id}"
 
     def arm_reward(self, run_id: str, rollout_id: str) -> str:
-        """The ArmReward given to an ArmRollout; makes redelivery idempotent."""
+        """The ArmReward given to an ArmRollout; makes redelivery idempotent (kept the arm service's
+        `answer_ttl_s`)."""
         return f"{self.namespace}:arm-reward:{run_id}:{rollout_id}"
 
-    def arm_rewarded(self, run_id: str) -> str:
-        """Stream of a run's rewarded ArmRollouts with their first reward (ArmRewarded), oldest first, for `rubricd
-        export`: capped at `arm_kept_maxlen` entries and expiring `arm_kept_ttl_s` after the last."""
+    def kept_arm_rollouts(self, run_id: str) -> str:
+        """Stream of a run's kept ArmRollouts, each with its first ArmReward (RewardedArmRollout), oldest first, for
+        `rubricd export`: capped at the arm service's `kept_maxlen` entries and expiring `kept_ttl_s` after the
+        last."""
         return f"{self.namespace}:arm-rewarded:{run_id}"
+
+    def llm_slots(self, base_url: str) -> str:
+        """Sorted set of an LLM endpoint's shared slots (`shared_slots`) held: member a lease id, score its expiry
+        (ms, Redis's clock); one per replica, each serves its own slots (common.slots)."""
+        return f"{self.namespace}:llm-slots:{endpoint_id(base_url)}"
+
+    def llm_rate(self, base_url: str) -> str:
+        """Hash of an LLM endpoint's rate limits (`rpm`, `tpm`): `requests` and `tokens`, when the next call may
+        start by each, and `paused`, no call before (a 429's Retry-After); µs of Redis's clock (common.limits)."""
+        return f"{self.namespace}:llm-rate:{endpoint_id(base_url)}"

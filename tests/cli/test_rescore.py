@@ -1,4 +1,4 @@
-"""`rubricd rescore` against the real Redis and a scorer: a recorded run re-scored under an earlier rubric version."""
+"""`rubricd rescore` against the real Redis and a scorer: a kept run re-scored under an earlier rubric version."""
 
 import json
 
@@ -63,10 +63,10 @@ async def test_a_run_rescored_under_its_first_version_differs_where_the_update_c
     assert rescored_set is not None and rescored_set.rubrics == [CORRECT]
     handed = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.scored)]
     assert {h.rollout.run_id for h in handed} == {"rec"} and len(handed) == 6  # nothing of the re-scored run analyzed
-    recorded = [
-        wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.recorded("rec.rescore-v1"))
+    kept = [
+        wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts("rec.rescore-v1"))
     ]
-    assert len(recorded) == 3 and all(r.rollout.evaluation and r.score.evaluation for r in recorded)
+    assert len(kept) == 3 and all(r.rollout.evaluation and r.score.evaluation for r in kept)
     assert not await redis.xlen(keys.steps)
 
     again = cli("rescore", "rec", "--version", "1", "--steps", "1").stdout  # published again: its first scores

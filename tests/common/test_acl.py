@@ -31,12 +31,12 @@ def allows(name: str, key: str) -> bool:
         ("scorer", keys.usage("run")),
         ("scorer", keys.schedule("run")),
         ("scorer", keys.class_stats("run", 3)),
-        ("scorer", keys.recorded("run")),
+        ("scorer", keys.kept_rollouts("run")),
         ("scorer", keys.generation_lock("run", "instance")),
         ("scorer", keys.generation_failure("run", "instance")),
         ("comparer", keys.failure(keys.comparisons, "1-0")),
         ("comparer", keys.preference("run", "c1")),
-        ("comparer", keys.preferences("run")),
+        ("comparer", keys.kept_comparisons("run")),
         ("comparer", keys.instance_prompts("run")),
         ("comparer", keys.accuracy("run")),
         ("comparer", keys.rubric_set("run", "instance")),
@@ -45,7 +45,7 @@ def allows(name: str, key: str) -> bool:
         ("trainer", keys.comparisons),
         ("arm", keys.failure(keys.arm, "1-0")),
         ("arm", keys.arm_reward("run", "r1")),
-        ("arm", keys.arm_rewarded("run")),
+        ("arm", keys.kept_arm_rollouts("run")),
         ("arm", keys.arm_phases("run")),
         ("arm", keys.arm_plan("run")),
         ("arm", keys.arm_pairs("run")),
@@ -56,7 +56,7 @@ def allows(name: str, key: str) -> bool:
         ("trainer", keys.arm),
         ("cli", keys.arm_pairs("run")),
         ("cli", keys.arm_rubrics("run", "gen-v1")),
-        ("cli", keys.preferences("run")),
+        ("cli", keys.kept_comparisons("run")),
         ("cli", keys.accuracy("run")),
         ("cli", keys.schedule("run")),
         ("analyzer", keys.usage("run")),  # every agent's calls add to the run's usage
@@ -100,7 +100,7 @@ def test_each_role_reaches_the_keys_it_uses(name: str, key: str) -> None:
         ("arm", keys.rubric_set("run", "instance")),  # a candidate rubric set is never stored as a prompt's set
         ("trainer", keys.arm_pairs("run")),  # the labels are the arm service's to read
         ("scorer", keys.arm),
-        ("trainer", keys.preferences("run")),  # a run's judged comparisons are read by `rubricd export`
+        ("trainer", keys.kept_comparisons("run")),  # a run's judged comparisons are read by `rubricd export`
         ("analyzer", keys.accuracy("run")),
         ("summarizer", keys.rubric_set("run")),
         ("updater", keys.replies("trainer-abc")),

@@ -12,7 +12,6 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rubricd_services.common.limits import rate_key
 from rubricd_services.common.llm import LLMGateway
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.settings import LLMSettings, ServiceSettings, load
@@ -173,7 +172,7 @@ async def test_a_429s_retry_after_pauses_the_endpoint_for_the_whole_deployment(
         first = asyncio.create_task(here.structured("judge", ask("[sim:fail=429,times=1,retry_after=1]"), Answer))
 
         async def paused_in_redis() -> bool:
-            paused = await redis.hget(rate_key(keys.namespace, url), "paused")  # µs of Redis's clock
+            paused = await redis.hget(keys.llm_rate(url), "paused")  # µs of Redis's clock
             seconds, micros = await redis.time()
             return paused is not None and int(paused) > seconds * 1_000_000 + micros
 

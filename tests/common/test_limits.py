@@ -9,10 +9,10 @@ import pytest
 from redis.asyncio import Redis
 
 from rubricd_services.common.acl import services
-from rubricd_services.common.limits import RateLimit, rate_key
+from rubricd_services.common.limits import RateLimit
 from rubricd_services.common.llm import LLMGateway
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.common.slots import SharedSlots, slots_key
+from rubricd_services.common.slots import SharedSlots
 
 
 class Answer(msgspec.Struct):
@@ -24,7 +24,7 @@ def ask() -> list[dict[str, str]]:
 
 
 async def test_bookings_from_two_processes_never_exceed_the_rate(stack, redis, keys) -> None:
-    key = rate_key(keys.namespace, "http://llm/v1")
+    key = keys.llm_rate("http://llm/v1")
     other = Redis.from_url(stack.redis_url)  # another process's connection
     try:
         limits = [RateLimit(redis, key), RateLimit(other, key)]
@@ -102,7 +102,7 @@ async def test_the_limits_are_the_endpoints_every_agent_that_calls_it_books_them
 
 
 async def test_booked_tokens_are_corrected_with_what_the_call_used(redis, keys) -> None:
-    limit = RateLimit(redis, rate_key(keys.namespace, "http://llm/v1"))
+    limit = RateLimit(redis, keys.llm_rate("http://llm/v1"))
     tpm = 60_000  # one token a millisecond
     # Starts compared on Redis's clock, and bookings of seconds: however slowly a loaded machine books, the third
     # books long before the start it is given.
@@ -133,10 +133,10 @@ async def test_every_service_user_may_book_and_hold_its_endpoints_calls(stack, r
         await redis.execute_command("ACL", "SETUSER", name, "on", ">pw", *user.rules().split())
         client = Redis.from_url(stack.redis_url, username=name, password="pw")
         try:
-            limit = RateLimit(client, rate_key(keys.namespace, url))
+            limit = RateLimit(client, keys.llm_rate(url))
             await limit.book(6000, 60_000, 100)
             await limit._adjust(keys=[limit.key], args=[-50_000, 1000])  # correct() and pause() swallow errors
-            async with SharedSlots(client, slots_key(keys.namespace, url), 2).hold(1.0, 5):
+            async with SharedSlots(client, keys.llm_slots(url), 2).hold(1.0, 5):
                 pass
         finally:
             await client.aclose()

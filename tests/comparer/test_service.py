@@ -145,7 +145,7 @@ async def test_a_malformed_comparison_is_dead_lettered_and_its_publisher_told(
     assert letter.reason == rejected.error
     pending = await redis.xpending(keys.comparisons, COMPARERS)
     assert pending["pending"] == 0
-    assert await redis.xlen(keys.preferences("pairs")) == 0
+    assert await redis.xlen(keys.kept_comparisons("pairs")) == 0
 
     # Fixed and replayed (`rubricd dlq replay --fix-file`), it is judged.
     fix = tmp_path / "fixed.json"
@@ -169,7 +169,7 @@ async def test_a_comparison_published_twice_is_judged_once(stack, redis, keys, s
         # The same id with other content: the first Preference again, not a new judgment.
         again = await client.compare_one(comparison(0, right_first=False), timeout=30)
     assert again == first and first.winner == "A"
-    assert await redis.xlen(keys.preferences("pairs")) == 1
+    assert await redis.xlen(keys.kept_comparisons("pairs")) == 1
     v1 = json.loads(cli(service_env, "accuracy", "pairs", "--json").stdout)["versions"]["1"]
     assert (v1["judged"], v1["labelled"]) == (1, 1)
     usage = await redis.hgetall(keys.usage("pairs"))
@@ -313,7 +313,7 @@ async def test_a_reply_to_outside_the_reply_streams_or_not_a_stream_is_dead_lett
     assert any("is not under" in r for r in reasons)
     assert any(f"{squatted} holds a string, not a stream" in r for r in reasons)
     assert await redis.get(squatted) == b"not a stream"  # left alone
-    assert await redis.xlen(keys.preferences("pairs")) == 0 and not await redis.exists(keys.accuracy("pairs"))
+    assert await redis.xlen(keys.kept_comparisons("pairs")) == 0 and not await redis.exists(keys.accuracy("pairs"))
 
 
 async def test_a_rubric_update_reaches_the_next_comparison_and_is_logged(

@@ -23,9 +23,9 @@ from rubricd.arm import PhaseDecision, Plan
 from rubricd.canaries import CanaryStep
 from rubricd.messages import (
     ArmReward,
-    ArmRewarded,
     ArmRollout,
     JudgeStatus,
+    RewardedArmRollout,
     Rollout,
     RubricResult,
     RubricsUpdated,
@@ -263,12 +263,12 @@ def test_a_step_tally_keeps_failures_rejections_masks_and_evaluation_apart():
 async def test_two_reads_at_once_count_each_recorded_score_once(redis, keys):
     entries = [scored(0, JudgeStatus.OK, i / 10) for i in range(PAGE + 5)]  # more than one page
     for entry in entries:
-        await redis.xadd(keys.recorded("r"), {wire.FIELD: wire.encode(entry)})
+        await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(entry)})
     tally = RunTally()
     await asyncio.gather(*(tally.catch_up(redis, keys, "r") for _ in range(3)))  # two tabs, a poll and a click
     [row] = tally.rows()
     assert row["scored"] == len(entries)
-    await redis.xadd(keys.recorded("r"), {wire.FIELD: wire.encode(scored(1, JudgeStatus.OK, 1.0))})
+    await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(scored(1, JudgeStatus.OK, 1.0))})
     await tally.catch_up(redis, keys, "r")  # only what came since
     assert [r["scored"] for r in tally.rows()] == [len(entries), 1]
 
@@ -350,7 +350,8 @@ async def test_the_rubric_arm_panel_shows_each_phase_and_both_models_rewards(key
                     label="A",
                 )
             await redis.xadd(
-                keys.arm_rewarded("armed"), {wire.FIELD: wire.encode(ArmRewarded(rollout=rollout, reward=reward))}
+                keys.kept_arm_rollouts("armed"),
+                {wire.FIELD: wire.encode(RewardedArmRollout(rollout=rollout, reward=reward))},
             )
     browser.get(dashboard + "#run=armed")
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#arm g.series[data-series='judge accuracy'] circle"))

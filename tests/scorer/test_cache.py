@@ -63,7 +63,9 @@ def test_a_cached_verdict_adds_a_cache_hit_and_no_tokens_and_a_failed_one_nothin
 async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_read_decodes_it(redis, keys):
     verdict = judge.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    effects = Effects(redis, keys, SCORERS, score_ttl_s=60, stats_ttl_s=60, maxlen=100, reply_ttl_s=60, verdict_ttl_s=1)
+    effects = Effects(
+        redis, keys, SCORERS, answer_ttl_s=60, stats_ttl_s=60, maxlen=100, reply_ttl_s=60, verdict_ttl_s=1
+    )
     await redis.xgroup_create(keys.rollouts, SCORERS, id="0", mkstream=True)
     entry = await redis.xadd(keys.rollouts, {"__data__": b"{}"})
     score = Score(run_id="run", rollout_id="r1", step=0, status=JudgeStatus.OK, reward=1.0, rubric_version=3)

@@ -11,20 +11,20 @@ from redis.asyncio import Redis
 
 from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import ArmReward, ArmRewarded, ArmRollout, Event
+from rubricd.messages import ArmReward, ArmRollout, Event, RewardedArmRollout
 from rubricd_services.common.commit import Script
 
 # An optional key is '': `reply` (no reply_to).
 _COMMIT = Script(
     keys="reward kept events arm reply usage",
-    args="reward rewarded event reward_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl",
+    args="reward rewarded event answer_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl",
     maps="usage",
     reply="reply",
     body="""
 local stored = redis.call('GET', k_reward)
 local reward = stored or a_reward
 if not stored then
-  redis.call('SET', k_reward, reward, 'EX', a_reward_ttl)
+  redis.call('SET', k_reward, reward, 'EX', a_answer_ttl)
   append(k_kept, a_kept_maxlen, a_rewarded)
   redis.call('EXPIRE', k_kept, a_kept_ttl)
   append(k_events, a_maxlen, a_event)
@@ -37,21 +37,21 @@ return stored
 )
 
 
-class ArmEffects:
+class Effects:
     def __init__(
         self,
         redis: Redis,
         keys: Keys,
         group: str,
         *,
-        reward_ttl_s: int,
+        answer_ttl_s: int,
         maxlen: int,
         reply_ttl_s: int,
         kept_maxlen: int,
         kept_ttl_s: int,
     ) -> None:
         self.keys, self.group = keys, group
-        self.reward_ttl_s, self.maxlen, self.reply_ttl_s = reward_ttl_s, maxlen, reply_ttl_s
+        self.answer_ttl_s, self.maxlen, self.reply_ttl_s = answer_ttl_s, maxlen, reply_ttl_s
         self.kept_maxlen, self.kept_ttl_s = kept_maxlen, kept_ttl_s
         self._commit = _COMMIT.register(redis)
 
@@ -66,7 +66,7 @@ class ArmEffects:
         stored = await self._commit(
             keys={
                 "reward": self.keys.arm_reward(rollout.run_id, rollout.rollout_id),
-                "kept": self.keys.arm_rewarded(rollout.run_id),
+                "kept": self.keys.kept_arm_rollouts(rollout.run_id),
                 "events": self.keys.events,
                 "arm": self.keys.arm,
                 "reply": rollout.reply_to or "",
@@ -74,9 +74,9 @@ class ArmEffects:
             },
             args={
                 "reward": wire.encode(reward),
-                "rewarded": wire.encode(ArmRewarded(rollout=rollout, reward=reward)),
+                "rewarded": wire.encode(RewardedArmRollout(rollout=rollout, reward=reward)),
                 "event": wire.encode(event),
-                "reward_ttl": self.reward_ttl_s,
+                "answer_ttl": self.answer_ttl_s,
                 "group": self.group,
                 "entry_id": entry_id,
                 "maxlen": self.maxlen,

@@ -20,9 +20,9 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import arm, wire
 from rubricd.arm import explain
 from rubricd.keys import ARM
-from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, Phase, RubricSet
+from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
 from rubricd_services.common import events, intake, prompts
-from rubricd_services.common.intake import Notice, Rejected, Sender
+from rubricd_services.common.intake import Rejected, Sender
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
@@ -32,7 +32,7 @@ from rubricd_services.comparer.pairwise import PAIRWISE, PairwiseFailed
 from rubricd_services.rubrics import generation
 
 from . import rewards
-from .effects import ArmEffects
+from .effects import Effects
 from .phases import Phases
 from .settings import ArmSettings
 
@@ -64,27 +64,26 @@ class Rewarder:
             settings.reply_ttl_s,
             answer=rejected,
         )
-        self.effects = ArmEffects(
+        self.effects = Effects(
             clients.redis,
             self.keys,
             ARM,
-            reward_ttl_s=settings.arm_reward_ttl_s,
+            answer_ttl_s=settings.answer_ttl_s,
             maxlen=settings.stream_maxlen,
             reply_ttl_s=settings.reply_ttl_s,
-            kept_maxlen=settings.arm_kept_maxlen,
-            kept_ttl_s=settings.arm_kept_ttl_s,
+            kept_maxlen=settings.kept_maxlen,
+            kept_ttl_s=settings.kept_ttl_s,
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
-        rollout: ArmRollout | None = None
+        rollout = self.take(msg.body)
+        calls = Calls()
+        # Published again (or redelivered after its commit): no judge calls, the commit replies its first reward.
+        stored = await self.redis.get(self.keys.arm_reward(rollout.run_id, rollout.rollout_id))
         try:
-            rollout = self.intake.take(msg.body)
-            calls = Calls()
-            # Published again (or redelivered after its commit): no judge calls, the commit replies its first reward.
-            stored = await self.redis.get(self.keys.arm_reward(rollout.run_id, rollout.rollout_id))
             reward = wire.decode(stored, ArmReward) if stored is not None else await self.reward(rollout, calls)
         except Rejected:
-            self.rewards.labels(rollout.phase if rollout else "none", "rejected").inc()
+            self.rewards.labels(rollout.phase, "rejected").inc()
             raise
         spent = calls.usage(reward.judge_model or self.judge_agent.model)
         if not await self.effects.commit(intake.entry_id(msg), rollout, reward, self.event(reward), spent):
@@ -95,14 +94,21 @@ class Rewarder:
         outcome = "penalized" if reward.penalty else "rewarded" if reward.status is JudgeStatus.OK else reward.status
         self.rewards.labels(reward.phase or "none", outcome).inc()
 
+    def take(self, body: bytes) -> ArmRollout:
+        """The rollout, or Rejected (counted, and with a rejected ArmReward for the trainer if it said where)."""
+        try:
+            return self.intake.take(body)
+        except Rejected:
+            self.rewards.labels("none", "rejected").inc()
+            raise
+
     async def reward(self, rollout: ArmRollout, calls: Calls) -> ArmReward:
         decision = await self.phases.decision(rollout.run_id, rollout.step)
         if not decision.admits(rollout.phase):
-            raise refuse(
+            raise self.intake.refuse(
                 rollout,
                 f"step {rollout.step} trains the {decision.training} ({explain(decision)}): a {rollout.phase} "
                 "rollout is not rewarded in it",
-                self.settings.reply_ttl_s,
             )
         started = time.perf_counter()
         if rollout.phase == "generator":
@@ -118,8 +124,8 @@ class Rewarder:
         assert rollout.prompt_id is not None
         found = await arm.read_prompt(self.redis, self.keys, rollout.run_id, rollout.prompt_id)
         if found is None:
-            raise refuse(
-                rollout, f"run has no preference prompt {rollout.prompt_id!r} (rubricd arm import)", s.reply_ttl_s
+            raise self.intake.refuse(
+                rollout, f"run has no preference prompt {rollout.prompt_id!r} (rubricd arm import)"
             )
         judge_model = rollout.judge_model or self.judge_agent.model
         base = _base(rollout, judge_model=judge_model)
@@ -169,17 +175,14 @@ class Rewarder:
             next((c for c in found.comparisons if c.comparison_id == rollout.comparison_id), None) if found else None
         )
         if found is None or comparison is None:
-            raise refuse(
-                rollout, f"run has no comparison {rollout.comparison_id!r} (rubricd arm import)", s.reply_ttl_s
-            )
+            raise self.intake.refuse(rollout, f"run has no comparison {rollout.comparison_id!r} (rubricd arm import)")
         stored = await self.redis.hget(self.keys.arm_rubrics(rollout.run_id, rollout.generator_model), found.prompt_id)
         if stored is None:
-            raise refuse(
+            raise self.intake.refuse(
                 rollout,
                 f"no rubrics of generator {rollout.generator_model!r} for prompt {found.prompt_id!r}: `rubricd arm "
                 f"dataset {rollout.run_id} --phase judge --generator {rollout.generator_model}` writes them, with the "
                 "judge's prompts",
-                s.reply_ttl_s,
             )
         base = _base(rollout, prompt_id=found.prompt_id, label=comparison.label)
         read = rewards.verdict(rollout.completion, wire.decode(stored, RubricSet), rollout.order, ties=s.pairwise_ties)
@@ -244,22 +247,14 @@ def _base(rollout: ArmRollout, **fields: Any) -> dict[str, Any]:
     }
 
 
-def refuse(rollout: ArmRollout, reason: str, reply_ttl_s: int) -> Rejected:
-    """A valid rollout that can never be rewarded as sent: dead-lettered, and answered if it said where."""
-    notice = None
-    if rollout.reply_to is not None:
-        sender = Sender(rollout.reply_to, rollout.run_id, rollout.rollout_id, rollout.step)
-        notice = Notice(rollout.reply_to, rejected(sender, reason, rollout.phase), reply_ttl_s)
-    return Rejected(reason, notify=notice)
-
-
-def rejected(sender: Sender, reason: str, phase: Phase | None = None) -> ArmReward:
-    """The answer to an arm rollout that can never be rewarded as sent."""
+def rejected(sender: Sender, reason: str, rollout: ArmRollout | None = None) -> ArmReward:
+    """The answer to an arm rollout that can never be rewarded as sent (its ids are the sender's; its phase the
+    rollout's, when it was valid)."""
     return ArmReward(
         run_id=sender.run_id,
         rollout_id=sender.id,
         step=sender.step,
-        phase=phase,
+        phase=rollout.phase if rollout is not None else None,
         status=JudgeStatus.REJECTED,
         error=reason,
         rewarded_at=time.time(),

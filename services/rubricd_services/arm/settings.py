@@ -6,12 +6,12 @@ from pydantic import Field
 
 from rubricd.arm import Plan
 from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import InFlight, ServiceSettings
+from rubricd_services.common.settings import AnswerSettings, AnswerTTL, InFlight, KeptTTL, ServiceSettings, renamed
 from rubricd_services.comparer.settings import PairwiseSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
 
-class ArmSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
     max_in_flight: InFlight = 8  # a generator rollout is up to 2 x arm_max_comparisons judge calls
     arm_first_phase: Literal["generator", "judge"] = Field(
         "judge", description="the phase a run starts in (Rubric-ARM trains the judge first)"
@@ -39,15 +39,17 @@ class ArmSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSett
         8, ge=1, le=64, description="labelled comparisons of the prompt a generator rollout is judged on (the first)"
     )
     max_arm_rollout_bytes: int = Field(1_000_000, ge=1024, description="a larger arm rollout is rejected")
-    arm_reward_ttl_s: int = Field(
-        3600, ge=60, description="how long a reward is kept for redelivery (a rollout published again)"
+    answer_ttl_s: AnswerTTL = Field(3600, validation_alias=renamed("answer_ttl_s", "arm_reward_ttl_s"))
+    kept_maxlen: int = Field(
+        100_000,
+        ge=100,
+        description="rewarded rollouts kept per run for `rubricd export` (<ns>:arm-rewarded:<run>)",
+        validation_alias=renamed("kept_maxlen", "arm_kept_maxlen"),
     )
-    reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
-    arm_kept_maxlen: int = Field(
-        100_000, ge=100, description="rewarded rollouts kept per run for `rubricd export` (<ns>:arm-rewarded:<run>)"
-    )
-    arm_kept_ttl_s: int = Field(
-        30 * 24 * 3600, ge=60, description="a run's kept rewarded rollouts expire this long after the last one"
+    kept_ttl_s: KeptTTL = Field(
+        30 * 24 * 3600,
+        description="a run's kept rewarded rollouts expire this long after the last one",
+        validation_alias=renamed("kept_ttl_s", "arm_kept_ttl_s"),
     )
 
     def plan(self) -> Plan:

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.accuracy import COUNTS, Accuracy
 from rubricd.keys import GLOBAL, Keys
-from rubricd.messages import ArmRewarded, JudgedComparison, RubricSet
+from rubricd.messages import JudgedComparison, RewardedArmRollout, RubricSet
 from rubricd.store import RubricStore
 
 from .context import Context, StreamEntry
@@ -38,8 +38,8 @@ Writes one JSON object a line (docs/researchers/rubric-arm.md):
   (judge_model, generator_model).
 
 The judge records come from the run's kept comparisons (<ns>:preferences:<run>,
-the last RUBRICD_PREFERENCES_MAXLEN of them, for RUBRICD_PREFERENCES_TTL_S
-after the last), read --page entries at a time, so a run of any size is
+the last RUBRICD_KEPT_MAXLEN of them, for RUBRICD_KEPT_TTL_S after the last;
+the arm records from its kept arm rollouts, <ns>:arm-rewarded:<run>), read --page entries at a time, so a run of any size is
 exported in bounded memory.
 """
 
@@ -93,7 +93,7 @@ async def judge_records(redis: Redis, keys: Keys, run_id: str, *, page: int = PA
     sets: OrderedDict[tuple[str | None, int], RubricSet | None] = OrderedDict()
     after = "-"
     while True:
-        entries = cast(list[StreamEntry], await redis.xrange(keys.preferences(run_id), min=after, count=page))
+        entries = cast(list[StreamEntry], await redis.xrange(keys.kept_comparisons(run_id), min=after, count=page))
         for _, fields in entries:
             judged = wire.decode(wire.payload(fields), JudgedComparison)
             p = judged.preference
@@ -112,9 +112,9 @@ async def arm_records(redis: Redis, keys: Keys, run_id: str, *, page: int = PAGE
     """One record per rewarded Rubric-ARM rollout of the run, oldest first, read `page` entries at a time."""
     after = "-"
     while True:
-        entries = cast(list[StreamEntry], await redis.xrange(keys.arm_rewarded(run_id), min=after, count=page))
+        entries = cast(list[StreamEntry], await redis.xrange(keys.kept_arm_rollouts(run_id), min=after, count=page))
         for _, fields in entries:
-            kept = wire.decode(wire.payload(fields), ArmRewarded)
+            kept = wire.decode(wire.payload(fields), RewardedArmRollout)
             r, reward = kept.rollout, kept.reward
             yield {
                 "record": "arm",

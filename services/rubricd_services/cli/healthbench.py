@@ -22,7 +22,7 @@ an example has no score there, and a figure no example defines is None.
 each scoring its examples' scores, as HealthBench does.
 Bootstrap deviations are not computed. Scores are the committed ones, read from
 the `scored` stream (capped at stream_maxlen) and the per-rollout score keys
-(kept score_ttl_s); a rollout whose judge failed or that was rejected has no
+(kept the scorer's answer_ttl_s); a rollout whose judge failed or that was rejected has no
 verdicts and is counted under `skipped`.
 """
 

@@ -1,9 +1,9 @@
 """`rubricd rescore RUN --version N` and `rubricd rescore diff RUN RESCORE`: a past run re-scored under another rubric
 version, and what changed.
 
-`rescore` reads RUN's recorded rollouts (the scorers keep each run's last
-RUBRICD_RECORD_MAXLEN scored rollouts with their first Score for
-RUBRICD_RECORD_TTL_S, <ns>:recorded:<run>), optionally only steps a-b, and
+`rescore` reads RUN's kept rollouts (the scorers keep each run's last
+RUBRICD_KEPT_MAXLEN scored rollouts with their first Score for
+RUBRICD_KEPT_TTL_S, <ns>:recorded:<run>), optionally only steps a-b, and
 publishes them again under a rescore run id (default `<RUN>.rescore-v<N>`)
 whose rubric set is RUN's version N: the global set, or in per-instance mode
 each instance's version N (an instance without one is not rescored, and said
@@ -14,7 +14,7 @@ keeps its rollout id and reward policy. A re-scored run published again is answe
 with its first Scores (nothing is judged twice). Another judge model: rescore
 into a deployment (namespace) whose scorers use it.
 
-`rescore diff RUN RESCORE` reads both runs' recorded rollouts and prints, per
+`rescore diff RUN RESCORE` reads both runs' kept rollouts and prints, per
 rollout and per step, the reward before and after (`--json`: one object per
 rollout, then one per step).
 """
@@ -36,13 +36,13 @@ from rubricd.store import RubricStore
 
 from .context import Context, Failed, StreamEntry, table
 
-PAGE = 500  # recorded entries read, and rollouts published, at a time
+PAGE = 500  # kept entries read, and rollouts published, at a time
 
 
 def add(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "rescore",
-        help="re-score a run's recorded rollouts under another rubric version; `rescore diff` compares",
+        help="re-score a run's kept rollouts under another rubric version; `rescore diff` compares",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="rubricd rescore RUN --version N [--steps A-B] [--as RESCORE]\n       rubricd rescore diff RUN RESCORE [--json]",
@@ -78,10 +78,10 @@ def steps_range(text: str | None) -> tuple[int, int] | None:
     return first, last
 
 
-async def recorded(redis: Redis, keys: Keys, run_id: str) -> AsyncIterator[ScoredRollout]:
-    """A run's recorded rollouts with their Scores, oldest first, read a page at a time."""
+async def kept(redis: Redis, keys: Keys, run_id: str) -> AsyncIterator[ScoredRollout]:
+    """A run's kept rollouts with their first Scores, oldest first, read a page at a time."""
     start = "-"
-    while entries := cast(list[StreamEntry], await redis.xrange(keys.recorded(run_id), min=start, count=PAGE)):
+    while entries := cast(list[StreamEntry], await redis.xrange(keys.kept_rollouts(run_id), min=start, count=PAGE)):
         for _, fields in entries:
             yield wire.decode(wire.payload(fields), ScoredRollout)
         start = "(" + entries[-1][0].decode()
@@ -93,12 +93,10 @@ async def run_rescore(run_id: str, args: argparse.Namespace, ctx: Context) -> in
     async with ctx.redis() as redis:
         store = RubricStore(redis, ctx.keys)
         originals = [
-            s
-            async for s in recorded(redis, ctx.keys, run_id)
-            if wanted is None or wanted[0] <= s.rollout.step <= wanted[1]
+            s async for s in kept(redis, ctx.keys, run_id) if wanted is None or wanted[0] <= s.rollout.step <= wanted[1]
         ]
         if not originals:
-            raise Failed(f"run {run_id!r} has no recorded rollout" + (f" in steps {args.steps}" if wanted else ""))
+            raise Failed(f"run {run_id!r} has no kept rollout" + (f" in steps {args.steps}" if wanted else ""))
         per_instance = any(s.score.instance_key is not None for s in originals)
         sets: dict[str | None, RubricSet | None] = {}
         for s in originals:
@@ -126,7 +124,7 @@ async def run_rescore(run_id: str, args: argparse.Namespace, ctx: Context) -> in
         async with RubricdClient(ctx.settings.redis_url, namespace=ctx.keys.namespace) as client:
             for at in range(0, len(rescored), PAGE):
                 await client.score(rescored[at : at + PAGE], timeout=args.timeout)
-        after = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, rescore_id)}
+        after = {s.rollout.rollout_id: s.score async for s in kept(redis, ctx.keys, rescore_id)}
     print(
         f"re-scored {len(rescored)} rollouts of {run_id} under its rubric version {args.version} as {rescore_id}"
         + (f" (steps {wanted[0]}-{wanted[1]})" if wanted else "")
@@ -139,10 +137,10 @@ async def run_rescore(run_id: str, args: argparse.Namespace, ctx: Context) -> in
 
 async def run_diff(run_id: str, rescore_id: str, as_json: bool, ctx: Context) -> int:
     async with ctx.redis() as redis:
-        before = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, run_id)}
-        after = {s.rollout.rollout_id: s.score async for s in recorded(redis, ctx.keys, rescore_id)}
+        before = {s.rollout.rollout_id: s.score async for s in kept(redis, ctx.keys, run_id)}
+        after = {s.rollout.rollout_id: s.score async for s in kept(redis, ctx.keys, rescore_id)}
     if not after:
-        raise Failed(f"run {rescore_id!r} has no recorded rollout")
+        raise Failed(f"run {rescore_id!r} has no kept rollout")
     changes = diff(before, after)
     if as_json:
         for row in [*changes.rollouts, *changes.steps]:

@@ -13,9 +13,6 @@ from dataclasses import dataclass
 
 from rubricd.keys import Keys
 
-from .limits import rate_key
-from .slots import slots_key
-
 SERVICES = ("scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway")
 ADMIN, CLI, KEDA = "admin", "cli", "keda"
 # A trainer's name prefixes its client ids (`<name>-<random>`), so it may hold no '-': the pattern of
@@ -86,7 +83,7 @@ def consuming(keys: Keys, *streams: str) -> list[str]:
 def services(keys: Keys) -> list[User]:
     k = keys
     rubric_sets = family(k.rubric_set("run"))
-    llm = [family(slots_key(k.namespace, "endpoint")), family(rate_key(k.namespace, "endpoint"))]
+    llm = [family(k.llm_slots("endpoint")), family(k.llm_rate("endpoint"))]
     every = [k.events, k.dead_letters, family(k.usage("run")), *llm]  # what all services write (usage: HINCRBY)
     generating = [family(k.generation_lock("run", "instance")), family(k.generation_failure("run", "instance"))]
     return [
@@ -105,7 +102,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.score("run", "rollout")),
                 family(k.schedule("run")),
                 family(k.class_stats("run", 0)),
-                family(k.recorded("run")),
+                family(k.kept_rollouts("run")),
                 family(k.verdict("digest")),
                 family(k.canaries("run")),
                 *generating,
@@ -124,7 +121,7 @@ def services(keys: Keys) -> list[User]:
             keys=[
                 *consuming(k, k.comparisons),
                 family(k.preference("run", "comparison")),
-                family(k.preferences("run")),
+                family(k.kept_comparisons("run")),
                 family(k.instance_prompts("run")),
                 family(k.accuracy("run")),
                 *generating,
@@ -142,7 +139,7 @@ def services(keys: Keys) -> list[User]:
             keys=[
                 *consuming(k, k.arm),
                 family(k.arm_reward("run", "rollout")),
-                family(k.arm_rewarded("run")),
+                family(k.kept_arm_rollouts("run")),
                 family(k.arm_phases("run")),
                 family(k.replies("c")),
                 *every,

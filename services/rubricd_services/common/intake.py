@@ -9,7 +9,7 @@ import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import msgspec
 from faststream.message import StreamMessage
@@ -166,11 +166,20 @@ def decode(body: bytes, type_: type[M], what: str) -> M:
         raise Rejected(f"malformed {what}: JSON nested deeper than the decoder reads") from None
 
 
+class _Addressed(Protocol):
+    """What an Intake's message carries besides its own id."""
+
+    reply_to: str | None
+    run_id: str
+    step: int
+
+
 @dataclass(frozen=True)
 class Intake(Generic[M]):
-    """How a service takes in a message its publisher waits on (a rollout, a comparison): at most `max_bytes`,
-    decoded and checked in one call (`take`), or Rejected with a `rejected` answer for the publisher when the entry
-    names a valid reply stream and its ids are strings (`sender`)."""
+    """How a service takes in a message its publisher waits on (a rollout, a comparison, an arm rollout): at most
+    `max_bytes`, decoded and checked in one call (`take`), or Rejected with a `rejected` answer for the publisher
+    when the entry names a valid reply stream and its ids are strings (`sender`); `refuse` gives a message taken in
+    and found unusable later the same answer."""
 
     type: type[M]  # with a `reply_to` field
     what: str  # the message in the reasons: "rollout"
@@ -179,7 +188,8 @@ class Intake(Generic[M]):
     max_bytes_setting: str  # named in the reason: "max_rollout_bytes"
     keys: Keys
     reply_ttl_s: int
-    answer: Callable[[Sender, str], Message]  # the rejected answer to a sender, with the reason
+    # The rejected answer to a sender, with the reason and, when the message was valid (`refuse`), the message.
+    answer: Callable[[Sender, str, M | None], Message]
     check: Callable[[M], None] | None = None  # raises Rejected for what the schema cannot say
 
     def take(self, body: bytes) -> M:
@@ -194,9 +204,20 @@ class Intake(Generic[M]):
                 self.check(message)
             return message
         except (Rejected, InvalidKey) as e:
-            to = sender(body, self.keys, self.id_field)
-            notice = None if to is None else Notice(to.reply_to, self.answer(to, str(e)), self.reply_ttl_s)
-            raise Rejected(str(e), notify=notice) from None
+            raise self.rejected(str(e), sender(body, self.keys, self.id_field)) from None
+
+    def refuse(self, message: M, reason: str) -> Rejected:
+        """Rejected for a message taken in but found later never to be handled as sent (e.g. naming what its run
+        lacks), with the same `rejected` answer as `take` gives, if it named a reply stream."""
+        sent = cast(_Addressed, message)
+        to = None
+        if sent.reply_to is not None:
+            to = Sender(sent.reply_to, sent.run_id, getattr(message, self.id_field), sent.step)
+        return self.rejected(reason, to, message)
+
+    def rejected(self, reason: str, to: Sender | None, message: M | None = None) -> Rejected:
+        notice = None if to is None else Notice(to.reply_to, self.answer(to, reason, message), self.reply_ttl_s)
+        return Rejected(reason, notify=notice)
 
 
 def entry_id(msg: RedisStreamMessage) -> bytes:

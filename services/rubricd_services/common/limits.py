@@ -18,8 +18,6 @@ import math
 
 from redis.asyncio import Redis
 
-from .slots import endpoint_id
-
 # KEYS: the endpoint's hash (`requests`, `tokens`: when the next call may start by each limit; `paused`: no call
 # starts before). ARGV: µs per request, µs per token (0: no such limit), the call's tokens. Returns µs to wait, and
 # the start (µs).
@@ -56,11 +54,6 @@ redis.call('PEXPIRE', KEYS[1], math.max(0, math.ceil((last - now) / 1000)) + 600
 return 1
 """
 _MINUTE_US = 60_000_000
-
-
-def rate_key(namespace: str, base_url: str) -> str:
-    """The endpoint's rate hash (named by a hash of its URL, like its slots)."""
-    return f"{namespace}:llm-rate:{endpoint_id(base_url)}"
 
 
 class RateLimit:

@@ -11,7 +11,16 @@ import sys
 from collections.abc import MutableMapping, Sequence
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rubricd.messages import HEALTHBENCH_AXES
@@ -169,10 +178,43 @@ AGENT_DEFAULTS: dict[str, dict[str, object]] = {
 }
 
 
+def renamed(name: str, old: str) -> AliasChoices:
+    """The env names of a setting one service renamed for one word per concept: its own, then its old one, still
+    read (pydantic-settings takes an alias as the whole env name, RUBRICD_ included)."""
+    return AliasChoices(f"RUBRICD_{name.upper()}", f"RUBRICD_{old.upper()}")
+
+
+# What a service answering requests keeps (see AnswerSettings); a service re-declares a field with the same type
+# for its own default or its old env name (`renamed`).
+AnswerTTL = Annotated[
+    int,
+    Field(
+        ge=60,
+        description="how long an answer is kept for redelivery: a request published again (or redelivered after "
+        "its commit) gets its first answer, not a second judging; memory is about rate x ttl x the answer's size",
+    ),
+]
+KeptTTL = Annotated[int, Field(ge=60, description="a run's kept requests expire this long after its last one")]
+
+
+class AnswerSettings(BaseModel):
+    """What the services that answer a waiting publisher (scorer, comparer, arm) share: the reply, the answer
+    kept for redelivery, and the run's kept requests (each with its first answer, for `rubricd export` and
+    `rubricd rescore`)."""
+
+    reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
+    answer_ttl_s: AnswerTTL = 3600
+    kept_maxlen: int = Field(100_000, ge=100, description="a run's last N requests are kept with their answers")
+    kept_ttl_s: KeptTTL = 30 * 24 * 3600
+
+
 class ServiceSettings(BaseSettings):
     """What every service shares: where Redis, Weaviate and the LLM are."""
 
-    model_config = SettingsConfigDict(env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore")
+    # validate_by_name: a renamed setting (env alias, `renamed`) is still set by its field name in code.
+    model_config = SettingsConfigDict(
+        env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore", validate_by_name=True
+    )
 
     namespace: str = Field(
         "rubricd", pattern=r"^[A-Za-z0-9_-]{1,64}$", description="prefix of every stream and key of the deployment"
@@ -327,10 +369,9 @@ def load(cls: type[S]) -> S:
         return cls()
     except ValidationError as e:
         prefix = cls.model_config.get("env_prefix", "")
+        names = ["__".join(str(p) for p in err["loc"]).upper() for err in e.errors()]
         lines = [
-            f"  {prefix}{'__'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
-            if err["loc"]
-            else f"  {err['msg']}"
-            for err in e.errors()
+            f"  {name if name.startswith(prefix) else prefix + name}: {err['msg']}" if err["loc"] else f"  {err['msg']}"
+            for name, err in zip(names, e.errors())
         ]
         sys.exit(f"{cls.__name__}: invalid settings\n" + "\n".join(lines))

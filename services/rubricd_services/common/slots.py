@@ -14,7 +14,6 @@ endpoint, even when no judge call is waiting.
 
 import asyncio
 import contextlib
-import hashlib
 import math
 import uuid
 from collections.abc import AsyncIterator
@@ -33,16 +32,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 _FIRST_WAIT_S, _LONGEST_WAIT_S = 0.005, 0.1
-
-
-def endpoint_id(base_url: str) -> str:
-    """A short name for an endpoint in key names (a hash of its URL: no host or credentials in key names)."""
-    return hashlib.sha256(base_url.encode()).hexdigest()[:16]
-
-
-def slots_key(namespace: str, base_url: str) -> str:
-    """The endpoint's lease set (one per replica: each serves its own slots)."""
-    return f"{namespace}:llm-slots:{endpoint_id(base_url)}"
 
 
 class SharedSlots:

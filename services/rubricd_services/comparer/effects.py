@@ -19,14 +19,14 @@ from rubricd_services.common.commit import Script
 # An optional key or argument is '': `reply` (no reply_to), `instance` (a rubric set without an instance).
 _COMMIT = Script(
     keys="preference kept events comparisons reply usage accuracy instance_prompts",
-    args="preference judged event preference_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl instance prompt",
+    args="preference judged event answer_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl instance prompt",
     maps="accuracy usage",
     reply="reply",
     body="""
 local stored = redis.call('GET', k_preference)
 local preference = stored or a_preference
 if not stored then
-  redis.call('SET', k_preference, preference, 'EX', a_preference_ttl)
+  redis.call('SET', k_preference, preference, 'EX', a_answer_ttl)
   append(k_kept, a_kept_maxlen, a_judged)
   redis.call('EXPIRE', k_kept, a_kept_ttl)
   if a_instance ~= '' then
@@ -44,14 +44,14 @@ return stored
 )
 
 
-class PreferenceEffects:
+class Effects:
     def __init__(
         self,
         redis: Redis,
         keys: Keys,
         group: str,
         *,
-        preference_ttl_s: int,
+        answer_ttl_s: int,
         maxlen: int,
         reply_ttl_s: int,
         kept_maxlen: int,
@@ -59,7 +59,7 @@ class PreferenceEffects:
     ) -> None:
         self.keys = keys
         self.group = group
-        self.preference_ttl_s = preference_ttl_s
+        self.answer_ttl_s = answer_ttl_s
         self.maxlen = maxlen
         self.reply_ttl_s = reply_ttl_s
         self.kept_maxlen = kept_maxlen
@@ -83,7 +83,7 @@ class PreferenceEffects:
         stored = await self._commit(
             keys={
                 "preference": self.keys.preference(comparison.run_id, comparison.comparison_id),
-                "kept": self.keys.preferences(comparison.run_id),
+                "kept": self.keys.kept_comparisons(comparison.run_id),
                 "events": self.keys.events,
                 "comparisons": self.keys.comparisons,
                 "reply": comparison.reply_to or "",
@@ -95,7 +95,7 @@ class PreferenceEffects:
                 "preference": wire.encode(preference),
                 "judged": wire.encode(JudgedComparison(comparison=comparison, preference=preference)),
                 "event": wire.encode(event),
-                "preference_ttl": self.preference_ttl_s,
+                "answer_ttl": self.answer_ttl_s,
                 "group": self.group,
                 "entry_id": entry_id,
                 "maxlen": self.maxlen,

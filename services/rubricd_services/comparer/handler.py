@@ -33,7 +33,7 @@ from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import InForce, RubricCache
 
 from . import pairwise
-from .effects import PreferenceEffects
+from .effects import Effects
 from .pairwise import PairwiseFailed
 from .settings import ComparerSettings
 
@@ -109,15 +109,15 @@ class Comparer:
             settings.reply_ttl_s,
             answer=rejected,
         )
-        self.effects = PreferenceEffects(
+        self.effects = Effects(
             clients.redis,
             self.keys,
             COMPARERS,
-            preference_ttl_s=settings.preference_ttl_s,
+            answer_ttl_s=settings.answer_ttl_s,
             maxlen=settings.stream_maxlen,
             reply_ttl_s=settings.reply_ttl_s,
-            kept_maxlen=settings.preferences_maxlen,
-            kept_ttl_s=settings.preferences_ttl_s,
+            kept_maxlen=settings.kept_maxlen,
+            kept_ttl_s=settings.kept_ttl_s,
         )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
@@ -243,8 +243,8 @@ class Comparer:
         )
 
 
-def rejected(sender: intake.Sender, reason: str) -> Preference:
-    """The answer to a comparison that can never be judged as sent."""
+def rejected(sender: intake.Sender, reason: str, comparison: Comparison | None = None) -> Preference:
+    """The answer to a comparison that can never be judged as sent (its ids are the sender's)."""
     return Preference(
         run_id=sender.run_id,
         comparison_id=sender.id,

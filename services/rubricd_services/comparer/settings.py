@@ -4,7 +4,7 @@ from pydantic import BaseModel, Field
 
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.common.settings import AnswerSettings, AnswerTTL, KeptTTL, ServiceSettings, renamed
 from rubricd_services.rubrics.settings import GeneratorSettings
 
 
@@ -19,23 +19,23 @@ class PairwiseSettings(BaseModel):
     pairwise_prompt: PromptFile = Field(None, description="pairwise judge instructions; default: prompts/pairwise.md")
 
 
-class ComparerSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+class ComparerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
     pairwise_both_orders: bool = Field(
         True,
         description="ask the pairwise judge in both orders (A first, B first); a preference that flips with the "
         "order is reported inconsistent, with no winner",
     )
     max_comparison_bytes: int = Field(2_000_000, ge=1024, description="a larger comparison is rejected")
-    preference_ttl_s: int = Field(
-        3600, ge=60, description="how long a Preference is kept for redelivery (a comparison published again)"
-    )
-    reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
-    preferences_maxlen: int = Field(
+    answer_ttl_s: AnswerTTL = Field(3600, validation_alias=renamed("answer_ttl_s", "preference_ttl_s"))
+    kept_maxlen: int = Field(
         100_000,
         ge=100,
         description="committed comparisons kept per run for `rubricd export` (<ns>:preferences:<run>, trimmed "
         "past this); each entry is the comparison and its Preference, about 2 x the texts + 0.3 KB per rubric",
+        validation_alias=renamed("kept_maxlen", "preferences_maxlen"),
     )
-    preferences_ttl_s: int = Field(
-        30 * 24 * 3600, ge=60, description="a run's kept comparisons expire this long after its last one"
+    kept_ttl_s: KeptTTL = Field(
+        30 * 24 * 3600,
+        description="a run's kept comparisons expire this long after its last one",
+        validation_alias=renamed("kept_ttl_s", "preferences_ttl_s"),
     )

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from rubricd import arm, canaries, wire
 from rubricd.keys import Keys
-from rubricd.messages import ArmReward, ArmRewarded, Event, JudgeStatus, Message, RubricsUpdated, ScoredRollout
+from rubricd.messages import ArmReward, Event, JudgeStatus, Message, RewardedArmRollout, RubricsUpdated, ScoredRollout
 from rubricd.schedule import read_history
 from rubricd.store import RubricStore
 from rubricd_services.cli import rubrics, status, tail
@@ -128,7 +128,7 @@ class RunTally:
     following: Following = field(default_factory=Following)
 
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
-        for scored in await self.following.new(redis, keys.recorded(run_id), ScoredRollout):
+        for scored in await self.following.new(redis, keys.kept_rollouts(run_id), ScoredRollout):
             self.steps.setdefault(scored.rollout.step, StepTally()).add(scored)
 
     def rows(self) -> list[dict[str, Any]]:
@@ -172,13 +172,13 @@ class ArmStep:
 
 @dataclass
 class ArmTally:
-    """A Rubric-ARM run's steps from its kept rewards (Keys.arm_rewarded), read from where the last read stopped."""
+    """A Rubric-ARM run's steps from its kept rewards (Keys.kept_arm_rollouts), read from where the last read stopped."""
 
     steps: dict[int, ArmStep] = field(default_factory=dict)
     following: Following = field(default_factory=Following)
 
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
-        for kept in await self.following.new(redis, keys.arm_rewarded(run_id), ArmRewarded):
+        for kept in await self.following.new(redis, keys.kept_arm_rollouts(run_id), RewardedArmRollout):
             self.steps.setdefault(kept.rollout.step, ArmStep()).add(kept.reward)
 
 
@@ -205,12 +205,12 @@ class Reader:
 
     async def list_runs(self) -> list[dict[str, Any]]:
         found = {r["run_id"]: r for r in await status.rubric_versions(self.redis, self.keys)}
-        prefix = self.keys.recorded("")
+        prefix = self.keys.kept_rollouts("")
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
             found[run_id]["recorded"] = await self.redis.xlen(key)
-        prefix = self.keys.arm_rewarded("")
+        prefix = self.keys.kept_arm_rollouts("")
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
@@ -232,14 +232,14 @@ class Reader:
 
     async def run(self, run_id: str) -> dict[str, Any]:
         tally = self.tallies.get(run_id)
-        if tally is None and await self.redis.xlen(self.keys.recorded(run_id)):  # kept only for a recorded run
+        if tally is None and await self.redis.xlen(self.keys.kept_rollouts(run_id)):  # kept only for a recorded run
             tally = self.tallies[run_id] = RunTally()
         if tally is not None:
             await tally.catch_up(self.redis, self.keys, run_id)
         schedule = await read_history(self.redis, self.keys, run_id)
         judged = await canaries.read(self.redis, self.keys, run_id)
         arm_tally = self.arm.get(run_id)
-        if arm_tally is None and await self.redis.xlen(self.keys.arm_rewarded(run_id)):
+        if arm_tally is None and await self.redis.xlen(self.keys.kept_arm_rollouts(run_id)):
             arm_tally = self.arm[run_id] = ArmTally()
         if arm_tally is not None:
             await arm_tally.catch_up(self.redis, self.keys, run_id)

@@ -4,7 +4,7 @@ One RubricdClient per process, with its own reply stream, serves every request a
 derived, never drawn: from the request's idempotency key (`Idempotency-Key` or `X-Request-Id`) and the
 sample's index, else from a hash of (run, step, prompt, response, reference, index). A retried request
 therefore names the same rollouts: those the scorer has scored are answered with the Score it stored
-(`Keys.score`, kept RUBRICD_SCORE_TTL_S), unpublished and unjudged; the rest are published again, and the
+(`Keys.score`, kept RUBRICD_ANSWER_TTL_S), unpublished and unjudged; the rest are published again, and the
 scorer replies to a rollout it scored meanwhile with its first Score.
 """
 

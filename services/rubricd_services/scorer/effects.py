@@ -1,7 +1,7 @@
 """Writing a score's effects, and acking its rollout, as one atomic step.
 
 One Lua script stores the score (only if the rollout has none yet), replies, hands the rollout to the
-analyzers, records it for `rubricd rescore`, logs the event, adds the step's class statistics (with the first
+analyzers, keeps it with its score for `rubricd rescore`, logs the event, adds the step's class statistics (with the first
 score only) and the run's usage, and acks: all of it or none, and a rollout scored twice always replies with
 its first score. What is written: docs/operators/recover.md, "Delivery".
 """
@@ -17,11 +17,11 @@ from rubricd_services.common.commit import Script
 
 from .schedule import stats_increments
 
-# An optional key is '': `scored` (not analysed), `reply` (no reply_to), `recorded` (not recorded), `verdict`
+# An optional key is '': `scored` (not analysed), `reply` (no reply_to), `kept` (not kept: kept_maxlen 0), `verdict`
 # (no new verdict to keep for the judge cache).
 _COMMIT = Script(
-    keys="score scored events rollouts reply usage stats recorded verdict",
-    args="score scored event score_ttl group entry_id maxlen reply_ttl stats_ttl recorded_maxlen recorded_ttl "
+    keys="score scored events rollouts reply usage stats kept verdict",
+    args="score scored event answer_ttl group entry_id maxlen reply_ttl stats_ttl kept_maxlen kept_ttl "
     "verdict verdict_ttl",
     maps="stats usage",
     reply="reply",
@@ -29,11 +29,11 @@ _COMMIT = Script(
 local stored = redis.call('GET', k_score)
 local score = stored or a_score
 if not stored then
-  redis.call('SET', k_score, score, 'EX', a_score_ttl)
+  redis.call('SET', k_score, score, 'EX', a_answer_ttl)
   if k_scored ~= '' then append(k_scored, a_maxlen, a_scored) end
-  if k_recorded ~= '' then
-    append(k_recorded, a_recorded_maxlen, a_scored)
-    redis.call('EXPIRE', k_recorded, a_recorded_ttl)
+  if k_kept ~= '' then
+    append(k_kept, a_kept_maxlen, a_scored)
+    redis.call('EXPIRE', k_kept, a_kept_ttl)
   end
   append(k_events, a_maxlen, a_event)
   hincrbyfloat(k_stats, m_stats)
@@ -55,19 +55,19 @@ class Effects:
         keys: Keys,
         group: str,
         *,
-        score_ttl_s: int,
+        answer_ttl_s: int,
         stats_ttl_s: int,
         maxlen: int,
         reply_ttl_s: int,
-        record_maxlen: int = 0,
-        record_ttl_s: int = 0,
+        kept_maxlen: int = 0,
+        kept_ttl_s: int = 0,
         verdict_ttl_s: int = 0,
     ) -> None:
         self.keys = keys
         self.group = group
-        self.score_ttl_s = score_ttl_s
+        self.answer_ttl_s = answer_ttl_s
         self.stats_ttl_s = stats_ttl_s
-        self.record_maxlen, self.record_ttl_s = record_maxlen, record_ttl_s
+        self.kept_maxlen, self.kept_ttl_s = kept_maxlen, kept_ttl_s
         self.maxlen = maxlen
         self.reply_ttl_s = reply_ttl_s
         self.verdict_ttl_s = verdict_ttl_s
@@ -101,21 +101,21 @@ class Effects:
                 "reply": rollout.reply_to or "",
                 "usage": self.keys.usage(rollout.run_id),
                 "stats": self.keys.class_stats(rollout.run_id, rollout.step),
-                "recorded": self.keys.recorded(rollout.run_id) if self.record_maxlen else "",
+                "kept": self.keys.kept_rollouts(rollout.run_id) if self.kept_maxlen else "",
                 "verdict": verdict[0] if verdict else "",
             },
             args={
                 "score": wire.encode(score),
                 "scored": wire.encode(ScoredRollout(rollout=rollout, score=score)),
                 "event": wire.encode(event),
-                "score_ttl": self.score_ttl_s,
+                "answer_ttl": self.answer_ttl_s,
                 "group": self.group,
                 "entry_id": entry_id,
                 "maxlen": self.maxlen,
                 "reply_ttl": self.reply_ttl_s,
                 "stats_ttl": self.stats_ttl_s,
-                "recorded_maxlen": self.record_maxlen,
-                "recorded_ttl": self.record_ttl_s,
+                "kept_maxlen": self.kept_maxlen,
+                "kept_ttl": self.kept_ttl_s,
                 "verdict": verdict[1] if verdict else "",
                 "verdict_ttl": self.verdict_ttl_s,
             },

@@ -60,8 +60,10 @@ class ScorerMetrics:
             "rubricd_judge_seconds", "judge latency, retries included", JUDGE_BUCKETS
         )
         self.reward = metrics.histogram("rubricd_reward", "rewards given (status ok)", REWARD_BUCKETS)
-        self.rubric_version = metrics.gauge(
-            "rubricd_rubric_version", "rubric version of the run's latest score (global sets)", ["run_id"]
+        self.scored_rubric_version = metrics.gauge(
+            "rubricd_scored_rubric_version",
+            "the rubric version the run's latest score (this scorer's) was judged under (global sets)",
+            ["run_id"],
         )
         self.judge_cache = metrics.counter(
             "rubricd_judge_cache", "verdicts given, by result: hit (reused), miss (the judge was asked)", ["result"]
@@ -92,7 +94,7 @@ class ScorerMetrics:
         if score.reward is not None:
             self.reward.observe(score.reward)
         if score.instance_key is None:  # per-instance sets would make one series per prompt
-            self.rubric_version.labels(score.run_id).set(score.rubric_version)
+            self.scored_rubric_version.labels(score.run_id).set(score.rubric_version)
 
     def canaries(self, run_id: str, canary: CanaryStep) -> None:
         if canary.step < self._canary_steps.get(run_id, -1):
@@ -141,7 +143,7 @@ class Scorer:
             clients,
             Config(CANARY, self.judge_settings, template, settings.judge_style()),
             service=SERVICE,
-            ttl_s=settings.record_ttl_s,
+            ttl_s=settings.kept_ttl_s,
             maxlen=settings.stream_maxlen,
             observe=self.metrics.canaries,
         )
@@ -160,10 +162,10 @@ class Scorer:
             clients.redis,
             self.keys,
             SCORERS,
-            score_ttl_s=settings.score_ttl_s,
+            answer_ttl_s=settings.answer_ttl_s,
             stats_ttl_s=settings.schedule_stats_ttl_s,
-            record_maxlen=settings.record_maxlen,
-            record_ttl_s=settings.record_ttl_s,
+            kept_maxlen=settings.kept_maxlen,
+            kept_ttl_s=settings.kept_ttl_s,
             maxlen=settings.stream_maxlen,
             reply_ttl_s=settings.reply_ttl_s,
             verdict_ttl_s=settings.judge_cache_ttl_s,
@@ -296,8 +298,8 @@ class Scorer:
         )
 
 
-def rejected(sender: intake.Sender, reason: str) -> Score:
-    """The answer to a rollout that can never be scored as sent."""
+def rejected(sender: intake.Sender, reason: str, rollout: Rollout | None = None) -> Score:
+    """The answer to a rollout that can never be scored as sent (its ids are the sender's)."""
     return Score(
         run_id=sender.run_id,
         rollout_id=sender.id,

@@ -5,7 +5,15 @@ from pydantic import Field, field_validator
 from rubricd.reward import POLICIES, Undefined
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
+from rubricd_services.common.settings import (
+    AnswerSettings,
+    AnswerTTL,
+    InFlight,
+    KeptTTL,
+    ReadSize,
+    ServiceSettings,
+    renamed,
+)
 from rubricd_services.evaluation.canaries import CanarySettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
@@ -13,7 +21,7 @@ from .judge import Calls, Style
 from .schedule import Rule, Strategy
 
 
-class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, CanarySettings):
+class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, CanarySettings):
     max_in_flight: InFlight = 256
     max_records: ReadSize = 32
     max_rollout_bytes: int = Field(
@@ -50,14 +58,17 @@ class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, CanarySet
         description="alternating: a step's per-class statistics (what the schedule reads, `rubricd schedule` shows) "
         "are kept this long after its last score; about 0.5 KB per step",
     )
-    record_maxlen: int = Field(
+    kept_maxlen: int = Field(
         20_000,
         ge=0,
-        description="each run's last N scored rollouts are recorded with their scores, for `rubricd rescore` "
+        description="each run's last N scored rollouts are kept with their first scores, for `rubricd rescore` "
         "(<ns>:recorded:<run>: about the rollout's text plus 1 KB each); 0: none",
+        validation_alias=renamed("kept_maxlen", "record_maxlen"),
     )
-    record_ttl_s: int = Field(
-        7 * 24 * 3600, ge=60, description="a run's recorded rollouts expire this long after its last score"
+    kept_ttl_s: KeptTTL = Field(
+        7 * 24 * 3600,
+        description="a run's kept rollouts (and its canaries) expire this long after its last score",
+        validation_alias=renamed("kept_ttl_s", "record_ttl_s"),
     )
     analyze_evaluation: bool = Field(
         False,
@@ -73,10 +84,7 @@ class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, CanarySet
     judge_explain: bool = Field(
         True, description="each verdict with its explanation first; false: the verdict alone (fewer tokens)"
     )
-    score_ttl_s: int = Field(
-        3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB"
-    )
-    reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
+    answer_ttl_s: AnswerTTL = Field(3600, validation_alias=renamed("answer_ttl_s", "score_ttl_s"))
     judge_cache_ttl_s: int = Field(
         24 * 3600,
         ge=0,

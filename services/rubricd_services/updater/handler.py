@@ -45,8 +45,8 @@ class Updater:
         self.outcomes = metrics.counter(
             "rubricd_step_updates", "step summaries handled, by outcome (the updater's event kind)", ["outcome"]
         )
-        self.rubric_version = metrics.gauge(
-            "rubricd_rubric_version", "the run's current rubric version (global sets)", ["run_id"]
+        self.current_rubric_version = metrics.gauge(
+            "rubricd_current_rubric_version", "the run's current rubric version (global sets)", ["run_id"]
         )
         self.effects = Effects(
             clients.redis, clients.keys, UPDATERS, maxlen=settings.stream_maxlen, update_lock_s=settings.update_lock_s
@@ -83,7 +83,7 @@ class Updater:
             self.outcomes.labels(event.kind).inc()
             version = event.fields.get("version")
             if isinstance(version, int) and event.fields.get("instance_key") is None:
-                self.rubric_version.labels(summary.run_id).set(version)
+                self.current_rubric_version.labels(summary.run_id).set(version)
 
     async def process(self, summary: StepSummary) -> tuple[list[Event], bytes | None]:
         """The events to log and the RubricsUpdated to announce (if any) for one summary."""

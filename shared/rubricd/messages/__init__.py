@@ -13,7 +13,7 @@ from .analyses import (
     Severity,
     StepSummary,
 )
-from .arm import ArmReward, ArmRewarded, ArmRollout, ModelName, PairOutcome, Phase
+from .arm import ArmReward, ArmRollout, ModelName, PairOutcome, Phase, RewardedArmRollout
 from .comparisons import (
     Comparison,
     ComparisonId,
@@ -56,7 +56,7 @@ MESSAGES: tuple[type[Message], ...] = (
     JudgedComparison,
     ArmRollout,
     ArmReward,
-    ArmRewarded,
+    RewardedArmRollout,
 )
 
 __all__ = [
@@ -66,7 +66,6 @@ __all__ = [
     "UPDATE_OUTCOMES",
     "Action",
     "ArmReward",
-    "ArmRewarded",
     "ArmRollout",
     "Comparison",
     "ComparisonId",
@@ -87,6 +86,7 @@ __all__ = [
     "PairResult",
     "Phase",
     "Preference",
+    "RewardedArmRollout",
     "Rollout",
     "RolloutAnalysis",
     "RolloutId",

@@ -106,8 +106,10 @@ class ArmReward(Message, tag="arm_reward", frozen=True, kw_only=True):
     rewarded_at: float | None = None
 
 
-class ArmRewarded(Message, tag="arm_rewarded", frozen=True, kw_only=True):
-    """A rollout with its committed reward, kept per run for `rubricd export` (Keys.arm_rewarded)."""
+class RewardedArmRollout(Message, tag="arm_rewarded", frozen=True, kw_only=True):
+    """A rollout with its first reward, kept per run for `rubricd export` (Keys.kept_arm_rollouts).
+
+    Its tag is still `arm_rewarded`, the name it was stored under before."""
 
     rollout: ArmRollout
     reward: ArmReward

@@ -124,7 +124,7 @@ class Preference(Message, tag="preference", frozen=True, kw_only=True):
 
 
 class JudgedComparison(Message, tag="judged_comparison", frozen=True, kw_only=True):
-    """A comparison with its committed Preference, kept per run for `rubricd export` (Keys.preferences)."""
+    """A comparison with its first Preference, kept per run for `rubricd export` (Keys.kept_comparisons)."""
 
     comparison: Comparison
     preference: Preference

@@ -72,7 +72,8 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
 
 
 class ScoredRollout(Message, tag="scored_rollout", frozen=True, kw_only=True):
-    """A rollout with its score, handed to the analyzers."""
+    """A rollout with its score, handed to the analyzers; with its first score, kept per run for `rubricd
+    rescore` (Keys.kept_rollouts)."""
 
     rollout: Rollout
     score: Score

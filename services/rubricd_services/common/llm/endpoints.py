@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import msgspec
 from redis.asyncio import Redis
 
-from ..limits import RateLimit, rate_key
+from rubricd.keys import Keys
+
+from ..limits import RateLimit
 from ..settings import LLMSettings
-from ..slots import SharedSlots, slots_key
+from ..slots import SharedSlots
 from .dialects import Tokens
 from .errors import Failed
 
@@ -100,11 +102,12 @@ def endpoints_of(agents: Mapping[str, LLMSettings], redis: Redis | None, namespa
     """Every agent's endpoints by URL, one per URL whichever agents call it, each with its shared slots (with
     `redis`) and its rate limits; raise ValueError when two agents set different rate limits for one endpoint."""
     found: dict[str, Endpoint] = {}
+    keys = Keys(namespace)
     for s in agents.values():
         for url in urls(s):
             endpoint = found.setdefault(url, Endpoint(url))
             if redis is not None and s.shared_slots is not None and endpoint.shared is None:
-                endpoint.shared = SharedSlots(redis, slots_key(namespace, url), s.shared_slots)
+                endpoint.shared = SharedSlots(redis, keys.llm_slots(url), s.shared_slots)
             if s.rpm or s.tpm:
                 if (endpoint.rpm or endpoint.tpm) and (endpoint.rpm, endpoint.tpm) != (s.rpm, s.tpm):
                     raise ValueError(
@@ -113,7 +116,7 @@ def endpoints_of(agents: Mapping[str, LLMSettings], redis: Redis | None, namespa
                     )
                 endpoint.rpm, endpoint.tpm = s.rpm, s.tpm
                 if redis is not None and endpoint.rate is None:
-                    endpoint.rate = RateLimit(redis, rate_key(namespace, url))
+                    endpoint.rate = RateLimit(redis, keys.llm_rate(url))
     return found
 
 
