@@ -46,7 +46,7 @@ def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
     assert raised.value.notify.message.rollout_id == "x"
 
 
-def _rejected(sender: intake.Sender, reason: str) -> Score:
+def _rejected(sender: intake.Sender, reason: str, rollout: Rollout | None = None) -> Score:
     return Score(
         run_id=sender.run_id,
         rollout_id=sender.id,
