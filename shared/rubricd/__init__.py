@@ -1,8 +1,9 @@
 """rubricd: rubric-based rewards whose rubrics evolve from an evaluation memory.
 
 This package is the shared contract (message schemas, stream names, the wire
-format, reward policies, the rubric store) and the trainer client. It depends
-only on msgspec and redis, so a training environment can install it alone.
+format, reward policies, the rubric store), what readers read from Redis (rubric
+history, the schedule, usage, events) and the trainer client. It depends only on
+msgspec and redis, so a training environment can install it alone.
 """
 
 from .client import ArmRewardTimeout, InvalidRollout, PreferenceTimeout, RubricdClient, ScoreTimeout, SyncRubricdClient

@@ -15,6 +15,12 @@ from .messages import Message
 FIELD = "__data__"
 T = TypeVar("T")
 
+# A stream entry as a reader with decode_responses=False gets it: (entry id, fields), all bytes. redis-py types
+# entries for any client (bytes or str, and (None, None) for an entry deleted under XCLAIM): readers cast what
+# XRANGE, XREVRANGE and XREAD answer to these.
+StreamEntry = tuple[bytes, dict[bytes, bytes]]
+StreamRead = list[tuple[bytes, list[StreamEntry]]]  # XREAD: (stream, its new entries) per stream
+
 _encoder = msgspec.json.Encoder()
 
 
@@ -44,3 +50,9 @@ def decode(data: bytes | str, type_: type[T]) -> T:
 def payload(fields: dict[bytes, bytes]) -> bytes:
     """The message body of a raw stream entry as redis-py returns it."""
     return fields.get(FIELD.encode(), b"")
+
+
+def entry_ms(entry_id: bytes | str) -> int:
+    """The millisecond timestamp in a stream entry id."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.partition("-")[0])

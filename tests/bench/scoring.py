@@ -29,10 +29,10 @@ import openai
 import psutil
 import redis as redis_sync
 
-from rubricd import RubricdClient
+from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
-from rubricd_services.common import prompts, usage
+from rubricd_services.common import prompts
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.scorer import judge
 from rubricd_services.scorer.settings import ScorerSettings

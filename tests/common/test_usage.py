@@ -5,12 +5,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
+from rubricd import usage
 from rubricd.messages import Rollout, Rubric, RubricSet
-from rubricd_services.common import prompts, usage
+from rubricd.usage import AgentUsage
+from rubricd_services.common import prompts
+from rubricd_services.common import usage as recording
 from rubricd_services.common.llm import Completion, LLMGateway
 from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.settings import LLMSettings, ServiceSettings
-from rubricd_services.common.usage import AgentUsage, Price
+from rubricd_services.common.settings import LLMSettings, Price, ServiceSettings
 from rubricd_services.scorer import judge
 
 GPT = Price(prompt_per_mtok=0.15, completion_per_mtok=0.60)
@@ -36,10 +38,10 @@ def test_prices_are_a_setting_per_model(monkeypatch):
 
 
 async def test_calls_add_up_per_run_agent_and_model(redis, keys):
-    await usage.record(redis, keys, "run", "analyzer", "org/model:8b", Completion(None, 1, 1.5, 100, 20))
-    await usage.record(redis, keys, "run", "analyzer", "org/model:8b", Completion(None, 2, 0.25, 50, 10))
-    await redis.hset(keys.usage("run"), mapping=usage.increments("judge", "gpt", cached=True))
-    await usage.record(redis, keys, "other", "judge", "gpt", Completion(None, 1, 1.0, 1, 1))
+    await recording.record(redis, keys, "run", "analyzer", "org/model:8b", Completion(None, 1, 1.5, 100, 20))
+    await recording.record(redis, keys, "run", "analyzer", "org/model:8b", Completion(None, 2, 0.25, 50, 10))
+    await redis.hset(keys.usage("run"), mapping=recording.increments("judge", "gpt", cached=True))
+    await recording.record(redis, keys, "other", "judge", "gpt", Completion(None, 1, 1.0, 1, 1))
     used = await usage.read(redis, keys, "run")
     assert used == [
         AgentUsage("analyzer", "org/model:8b", calls=2, prompt_tokens=150, completion_tokens=30, ms=1750),

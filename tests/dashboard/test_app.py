@@ -1,5 +1,8 @@
 """`rubricd serve dashboard`: how the command line starts the dashboard (no server needed)."""
 
+import subprocess
+import sys
+
 import pytest
 
 from rubricd_services.cli import serve
@@ -27,3 +30,12 @@ def test_the_dashboard_is_a_service_not_a_command_of_its_own(capsys):
     assert "invalid choice: 'dashboard'" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--workers is for"):
         main(["serve", "dashboard", "--workers", "2"])
+
+
+def test_the_dashboard_reads_through_the_shared_package_not_the_command_line():
+    probe = (
+        "import sys, rubricd_services.dashboard.app, rubricd_services.dashboard.reader\n"
+        "print(' '.join(sorted({m.split('.')[1] for m in sys.modules if m.startswith('rubricd_services.')})))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert set(done.stdout.split()) == {"common", "dashboard"}

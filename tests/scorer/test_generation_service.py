@@ -4,10 +4,10 @@ import hashlib
 
 import pytest
 
-from rubricd import RubricdClient, wire
+from rubricd import RubricdClient, usage, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, instance_key
 from rubricd.store import RubricStore
-from rubricd_services.common import prompts, usage
+from rubricd_services.common import prompts
 from rubricd_services.rubrics import generation
 
 pytestmark = pytest.mark.integration

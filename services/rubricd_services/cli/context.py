@@ -10,12 +10,6 @@ from redis.asyncio import Redis
 from rubricd.keys import Keys
 from rubricd_services.common.settings import ServiceSettings
 
-# A stream entry as the commands' client reads it: (entry id, fields), all bytes (decode_responses=False).
-# redis-py types entries for any client (bytes or str, and (None, None) for an entry deleted under XCLAIM):
-# the commands cast what XRANGE, XREVRANGE and XREAD answer to these.
-StreamEntry = tuple[bytes, dict[bytes, bytes]]
-StreamRead = list[tuple[bytes, list[StreamEntry]]]  # XREAD: (stream, its new entries) per stream
-
 
 @dataclass
 class Context:
@@ -67,12 +61,6 @@ def clip(text: str, width: int) -> str:
     """One line of at most `width` characters."""
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def entry_ms(entry_id: bytes | str) -> int:
-    """The millisecond timestamp in a stream entry id."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.partition("-")[0])
 
 
 def share(x: float | None) -> str:

@@ -26,8 +26,9 @@ from rubricd.messages import (
     StepClosed,
     StepSummary,
 )
+from rubricd.wire import StreamEntry
 
-from .context import Context, Failed, StreamEntry, clip, clock, table
+from .context import Context, Failed, clip, clock, table
 
 _REPLAY = """
 if #redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2]) == 0 then return false end

@@ -15,8 +15,9 @@ from rubricd.accuracy import COUNTS, Accuracy
 from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import JudgedComparison, RewardedArmRollout, RubricSet
 from rubricd.store import RubricStore
+from rubricd.wire import StreamEntry
 
-from .context import Context, StreamEntry
+from .context import Context
 
 HELP = """\
 Writes one JSON object a line (docs/researchers/rubric-arm.md):

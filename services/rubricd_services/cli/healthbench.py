@@ -38,9 +38,10 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import JudgeStatus, RubricKind, RubricSet, RunId, Score, ScoredRollout
 from rubricd.store import RubricStore
+from rubricd.wire import StreamEntry
 from rubricd_services.common import healthbench
 
-from .context import Context, Failed, StreamEntry
+from .context import Context, Failed
 
 
 def add(sub: argparse._SubParsersAction) -> None:

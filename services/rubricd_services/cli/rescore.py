@@ -33,8 +33,9 @@ from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import RubricSet, RunId, Score, ScoredRollout, instance_key
 from rubricd.store import RubricStore
+from rubricd.wire import StreamEntry
 
-from .context import Context, Failed, StreamEntry, table
+from .context import Context, Failed, table
 
 PAGE = 500  # kept entries read, and rollouts published, at a time
 

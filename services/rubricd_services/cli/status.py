@@ -4,23 +4,19 @@ calls, tokens and cost per
 agent."""
 
 import argparse
-import dataclasses
-import time
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from rubricd import arm, canaries
-from rubricd.keys import GLOBAL, Keys
-from rubricd.messages import RubricSet
+from rubricd.history import rubric_versions
+from rubricd.keys import Keys
 from rubricd.schedule import Decision
-from rubricd_services.common import usage
-from rubricd_services.common.groups import group_lag
-from rubricd_services.common.settings import Price
+from rubricd.usage import run_usage
+from rubricd_services.common.stream_status import stream_status, streams
 
-from .context import Context, ago, entry_ms, share, table
+from .context import Context, ago, share, table
 
 HELP = """\
 For each stream of the namespace: its length; for each consumer group reading it:
@@ -44,15 +40,6 @@ means the same for scorers, and it is on the trainer's path.
 """
 
 
-class PendingEntry(TypedDict):
-    """One row of XPENDING's extended form as redis-py parses it (ids and names are bytes: decode_responses=False)."""
-
-    message_id: bytes
-    consumer: bytes
-    time_since_delivered: int  # ms
-    times_delivered: int
-
-
 def add(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "status",
@@ -63,21 +50,6 @@ def add(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="the same as one JSON object")
     p.set_defaults(handler=run)
-
-
-def streams(keys: Keys) -> list[str]:
-    return [
-        keys.rollouts,
-        keys.comparisons,
-        keys.arm,
-        keys.steps,
-        keys.scored,
-        keys.analyses,
-        keys.summaries,
-        keys.rubrics_updated,
-        keys.events,
-        keys.dead_letters,
-    ]
 
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -93,75 +65,6 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
         }
     print(msgspec.json.encode(report).decode() if args.json else render(report, ctx.keys.namespace))
     return 0
-
-
-async def stream_status(redis: Redis, stream: str) -> dict[str, Any]:
-    length = await redis.xlen(stream)
-    try:
-        groups = await redis.xinfo_groups(stream)
-    except ResponseError:  # no such stream (yet)
-        groups = []
-    return {"stream": stream, "length": length, "groups": [await group_status(redis, stream, g) for g in groups]}
-
-
-async def group_status(redis: Redis, stream: str, info: dict[str, Any]) -> dict[str, Any]:
-    name = _text(info["name"])
-    consumers = await redis.xinfo_consumers(stream, name)
-    oldest_age = oldest_idle = None
-    if info["pending"]:
-        # redis-py types the rows dict[str, bytes | str | int]; each key's type is fixed
-        [first] = cast(list[PendingEntry], await redis.xpending_range(stream, name, min="-", max="+", count=1))
-        oldest_age = max(0.0, time.time() - entry_ms(first["message_id"]) / 1000)
-        oldest_idle = first["time_since_delivered"] / 1000
-    return {
-        "group": name,
-        "consumers": [
-            {"name": _text(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers
-        ],
-        "pending": info["pending"],
-        "lag": await group_lag(redis, stream, info),
-        "last_delivered": _text(info["last-delivered-id"]),
-        "oldest_pending_age_s": oldest_age,
-        "oldest_pending_idle_s": oldest_idle,
-    }
-
-
-async def rubric_versions(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
-    """The current version of each run's global set; per-instance sets counted per run."""
-    prefix = keys.rubric_set("", None).removesuffix(f":{GLOBAL}")  # "<ns>:rubric-set:"
-    runs: dict[str, dict[str, Any]] = {}
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        run_id, _, instance = _text(key).removeprefix(prefix).rpartition(":")
-        raw = await redis.hget(key, "current")
-        if not raw:
-            continue
-        current = msgspec.json.decode(raw, type=RubricSet)
-        row = runs.setdefault(
-            run_id,
-            {
-                "run_id": run_id,
-                "version": None,
-                "step": None,
-                "rubrics": None,
-                "updated_at": None,
-                "instance_sets": 0,
-                "max_instance_version": None,
-            },
-        )
-        if instance == GLOBAL:
-            row |= {
-                "version": current.version,
-                "step": current.step,
-                "rubrics": len(current.rubrics),
-                "updated_at": current.created_at,
-            }
-        else:
-            row["instance_sets"] += 1
-            row["max_instance_version"] = max(row["max_instance_version"] or 0, current.version)
-    for run_id, row in runs.items():
-        marker = await redis.get(keys.rubric_step(run_id))
-        row["rubrics_ready_for_step"] = int(marker) if marker is not None else None
-    return sorted(runs.values(), key=lambda r: r["run_id"])
 
 
 async def active_classes(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
@@ -229,22 +132,6 @@ async def arm_phases(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
                     "decided_steps": len(decided),
                 }
             )
-    return sorted(runs, key=lambda r: r["run_id"])
-
-
-async def run_usage(redis: Redis, keys: Keys, prices: dict[str, Price]) -> list[dict[str, Any]]:
-    """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's."""
-    prefix = keys.usage("")
-    runs = []
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        agents = usage.parse(await redis.hgetall(key))
-        runs.append(
-            {
-                "run_id": _text(key).removeprefix(prefix),
-                "agents": [dataclasses.asdict(u) | {"cost": u.cost(prices)} for u in agents],
-                "cost": usage.total_cost(agents, prices),
-            }
-        )
     return sorted(runs, key=lambda r: r["run_id"])
 
 

@@ -9,9 +9,11 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.messages import RENAMED_KINDS, Event, EventKind
+from rubricd.events import kind, matches
+from rubricd.messages import Event, EventKind
+from rubricd.wire import StreamEntry, StreamRead
 
-from .context import Context, StreamEntry, StreamRead, clip, clock
+from .context import Context, clip, clock
 
 BLOCK_MS = 1000
 
@@ -77,20 +79,6 @@ async def start_id(redis: Redis, stream: str, since: str) -> str:
         return since
     newest = cast(list[StreamEntry], await redis.xrevrange(stream, count=1))
     return newest[0][0].decode() if newest else "0-0"
-
-
-def kind(name: str) -> str:
-    """An event kind as given, or its new name if it was renamed."""
-    return RENAMED_KINDS.get(name, name)
-
-
-def matches(event: Event, run: str | None, services: list[str] | None, kinds: list[str] | None) -> bool:
-    """The event is of `run` (None: any), one of `services` and one of `kinds` (None or empty: any)."""
-    return (
-        (run is None or event.run_id == run)
-        and (not services or event.service in services)
-        and (not kinds or kind(event.kind) in kinds)
-    )
 
 
 def line(entry_id: str, event: Event, as_json: bool) -> str:

@@ -16,6 +16,7 @@ from importlib.resources import files
 
 import msgspec
 import uvicorn
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,7 +25,6 @@ from starlette.routing import Route
 
 from rubricd.keys import InvalidKey, Keys
 from rubricd.messages import EventKind
-from rubricd_services.cli.context import Context
 from rubricd_services.common.settings import ServiceSettings, load
 
 from .reader import Reader
@@ -49,19 +49,20 @@ def main(argv: list[str] | None = None, *, namespace: str | None = None, redis_u
     if overrides:
         settings = settings.model_copy(update=overrides)  # the namespace is checked by Keys
     try:
-        ctx = Context(settings, Keys(settings.namespace))
+        keys = Keys(settings.namespace)
     except InvalidKey as e:
         sys.exit(f"rubricd serve dashboard: {e}")
-    server = uvicorn.Server(uvicorn.Config(app(ctx, args.refresh), host=args.host, port=args.port, log_level="warning"))
-    print(f"rubricd dashboard on http://{args.host}:{args.port}/ (namespace {ctx.keys.namespace})", flush=True)
+    page = app(settings, keys, args.refresh)
+    server = uvicorn.Server(uvicorn.Config(page, host=args.host, port=args.port, log_level="warning"))
+    print(f"rubricd dashboard on http://{args.host}:{args.port}/ (namespace {keys.namespace})", flush=True)
     asyncio.run(server.serve())
 
 
-def app(ctx: Context, refresh_s: float) -> Starlette:
+def app(settings: ServiceSettings, keys: Keys, refresh_s: float) -> Starlette:
     page = files(__package__).joinpath("static/dashboard.html").read_text()
     script = files(__package__).joinpath("static/dashboard.js").read_text()
     for name, value in {
-        "namespace": html.escape(ctx.keys.namespace),
+        "namespace": html.escape(keys.namespace),
         "refresh_ms": str(int(refresh_s * 1000)),
         "event_kinds": msgspec.json.encode(list(EventKind)).decode(),
     }.items():
@@ -71,9 +72,12 @@ def app(ctx: Context, refresh_s: float) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         nonlocal reader
-        async with ctx.redis() as redis:
-            reader = Reader(ctx, redis)
+        redis = Redis.from_url(settings.redis_url, decode_responses=False)
+        try:
+            reader = Reader(settings, keys, redis)
             yield
+        finally:
+            await redis.aclose()
 
     def read() -> Reader:
         assert reader is not None, "the lifespan opens the reader"
@@ -94,7 +98,7 @@ def app(ctx: Context, refresh_s: float) -> Starlette:
         return Response(script, media_type="text/javascript")
 
     async def runs(_: Request) -> Response:
-        return _json({"namespace": ctx.keys.namespace, "runs": await read().runs()})
+        return _json({"namespace": keys.namespace, "runs": await read().runs()})
 
     async def run_view(request: Request) -> Response:
         return _json(await read().run(request.path_params["run_id"]))

@@ -11,12 +11,17 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import arm, canaries, wire
+from rubricd.events import matches
+from rubricd.history import changes, render_change, rubric_versions
 from rubricd.keys import Keys
 from rubricd.messages import ArmReward, Event, JudgeStatus, Message, RewardedArmRollout, RubricsUpdated, ScoredRollout
 from rubricd.schedule import read_history
 from rubricd.store import RubricStore
-from rubricd_services.cli import rubrics, status, tail
-from rubricd_services.cli.context import Context, StreamEntry
+from rubricd.usage import run_usage
+from rubricd.wire import StreamEntry
+from rubricd_services.common.announcements import announcements
+from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.common.stream_status import stream_status, streams
 
 PAGE = 1000  # recorded entries read at a time
 EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
@@ -188,8 +193,8 @@ class ArmTally:
 class Reader:
     """What the page's routes read, with what may be kept between polls (the tallies, the announcements found)."""
 
-    def __init__(self, ctx: Context, redis: Redis) -> None:
-        self.ctx, self.keys, self.redis = ctx, ctx.keys, redis
+    def __init__(self, settings: ServiceSettings, keys: Keys, redis: Redis) -> None:
+        self.settings, self.keys, self.redis = settings, keys, redis
         self.tallies: dict[str, RunTally] = {}
         self.arm: dict[str, ArmTally] = {}
         self.updates: dict[str, dict[int, RubricsUpdated]] = {}
@@ -204,7 +209,7 @@ class Reader:
         return self.listed[1]
 
     async def list_runs(self) -> list[dict[str, Any]]:
-        found = {r["run_id"]: r for r in await status.rubric_versions(self.redis, self.keys)}
+        found = {r["run_id"]: r for r in await rubric_versions(self.redis, self.keys)}
         prefix = self.keys.kept_rollouts("")
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             run_id = key.decode().removeprefix(prefix)
@@ -215,9 +220,7 @@ class Reader:
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
             found[run_id]["arm_rewarded"] = await self.redis.xlen(key)
-        costs = {
-            u["run_id"]: u["cost"] for u in await status.run_usage(self.redis, self.keys, self.ctx.settings.prices)
-        }
+        costs = {u["run_id"]: u["cost"] for u in await run_usage(self.redis, self.keys, self.settings.prices)}
         return [
             {
                 "run_id": r["run_id"],
@@ -277,11 +280,11 @@ class Reader:
         missing = [v.version for v in history[1:] if v.version not in known]
         if missing and time.monotonic() - self.looked_up.get(run_id, -MISSING_RETRY_S) >= MISSING_RETRY_S:
             self.looked_up[run_id] = time.monotonic()
-            known.update(await rubrics.announcements(self.redis, self.ctx, run_id, None, missing))
+            known.update(await announcements(self.redis, self.keys, self.settings, run_id, None, missing))
         out = []
         for before, after in zip([None, *history], history):
             update = known.get(after.version)
-            found = [] if before is None else rubrics.changes(before, after, [update] if update else [])
+            found = [] if before is None else changes(before, after, [update] if update else [])
             out.append(
                 {
                     "version": after.version,
@@ -296,7 +299,7 @@ class Reader:
                         {
                             "change": c.change,
                             "rubric_id": c.rubric_id,
-                            "text": rubrics.render_change(c).partition("\n")[0],
+                            "text": render_change(c).partition("\n")[0],
                             "rationale": c.rationale,
                         }
                         for c in found
@@ -308,8 +311,8 @@ class Reader:
     async def groups(self) -> list[dict[str, Any]]:
         """Each consumer group of the namespace: its stream, consumers, pending entries and lag."""
         out = []
-        for name in status.streams(self.keys):
-            s = await status.stream_status(self.redis, name)
+        for name in streams(self.keys):
+            s = await stream_status(self.redis, name)
             for g in s["groups"]:
                 out.append(
                     {
@@ -335,7 +338,7 @@ class Reader:
             for entry_id, fields in entries:
                 with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
                     event = wire.decode(wire.payload(fields), Event)
-                    if tail.matches(event, run, [service] if service else None, [kind] if kind else None):
+                    if matches(event, run, [service] if service else None, [kind] if kind else None):
                         shown.append({"id": entry_id.decode(), **msgspec.to_builtins(event)})
             scanned += len(entries)
             last = "(" + entries[-1][0].decode()

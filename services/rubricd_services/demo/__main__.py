@@ -15,11 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from rubricd import RubricdClient
+from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
-from rubricd_services.common import usage
+from rubricd.usage import AgentUsage
 from rubricd_services.common.settings import ServiceSettings, load
-from rubricd_services.common.usage import AgentUsage
 
 from . import report
 from .policy import START, TRADE_OFF_START

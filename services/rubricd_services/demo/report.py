@@ -13,8 +13,8 @@ from pathlib import Path
 import msgspec
 
 from rubricd.messages import Action, EventKind, RubricModification
+from rubricd.usage import AgentUsage, total_cost
 from rubricd_services.common.settings import LLMSettings, Price
-from rubricd_services.common.usage import AgentUsage, total_cost
 
 from . import compare, plots
 from .policy import BEHAVIOURS, HACKS
@@ -169,7 +169,7 @@ def summary_lines(
 
 
 def write(run: Run, folder: Path, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Price] | None = None) -> Path:
-    """Write the report folder; returns report.md's path. `spent`: the run's LLM usage (common.usage.read)."""
+    """Write the report folder; returns report.md's path. `spent`: the run's LLM usage (rubricd.usage.read)."""
     folder.mkdir(parents=True, exist_ok=True)
     plots.rewards(run, folder / "rewards.png")
     plots.rubrics(run, folder / "rubrics.png")

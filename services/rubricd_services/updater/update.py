@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 import msgspec
 
 from rubricd import wire
+from rubricd.history import modifications
 from rubricd.messages import (
-    Action,
     EventKind,
-    Rubric,
     RubricKind,
-    RubricModification,
     RubricSet,
     RubricsUpdated,
     StepSummary,
@@ -155,7 +153,7 @@ class RubricUpdater:
             instance_key=done.instance_key,
             step=done.step,
             strategy=Strategy.CORRECTIVE,
-            modifications=diff(previous.rubrics if previous else [], done.rubrics),
+            modifications=modifications(previous.rubrics if previous else [], done.rubrics),
             updated_at=done.created_at,
         )
         await self.memory.put(
@@ -166,24 +164,3 @@ class RubricUpdater:
 
 class Conflict(Exception):
     """Another writer published a version first; the summary is retried (and then found applied)."""
-
-
-def diff(before: list[Rubric], after: list[Rubric]) -> list[RubricModification]:
-    """The modifications that turn `before` into `after` (for re-announcing a version)."""
-    old, new = {r.id: r for r in before}, {r.id: r for r in after}
-    out = [RubricModification(action=Action.REMOVE, rubric_id=i, rationale="") for i in old if i not in new]
-    for i, r in new.items():
-        if i not in old:
-            out.append(RubricModification(action=Action.ADD, rubric_id=i, rubric=r, rationale=r.rationale))
-        elif r != old[i]:
-            only_points = msgspec.structs.replace(old[i], points=r.points, rationale=r.rationale) == r
-            out.append(
-                RubricModification(
-                    action=Action.REWEIGHT if only_points else Action.MODIFY,
-                    rubric_id=i,
-                    rubric=None if only_points else r,
-                    points=r.points if only_points else None,
-                    rationale=r.rationale,
-                )
-            )
-    return out

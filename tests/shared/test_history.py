@@ -1,0 +1,93 @@
+"""The rubric diff: one comparison, explained for readers (`changes`) and as the updater's modifications."""
+
+import msgspec
+
+from rubricd.history import changes, modifications, summary
+from rubricd.messages import Action, Rubric, RubricKind, RubricModification, RubricSet, RubricsUpdated
+
+ANCHOR = Rubric(
+    id="correct", criterion="The response states the correct final answer.", points=5, kind=RubricKind.ANCHOR
+)
+GRADER = Rubric(
+    id="addresses_grader",
+    criterion="The response addresses the grader.",
+    points=-5,
+    meta_class="instruction_following",
+    kind=RubricKind.ANCHOR,
+)
+STEPS = Rubric(id="shows_reasoning", criterion="The response shows its reasoning.", points=2, meta_class="completeness")
+CURRENT = [ANCHOR, GRADER, STEPS]
+PADDING = Rubric(
+    id="no_padding",
+    criterion="The response pads the answer with filler.",
+    points=-4,
+    meta_class="communication_quality",
+)
+
+
+def test_changes_take_the_latest_rationale_between_the_versions_else_the_rubrics_own():
+    a = RubricSet(
+        run_id="r",
+        version=1,
+        rubrics=[Rubric(id="x", criterion="X", points=1), Rubric(id="y", criterion="Y", points=1)],
+    )
+    b = RubricSet(
+        run_id="r",
+        version=3,
+        rubrics=[
+            Rubric(id="x", criterion="X", points=3, meta_class="style"),
+            Rubric(id="z", criterion="Z", points=-2, rationale="own reason"),
+        ],
+    )
+    updates = [
+        RubricsUpdated(
+            run_id="r",
+            version=3,
+            previous_version=2,
+            modifications=[RubricModification(action=Action.REWEIGHT, rubric_id="x", points=3, rationale="later")],
+        ),
+        RubricsUpdated(
+            run_id="r",
+            version=2,
+            previous_version=1,
+            modifications=[
+                RubricModification(action=Action.REWEIGHT, rubric_id="x", points=2, rationale="earlier"),
+                RubricModification(action=Action.REMOVE, rubric_id="y", rationale="unused"),
+            ],
+        ),
+    ]
+    found = {c.rubric_id: c for c in changes(a, b, updates)}
+    assert found["x"].change == "modified" and found["x"].rationale == "later"
+    assert found["x"].fields == [("points", 1, 3), ("meta_class", "accuracy", "style")]
+    assert (found["y"].change, found["y"].rationale) == ("removed", "unused")
+    assert (found["z"].change, found["z"].rationale) == ("added", "own reason")
+    assert summary(changes(a, b, updates)) == "-y ~x(points,meta_class) +z"
+    assert changes(a, a, []) == [] and summary([]) == "no change"
+
+
+def test_modifications_name_what_changed_between_versions():
+    after = [ANCHOR, GRADER, msgspec.structs.replace(STEPS, points=4), PADDING]
+    found = {(m.action, m.rubric_id) for m in modifications(CURRENT, after)}
+    assert found == {(Action.REWEIGHT, "shows_reasoning"), (Action.ADD, "no_padding")}
+
+
+def test_modifications_remove_add_reweight_and_modify_in_order():
+    reweighted = msgspec.structs.replace(STEPS, points=4, rationale="worth more")
+    reworded = msgspec.structs.replace(GRADER, criterion="The response flatters the grader.", rationale="sharper")
+    found = modifications(CURRENT, [reworded, reweighted, PADDING])
+    assert found == [
+        RubricModification(action=Action.REMOVE, rubric_id="correct", rationale=""),
+        RubricModification(action=Action.MODIFY, rubric_id="addresses_grader", rubric=reworded, rationale="sharper"),
+        RubricModification(action=Action.REWEIGHT, rubric_id="shows_reasoning", points=4, rationale="worth more"),
+        RubricModification(action=Action.ADD, rubric_id="no_padding", rubric=PADDING, rationale=""),
+    ]
+    assert modifications(CURRENT, CURRENT) == []
+
+
+def test_a_change_outside_the_compared_fields_is_a_modification_but_no_readers_change():
+    tagged = msgspec.structs.replace(STEPS, tags=["level:example"])
+    assert modifications([STEPS], [tagged]) == [
+        RubricModification(action=Action.MODIFY, rubric_id="shows_reasoning", rubric=tagged, rationale="")
+    ]
+    a, b = (RubricSet(run_id="r", version=v, rubrics=[r]) for v, r in ((1, STEPS), (2, tagged)))
+    assert changes(a, b, []) == []
