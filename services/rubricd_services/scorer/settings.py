@@ -3,17 +3,16 @@
 from pydantic import Field, field_validator
 
 from rubricd.reward import POLICIES, Undefined
-from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
-from rubricd_services.evaluation.canaries import CanarySettings
+from rubricd_services.judges.settings import JudgeSettings
 from rubricd_services.rubrics.generation import GeneratorSettings
 
-from .judge import Calls, Style
+from .canaries import CanarySettings
 from .schedule import Rule, Strategy
 
 
-class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, CanarySettings):
+class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, JudgeSettings, CanarySettings):
     max_in_flight: InFlight = 256
     max_records: ReadSize = 32
     max_rollout_bytes: int = Field(
@@ -64,15 +63,6 @@ class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, CanarySet
         description="evaluation rollouts (Rollout.evaluation) go to the analyzers too, into the memory loop; "
         "default: they are scored only",
     )
-    judge_prompt: PromptFile = Field(None, description="judge instructions; default: prompts/judge.md")
-    judge_calls: Calls = Field(
-        "one",
-        description="one: every rubric of a rollout in one judge call; per_rubric: one call per rubric, at once "
-        "(as HealthBench's grader; no verdict cache)",
-    )
-    judge_explain: bool = Field(
-        True, description="each verdict with its explanation first; false: the verdict alone (fewer tokens)"
-    )
     score_ttl_s: int = Field(
         3600, ge=60, description="how long a score is kept for redelivery; memory is about rate x ttl x 1 KB"
     )
@@ -90,9 +80,6 @@ class ScorerSettings(ServiceSettings, SeedSettings, GeneratorSettings, CanarySet
         if name not in POLICIES:
             raise ValueError(f"unknown reward policy {name!r}; known: {sorted(POLICIES)}")
         return name
-
-    def judge_style(self) -> Style:
-        return Style(self.judge_calls, self.judge_explain)
 
     def schedule_rule(self) -> Rule:
         return Rule(

@@ -24,7 +24,7 @@ from rubricd.messages import GeneratedBy, Order, Rubric, RubricSet
 from rubricd_services.common.llm import LLMError, LLMGateway
 from rubricd_services.common.llm.dialects import request, schema_of
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.comparer import pairwise
+from rubricd_services.judges import pairwise
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.generation import GENERATOR, InvalidDraft, RubricDraft
 
