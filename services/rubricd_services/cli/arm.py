@@ -12,13 +12,8 @@ from rubricd import arm
 from rubricd.arm import Plan, explain
 from rubricd_services.common import prompts
 from rubricd_services.common.llm import LLMGateway
-from rubricd_services.common.seeds import Seeds, SeedSettings
-from rubricd_services.common.settings import ServiceSettings, load
-from rubricd_services.judges import arm_dataset as rows_of
-from rubricd_services.judges import pairwise
-from rubricd_services.judges.settings import PairwiseSettings
-from rubricd_services.rubrics import generation
-from rubricd_services.rubrics.generation import GeneratorSettings
+from rubricd_services.common.seeds import Seeds
+from rubricd_services.common.settings import load
 
 from .context import Context, Failed, clock, table
 
@@ -90,15 +85,16 @@ async def import_pairs(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-class DatasetSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
-    """What `rubricd arm dataset` reads of the arm service's settings: its seeds, the generator's and the pairwise
-    judge's."""
-
-
 async def dataset(args: argparse.Namespace, ctx: Context) -> int:
+    # The generator's module loads the clients' wiring (the memory's among them): imported when the command runs,
+    # so that the other commands start without it.
+    from rubricd_services.judges import arm_dataset as rows_of
+    from rubricd_services.judges import pairwise
+    from rubricd_services.rubrics import generation
+
     if args.phase == "judge" and not args.generator:
         raise Failed("--phase judge needs --generator MODEL: the frozen generator whose rubrics the judge is shown")
-    settings = load(DatasetSettings)
+    settings = load(rows_of.DatasetSettings)
     seed = Seeds.load(settings).default
     generator_template = prompts.load(generation.__package__, generation.GENERATOR, settings.generator_prompt)
     async with ctx.redis() as redis:
