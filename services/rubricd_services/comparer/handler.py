@@ -2,7 +2,7 @@
 
 `handle` validates the entry, gets the prompt's rubric set exactly as a
 rollout of that prompt gets it (rubrics.sets: per-instance and generated sets
-apply), asks the pairwise judge in one or both orders (`pairwise`), and
+apply), asks the pairwise judge in one or both orders (`judges.pairwise`), and
 commits the Preference with the run's judge accuracy, its event, the reply and
 the calls' usage in one step (`effects`). A comparison that can never be
 judged as sent is rejected: it goes to the dead letters, and the publisher, if

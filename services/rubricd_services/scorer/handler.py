@@ -3,8 +3,8 @@
 `handle` validates the entry, answers a rollout scored before with its first
 score (no judging), gets the run's rubric set in force and, under
 the `alternating` policy, the step's active meta-class (`schedule`), asks the
-judge (`scoring`; a verdict of the same call is reused, `cache`), and commits
-the score with its effects and the call's usage in one step (`effects`). A
+judge (`judges.scoring`; a verdict of the same call is reused, `cache`), and
+commits the score with its effects and the call's usage in one step (`effects`). A
 rollout that can never be scored as sent is rejected: it goes to the dead
 letters, and the trainer, if it said where, gets a `rejected` score. Any other
 failure leaves the entry pending for a reclaim to retry.
