@@ -165,7 +165,7 @@ bench: install
 # default) or MODEL=smollm2 (SmolLM2-135M-Instruct behind llama.cpp's server, as `make up LLM=local` serves it),
 # each on its own stack (.stack/judge-eval, own ports); the table on stdout, the plot in build/judge-eval.png.
 MODEL ?= simulator
-LABELLED ?= services/rubricd_services/evaluation/data/judge-set.jsonl
+LABELLED ?= services/rubricd_services/judges/evaluation/data/judge-set.jsonl
 JUDGE_EVAL_ENV := RUBRICD_STACK_DIR=$(CURDIR)/.stack/judge-eval RUBRICD_SIMULATOR_PORT=8096 RUBRICD_MODEL_PORT=8095
 # JUDGES: more --judge options, each a variant of MODEL's judge (e.g. JUDGES="calls=per_rubric explain=false").
 JUDGES ?=

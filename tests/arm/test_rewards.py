@@ -8,7 +8,7 @@ import pytest
 from rubricd.arm import InvalidPreferences, PhaseDecision, Plan, read_preferences
 from rubricd.messages import HEALTHBENCH_AXES, Comparison, Preference, Rubric, RubricSet
 from rubricd_services.arm import rewards
-from rubricd_services.comparer import pairwise
+from rubricd_services.judges import pairwise
 from rubricd_services.simulator import pairwise as simulated
 
 ANCHORS = [

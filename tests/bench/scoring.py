@@ -34,7 +34,9 @@ from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
 from rubricd_services.common import prompts
 from rubricd_services.common.seeds import Seeds
-from rubricd_services.scorer import judge
+from rubricd_services.judges import verdicts
+from rubricd_services.judges.rollouts import messages as judge_messages
+from rubricd_services.judges.rollouts import system_message
 from rubricd_services.scorer.settings import ScorerSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,8 +88,8 @@ async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[flo
 async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
     """The same judge calls, made by the trainer itself with the openai client."""
     seed = RubricSet(run_id="direct", version=1, rubrics=Seeds.load(ScorerSettings()).rubrics(None))
-    system = judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), seed)
-    verdict = judge.verdict_type(tuple(r.id for r in seed.rubrics))
+    system = system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), seed)
+    verdict = verdicts.verdict_type(tuple(r.id for r in seed.rubrics))
     schema = msgspec.json.schema(verdict)
     fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}
     client = openai.AsyncOpenAI(
@@ -104,7 +106,7 @@ async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[fl
 
     async def call(rollout: Rollout) -> None:
         resp = await client.chat.completions.create(
-            model="rubricd-simulator", messages=judge.messages(system, rollout), response_format=fmt
+            model="rubricd-simulator", messages=judge_messages(system, rollout), response_format=fmt
         )
         msgspec.json.decode(resp.choices[0].message.content, type=verdict)
 

@@ -17,7 +17,7 @@ from rubricd_services.common.llm.dialects import request as _request
 from rubricd_services.common.llm.dialects import schema_of as _schema_of
 from rubricd_services.common.llm.errors import Retryable as _Retryable
 from rubricd_services.common.settings import LLMSettings, ServiceSettings, load
-from rubricd_services.scorer import judge
+from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.simulator.app import Simulator
 from rubricd_services.simulator.faults import SimConfig
 
@@ -32,8 +32,8 @@ RUBRICS = [
         points=-5,
     ),
 ]
-SYSTEM = judge.system_message(
-    prompts.load("rubricd_services.scorer", judge.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
+SYSTEM = rollouts.system_message(
+    prompts.load("rubricd_services.judges", verdicts.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
 )
 
 
@@ -56,14 +56,14 @@ def judge_messages(response: str) -> list[dict[str, str]]:
         response=response,
         reference="42",
     )
-    return judge.messages(SYSTEM, rollout)
+    return rollouts.messages(SYSTEM, rollout)
 
 
-VERDICT = judge.verdict_type(tuple(r.id for r in RUBRICS))
+VERDICT = verdicts.verdict_type(tuple(r.id for r in RUBRICS))
 
 
 def met(verdict: msgspec.Struct) -> dict[str, bool]:
-    return {rubric_id: v.met for rubric_id, v in judge.verdicts(verdict, tuple(r.id for r in RUBRICS)).items()}
+    return {rubric_id: v.met for rubric_id, v in verdicts.read(verdict, tuple(r.id for r in RUBRICS)).items()}
 
 
 @pytest.mark.parametrize("mode", DIALECTS)
@@ -98,7 +98,7 @@ def test_strict_schemas_close_every_object_and_fall_back_when_they_cannot() -> N
 
 
 def test_tolerant_parsing_digs_json_out_of_prose_and_fences() -> None:
-    verdict = judge.verdict_type(("a",))
+    verdict = verdicts.verdict_type(("a",))
     text = "Sure! Here it is:\n```json\n{'a': {'explanation': 'ok', 'met': true,}}\n```\nAnything else?"
     assert _decode(text, verdict, tolerant=True).r0.met is True
     with pytest.raises(_Retryable, match="malformed"):
@@ -292,6 +292,6 @@ def test_only_openai_strict_mode_gets_the_strict_schema_grammar_servers_get_its_
     assert "maxLength" not in json.dumps(strict)  # OpenAI's strict mode refuses it
     assert whole["response_format"]["json_schema"]["strict"] is False
     for request in (whole, schema_object):
-        assert f'"maxLength": {judge.MAX_EXPLANATION_CHARS}' in json.dumps(request)
+        assert f'"maxLength": {verdicts.MAX_EXPLANATION_CHARS}' in json.dumps(request)
     long = {rubric.id: {"explanation": "x" * 1000, "met": True} for rubric in RUBRICS}
     assert msgspec.convert(long, VERDICT)  # the bound is the server's to enforce, not checked on decode

@@ -10,7 +10,7 @@ from rubricd_services.common import prompts
 from rubricd_services.common.llm import LLMError, LLMGateway
 from rubricd_services.common.metrics import Metrics, backlog
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.scorer import judge
+from rubricd_services.judges import rollouts, verdicts
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:
@@ -21,13 +21,13 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
     raise KeyError(f"{name}{labels}")
 
 
-VERDICT = judge.verdict_type(("correct",))
+VERDICT = verdicts.verdict_type(("correct",))
 
 
 def messages(response: str) -> list[dict[str, str]]:
     rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
-    system = judge.system_message(
-        prompts.load("rubricd_services.scorer", judge.JUDGE), RubricSet(run_id="run", version=1, rubrics=rubrics)
+    system = rollouts.system_message(
+        prompts.load("rubricd_services.judges", verdicts.JUDGE), RubricSet(run_id="run", version=1, rubrics=rubrics)
     )
     rollout = Rollout(
         run_id="run",
@@ -37,7 +37,7 @@ def messages(response: str) -> list[dict[str, str]]:
         response=response,
         reference="42",
     )
-    return judge.messages(system, rollout)
+    return rollouts.messages(system, rollout)
 
 
 async def test_the_gateways_usage_is_scraped_per_agent(simulator, sim) -> None:

@@ -8,16 +8,16 @@ import sys
 import pytest
 
 from rubricd_services.common import prompts
-from rubricd_services.scorer.judge import JUDGE
+from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.updater.messages import QUERY_WRITER
 
 
 def test_an_agents_default_prompt_is_its_packages_file_and_a_configured_file_replaces_it(tmp_path):
-    default = prompts.load("rubricd_services.scorer", JUDGE)
+    default = prompts.load("rubricd_services.judges", JUDGE)
     assert "rubric" in default.lower()
     mine = tmp_path / "judge.md"
     mine.write_text("Grade strictly.")
-    assert prompts.load("rubricd_services.scorer", JUDGE, mine) == "Grade strictly."
+    assert prompts.load("rubricd_services.judges", JUDGE, mine) == "Grade strictly."
     assert prompts.load("rubricd_services.updater", QUERY_WRITER) != default
 
 

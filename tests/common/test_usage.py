@@ -13,7 +13,7 @@ from rubricd_services.common import usage as recording
 from rubricd_services.common.llm import Completion, LLMGateway
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.settings import LLMSettings, Price, ServiceSettings
-from rubricd_services.scorer import judge
+from rubricd_services.judges import rollouts, verdicts
 
 GPT = Price(prompt_per_mtok=0.15, completion_per_mtok=0.60)
 
@@ -56,13 +56,13 @@ async def test_the_gateways_cost_is_scraped_per_agent_and_priced_model(simulator
     llm = LLMSettings(base_url=simulator[0], max_retries=0)
     rubric_set = RubricSet(run_id="run", version=1, rubrics=[Rubric(id="correct", criterion="Correct.", points=5)])
     rollout = Rollout(run_id="run", rollout_id="r", step=0, prompt="2 + 2?", response="4", reference="4")
-    messages = judge.messages(
-        judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), rubric_set), rollout
+    messages = rollouts.messages(
+        rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubric_set), rollout
     )
     async with LLMGateway({"judge": llm, "analyzer": llm}) as gateway:
         metrics.watch_gateway(gateway, {"priced": GPT}, {"judge": "priced", "analyzer": "unpriced"})
-        await gateway.structured("judge", messages, judge.verdict_type(("correct",)))
-        await gateway.structured("analyzer", messages, judge.verdict_type(("correct",)))
+        await gateway.structured("judge", messages, verdicts.verdict_type(("correct",)))
+        await gateway.structured("analyzer", messages, verdicts.verdict_type(("correct",)))
         used = gateway.usage("judge")
     page = generate_latest(metrics.registry).decode()
     costs = {

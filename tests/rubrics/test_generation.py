@@ -28,12 +28,12 @@ from rubricd_services.common import prompts
 from rubricd_services.common.acl import services
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
+from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.judges.scoring import Rubrics, preparer, score_rollout
 from rubricd_services.rubrics.draft import RubricDraft, build, draft_type
 from rubricd_services.rubrics.generation import Generator
 from rubricd_services.rubrics.messages import messages as generator_messages
 from rubricd_services.rubrics.sets import RubricCache
-from rubricd_services.scorer import judge
-from rubricd_services.scorer.scoring import Rubrics, preparer, score_rollout
 from rubricd_services.simulator import generating, judging
 from rubricd_services.simulator.faults import FaultPlan, SimConfig, directive
 from rubricd_services.updater.messages import MemoryBudget, Prompts
@@ -73,7 +73,7 @@ async def test_the_simulated_generator_s_rubrics_are_judged_by_matching_heuristi
     draft = simulated_draft(PROMPT, "2, 3, 5")
     rubrics = build(draft, ANCHORS, CLASSES, 8).rubrics
     rubric_set = RubricSet(run_id="run", version=1, rubrics=rubrics)
-    system = judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), rubric_set)
+    system = rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubric_set)
 
     async def sim_judge(messages, verdict):
         return msgspec.convert(judging.verdict(messages[0]["content"], messages[1]["content"]), verdict)
@@ -128,7 +128,7 @@ def cache(redis, keys: Keys, asked: Asked, seeds: Seeds | None = None, lock_s: f
         RubricStore(redis, keys),
         seeds or Seeds(SEED),
         per_instance=True,
-        prepare=preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None),
+        prepare=preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None),
         generator=generator,
     )
 
@@ -191,7 +191,7 @@ async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure
         RubricStore(redis, keys),
         Seeds(SEED),
         per_instance=True,
-        prepare=preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None),
+        prepare=preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None),
         generator=generator,
     ).get(rollout(prompt="another prompt"))
     assert failed.generation == "fallback" and "no valid rubric" in failed.generation_error
@@ -228,7 +228,7 @@ async def test_predefined_instances_and_generation_off_are_not_generated(redis, 
         RubricStore(redis, keys),
         Seeds(SEED),
         per_instance=True,
-        prepare=preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None),
+        prepare=preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None),
     )
     assert (await off.get(rollout())).set.rubrics == SEED and asked.calls == []
 

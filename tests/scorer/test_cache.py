@@ -10,17 +10,18 @@ from rubricd.keys import SCORERS
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.scorer import cache, judge
+from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.judges.calls import JudgeFailed
+from rubricd_services.scorer import cache
 from rubricd_services.scorer.cache import JudgeCache, digest
 from rubricd_services.scorer.effects import Effects
-from rubricd_services.scorer.handler import Judged, Scorer
-from rubricd_services.scorer.scoring import JudgeFailed
+from rubricd_services.scorer.handler import Scorer
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
 SET = RubricSet(run_id="run", version=3, rubrics=RUBRICS)
 JUDGE = LLMSettings(model="judge-model", temperature=0.0)
 ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=0, prompt="What is 2 + 2?", response="4", reference="4")
-TEMPLATE = prompts.load("rubricd_services.scorer", judge.JUDGE)
+TEMPLATE = prompts.load("rubricd_services.judges", verdicts.JUDGE)
 
 
 def key(
@@ -29,7 +30,7 @@ def key(
     rollout: Rollout = ROLLOUT,
     template: str = TEMPLATE,
 ) -> str:
-    return digest(rubric_set, settings, judge.messages(judge.system_message(template, rubric_set), rollout))
+    return digest(rubric_set, settings, rollouts.messages(rollouts.system_message(template, rubric_set), rollout))
 
 
 def test_the_same_call_has_the_same_key_whatever_the_rollout_id_step_or_base_url():
@@ -55,13 +56,8 @@ def test_a_changed_judge_rubric_set_prompt_or_content_changes_the_key():
     assert len({key(), *changed}) == len(changed) + 1
 
 
-def test_a_cached_verdict_adds_a_cache_hit_and_no_tokens_and_a_failed_one_nothing():
-    assert Judged(cached=True).usage("m") == {"judge:m:cache_hits": 1}
-    assert Judged().usage("m") == {}
-
-
 async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_read_decodes_it(redis, keys):
-    verdict = judge.verdict_type(("correct",))
+    verdict = verdicts.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
     effects = Effects(
         redis, keys, SCORERS, answer_ttl_s=60, stats_ttl_s=60, maxlen=100, reply_ttl_s=60, verdict_ttl_s=1
@@ -80,7 +76,7 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
         return answer
 
     assert await JudgeCache(60).verdict("k", verdict, read, call) == (answer, True) and calls == []
-    another_list = judge.verdict_type(("correct", "other"))  # another rubric list: a miss, so the judge is asked
+    another_list = verdicts.verdict_type(("correct", "other"))  # another rubric list: a miss, so the judge is asked
     assert await JudgeCache(60).verdict("k", another_list, read, call) == (answer, False) and calls == [1]
     assert await JudgeCache(60).verdict("k", verdict, b'{"other": 1}', call) == (answer, False) and calls == [1, 1]
     assert 0 < await redis.pttl(keys.verdict("k")) <= 1000
@@ -89,7 +85,7 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
 
 
 async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(eventually):
-    verdict = judge.verdict_type(("correct",))
+    verdict = verdicts.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
     cache, calls = JudgeCache(60), []
 

@@ -19,7 +19,7 @@ import pytest
 
 from rubricd.messages import Rollout, RolloutAnalysis, Rubric, RubricSet
 from rubricd_services.common import prompts
-from rubricd_services.scorer import judge
+from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.simulator.app import Simulator
 from rubricd_services.simulator.faults import SimConfig
 
@@ -37,10 +37,10 @@ RUBRICS = [
     ),
     Rubric(id="reasoning", criterion="The response shows the reasoning or steps that lead to its answer.", points=1),
 ]
-SYSTEM = judge.system_message(
-    prompts.load("rubricd_services.scorer", judge.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
+SYSTEM = rollouts.system_message(
+    prompts.load("rubricd_services.judges", verdicts.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
 )
-VERDICT = judge.verdict_type(tuple(r.id for r in RUBRICS))
+VERDICT = verdicts.verdict_type(tuple(r.id for r in RUBRICS))
 VERDICT_FORMAT = {
     "type": "json_schema",
     "json_schema": {"name": "JudgeVerdict", "schema": msgspec.json.schema(VERDICT)},
@@ -62,16 +62,16 @@ def judge_request(response: str, reference: str | None = "42", **extra: object) 
         response=response,
         reference=reference,
     )
-    return {"model": "any", "messages": judge.messages(SYSTEM, rollout), "response_format": VERDICT_FORMAT, **extra}
+    return {"model": "any", "messages": rollouts.messages(SYSTEM, rollout), "response_format": VERDICT_FORMAT, **extra}
 
 
 def verdict(http: httpx.Client, response: str, reference: str | None = "42") -> dict[str, bool]:
     r = http.post("/v1/chat/completions", json=judge_request(response, reference))
     assert r.status_code == 200, r.text
     decoded = msgspec.json.decode(r.json()["choices"][0]["message"]["content"], type=VERDICT)
-    verdicts = judge.verdicts(decoded, tuple(r.id for r in RUBRICS))
-    assert all(v.explanation.startswith("[simulator]") for v in verdicts.values())
-    return {rubric_id: v.met for rubric_id, v in verdicts.items()}
+    found = verdicts.read(decoded, tuple(r.id for r in RUBRICS))
+    assert all(v.explanation.startswith("[simulator]") for v in found.values())
+    return {rubric_id: v.met for rubric_id, v in found.items()}
 
 
 # -- the judge's heuristics

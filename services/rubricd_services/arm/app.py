@@ -11,7 +11,7 @@ from faststream import FastStream
 from rubricd.keys import ARM
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
-from rubricd_services.comparer.pairwise import PAIRWISE
+from rubricd_services.judges.pairwise import PAIRWISE
 
 from .handler import SERVICE, Rewarder
 from .settings import ArmSettings

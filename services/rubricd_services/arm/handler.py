@@ -23,12 +23,11 @@ from rubricd.keys import ARM
 from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
 from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.intake import Rejected, Sender
-from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.comparer import pairwise
-from rubricd_services.comparer.handler import Calls
-from rubricd_services.comparer.pairwise import PAIRWISE, PairwiseFailed
+from rubricd_services.judges import pairwise
+from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.pairwise import PAIRWISE
 from rubricd_services.rubrics import generation
 
 from . import rewards
@@ -77,7 +76,7 @@ class Rewarder:
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
-        calls = Calls()
+        calls = Tally(PAIRWISE)
         # Published again (or redelivered after its commit): no judge calls, the commit replies its first reward.
         stored = await self.redis.get(self.keys.arm_reward(rollout.run_id, rollout.rollout_id))
         try:
@@ -102,7 +101,7 @@ class Rewarder:
             self.rewards.labels("none", "rejected").inc()
             raise
 
-    async def reward(self, rollout: ArmRollout, calls: Calls) -> ArmReward:
+    async def reward(self, rollout: ArmRollout, calls: Tally) -> ArmReward:
         decision = await self.phases.decision(rollout.run_id, rollout.step)
         if not decision.admits(rollout.phase):
             raise self.intake.refuse(
@@ -118,7 +117,7 @@ class Rewarder:
         ms = round((time.perf_counter() - started) * 1000, 3)
         return msgspec.structs.replace(reward, reward_ms=ms, rewarded_at=time.time())
 
-    async def generator(self, rollout: ArmRollout, calls: Calls) -> ArmReward:
+    async def generator(self, rollout: ArmRollout, calls: Tally) -> ArmReward:
         """The frozen judge's accuracy on the prompt's labelled pairs with the candidate rubric set."""
         s = self.settings
         assert rollout.prompt_id is not None
@@ -134,13 +133,14 @@ class Rewarder:
             return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=candidate.problem)
         rubric_set = rewards.candidate_set(rollout.run_id, found.prompt_id, candidate.rubrics)
         system = pairwise.system_message(self.template, rubric_set)
+        judge = pairwise.judge_by(caller(self.gateway, calls, model=judge_model))
         judged = await asyncio.gather(
             *(
                 pairwise.judge_comparison(
                     comparison,
                     rubric_set,
                     system,
-                    self.caller(calls, judge_model),
+                    judge,
                     both_orders=True,
                     ties=s.pairwise_ties,
                     max_chars=self.judge_agent.prompt_chars(),
@@ -194,17 +194,6 @@ class Rewarder:
             reward=rewards.judge_reward(read.judgment, comparison),
             winner=read.judgment.winner,
         )
-
-    def caller(self, calls: Calls, model: str) -> pairwise.PairJudge:
-        async def call(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
-            try:
-                done = await self.gateway.structured(PAIRWISE, messages, answer, model=model)
-            except LLMError as e:
-                raise PairwiseFailed(str(e)) from None
-            calls.completions.append(done)
-            return done.value, done.attempts
-
-        return call
 
     @staticmethod
     def event(reward: ArmReward) -> Event:

@@ -5,7 +5,7 @@
   (`outcome` each, `generator_reward` over them): the share picked right, a tie earning the tie reward, a
   preference that flips with the order earning nothing.
 - The judge's: its completion read as the pairwise judge's answer for the rubrics it was shown (`verdict`), the
-  winner those verdicts give (comparer.pairwise's rule) against the label: 1 right, 0 wrong.
+  winner those verdicts give (judges.pairwise's rule) against the label: 1 right, 0 wrong.
 A completion that cannot be used earns the stated penalty, with the reason. The rules:
 docs/researchers/rubric-arm.md, "Training the generator and the judge".
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from rubricd.messages import Comparison, JudgeStatus, Order, OrderJudgment, PairOutcome, Preference, Rubric, RubricSet
 from rubricd_services.common.llm.dialects import decode
 from rubricd_services.common.llm.errors import Retryable
-from rubricd_services.comparer import pairwise
+from rubricd_services.judges import pairwise
 from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build
 
 

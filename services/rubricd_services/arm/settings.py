@@ -7,7 +7,7 @@ from pydantic import Field
 from rubricd.arm import Plan
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import AnswerSettings, AnswerTTL, InFlight, KeptTTL, ServiceSettings, renamed
-from rubricd_services.comparer.settings import PairwiseSettings
+from rubricd_services.judges.settings import PairwiseSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
 

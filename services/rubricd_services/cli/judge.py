@@ -1,13 +1,22 @@
 """`rubricd judge eval LABELLED`: how well one judge configuration, or several side by side, agrees with labelled
-verdicts; `rubricd judge canaries RUN LABELLED`: the labelled set a run's canaries are drawn from."""
+verdicts (the configurations its --judge options name, the evaluation of each, the table); `rubricd judge canaries
+RUN LABELLED`: the labelled set a run's canaries are drawn from."""
 
 import argparse
 from pathlib import Path
 
 import msgspec
+from pydantic import BaseModel, ValidationError
 
 from rubricd.canaries import drifting_since, read
-from rubricd_services.evaluation import labelled
+from rubricd_services.common import prompts
+from rubricd_services.common.settings import LLMSettings, ServiceSettings, load
+from rubricd_services.judges import pairwise, verdicts
+from rubricd_services.judges.evaluation import labelled, pairs
+from rubricd_services.judges.evaluation.pairs import PairReport, evaluate_pairs
+from rubricd_services.judges.evaluation.run import Config, Report, evaluate
+from rubricd_services.judges.settings import JudgeSettings, PairwiseSettings
+from rubricd_services.judges.verdicts import JUDGE
 
 from .context import Context, Failed, share, table
 
@@ -69,14 +78,6 @@ def add(commands: argparse._SubParsersAction) -> None:
     c.set_defaults(handler=canaries)
 
 
-async def run(args: argparse.Namespace, ctx: Context) -> int:
-    # The command runs the scorer's judge: imported when it runs, as `serve` imports a service, so the other
-    # commands (read-models of Redis) never load a service.
-    from rubricd_services.evaluation import command
-
-    return await command.run(args, ctx)
-
-
 async def canaries(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
         if args.clear:
@@ -103,3 +104,174 @@ async def canaries(args: argparse.Namespace, ctx: Context) -> int:
             if (since := drifting_since(steps)) is not None:
                 print(f"judge drift since step {since}")
     return 0
+
+
+class EvalSettings(ServiceSettings, JudgeSettings, PairwiseSettings):
+    """What `rubricd judge eval` reads of the scorer's and the comparer's settings: the LLM, the prices, the rollout
+    judge's and the pairwise judge's."""
+
+
+def configs(
+    specs: list[str],
+    base: LLMSettings,
+    template: str,
+    package: str,
+    agent: str,
+    style: verdicts.Style = verdicts.ALL_AT_ONCE,
+) -> list[Config]:
+    """The configurations `specs` name, each over `base` (the agent's settings), `template` (its prompt; a
+    `prompt=` file replaces it) and `style` (`calls=`, `explain=` replace it); a bad one fails naming its field."""
+    if not specs:
+        return [Config(agent, base, template, style)]
+    found = []
+    for n, spec in enumerate(specs, 1):
+        fields = {k.strip(): v.strip() for k, _, v in (part.partition("=") for part in spec.split(",") if part)}
+        name = fields.pop("name", f"judge-{n}")
+        prompt = fields.pop("prompt", None)
+        asked = {k: fields.pop(k) for k in ("calls", "explain") if k in fields}
+        try:
+            llm = LLMSettings.model_validate({**base.model_dump(), **fields})
+            how = JudgeStyle.model_validate({"calls": style.calls, "explain": style.explain, **asked})
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            raise Failed(f"--judge {spec!r}: {problems}") from None
+        template_ = load_prompt(package, agent, Path(prompt)) if prompt else template
+        found.append(Config(name, llm, template_, verdicts.Style(how.calls, how.explain)))
+    if len({c.name for c in found}) != len(found):
+        raise Failed(f"--judge names repeat: {[c.name for c in found]}")
+    return found
+
+
+class JudgeStyle(BaseModel):
+    """A --judge option's `calls=` and `explain=`, checked as the scorer's settings are."""
+
+    calls: verdicts.Calls
+    explain: bool
+
+
+def load_prompt(package: str, agent: str, path: Path | None) -> str:
+    try:
+        return prompts.load(package, agent, path)
+    except OSError as e:
+        raise Failed(f"cannot read the {agent} prompt {path}: {e}") from None
+
+
+async def run(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        lines = args.labelled.read_text(encoding="utf-8").splitlines()
+        first = next((line for line in lines if line.strip()), "")
+        if '"response_a"' in first:  # labelled comparisons: the pairwise judge
+            return await run_pairs(args, ctx, list(pairs.pairs(lines, str(args.labelled))))
+        items = labelled.read(args.labelled)
+    except (OSError, labelled.Invalid) as e:
+        raise Failed(str(e)) from None
+    if not items:
+        raise Failed(f"{args.labelled}: no labelled item")
+    settings = load(EvalSettings)
+    template = load_prompt(verdicts.__package__, JUDGE, settings.judge_prompt)
+    reports = []
+    async with ctx.redis() as redis:
+        for config in configs(
+            args.judge, settings.agent(JUDGE), template, verdicts.__package__, JUDGE, settings.judge_style()
+        ):
+            reports.append(
+                await evaluate(
+                    config, items, settings.prices, probe=args.probes, redis=redis, namespace=ctx.keys.namespace
+                )
+            )
+    print(msgspec.json.encode(reports).decode() if args.json else render(reports))
+    if args.png:
+        from rubricd_services.judges.evaluation.plot import agreement_vs_cost  # matplotlib: only when asked
+
+        agreement_vs_cost(reports, args.png)
+    return 0
+
+
+async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pair]) -> int:
+    """Labelled comparisons, judged by the pairwise judge (the comparer's settings and prompt)."""
+    if args.probes:
+        raise Failed("--probes applies to labelled rollouts, not to labelled comparisons")
+    if styled := [spec for spec in args.judge if "calls=" in spec or "explain=" in spec]:
+        raise Failed(f"calls= and explain= apply to the rollout judge, not to the pairwise judge: {styled}")
+    if not items:
+        raise Failed(f"{args.labelled}: no labelled comparison")
+    settings = load(EvalSettings)
+    package, agent = pairwise.__package__, pairwise.PAIRWISE
+    template = load_prompt(package, agent, settings.pairwise_prompt)
+    reports = []
+    async with ctx.redis() as redis:
+        for config in configs(args.judge, settings.agent(agent), template, package, agent):
+            reports.append(
+                await evaluate_pairs(config, items, settings.prices, redis=redis, namespace=ctx.keys.namespace)
+            )
+    print(msgspec.json.encode(reports).decode() if args.json else render_pairs(reports))
+    if args.png:
+        from rubricd_services.judges.evaluation.plot import agreement_vs_cost  # matplotlib: only when asked
+
+        agreement_vs_cost(reports, args.png)
+    return 0
+
+
+def render_pairs(reports: list[PairReport]) -> str:
+    rows = [row(r, r.position_consistency) for r in reports]
+    return table(rows, columns("pairs", "consistency"))
+
+
+def row(r: Report | PairReport, own: float | None) -> list[object]:
+    """A configuration's line of the table; `own`: the figure of its kind (reward error, position consistency)."""
+    a = r.overall
+    return [
+        *(r.name, r.model, r.output_mode, r.items, r.format_failures),
+        *(_f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa), _f(own)),
+        *(_f(r.latency_p50_s, 2), _f(r.latency_p95_s, 2)),
+        *(_f(r.prompt_tokens_per_call, 0), _f(r.completion_tokens_per_call, 0), _f(r.cost, 4)),
+    ]
+
+
+def columns(items: str, own: str) -> list[str]:
+    """The table's header, for `row`."""
+    first = ["judge", "model", "mode", items, "failed", "acc", "bal_acc", "macro_f1", "kappa", own]
+    return [*first, "p50_s", "p95_s", "prompt_tok", "compl_tok", "cost"]
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def render(reports: list[Report]) -> str:
+    rows = [row(r, r.reward_error) for r in reports]
+    classes = [
+        [r.name, c, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
+        for r in reports
+        for c, a in r.by_meta_class.items()
+    ]
+    by_class = table(classes, ["judge", "meta_class", "verdicts", "acc", "bal_acc", "macro_f1", "kappa"])
+    text = f"{table(rows, columns('items', 'reward_err'))}\n\nby meta-class\n{by_class}"
+    probed = [
+        [
+            r.name,
+            p.name,
+            p.items,
+            _f(p.moved),
+            _f(p.raised),
+            _f(p.changed),
+            _f(p.mean_move),
+            _f(p.min_move),
+            _f(p.max_move),
+            "ok" if p.passed else "FAILED",
+        ]
+        for r in reports
+        for p in r.probes
+    ]
+    graded = [
+        [r.name, label, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
+        for r in reports
+        for label, a in (("judge vs each grader", r.pairwise), ("graders vs each other", r.graders_pairwise))
+        if a is not None
+    ]
+    if graded:
+        text += f"\n\nseveral graders (pairwise)\n{table(graded, ['judge', 'pairs', 'n', 'acc', 'bal_acc', 'macro_f1', 'kappa'])}"
+    if probed:
+        header = ["judge", "probe", "items", "moved", "raised", "changed", "mean_move", "min_move", "max_move"]
+        text += f"\n\nprobes\n{table(probed, [*header, 'result'])}"
+    return text

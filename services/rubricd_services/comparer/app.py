@@ -11,10 +11,10 @@ from faststream import FastStream
 from rubricd.keys import COMPARERS
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
+from rubricd_services.judges.pairwise import PAIRWISE
 from rubricd_services.rubrics.generation import GENERATOR
 
 from .handler import SERVICE, Comparer
-from .pairwise import PAIRWISE
 from .settings import ComparerSettings
 
 

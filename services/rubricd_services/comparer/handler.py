@@ -2,7 +2,7 @@
 
 `handle` validates the entry, gets the prompt's rubric set exactly as a
 rollout of that prompt gets it (rubrics.sets: per-instance and generated sets
-apply), asks the pairwise judge in one or both orders (`pairwise`), and
+apply), asks the pairwise judge in one or both orders (`judges.pairwise`), and
 commits the Preference with the run's judge accuracy, its event, the reply and
 the calls' usage in one step (`effects`). A comparison that can never be
 judged as sent is rejected: it goes to the dead letters, and the publisher, if
@@ -12,8 +12,7 @@ entry pending for a reclaim to retry.
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -23,18 +22,17 @@ from rubricd.accuracy import Accuracy, parse_accuracy
 from rubricd.keys import COMPARERS
 from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
 from rubricd.store import RubricStore
-from rubricd_services.common import events, intake, prompts, usage
+from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.intake import Rejected
-from rubricd_services.common.llm import Completion, LLMError
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
+from rubricd_services.judges import pairwise
+from rubricd_services.judges.calls import Tally, caller
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import InForce, RubricCache
 
-from . import pairwise
 from .effects import Effects
-from .pairwise import PairwiseFailed
 from .settings import ComparerSettings
 
 SERVICE = "comparer"
@@ -91,7 +89,7 @@ class Comparer:
         self.redis = clients.redis
         self.gateway = clients.gateway
         self.agent = settings.agent(pairwise.PAIRWISE)
-        template = prompts.load(__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
+        template = prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
@@ -122,7 +120,7 @@ class Comparer:
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         comparison = self.take(msg.body)
-        calls = Calls()
+        calls = Tally(pairwise.PAIRWISE)
         # Published again (or redelivered after its commit): no judge calls, the commit replies its first Preference.
         stored = await self.redis.get(self.keys.preference(comparison.run_id, comparison.comparison_id))
         if stored is not None:
@@ -150,7 +148,7 @@ class Comparer:
                 self.keys.events, wire.entry(reloaded), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
-    async def judge(self, comparison: Comparison, calls: "Calls") -> Preference:
+    async def judge(self, comparison: Comparison, calls: Tally) -> Preference:
         # The rubric set of the prompt, found as a rollout's is (run, step, prompt, instance key).
         prepared = await self.rubrics.get(comparison)
         rubrics = prepared.in_force
@@ -158,7 +156,7 @@ class Comparer:
             comparison,
             rubrics.set,
             prepared.system,
-            self.caller(calls),
+            pairwise.judge_by(caller(self.gateway, calls)),
             both_orders=self.settings.pairwise_both_orders,
             ties=self.settings.pairwise_ties,
             max_chars=self.agent.prompt_chars(),
@@ -168,17 +166,6 @@ class Comparer:
         return msgspec.structs.replace(
             preference, rubrics_generation=rubrics.generation, rubrics_generation_error=rubrics.generation_error
         )
-
-    def caller(self, calls: "Calls") -> pairwise.PairJudge:
-        async def call(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
-            try:
-                done = await self.gateway.structured(pairwise.PAIRWISE, messages, answer)
-            except LLMError as e:
-                raise PairwiseFailed(str(e)) from None
-            calls.completions.append(done)
-            return done.value, done.attempts
-
-        return call
 
     async def report_accuracy(self, p: Preference) -> None:
         """The run's accuracy at `p`'s rubric version, now: in the gauges and a judge_accuracy event (bookkeeping:
@@ -253,25 +240,3 @@ def rejected(sender: intake.Sender, reason: str, comparison: Comparison | None =
         error=reason,
         judged_at=time.time(),
     )
-
-
-@dataclass
-class Calls:
-    """The pairwise judge calls made for one comparison (one per order that answered)."""
-
-    completions: list[Completion[Any]] = field(default_factory=list)
-
-    def usage(self, model: str) -> dict[str, int]:
-        """What they add to the run's usage (common.usage)."""
-        total: dict[str, int] = {}
-        for c in self.completions:
-            spent = usage.increments(
-                pairwise.PAIRWISE,
-                model,
-                prompt_tokens=c.prompt_tokens,
-                completion_tokens=c.completion_tokens,
-                elapsed_s=c.elapsed_s,
-            )
-            for name, n in spent.items():
-                total[name] = total.get(name, 0) + n
-        return total

@@ -1,22 +1,11 @@
 """The comparer's settings (env prefix RUBRICD_, see common.settings)."""
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import AnswerSettings, AnswerTTL, KeptTTL, ServiceSettings, renamed
+from rubricd_services.judges.settings import PairwiseSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
-
-
-class PairwiseSettings(BaseModel):
-    """The pairwise judge's settings (mixed into the comparer's and the arm service's)."""
-
-    pairwise_ties: bool = Field(
-        True,
-        description="two responses with equal net points under the rubrics tie; false: the judge's gatekeeper "
-        "criterion, else its stated preference, decides",
-    )
-    pairwise_prompt: PromptFile = Field(None, description="pairwise judge instructions; default: prompts/pairwise.md")
 
 
 class ComparerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):

@@ -13,10 +13,10 @@ from faststream import FastStream
 from rubricd.keys import SCORERS
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
+from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics.generation import GENERATOR
 
 from .handler import SERVICE, Scorer
-from .judge import JUDGE
 from .settings import ScorerSettings
 
 

@@ -3,14 +3,13 @@
 `handle` validates the entry, answers a rollout scored before with its first
 score (no judging), gets the run's rubric set in force and, under
 the `alternating` policy, the step's active meta-class (`schedule`), asks the
-judge (`scoring`; a verdict of the same call is reused, `cache`), and commits
-the score with its effects and the call's usage in one step (`effects`). A
+judge (`judges.scoring`; a verdict of the same call is reused, `cache`), and
+commits the score with its effects and the call's usage in one step (`effects`). A
 rollout that can never be scored as sent is rejected: it goes to the dead
 letters, and the trainer, if it said where, gets a `rejected` score. Any other
 failure leaves the entry pending for a reclaim to retry.
 """
 
-import collections
 import logging
 import time
 from dataclasses import dataclass, field
@@ -24,22 +23,24 @@ from rubricd.keys import SCORERS
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES, policy
 from rubricd.store import RubricStore
-from rubricd_services.common import events, intake, prompts, usage
+from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.intake import Rejected
-from rubricd_services.common.llm import Completion, LLMError
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.evaluation.canaries import CANARY, Canaries
-from rubricd_services.evaluation.run import Config
+from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.evaluation.run import Config
+from rubricd_services.judges.scoring import Judge, Rubrics, judge_by, preparer, score_rollout
+from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import RubricCache
 
-from . import cache, judge
+from . import cache
 from .cache import JudgeCache
+from .canaries import CANARY, Canaries
 from .effects import Effects
 from .schedule import Decision, Schedule, candidates
-from .scoring import Judge, JudgeFailed, Rubrics, preparer, score_rollout
 from .settings import ScorerSettings
 
 SERVICE = "scorer"
@@ -125,12 +126,12 @@ class Scorer:
         self.keys = clients.keys
         self.redis = clients.redis
         self.gateway = clients.gateway
-        self.judge_settings = settings.agent(judge.JUDGE)
+        self.judge_settings = settings.agent(JUDGE)
         self.cache = JudgeCache(settings.judge_cache_ttl_s)
         self.schedule = Schedule(
             clients.redis, self.keys, settings.schedule_rule(), settings.meta_classes, maxlen=settings.stream_maxlen
         )
-        template = prompts.load(__package__, judge.JUDGE, settings.judge_prompt)
+        template = prompts.load(verdicts.__package__, JUDGE, settings.judge_prompt)
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
@@ -178,7 +179,7 @@ class Scorer:
         # The verdict cache keeps one call's verdict: a set judged one call per rubric is judged every time.
         messages, digest = None, None
         if self.settings.judge_cache_ttl_s and self.settings.judge_calls == "one":
-            messages = judge.messages(rubrics.system, rollout, rubrics.rollout_chars)
+            messages = rollouts.messages(rubrics.system, rollout, rubrics.rollout_chars)
             digest = cache.digest(rubrics.set, self.judge_settings, messages)
         first, kept = await self.lookup(rollout, digest)
         if first is not None:
@@ -202,9 +203,9 @@ class Scorer:
             messages=messages,
             undefined=self.settings.undefined_meta_class_reward,
         )
-        if judged.cached:
+        if judged.calls.cached:
             score = msgspec.structs.replace(score, judge_cached=True)
-        spent = judged.usage(self.judge_settings.model)
+        spent = judged.calls.usage(self.judge_settings.model)
         analyze = not rollout.evaluation or self.settings.analyze_evaluation
         event = self.event(rollout, score)
         committed = await self.effects.commit(
@@ -261,21 +262,14 @@ class Scorer:
     def judge(self, digest: str | None, kept: bytes | str | None, judged: "Judged") -> Judge:
         """The judge of one rollout: the verdict kept for the same call (`digest`, read as `kept`), or the one
         this process is making for a twin, else the LLM's (then kept); `judged` says which, and what it used."""
+        ask = judge_by(caller(self.gateway, judged.calls))
 
         async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
-            async def ask() -> msgspec.Struct:
-                try:
-                    done = await self.gateway.structured(judge.JUDGE, messages, verdict)
-                except LLMError as e:
-                    raise JudgeFailed(str(e)) from None
-                judged.completions.append(done)
-                return done.value
-
             if digest is None:
-                return await ask()
-            value, judged.cached = await self.cache.verdict(digest, verdict, kept, ask)
-            self.metrics.judge_cache.labels("hit" if judged.cached else "miss").inc()
-            if not judged.cached:
+                return await ask(messages, verdict)
+            value, judged.calls.cached = await self.cache.verdict(digest, verdict, kept, lambda: ask(messages, verdict))
+            self.metrics.judge_cache.labels("hit" if judged.calls.cached else "miss").inc()
+            if not judged.calls.cached:
                 judged.keep = (self.keys.verdict(digest), cache.encode(value))  # kept by the score's commit
             return value
 
@@ -319,27 +313,8 @@ def known_policy(rollout: Rollout) -> None:
 
 @dataclass
 class Judged:
-    """How one rollout was judged: by LLM calls (their completions: one, or one per rubric), from the cache, or
-    neither (it failed); `keep`: the verdict key and value the score's commit keeps (a new verdict, with the cache
-    on)."""
+    """How one rollout was judged: its calls (or the cache: `calls.cached`), and the verdict key and value the
+    score's commit keeps (a new verdict, with the cache on)."""
 
-    completions: list[Completion[msgspec.Struct]] = field(default_factory=list)
-    cached: bool = False
+    calls: Tally = field(default_factory=lambda: Tally(JUDGE))
     keep: tuple[str, bytes] | None = None
-
-    def usage(self, model: str) -> dict[str, int]:
-        """What it adds to the run's usage (common.usage)."""
-        if self.cached:
-            return usage.increments(judge.JUDGE, model, cached=True)
-        spent: collections.Counter[str] = collections.Counter()
-        for c in self.completions:
-            spent.update(
-                usage.increments(
-                    judge.JUDGE,
-                    model,
-                    prompt_tokens=c.prompt_tokens,
-                    completion_tokens=c.completion_tokens,
-                    elapsed_s=c.elapsed_s,
-                )
-            )
-        return dict(spent)

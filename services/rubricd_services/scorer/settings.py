@@ -3,7 +3,6 @@
 from pydantic import Field, field_validator
 
 from rubricd.reward import POLICIES, Undefined
-from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import (
     AnswerSettings,
@@ -14,14 +13,14 @@ from rubricd_services.common.settings import (
     ServiceSettings,
     renamed,
 )
-from rubricd_services.evaluation.canaries import CanarySettings
+from rubricd_services.judges.settings import JudgeSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
-from .judge import Calls, Style
+from .canaries import CanarySettings
 from .schedule import Rule, Strategy
 
 
-class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, CanarySettings):
+class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, JudgeSettings, CanarySettings):
     max_in_flight: InFlight = 256
     max_records: ReadSize = 32
     max_rollout_bytes: int = Field(
@@ -75,15 +74,6 @@ class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSet
         description="evaluation rollouts (Rollout.evaluation) go to the analyzers too, into the memory loop; "
         "default: they are scored only",
     )
-    judge_prompt: PromptFile = Field(None, description="judge instructions; default: prompts/judge.md")
-    judge_calls: Calls = Field(
-        "one",
-        description="one: every rubric of a rollout in one judge call; per_rubric: one call per rubric, at once "
-        "(as HealthBench's grader; no verdict cache)",
-    )
-    judge_explain: bool = Field(
-        True, description="each verdict with its explanation first; false: the verdict alone (fewer tokens)"
-    )
     answer_ttl_s: AnswerTTL = Field(3600, validation_alias=renamed("answer_ttl_s", "score_ttl_s"))
     judge_cache_ttl_s: int = Field(
         24 * 3600,
@@ -98,9 +88,6 @@ class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSet
         if name not in POLICIES:
             raise ValueError(f"unknown reward policy {name!r}; known: {sorted(POLICIES)}")
         return name
-
-    def judge_style(self) -> Style:
-        return Style(self.judge_calls, self.judge_explain)
 
     def schedule_rule(self) -> Rule:
         return Rule(

@@ -61,7 +61,7 @@ class PairResult(msgspec.Struct, frozen=True, kw_only=True):
 class OrderJudgment(msgspec.Struct, frozen=True, kw_only=True):
     """What one judge call (one presentation order) decided, in A/B terms whatever the order.
 
-    `winner` and `gatekeeper` follow the rule of the comparer (comparer.pairwise) from the
+    `winner` and `gatekeeper` follow the rule of the pairwise judge (judges.pairwise) from the
     per-rubric verdicts; `points_a`/`points_b` are each response's net points
     (the points of the rubrics it meets, negative ones subtracting).
     `judge_preferred` and `judge_gatekeeper` are the judge's own stated

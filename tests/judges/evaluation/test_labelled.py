@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricd_services.evaluation import labelled
+from rubricd_services.judges.evaluation import labelled
 
 GOOD = {
     "id": "add-1",
@@ -53,7 +53,7 @@ def test_a_bad_line_is_refused_with_its_number_and_field(bad, says):
     assert says in str(e.value)
 
 
-META = Path(__file__).parents[1] / "fixtures/healthbench_meta_sample.jsonl"
+META = Path(__file__).parents[2] / "fixtures/healthbench_meta_sample.jsonl"
 
 
 def test_healthbench_meta_evaluation_lines_become_items_labelled_by_the_graders_majority():
@@ -80,7 +80,7 @@ def test_a_bad_meta_evaluation_line_is_refused_with_its_number_and_field(tmp_pat
 def test_the_projects_labelled_set_reads_and_covers_what_it_says():
     from importlib import resources
 
-    data = resources.files("rubricd_services.evaluation").joinpath("data/judge-set.jsonl").read_text()
+    data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
     items = list(labelled.items(data.splitlines(), "judge-set.jsonl"))
     assert len(items) >= 60 and sum(len(i.labels) for i in items) == 210
     behaviours = {i.id.split("-", 3)[3] for i in items if i.id.startswith("add-")}

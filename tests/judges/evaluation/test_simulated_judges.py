@@ -9,18 +9,17 @@ import pytest
 from rubricd.messages import Rubric
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.comparer import pairwise
-from rubricd_services.evaluation import labelled, pairs
-from rubricd_services.evaluation.labelled import Item
-from rubricd_services.evaluation.pairs import evaluate_pairs
-from rubricd_services.evaluation.probes import PROBES, result
-from rubricd_services.evaluation.run import Config, Judged, evaluate
-from rubricd_services.scorer import judge
+from rubricd_services.judges import pairwise, verdicts
+from rubricd_services.judges.evaluation import labelled, pairs
+from rubricd_services.judges.evaluation.labelled import Item
+from rubricd_services.judges.evaluation.pairs import evaluate_pairs
+from rubricd_services.judges.evaluation.probes import PROBES, result
+from rubricd_services.judges.evaluation.run import Config, Judged, evaluate
 from rubricd_services.simulator.app import serve_in_background
 from rubricd_services.simulator.faults import SimConfig
 
-SAMPLE = Path(__file__).parents[1] / "fixtures/labelled_sample.jsonl"
-TEMPLATE = prompts.load("rubricd_services.scorer", judge.JUDGE)
+SAMPLE = Path(__file__).parents[2] / "fixtures/labelled_sample.jsonl"
+TEMPLATE = prompts.load("rubricd_services.judges", verdicts.JUDGE)
 CORRECT = Rubric(id="correct", criterion="The response's final answer matches the reference answer.", points=1)
 
 
@@ -92,7 +91,7 @@ def test_a_probe_result_counts_moves_raises_and_changes_and_leaves_out_failed_it
 
 
 def test_healthbench_meta_evaluation_data_is_judged_against_each_grader_and_their_majority():
-    items = labelled.read(Path(__file__).parents[1] / "fixtures/healthbench_meta_sample.jsonl")
+    items = labelled.read(Path(__file__).parents[2] / "fixtures/healthbench_meta_sample.jsonl")
     with serve_in_background(SimConfig()) as (url, _):
         report = asyncio.run(evaluate(config(url), items, {}))
     assert report.items == 2 and report.format_failures == 0
@@ -106,9 +105,9 @@ def test_labelled_comparisons_are_judged_by_the_pairwise_judge_with_position_con
     """Four pairs the simulator gets right, one labelled wrong on purpose, one where it prefers whichever response
     it sees first (no winner: counted wrong)."""
     items = list(
-        pairs.pairs((Path(__file__).parents[1] / "fixtures/labelled_pairs_sample.jsonl").read_text().splitlines())
+        pairs.pairs((Path(__file__).parents[2] / "fixtures/labelled_pairs_sample.jsonl").read_text().splitlines())
     )
-    template = prompts.load("rubricd_services.comparer", pairwise.PAIRWISE)
+    template = prompts.load("rubricd_services.judges", pairwise.PAIRWISE)
     llm = LLMSettings(output_mode="json_schema", max_retries=0)
     with serve_in_background(SimConfig()) as (url, _):
         r = asyncio.run(evaluate_pairs(Config("sim", llm.model_copy(update={"base_url": url}), template), items, {}))
@@ -120,7 +119,7 @@ def test_labelled_comparisons_are_judged_by_the_pairwise_judge_with_position_con
 
 
 def test_a_comparison_labelled_a_tie_is_refused():
-    line = (Path(__file__).parents[1] / "fixtures/labelled_pairs_sample.jsonl").read_text().splitlines()[0]
+    line = (Path(__file__).parents[2] / "fixtures/labelled_pairs_sample.jsonl").read_text().splitlines()[0]
     with pytest.raises(labelled.Invalid, match=r"f:1: `\$.label`: a labelled comparison names its winner"):
         list(pairs.pairs([line.replace('"label": "A"', '"label": "tie"')], "f"))
 
@@ -133,7 +132,7 @@ def test_the_judges_variants_are_measured_one_way_with_every_call_counted():
     with serve_in_background(SimConfig()) as (url, sim):
         one = asyncio.run(evaluate(config(url), items, {}))
         calls_before = sim.stats()["schemas"]["JudgeVerdict"]
-        styled = Config("each", config(url).llm, TEMPLATE, judge.Style(calls="per_rubric", explain=False))
+        styled = Config("each", config(url).llm, TEMPLATE, verdicts.Style(calls="per_rubric", explain=False))
         each = asyncio.run(evaluate(styled, items, {}))
         calls = sim.stats()["schemas"]["JudgeVerdict"] - calls_before
     assert (each.calls, each.explain, one.calls, one.explain) == ("per_rubric", False, "one", True)

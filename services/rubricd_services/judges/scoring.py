@@ -1,4 +1,4 @@
-"""Scoring one rollout: one judge call against the rubric set in force (or one per rubric), the reward.
+"""Judging one rollout alone: one judge call against the rubric set in force (or one per rubric), the Score.
 
 Plain async Python: a test hands in a rubric set and a judge function and
 needs no broker.
@@ -17,7 +17,8 @@ from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Scor
 from rubricd.reward import Policy, Undefined
 from rubricd_services.rubrics.sets import InForce
 
-from . import judge
+from . import rollouts, verdicts
+from .calls import Caller, JudgeFailed
 
 if TYPE_CHECKING:
     from rubricd_services.rubrics.generation import Generation
@@ -26,14 +27,19 @@ if TYPE_CHECKING:
 Judge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[msgspec.Struct]]
 
 
-class JudgeFailed(Exception):
-    """The judge gave no usable verdict (after its own retries)."""
+def judge_by(call: Caller) -> Judge:
+    """The judge that asks through `call` (calls.caller)."""
+
+    async def judge(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
+        return (await call(messages, verdict)).value
+
+    return judge
 
 
 @dataclass(frozen=True)
 class Call:
     """One judge call of a set: its system message, the rubrics it decides, what of the judge's context window the
-    rollout may fill (None: no limit), and the answer's type (judge.verdict_type)."""
+    rollout may fill (None: no limit), and the answer's type (verdicts.verdict_type)."""
 
     system: str
     ids: tuple[str, ...]
@@ -44,7 +50,7 @@ class Call:
 @dataclass(frozen=True)
 class Rubrics:
     """A rubric set ready to judge with: the set, its system message, and the calls that judge it (one, or one per
-    rubric: judge.Style)."""
+    rubric: verdicts.Style)."""
 
     set: RubricSet
     system: str
@@ -61,19 +67,21 @@ class Rubrics:
     @functools.cached_property
     def judged_by(self) -> tuple[Call, ...]:
         """The calls that judge the set."""
-        return self.calls or (Call(self.system, self.ids, self.rollout_chars, judge.verdict_type(self.ids)),)
+        return self.calls or (Call(self.system, self.ids, self.rollout_chars, verdicts.verdict_type(self.ids)),)
 
 
 def preparer(
-    template: str, prompt_chars: int | None, style: judge.Style = judge.ALL_AT_ONCE
+    template: str, prompt_chars: int | None, style: verdicts.Style = verdicts.ALL_AT_ONCE
 ) -> Callable[[InForce], Rubrics]:
     """How the rubric cache prepares a set for the judge, once per set: its system message, what of the judge's
     context window (`prompt_chars`, LLMSettings.prompt_chars) a rollout may fill, and its calls in `style`."""
 
     def call(rubric_set: RubricSet) -> Call:
-        system = judge.system_message(template, rubric_set)
+        system = rollouts.system_message(template, rubric_set)
         ids = tuple(r.id for r in rubric_set.rubrics)
-        return Call(system, ids, judge.rollout_chars(system, prompt_chars), judge.verdict_type(ids, style.explain))
+        return Call(
+            system, ids, rollouts.rollout_chars(system, prompt_chars), verdicts.verdict_type(ids, style.explain)
+        )
 
     def prepare(in_force: InForce) -> Rubrics:
         whole = call(in_force.set)
@@ -147,15 +155,15 @@ async def score_rollout(
 
 async def _judged(
     rollout: Rollout, calls: tuple[Call, ...], call_judge: Judge, messages: list[dict[str, str]] | None
-) -> dict[str, judge.Verdict]:
+) -> dict[str, verdicts.Verdict]:
     """Every rubric's verdict: one call's, or the calls' made at once (the first to fail cancels the others)."""
     if len(calls) == 1:
         [one] = calls
-        answer = await call_judge(messages or judge.messages(one.system, rollout, one.rollout_chars), one.verdict)
-        return judge.verdicts(answer, one.ids)
+        answer = await call_judge(messages or rollouts.messages(one.system, rollout, one.rollout_chars), one.verdict)
+        return verdicts.read(answer, one.ids)
 
-    async def ask(c: Call) -> dict[str, judge.Verdict]:
-        return judge.verdicts(await call_judge(judge.messages(c.system, rollout, c.rollout_chars), c.verdict), c.ids)
+    async def ask(c: Call) -> dict[str, verdicts.Verdict]:
+        return verdicts.read(await call_judge(rollouts.messages(c.system, rollout, c.rollout_chars), c.verdict), c.ids)
 
     failed: JudgeFailed | None = None
     try:

@@ -1,7 +1,7 @@
 """Judging a labelled set with one judge configuration, and what came of it.
 
-The judge is the scorer's: its prompt, verdict schema, context fitting and reward policy, called through the
-LLM gateway (dialects, retries, rate limits) with no verdict cache, since a cached verdict agrees with itself.
+The judge is the scorer's (judges.scoring): its prompt, verdict schema, context fitting and reward policy, called
+through the LLM gateway (dialects, retries, rate limits) with no verdict cache, since a cached verdict agrees with itself.
 """
 
 import asyncio
@@ -11,15 +11,15 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import msgspec
-
 from rubricd.messages import Rollout, RubricSet
 from rubricd.reward import policy
-from rubricd_services.common.llm import Completion, LLMError, LLMGateway
+from rubricd_services.common.llm import LLMGateway
 from rubricd_services.common.settings import LLMSettings, Price
+from rubricd_services.judges import verdicts
+from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.scoring import judge_by, preparer, score_rollout
+from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics.sets import InForce
-from rubricd_services.scorer import judge
-from rubricd_services.scorer.scoring import JudgeFailed, preparer, score_rollout
 
 from . import figures, probes
 from .figures import Agreement
@@ -38,7 +38,7 @@ class Config:
     name: str
     llm: LLMSettings
     template: str
-    style: judge.Style = judge.ALL_AT_ONCE
+    style: verdicts.Style = verdicts.ALL_AT_ONCE
 
 
 @dataclass(frozen=True)
@@ -95,18 +95,11 @@ async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
     rollout = Rollout(
         run_id=RUN, rollout_id="item", step=0, prompt=item.prompt, response=item.response, reference=item.reference
     )
-    calls: list[Completion[msgspec.Struct]] = []
-
-    async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
-        try:
-            calls.append(await gateway.structured(judge.JUDGE, messages, verdict))
-        except LLMError as e:
-            raise JudgeFailed(str(e)) from None
-        return calls[-1].value
-
+    tally = Tally(JUDGE)
     started = time.perf_counter()
-    score = await score_rollout(rollout, rubrics, call, policy(POLICY), POLICY)
+    score = await score_rollout(rollout, rubrics, judge_by(caller(gateway, tally)), policy(POLICY), POLICY)
     elapsed = time.perf_counter() - started
+    calls = tally.completions
     labelled = policy(POLICY)(item.rubrics, item.labels).total
     return Judged(
         item_id=item.id,
@@ -129,10 +122,10 @@ async def evaluate(
     """Judge every item with `config` (at most the judge's `concurrency` at once) and report the figures; with
     `probe`, judge them again under each of `probes.PROBES`. `gateway`: passed to LLMGateway (its Redis, for
     shared rate limits)."""
-    async with LLMGateway({judge.JUDGE: config.llm}, **gateway) as llm:  # type: ignore[arg-type]
+    async with LLMGateway({JUDGE: config.llm}, **gateway) as llm:  # type: ignore[arg-type]
         if config.llm.output_mode == "auto":
-            await llm.detect([judge.JUDGE])
-        output_mode = llm.output_mode(judge.JUDGE)
+            await llm.detect([JUDGE])
+        output_mode = llm.output_mode(JUDGE)
         judged = await asyncio.gather(*(judge_item(llm, config, item) for item in items))
         probed = []
         for p in probes.PROBES if probe else ():

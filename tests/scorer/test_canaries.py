@@ -12,9 +12,9 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.canaries import CanaryStep, drifting_since, read
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, ScoredRollout
-from rubricd_services.evaluation.canaries import Rule, baseline, outcome, pick, starts_drift
-from rubricd_services.evaluation.labelled import Item
-from rubricd_services.evaluation.run import Judged
+from rubricd_services.judges.evaluation.labelled import Item
+from rubricd_services.judges.evaluation.run import Judged
+from rubricd_services.scorer.canaries import Rule, baseline, outcome, pick, starts_drift
 
 RULE = Rule(floor=0.6, margin=0.15, baseline_steps=2)
 CORRECT = Rubric(

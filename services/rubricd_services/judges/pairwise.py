@@ -28,6 +28,8 @@ from rubricd.messages import (
 )
 from rubricd_services.common import prompts
 
+from .calls import Caller, JudgeFailed
+
 PAIRWISE = "pairwise"  # the agent: its settings are `agents.pairwise`, its prompt prompts/pairwise.md
 MAX_EXPLANATION_CHARS = 300
 MAX_JUSTIFICATION_CHARS = 600
@@ -256,12 +258,18 @@ def aggregate(judgments: Sequence[OrderJudgment]) -> Aggregate:
 # --- judging one comparison -------------------------------------------------------------------------------------
 
 
-class PairwiseFailed(Exception):
-    """The judge gave no usable answer (after its own retries)."""
-
-
 # (messages, answer type) -> (the answer, the gateway's tries)
 PairJudge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[tuple[msgspec.Struct, int]]]
+
+
+def judge_by(call: Caller) -> PairJudge:
+    """The pairwise judge that asks through `call` (calls.caller)."""
+
+    async def judge(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
+        done = await call(messages, answer)
+        return done.value, done.attempts
+
+    return judge
 
 
 async def judge_comparison(
@@ -297,9 +305,9 @@ async def judge_comparison(
 
     answered = await asyncio.gather(*(ask(o) for o in orders), return_exceptions=True)
     for outcome in answered:
-        if isinstance(outcome, BaseException) and not isinstance(outcome, PairwiseFailed):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, JudgeFailed):
             raise outcome
-    failed = [f"{o}: {e}" for o, e in zip(orders, answered) if isinstance(e, PairwiseFailed)]
+    failed = [f"{o}: {e}" for o, e in zip(orders, answered) if isinstance(e, JudgeFailed)]
     if failed:
         return Preference(
             **base,

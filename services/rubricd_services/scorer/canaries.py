@@ -30,10 +30,9 @@ from rubricd.messages import Event, EventKind, Rollout
 from rubricd_services.common import usage
 from rubricd_services.common.events import event
 from rubricd_services.common.service import Clients
-
-from . import figures, labelled
-from .labelled import Item
-from .run import Config, Judged, judge_item
+from rubricd_services.judges.evaluation import figures, labelled
+from rubricd_services.judges.evaluation.labelled import Item
+from rubricd_services.judges.evaluation.run import Config, Judged, judge_item
 
 CANARY = "canary"  # the agent its calls are counted under in a run's usage
 SEEN = 4096  # (run, step) pairs a scorer remembers having seen

@@ -1,4 +1,4 @@
-"""Judging labelled comparisons with the pairwise judge (the comparer's), and what came of it: the pointwise
+"""Judging labelled comparisons with the pairwise judge (the comparer's, judges.pairwise), and what came of it: the pointwise
 figures over the labelled winner, plus position consistency.
 
 A comparison is judged in both orders; a preference that flips with the order (no winner) or a tie where a
@@ -14,9 +14,10 @@ import msgspec
 
 from rubricd.messages import Comparison, JudgeStatus, Rubric, RubricSet
 from rubricd.messages.comparisons import Winner
-from rubricd_services.common.llm import Completion, LLMError, LLMGateway
+from rubricd_services.common.llm import LLMGateway
 from rubricd_services.common.settings import Price
-from rubricd_services.comparer import pairwise
+from rubricd_services.judges import pairwise
+from rubricd_services.judges.calls import Tally, caller
 
 from . import figures
 from .figures import Agreement
@@ -100,20 +101,14 @@ async def judge_pair(gateway: LLMGateway, config: Config, pair: Pair) -> PairJud
         reference=pair.reference,
         label=pair.label,
     )
-    calls: list[Completion[msgspec.Struct]] = []
-
-    async def call(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
-        try:
-            calls.append(await gateway.structured(pairwise.PAIRWISE, messages, answer))
-        except LLMError as e:
-            raise pairwise.PairwiseFailed(str(e)) from None
-        return calls[-1].value, calls[-1].attempts
-
+    tally = Tally(pairwise.PAIRWISE)
     started = time.perf_counter()
     system = pairwise.system_message(config.template, rubric_set)
+    judge = pairwise.judge_by(caller(gateway, tally))
     p = await pairwise.judge_comparison(
-        comparison, rubric_set, system, call, both_orders=True, ties=False, max_chars=config.llm.prompt_chars()
+        comparison, rubric_set, system, judge, both_orders=True, ties=False, max_chars=config.llm.prompt_chars()
     )
+    calls = tally.completions
     return PairJudged(
         item_id=pair.id,
         label=pair.label,

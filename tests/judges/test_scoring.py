@@ -5,8 +5,9 @@ import msgspec
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
 from rubricd.reward import alternating, weighted_sum
 from rubricd_services.common import prompts
-from rubricd_services.scorer import judge
-from rubricd_services.scorer.scoring import JudgeFailed, Rubrics, score_rollout
+from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.judges.calls import JudgeFailed
+from rubricd_services.judges.scoring import Rubrics, score_rollout
 
 SET = RubricSet(
     run_id="run",
@@ -17,7 +18,7 @@ SET = RubricSet(
         Rubric(id="steps", criterion="steps", points=5, meta_class="completeness"),
     ],
 )
-RUBRICS = Rubrics(SET, judge.system_message(prompts.load("rubricd_services.scorer", judge.JUDGE), SET))
+RUBRICS = Rubrics(SET, rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), SET))
 ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=2, prompt="q", response="a")
 
 
@@ -50,7 +51,7 @@ async def test_the_judge_is_asked_for_a_verdict_on_each_rubric_of_the_set():
         return msgspec.convert({i: {"explanation": "", "met": True} for i in ("correct", "pads", "steps")}, verdict)
 
     await score_rollout(ROLLOUT, RUBRICS, call, weighted_sum, "weighted_sum")
-    assert asked == [judge.verdict_type(("correct", "pads", "steps"))]
+    assert asked == [verdicts.verdict_type(("correct", "pads", "steps"))]
 
 
 async def test_a_failed_judge_gives_no_reward_and_says_why():
@@ -88,11 +89,11 @@ async def test_a_masked_rollout_has_no_reward_and_says_masked():
     assert fallback.reward == fallback.weighted_total == 0.5 and not fallback.masked
 
 
-def prepared(style: judge.Style) -> Rubrics:
+def prepared(style: verdicts.Style) -> Rubrics:
+    from rubricd_services.judges.scoring import preparer
     from rubricd_services.rubrics.sets import InForce
-    from rubricd_services.scorer.scoring import preparer
 
-    return preparer(prompts.load("rubricd_services.scorer", judge.JUDGE), None, style)(InForce(SET))
+    return preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None, style)(InForce(SET))
 
 
 async def test_one_call_per_rubric_asks_each_rubric_alone_at_once_and_scores_as_one_call_would():
@@ -103,8 +104,10 @@ async def test_one_call_per_rubric_asks_each_rubric_alone_at_once_and_scores_as_
         asked.append((rubric_id, verdict))
         return msgspec.convert({rubric_id: {"explanation": "why", "met": rubric_id != "pads"}}, verdict)
 
-    score = await score_rollout(ROLLOUT, prepared(judge.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum")
-    assert sorted(asked) == sorted((r, judge.verdict_type((r,))) for r in ("correct", "pads", "steps"))
+    score = await score_rollout(
+        ROLLOUT, prepared(verdicts.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum"
+    )
+    assert sorted(asked) == sorted((r, verdicts.verdict_type((r,))) for r in ("correct", "pads", "steps"))
     one = await score_rollout(
         ROLLOUT, RUBRICS, judge_saying(correct=True, pads=False, steps=True), weighted_sum, "weighted_sum"
     )
@@ -132,7 +135,9 @@ async def test_one_failed_call_of_several_fails_the_rollout_and_cancels_the_othe
             cancelled.append(verdict)
             raise
 
-    score = await score_rollout(ROLLOUT, prepared(judge.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum")
+    score = await score_rollout(
+        ROLLOUT, prepared(verdicts.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum"
+    )
     assert score.status is JudgeStatus.JUDGE_FAILED and score.reward is None and score.error == "HTTP 500"
     assert len(cancelled) == 2
 
@@ -148,7 +153,7 @@ async def test_a_judge_without_explanations_is_asked_for_verdicts_alone():
             type=verdict,
         )
 
-    score = await score_rollout(ROLLOUT, prepared(judge.Style(explain=False)), call, weighted_sum, "weighted_sum")
+    score = await score_rollout(ROLLOUT, prepared(verdicts.Style(explain=False)), call, weighted_sum, "weighted_sum")
     assert score.reward == 1.0 and {r.explanation for r in score.results} == {""}
     [schema] = asked
     assert [d["properties"] for d in schema["$defs"].values() if d["title"] == "BareVerdict"] == [

@@ -6,8 +6,9 @@ import pytest
 from rubricd.accuracy import accuracy_increments, parse_accuracy
 from rubricd.messages import Comparison, JudgeStatus, OrderJudgment, Preference, Rubric, RubricSet
 from rubricd_services.common import prompts
-from rubricd_services.comparer import pairwise
-from rubricd_services.comparer.pairwise import Answer, PairwiseFailed, aggregate, decide, judgment
+from rubricd_services.judges import pairwise
+from rubricd_services.judges.calls import JudgeFailed
+from rubricd_services.judges.pairwise import Answer, aggregate, decide, judgment
 from rubricd_services.simulator import pairwise as simulated
 
 RUBRICS = [
@@ -110,7 +111,7 @@ def simulator_judge(calls: list[str]) -> pairwise.PairJudge:
 
 async def test_a_comparison_judged_in_both_orders_names_the_winner_and_whether_the_label_was_right() -> None:
     calls: list[str] = []
-    system = pairwise.system_message(prompts.load("rubricd_services.comparer", pairwise.PAIRWISE), SET)
+    system = pairwise.system_message(prompts.load("rubricd_services.judges", pairwise.PAIRWISE), SET)
     p = await pairwise.judge_comparison(COMPARISON, SET, system, simulator_judge(calls))
     assert (p.status, p.winner, p.consistent, p.correct, p.gatekeeper, p.meta_class) == (
         JudgeStatus.OK,
@@ -129,7 +130,7 @@ async def test_a_comparison_judged_in_both_orders_names_the_winner_and_whether_t
 
 async def test_a_position_biased_judge_is_caught_and_a_failed_order_fails_the_preference() -> None:
     biased = msgspec.structs.replace(COMPARISON, prompt=f"{simulated.PREFER_FIRST} What is 17 + 25?")
-    system = pairwise.system_message(prompts.load("rubricd_services.comparer", pairwise.PAIRWISE), SET)
+    system = pairwise.system_message(prompts.load("rubricd_services.judges", pairwise.PAIRWISE), SET)
     p = await pairwise.judge_comparison(biased, SET, system, simulator_judge([]))
     assert (p.winner, p.consistent, p.correct) == (None, False, False)
     assert [o.winner for o in p.orders] == ["A", "B"]
@@ -138,7 +139,7 @@ async def test_a_position_biased_judge_is_caught_and_a_failed_order_fails_the_pr
 
     async def failing(messages: list[dict[str, str]], answer_type: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
         if "sum is 41" in messages[1]["content"].split("first")[1][:30]:
-            raise PairwiseFailed("no answer")
+            raise JudgeFailed("no answer")
         return await simulator_judge([])(messages, answer_type)
 
     failed = await pairwise.judge_comparison(COMPARISON, SET, system, failing)

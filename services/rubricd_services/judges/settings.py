@@ -1,0 +1,35 @@
+"""The judges' settings, mixed into the settings of the services and commands that judge (env prefix RUBRICD_)."""
+
+from pydantic import BaseModel, Field
+
+from rubricd_services.common.prompts import PromptFile
+
+from .verdicts import Calls, Style
+
+
+class JudgeSettings(BaseModel):
+    """The rollout judge's settings (mixed into the scorer's)."""
+
+    judge_prompt: PromptFile = Field(None, description="judge instructions; default: prompts/judge.md")
+    judge_calls: Calls = Field(
+        "one",
+        description="one: every rubric of a rollout in one judge call; per_rubric: one call per rubric, at once "
+        "(as HealthBench's grader; no verdict cache)",
+    )
+    judge_explain: bool = Field(
+        True, description="each verdict with its explanation first; false: the verdict alone (fewer tokens)"
+    )
+
+    def judge_style(self) -> Style:
+        return Style(self.judge_calls, self.judge_explain)
+
+
+class PairwiseSettings(BaseModel):
+    """The pairwise judge's settings (mixed into the comparer's and the arm service's)."""
+
+    pairwise_ties: bool = Field(
+        True,
+        description="two responses with equal net points under the rubrics tie; false: the judge's gatekeeper "
+        "criterion, else its stated preference, decides",
+    )
+    pairwise_prompt: PromptFile = Field(None, description="pairwise judge instructions; default: prompts/pairwise.md")

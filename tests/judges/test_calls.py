@@ -1,0 +1,9 @@
+"""The usage tally of one judged thing's calls."""
+
+from rubricd_services.judges.calls import Tally
+from rubricd_services.judges.verdicts import JUDGE
+
+
+def test_a_cached_verdict_adds_a_cache_hit_and_no_tokens_and_a_failed_one_nothing():
+    assert Tally(JUDGE, cached=True).usage("m") == {"judge:m:cache_hits": 1}
+    assert Tally(JUDGE).usage("m") == {}
