@@ -457,7 +457,7 @@ def layout_page() -> str:
         "| --- | --- |",
     ]
     services = sorted(p for p in (ROOT / "services/rubricd_services").iterdir() if (p / "__init__.py").exists())
-    shared = sorted((ROOT / "shared/rubricd").glob("*.py")) + [ROOT / "shared/rubricd/messages"]
+    shared = [p for p in (ROOT / "shared/rubricd").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
     for path in [*services, *sorted(shared)]:
         sources = [path / "__init__.py", path / "app.py"] if path.is_dir() else [path]  # a package: else its app
         docs = (ast.get_docstring(ast.parse(f.read_text())) for f in sources if f.exists())
