@@ -184,7 +184,7 @@ judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) --png build/judge-eval.png
 
 schemas: install
-	$(PY) -m rubricd.schema shared/schemas
+	$(PY) -m rubricd.schema shared/schemas/rubricd.schema.json
 
 # The documentation site (mkdocs.yml, docs/) into build/site/; --strict: a broken link or anchor fails, and so does
 # a RUBRICD_ setting or `rubricd` command the docs or the README name but the code lacks (docs/hooks.py).

@@ -278,8 +278,9 @@ def messages_page() -> str:
         "",
         "Generated from the msgspec Structs at build time. On the wire each is the UTF-8 JSON of one stream "
         "entry's `__data__` field ([the wire format](../integrators/wire.md)); `make schemas` writes their JSON "
-        "Schemas (`python -m rubricd.schema DIR`). Fields marked *required* must be sent; every other has the "
-        "default shown. Unknown fields are ignored, and fields are only ever added.",
+        "Schema, one document (`shared/schemas/rubricd.schema.json`, `python -m rubricd.schema [FILE]`). Fields "
+        "marked *required* must be sent; every other has the default shown. Unknown fields are ignored, and fields "
+        "are only ever added.",
         "",
     ]
     seen: set[type] = set()
@@ -466,7 +467,7 @@ def layout_page() -> str:
         name = f"{path.relative_to(ROOT)}{'/' if path.is_dir() else ''}"
         out.append(f"| `{name}` | {_cell(first)} |")
     out += [
-        "| `shared/schemas/` | the JSON Schema of every message (`make schemas`) |",
+        "| `shared/schemas/rubricd.schema.json` | the JSON Schema of every message, in one document (`make schemas`) |",
         "| `deploy/local/stack.sh` | Redis, Weaviate, the simulator and the services as local processes (`make up`) |",
         "| `deploy/docker/` | the services' image; `compose.yaml` runs the whole stack from images |",
         "| `deploy/k8s/` | kustomize manifests ([Kubernetes](../operators/kubernetes.md)) |",
