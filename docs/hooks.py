@@ -71,7 +71,7 @@ SCRIPT_VARIABLES = {
     "RUBRICD_CA_BUNDLE",
     "RUBRICD_WHEELS_PORT",
     "RUBRICD_DOCKERD_LOG",
-    # the Makefile and stack.sh: where builds are cached; the chaos suite's seed (tests/test_chaos.py)
+    # the Makefile and stack.sh: where builds are cached; the chaos suite's seed (tests/system/test_chaos.py)
     "RUBRICD_CACHE_DIR",
     "RUBRICD_CHAOS_SEED",
     # the LLM simulator (`rubricd serve simulator`): its flags' environment
@@ -471,7 +471,7 @@ def layout_page() -> str:
         "| `deploy/local/stack.sh` | Redis, Weaviate, the simulator and the services as local processes (`make up`) |",
         "| `deploy/docker/` | the services' image; `compose.yaml` runs the whole stack from images |",
         "| `deploy/k8s/` | kustomize manifests ([Kubernetes](../operators/kubernetes.md)) |",
-        "| `tests/` | mirrors the code; `tests/bench/` holds the benchmark |",
+        "| `tests/` | mirrors the code; `tests/system/` tests the whole stack, `tests/bench/` holds the benchmark |",
     ]
     return "\n".join(out) + "\n"
 
