@@ -74,9 +74,9 @@ typecheck: install
 
 # The RL frameworks' own code, for the tests that run it, in a venv cached outside the repo (about 6 GB and 5
 # minutes, once; the project's code comes from the checkout, its client's dependencies, shared/pyproject.toml's,
-# are installed beside): TRL's GRPOTrainer and torch (tests/test_trl.py); OpenRLHF's remote-reward client, its
+# are installed beside): TRL's GRPOTrainer and torch (tests/system/test_trl.py); OpenRLHF's remote-reward client, its
 # single-turn agent executor (tests/gateway/test_openrlhf.py); verl's reward loop, its Ray workers and reward
-# manager (tests/test_verl.py). OpenRLHF and verl go in with --no-deps: those parts need only what is installed
+# manager (tests/system/test_verl.py). OpenRLHF and verl go in with --no-deps: those parts need only what is installed
 # beside them, not vLLM, DeepSpeed or Megatron.
 FRAMEWORKS := trl-1.16.0-torch-2.15.0-openrlhf-0.11.2-verl-0.9.1
 FRAMEWORKS_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/frameworks-$(FRAMEWORKS)
@@ -91,7 +91,7 @@ frameworks:
 frameworks-python:
 	@echo $(FRAMEWORKS_VENV)/bin/python
 
-# What tests/test_k8s.py checks deploy/k8s with, offline (no cluster, no kubectl), pinned and cached outside
+# What tests/system/test_k8s.py checks deploy/k8s with, offline (no cluster, no kubectl), pinned and cached outside
 # the repo: kustomize built from its Go module, and the CRDs (KEDA's ScaledObject and TriggerAuthentication,
 # the Prometheus Operator's PodMonitor) with KEDA's redis-streams scaler source (its metadata names) from
 # their Go modules. The Kubernetes schemas come with the kubernetes-validate package (the dev extra).
@@ -113,7 +113,7 @@ k8s-tools:
 k8s-tools-path:
 	@echo $(K8S_TOOLS)
 
-# Docker Compose v2 for the compose test (tests/test_compose.py) and `make demo STACK=compose`, built from its pinned
+# Docker Compose v2 for the compose test (tests/system/test_compose.py) and `make demo STACK=compose`, built from its pinned
 # Go module into the cache (about 2 minutes, once) and run as a standalone binary: nothing is added to ~/.docker.
 COMPOSE_VERSION := v2.40.3
 COMPOSE := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/compose-$(COMPOSE_VERSION)/docker-compose
@@ -140,20 +140,20 @@ test: install weaviate model frameworks k8s-tools compose-tools
 test-under-load: install weaviate model frameworks k8s-tools compose-tools
 	@hogs=""; trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for _ in 1 2; do python3 -c 'while True: pass' & hogs="$$hogs $$!"; done; \
-	started=$$(date +%s); $(PY) -m pytest -q --ignore=tests/test_real_model.py; status=$$?; \
+	started=$$(date +%s); $(PY) -m pytest -q --ignore=tests/system/test_real_model.py; status=$$?; \
 	echo "test-under-load: the suite took $$(( $$(date +%s) - started )) s beside 2 CPU-bound processes (exit $$status)"; \
 	exit $$status
 
-# The chaos suite (tests/test_chaos.py) once per seed 1..SEEDS, then a table of each seed's kills, Redis stops,
+# The chaos suite (tests/system/test_chaos.py) once per seed 1..SEEDS, then a table of each seed's kills, Redis stops,
 # drain time, pending and dead letters (.stack/artifacts/chaos/); fails if any seed failed. `make test` runs it
 # once, with its default seed.
 SEEDS ?= 5
 chaos: install weaviate
 	@rm -rf .stack/artifacts/chaos; failed=0; \
 	for seed in $$(seq 1 $(SEEDS)); do \
-	  RUBRICD_CHAOS_SEED=$$seed $(PY) -m pytest -q -s tests/test_chaos.py || failed=1; \
+	  RUBRICD_CHAOS_SEED=$$seed $(PY) -m pytest -q -s tests/system/test_chaos.py || failed=1; \
 	done; \
-	$(PY) tests/test_chaos.py; exit $$failed
+	$(PY) tests/system/test_chaos.py; exit $$failed
 
 # Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory; then two
 # replicas vs one endpoint, and the shared rate limit's achieved rate (.stack/bench-endpoints).
@@ -184,7 +184,7 @@ judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) --png build/judge-eval.png
 
 schemas: install
-	$(PY) -m rubricd.schema shared/schemas
+	$(PY) -m rubricd.schema shared/schemas/rubricd.schema.json
 
 # The documentation site (mkdocs.yml, docs/) into build/site/; --strict: a broken link or anchor fails, and so does
 # a RUBRICD_ setting or `rubricd` command the docs or the README name but the code lacks (docs/hooks.py).

@@ -71,7 +71,7 @@ SCRIPT_VARIABLES = {
     "RUBRICD_CA_BUNDLE",
     "RUBRICD_WHEELS_PORT",
     "RUBRICD_DOCKERD_LOG",
-    # the Makefile and stack.sh: where builds are cached; the chaos suite's seed (tests/test_chaos.py)
+    # the Makefile and stack.sh: where builds are cached; the chaos suite's seed (tests/system/test_chaos.py)
     "RUBRICD_CACHE_DIR",
     "RUBRICD_CHAOS_SEED",
     # the LLM simulator (`rubricd serve simulator`): its flags' environment
@@ -278,8 +278,9 @@ def messages_page() -> str:
         "",
         "Generated from the msgspec Structs at build time. On the wire each is the UTF-8 JSON of one stream "
         "entry's `__data__` field ([the wire format](../integrators/wire.md)); `make schemas` writes their JSON "
-        "Schemas (`python -m rubricd.schema DIR`). Fields marked *required* must be sent; every other has the "
-        "default shown. Unknown fields are ignored, and fields are only ever added.",
+        "Schema, one document (`shared/schemas/rubricd.schema.json`, `python -m rubricd.schema [FILE]`). Fields "
+        "marked *required* must be sent; every other has the default shown. Unknown fields are ignored, and fields "
+        "are only ever added.",
         "",
     ]
     seen: set[type] = set()
@@ -457,7 +458,7 @@ def layout_page() -> str:
         "| --- | --- |",
     ]
     services = sorted(p for p in (ROOT / "services/rubricd_services").iterdir() if (p / "__init__.py").exists())
-    shared = sorted((ROOT / "shared/rubricd").glob("*.py")) + [ROOT / "shared/rubricd/messages"]
+    shared = [p for p in (ROOT / "shared/rubricd").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
     for path in [*services, *sorted(shared)]:
         sources = [path / "__init__.py", path / "app.py"] if path.is_dir() else [path]  # a package: else its app
         docs = (ast.get_docstring(ast.parse(f.read_text())) for f in sources if f.exists())
@@ -466,11 +467,11 @@ def layout_page() -> str:
         name = f"{path.relative_to(ROOT)}{'/' if path.is_dir() else ''}"
         out.append(f"| `{name}` | {_cell(first)} |")
     out += [
-        "| `shared/schemas/` | the JSON Schema of every message (`make schemas`) |",
+        "| `shared/schemas/rubricd.schema.json` | the JSON Schema of every message, in one document (`make schemas`) |",
         "| `deploy/local/stack.sh` | Redis, Weaviate, the simulator and the services as local processes (`make up`) |",
         "| `deploy/docker/` | the services' image; `compose.yaml` runs the whole stack from images |",
         "| `deploy/k8s/` | kustomize manifests ([Kubernetes](../operators/kubernetes.md)) |",
-        "| `tests/` | mirrors the code; `tests/bench/` holds the benchmark |",
+        "| `tests/` | mirrors the code; `tests/system/` tests the whole stack, `tests/bench/` holds the benchmark |",
     ]
     return "\n".join(out) + "\n"
 

@@ -482,6 +482,29 @@ def eventually() -> Callable[..., Awaitable[Any]]:
     return _eventually
 
 
+def _stream_id(entry_id: bytes | str) -> tuple[int, int]:
+    ms, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-")
+    return int(ms), int(seq)
+
+
+async def _drained(redis: Redis, stream: str, group: str, entry_id: bytes | str, timeout: float = 60) -> None:
+    async def past() -> bool:
+        info = [g for g in await redis.xinfo_groups(stream) if g["name"] in (group, group.encode())]
+        return bool(
+            info and info[0]["pending"] == 0 and _stream_id(info[0]["last-delivered-id"]) >= _stream_id(entry_id)
+        )
+
+    await _eventually(past, f"{group} to read {stream} through {entry_id!r} and ack all it read", timeout)
+
+
+@pytest.fixture(scope="session")
+def drained() -> Callable[..., Awaitable[None]]:
+    """`await drained(redis, stream, group, entry_id, timeout=60)`: until GROUP has read STREAM through ENTRY_ID
+    and acked everything it read. A negative check ("nothing was published") after it is made once the service
+    has moved past the entry, however slow the machine."""
+    return _drained
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A SIGTERM (a CI timeout, `kill`) ends the session like Ctrl-C does, so
     # the session's finalizers still take the stack down.

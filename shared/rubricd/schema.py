@@ -1,6 +1,7 @@
-"""Export the JSON Schema of every message: `python -m rubricd.schema DIR`.
+"""Export the JSON Schema of the wire format: `python -m rubricd.schema [FILE]`.
 
-One file per message type (`Rollout.json`, ...), for trainers written in other
+One document (`shared/schemas/rubricd.schema.json`): every message and every type they share, once, under
+`$defs`; the top-level `oneOf` lists the messages (each tagged by its `type`). For trainers written in other
 languages and for validators on the wire.
 """
 
@@ -13,27 +14,25 @@ import msgspec
 
 from .messages import MESSAGES
 
+PATH = "shared/schemas/rubricd.schema.json"
 
-def schemas() -> dict[str, dict[str, Any]]:
+
+def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(MESSAGES, ref_template="#/$defs/{name}")
-    out: dict[str, dict[str, Any]] = {}
-    for message in MESSAGES:
-        name = message.__name__
-        out[name] = {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": name,
-            "$ref": f"#/$defs/{name}",
-            "$defs": components,
-        }
-    return out
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "rubricd messages",
+        "description": "A stream entry's `__data__`: one of the messages (each stream carries the one its docs name).",
+        "oneOf": [{"$ref": f"#/$defs/{message.__name__}"} for message in MESSAGES],
+        "$defs": components,
+    }
 
 
 def main(argv: list[str]) -> None:
-    target = Path(argv[0] if argv else "shared/schemas")
-    target.mkdir(parents=True, exist_ok=True)
-    for name, schema in schemas().items():
-        (target / f"{name}.json").write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {len(MESSAGES)} schemas to {target}/")
+    target = Path(argv[0] if argv else PATH)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(document(), indent=2, sort_keys=True) + "\n")
+    print(f"wrote {len(MESSAGES)} messages' schema to {target}")
 
 
 if __name__ == "__main__":

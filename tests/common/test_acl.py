@@ -1,5 +1,5 @@
 """The ACL users' key patterns match the keys each role uses, and only those (no server needed; the
-commands themselves are checked against a real Redis in tests/test_secure.py)."""
+commands themselves are checked against a real Redis in tests/system/test_secure.py)."""
 
 from fnmatch import fnmatchcase
 

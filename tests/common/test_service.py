@@ -124,7 +124,7 @@ async def judge_calls(stack) -> int:
 
 
 async def test_a_live_consumer_keeps_a_slow_entry_and_a_dead_ones_is_taken_within_seconds(
-    stack, redis, keys, start_service
+    stack, redis, keys, start_service, drained
 ):
     slow = " [sim:latency_ms=3000]"  # each judge call takes 3 s: three times reclaim_idle_ms
     pair = [start_service("scorer", reclaim_idle_ms=1000) for _ in range(2)]
@@ -137,8 +137,9 @@ async def test_a_live_consumer_keeps_a_slow_entry_and_a_dead_ones_is_taken_withi
         scores = await client.score(batch, timeout=60)
     assert all(s.status is JudgeStatus.OK for s in scores)
     # Judged once each: no live consumer's entry was reclaimed. A reclaim would have come 1 s into a 3 s call, its
-    # judge call well before the scores; the wait only gives a late one time to show (it cannot make this fail).
-    await asyncio.sleep(2)
+    # judge call well before the scores; once drained, nothing is left pending for a late reclaim to take.
+    [(last, _)] = await redis.xrevrange(keys.rollouts, count=1)
+    await drained(redis, keys.rollouts, SCORERS, last)
     assert await judge_calls(stack) - before == len(batch)
     for process in pair:
         process.stop()

@@ -76,15 +76,16 @@ def analysis(
     )
 
 
-async def record(redis, keys, memory, analyses: list[RolloutAnalysis]) -> None:
-    """What an analyzer does: memory first, then the announcement."""
+async def record(redis, keys, memory, analyses: list[RolloutAnalysis]) -> bytes:
+    """What an analyzer does: memory first, then the announcement. Returns the last announcement's entry id."""
     await memory.put([memory_item(a) for a in analyses])
     for a in analyses:
-        await redis.xadd(keys.analyses, wire.entry(a))
+        entry_id = await redis.xadd(keys.analyses, wire.entry(a))
+    return entry_id
 
 
-async def close(redis, keys, run_id: str, step: int, rollouts: int, ids: list[str] = ()) -> None:
-    await redis.xadd(
+async def close(redis, keys, run_id: str, step: int, rollouts: int, ids: list[str] = ()) -> bytes:
+    return await redis.xadd(
         keys.steps, wire.entry(StepClosed(run_id=run_id, step=step, rollouts=rollouts, rollout_ids=list(ids)))
     )
 
@@ -99,14 +100,8 @@ async def summaries(redis, keys, n: int, timeout: float = 60) -> list[StepSummar
     raise TimeoutError(f"{len(found)} of {n} step summaries")
 
 
-async def acked(redis, stream: str) -> bool:
-    """The summarizers read and acked every entry of STREAM: they did what they will do with it."""
-    groups = [g for g in await redis.xinfo_groups(stream) if g["name"].decode() == SUMMARIZERS]
-    return bool(groups) and groups[0]["lag"] == 0 and groups[0]["pending"] == 0
-
-
 async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(
-    stack, redis, keys, memory, start_analyzer, start_summarizer, eventually
+    stack, redis, keys, memory, start_analyzer, start_summarizer, drained
 ):
     start_analyzer().wait_consuming(stack.redis_url, keys)
     start_summarizer(chunk_size=3).wait_consuming(stack.redis_url, keys)
@@ -122,15 +117,15 @@ async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(
     assert await memory.count("run", MemoryKind.CHUNK_SUMMARY) == 2
     [stored] = await memory.recent("run", MemoryKind.STEP_SUMMARY, limit=5)
     assert wire.decode(stored.message, StepSummary) == summary and stored.step == 0
-    await close(redis, keys, "run", 0, rollouts=4)  # the trainer closes it again
-    await eventually(lambda: acked(redis, keys.steps), "the summarizer to take the second closure")
-    await asyncio.sleep(2.0)  # a negative check, once the closure was handled: no second summary follows
+    again = await close(redis, keys, "run", 0, rollouts=4)  # the trainer closes it again
+    # A negative check, once the closure was handled: no second summary follows.
+    await drained(redis, keys.steps, SUMMARIZERS, again)
     assert await redis.xlen(keys.summaries) == 1
     assert not await redis.zcard(keys.open_steps)
 
 
 async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadline(
-    stack, redis, keys, memory, start_summarizer, eventually
+    stack, redis, keys, memory, start_summarizer, drained
 ):
     start_summarizer(step_deadline_s=3, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
     await record(redis, keys, memory, [analysis("run", 1, 0, "sycophancy"), analysis("run", 1, 1)])
@@ -141,9 +136,8 @@ async def test_a_step_whose_analyses_never_all_arrive_is_summarized_at_its_deadl
     assert summary.missing_rollouts == ["s1-r2"] and summary.analyses == 2 and summary.expected_rollouts == 3
     assert {p.type: p.rollouts for p in summary.reward_hacking} == {"sycophancy": 1}
     # A late analysis changes nothing: the step was summarized.
-    await record(redis, keys, memory, [analysis("run", 1, 2)])
-    await eventually(lambda: acked(redis, keys.analyses), "the summarizer to take the late analysis")
-    await asyncio.sleep(1.0)  # a negative check, once it was handled: no second summary follows
+    late = await record(redis, keys, memory, [analysis("run", 1, 2)])
+    await drained(redis, keys.analyses, SUMMARIZERS, late)  # a negative check, once it was handled: no second summary
     assert await redis.xlen(keys.summaries) == 1
 
 
@@ -169,16 +163,16 @@ def part(run_id: str, step: int, rank: int, ranks: int, ids: list[str]) -> dict:
 
 
 async def test_a_step_closed_by_each_of_several_ranks_is_summarized_once_all_are_in(
-    stack, redis, keys, memory, start_summarizer, eventually
+    stack, redis, keys, memory, start_summarizer, drained
 ):
     """Two trainer processes each publish and close their own half of step 0 (rank 1 twice: a retry)."""
     start_summarizer(step_deadline_s=600, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
-    await record(redis, keys, memory, [analysis("run", 0, i) for i in range(4)])
+    analyses = await record(redis, keys, memory, [analysis("run", 0, i) for i in range(4)])
     await redis.xadd(keys.steps, part("run", 0, 1, 2, ["s0-r2", "s0-r3"]))
-    await redis.xadd(keys.steps, part("run", 0, 1, 2, ["s0-r2", "s0-r3"]))
-    await eventually(lambda: acked(redis, keys.steps), "the summarizer to take rank 1's closures")
-    await eventually(lambda: acked(redis, keys.analyses), "the summarizer to take the analyses")
-    await asyncio.sleep(2.0)  # a negative check: rank 1's analyses are all in, but rank 0 has not closed its part
+    retry = await redis.xadd(keys.steps, part("run", 0, 1, 2, ["s0-r2", "s0-r3"]))
+    await drained(redis, keys.steps, SUMMARIZERS, retry)
+    await drained(redis, keys.analyses, SUMMARIZERS, analyses)
+    # A negative check: rank 1's analyses are all in, but rank 0 has not closed its part.
     assert await redis.xlen(keys.summaries) == 0
     await redis.xadd(keys.steps, part("run", 0, 0, 2, ["s0-r0", "s0-r1"]))
     [summary] = await summaries(redis, keys, 1, timeout=30)  # long before the 600 s deadline
@@ -230,10 +224,10 @@ async def test_a_step_closed_without_a_count_is_summarized_at_its_deadline_and_i
 
 
 async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary_per_instance(
-    stack, redis, keys, memory, start_summarizer, eventually
+    stack, redis, keys, memory, start_summarizer, drained
 ):
     start_summarizer(rubrics_mode="per_instance", rollouts_per_step=4).wait_consuming(stack.redis_url, keys)
-    await record(
+    three = await record(
         redis,
         keys,
         memory,
@@ -243,8 +237,7 @@ async def test_per_instance_steps_close_after_rollouts_per_step_with_one_summary
             analysis("run", 2, 2, instance="y"),
         ],
     )
-    await eventually(lambda: acked(redis, keys.analyses), "the summarizer to take the 3 analyses")
-    await asyncio.sleep(1.5)  # a negative check, once they were handled
+    await drained(redis, keys.analyses, SUMMARIZERS, three)  # a negative check, once they were handled
     assert await redis.xlen(keys.summaries) == 0  # 3 of 4: not yet
     await record(redis, keys, memory, [analysis("run", 2, 3, "judge_addressing", instance="y")])
     found = {s.instance_key: s for s in await summaries(redis, keys, 2)}
@@ -281,12 +274,14 @@ async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_s
     assert await memory.count("run", MemoryKind.STEP_SUMMARY) == 3
 
 
-async def test_a_failed_summary_is_retried_and_then_published_once(stack, redis, keys, memory, start_summarizer):
+async def test_a_failed_summary_is_retried_and_then_published_once(
+    stack, redis, keys, memory, start_summarizer, drained
+):
     # The first 2 attempts of this conversation fail with 500: with one retry, the whole first try fails.
     flaky = "[sim:fail=500,times=2]"
     start_summarizer(retry_after_s=1, sweep_interval_s=0.2, llm__max_retries=1).wait_consuming(stack.redis_url, keys)
-    await record(redis, keys, memory, [analysis("run", 5, 0, "padding", note=flaky)])
-    await close(redis, keys, "run", 5, rollouts=1)
+    analyzed = await record(redis, keys, memory, [analysis("run", 5, 0, "padding", note=flaky)])
+    closed = await close(redis, keys, "run", 5, rollouts=1)
     [summary] = await summaries(redis, keys, 1, timeout=30)
     assert summary.step == 5 and summary.reward_hacking[0].type == "padding"
     events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
@@ -294,5 +289,6 @@ async def test_a_failed_summary_is_retried_and_then_published_once(stack, redis,
         "summary_failed",
         "step_summarized",
     ]
-    await asyncio.sleep(1.5)  # a negative check, once the retry was summarized: no second summary follows
+    await drained(redis, keys.analyses, SUMMARIZERS, analyzed)  # a negative check, once the retry was summarized
+    await drained(redis, keys.steps, SUMMARIZERS, closed)  # and every entry of the step handled: no second summary
     assert await redis.xlen(keys.summaries) == 1

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from rubricd.adapters import text
+from rubricd.chat import text
 from rubricd.messages import ArmReward, ArmRollout, InstanceKey, JudgeStatus, ModelName, Order, Phase, Score
 
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 keys = Keys()  # the stack's services run in the default namespace, which its ACL file is made for
 RUN = "locked"
-SAMPLE = Path(__file__).parent / "fixtures" / "healthbench_sample.jsonl"
+SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 METRICS = {"scorer": 1, "summarizer": 2, "updater": 3, "analyzer-1": 11}  # offsets from the metrics base port
 
 

@@ -28,7 +28,7 @@ from rubricd_services.common.service import ServiceApp
 from rubricd_services.common.settings import AGENT_DEFAULTS, LLMSettings
 from rubricd_services.gateway.settings import GatewaySettings
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 K8S = ROOT / "deploy" / "k8s"
 KUBERNETES = "1.37"  # the API version the built-in kinds are checked against
 CONSUMERS = ("scorer", "comparer", "arm", "analyzer", "summarizer", "updater")

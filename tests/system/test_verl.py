@@ -16,7 +16,7 @@ from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 RUN = "verl-run"
 CASES = [
     {"prompt": "What is 17 + 25 ?", "response": "The sum is 42 .", "label": "42", "step": 4},

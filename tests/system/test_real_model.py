@@ -162,7 +162,7 @@ def test_judge_eval_computes_consistent_figures_on_the_real_model(start_stack, f
     base_url = f"http://127.0.0.1:{model.ports['RUBRICD_MODEL_PORT']}/v1"
     spec = f"name=smollm2,base_url={base_url},model={MODEL},output_mode=json_schema,strict=false"
     spec += ",context_tokens=8192,timeout_s=600,max_retries=2,concurrency=2"
-    sample = Path(__file__).parent / "fixtures/labelled_sample.jsonl"
+    sample = Path(__file__).parents[1] / "fixtures/labelled_sample.jsonl"
     args = [sys.executable, "-m", "rubricd_services.cli", "judge", "eval", str(sample), "--judge", spec]
     done = subprocess.run([*args, "--json"], env=service_env, capture_output=True, text=True, timeout=1100)
     assert done.returncode == 0, done.stderr[-3000:]

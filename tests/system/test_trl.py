@@ -17,7 +17,7 @@ from rubricd.messages import Event, EventKind, RewardedArmRollout, ScoredRollout
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 STEPS = [0, 1, 2]  # max_steps=3; TRL's global_step is 0, 1, 2 while it trains, 3 at the final evaluation
 PER_RANK = 4  # per_device_train_batch_size: one prompt's 4 generations a step on each rank
 

@@ -15,7 +15,7 @@ One seed picks every random choice (RUBRICD_CHAOS_SEED, default DEFAULT_SEED):
 the rollouts, the kills' victims and intervals, the steps Redis stops in, when,
 how and for how long. `make chaos SEEDS=5` runs seeds 1..5 and prints a table
 of the figures each seed writes to .stack/artifacts/chaos/ (`python
-tests/test_chaos.py` prints it).
+tests/system/test_chaos.py` prints it).
 
 Within DRAIN_BOUND_S of the last fault (checked before the healed steps run,
 so their run time under load does not count) the loop must drain: no entry
@@ -62,7 +62,7 @@ pytestmark = pytest.mark.integration
 
 DEFAULT_SEED = 20261123
 SEED = int(os.environ.get("RUBRICD_CHAOS_SEED") or DEFAULT_SEED)
-FIGURES_DIR = Path(__file__).resolve().parents[1] / ".stack" / "artifacts" / "chaos"
+FIGURES_DIR = Path(__file__).resolve().parents[2] / ".stack" / "artifacts" / "chaos"
 
 RUN, STEPS, PER_STEP = "chaos", 8, 16
 SERVICES = ("scorer", "analyzer", "summarizer", "updater")

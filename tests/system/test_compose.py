@@ -32,7 +32,7 @@ from rubricd_services.demo.policy import respond
 # func_only: the first build (several minutes on a fresh machine) has its own deadline, in the fixture.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900, func_only=True)]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "rubricd-compose-test"
 PORTS = {  # not stack.sh's defaults, nor the suite's: a `make up` or another test stack may be running
     "RUBRICD_REDIS_PORT": 16399,

@@ -1,0 +1,124 @@
+"""What every adapter shares: a run's open steps (`Steps`) and the samples of one call made rollouts and scored
+(`Reward`)."""
+
+import asyncio
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ..client import RubricdClient, SyncRubricdClient
+from ..messages import Rollout, Score, TrainingContext
+
+Sample = tuple[str, str, str | None, str | None, dict[str, str]]  # prompt, response, reference, instance key, metadata
+
+
+class Steps:
+    """The trainer's open steps and the rollout ids published for each; closed when a later step begins."""
+
+    def __init__(
+        self,
+        client: RubricdClient,
+        run_id: str,
+        *,
+        wait_for_rubrics: bool,
+        timeout: float | None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        """`rank` of `world_size`: this process's part of every step (each process closes its own part)."""
+        self.client, self.run_id = client, run_id
+        self.wait_for_rubrics, self.timeout = wait_for_rubrics, timeout
+        self.part = {"part": rank, "parts": world_size} if world_size > 1 else {}
+        self.open: dict[int, list[str]] = {}
+        self.closed_through = -1  # rollouts of a step already closed are scored, not counted again
+        self._lock = asyncio.Lock()
+
+    async def begin(self, step: int, rollout_ids: Sequence[str]) -> None:
+        """Count `rollout_ids` in `step`, first closing every earlier open step (synchronous mode: and waiting for its rubrics)."""
+        async with self._lock:
+            earlier = sorted(s for s in self.open if s < step)
+            for s in earlier:
+                await self._close(s)
+            if earlier and self.wait_for_rubrics:
+                await self.client.wait_for_rubrics(self.run_id, earlier[-1], timeout=self.timeout)
+            if step > self.closed_through:
+                self.open.setdefault(step, []).extend(rollout_ids)
+
+    async def finish(self) -> None:
+        async with self._lock:
+            for s in sorted(self.open):
+                await self._close(s)
+
+    async def _close(self, step: int) -> None:
+        ids = self.open.pop(step)
+        await self.client.close_step(self.run_id, step, rollouts=len(ids), rollout_ids=ids, **self.part)
+        self.closed_through = max(self.closed_through, step)
+
+
+class Reward:
+    """What every adapter does: turn samples into rollouts of one run, count them in their step, score them."""
+
+    def __init__(
+        self,
+        client: SyncRubricdClient,
+        run_id: str,
+        *,
+        context: TrainingContext = TrainingContext(),
+        timeout: float | None = None,
+        wait_for_rubrics: bool = False,
+        reward_policy: str | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        evaluation: bool = False,
+    ) -> None:
+        """`reward_policy`: this run's policy (e.g. "alternating"), set on every rollout; None: the deployment's.
+        `evaluation`: every rollout is an evaluation rollout (a reward used only to evaluate).
+        `rank`, `world_size`: this process's place in a job of several (default: the RANK and WORLD_SIZE
+        environment variables that torchrun and accelerate set; else one process)."""
+        self.client, self.run_id, self.context, self.timeout = client, run_id, context, timeout
+        self.reward_policy, self.evaluation = reward_policy, evaluation
+        rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.steps = Steps(
+            client.aio, run_id, wait_for_rubrics=wait_for_rubrics, timeout=timeout, rank=rank, world_size=world_size
+        )
+
+    def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
+        """Score `samples` of `step`; `evaluation` (or the reward's own): as evaluation rollouts, not counted."""
+        return self.client.submit(self._score(step, samples, evaluation or self.evaluation)).result()
+
+    async def score_async(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
+        return await asyncio.wrap_future(self.client.submit(self._score(step, samples, evaluation or self.evaluation)))
+
+    def finish(self) -> None:
+        """Close every open step (call it when training ends)."""
+        self.client.submit(self.steps.finish()).result()
+
+    async def _score(self, step: int, samples: Sequence[Sample], evaluation: bool) -> list[Score]:
+        nonce = uuid.uuid4().hex[:10]
+        rollouts = [
+            Rollout(
+                run_id=self.run_id,
+                rollout_id=f"{step}-{nonce}-{i}",
+                step=step,
+                prompt=prompt,
+                response=response,
+                reference=reference,
+                instance_key=instance,
+                context=self.context,
+                metadata=metadata,
+                reward_policy=self.reward_policy,
+                evaluation=evaluation,
+            )
+            for i, (prompt, response, reference, instance, metadata) in enumerate(samples)
+        ]
+        if not evaluation:
+            await self.steps.begin(step, [r.rollout_id for r in rollouts])
+        return await self.client.aio.score(rollouts, timeout=self.timeout)
+
+
+def optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)

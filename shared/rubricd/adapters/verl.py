@@ -1,0 +1,116 @@
+"""verl's custom reward function (`compute_score`), in its three call forms. Details: docs/integrators/verl.md."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..client import SyncRubricdClient
+from ..messages import JudgeStatus, Score
+from .reward import Reward, Sample, optional_str
+
+
+class VerlReward:
+    """verl's custom reward function, in its three call forms.
+
+    - `compute_score(data_source, solution_str, ground_truth, extra_info)`: one sample
+      (thread-safe: many threads may wait at once);
+    - `compute_score_async(...)`: the same, awaitable (verl's reward loop awaits coroutine functions);
+    - `compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos)`: verl's
+      batch reward manager; the whole batch in one round trip.
+
+    Each returns {"score": reward, "judge_ok": 1.0 or 0.0, "masked": 1.0 or 0.0, "rubric_version": v,
+    "weighted_total": w}, the same keys for every sample (see `result`); verl logs the extra keys.
+    A failed judge scores `failed_score` with judge_ok 0.0 (verl needs a number); so does a sample the
+    `alternating` policy masks (its step's meta-class is undefined for it), with masked 1.0: drop it.
+    The prompt comes from extra_info[prompt_field]; the step from extra_info[step_field],
+    else from `self.step`, which a trainer callback may set.
+    The rollout's instance key comes from extra_info[instance_key_field]. (The old
+    keyword names prompt_key, step_key and instance_key are still accepted.)
+
+        reward = VerlReward(SyncRubricdClient(url), run_id="ppo-1")
+        compute_score = reward.compute_score   # custom_reward_function.name=compute_score
+    """
+
+    def __init__(
+        self,
+        client: SyncRubricdClient,
+        run_id: str,
+        *,
+        prompt_field: str = "question",
+        step_field: str = "global_step",
+        instance_key_field: str = "instance_key",
+        failed_score: float = 0.0,
+        **options: Any,
+    ) -> None:
+        # The names these fields had before (`instance_key` named a field, not a key).
+        prompt_field = options.pop("prompt_key", prompt_field)
+        step_field = options.pop("step_key", step_field)
+        instance_key_field = options.pop("instance_key", instance_key_field)
+        self.reward = Reward(client, run_id, **options)
+        self.prompt_field, self.step_field, self.instance_key_field = prompt_field, step_field, instance_key_field
+        self.failed_score = failed_score
+        self.step = 0
+
+    def compute_score(
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **_: Any
+    ) -> dict[str, float]:
+        [score] = self.reward.score(*self._one(data_source, solution_str, ground_truth, extra_info))
+        return self.result(score)
+
+    async def compute_score_async(
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **_: Any
+    ) -> dict[str, float]:
+        [score] = await self.reward.score_async(*self._one(data_source, solution_str, ground_truth, extra_info))
+        return self.result(score)
+
+    def compute_score_batch(
+        self,
+        data_sources: Sequence[str],
+        solution_strs: Sequence[str],
+        ground_truths: Sequence[Any],
+        extra_infos: Sequence[dict[str, Any] | None],
+        **_: Any,
+    ) -> list[dict[str, float]]:
+        infos = [info or {} for info in extra_infos]
+        by_step: dict[int, list[int]] = {}
+        for i, info in enumerate(infos):
+            by_step.setdefault(self._step(info), []).append(i)
+        results: list[dict[str, float]] = [{} for _ in infos]
+        for step, indices in sorted(by_step.items()):
+            samples = [self._sample(data_sources[i], solution_strs[i], ground_truths[i], infos[i]) for i in indices]
+            for i, score in zip(indices, self.reward.score(step, samples)):
+                results[i] = self.result(score)
+        return results
+
+    def finish(self) -> None:
+        self.reward.finish()
+
+    def result(self, score: Score) -> dict[str, float]:
+        """The same keys for every sample of a run, whatever its status or rubric set: verl's reward loop takes a
+        batch's keys from its first sample (a later sample without one fails the step), and its validation wants
+        every key of every batch for every sample. Per rubric and per meta-class: `rubricd serve dashboard`."""
+        return {
+            "score": self.failed_score if score.reward is None else score.reward,
+            "judge_ok": float(score.status is JudgeStatus.OK),
+            "masked": float(score.masked),
+            "rubric_version": float(score.rubric_version),
+            "weighted_total": self.failed_score if score.weighted_total is None else score.weighted_total,
+        }
+
+    def _one(
+        self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
+    ) -> tuple[int, list[Sample]]:
+        info = extra_info or {}
+        return self._step(info), [self._sample(data_source, solution_str, ground_truth, info)]
+
+    def _step(self, info: dict[str, Any]) -> int:
+        step = info.get(self.step_field)
+        return self.step if step is None else int(step)
+
+    def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: dict[str, Any]) -> Sample:
+        return (
+            str(info.get(self.prompt_field, "")),
+            solution_str,
+            optional_str(ground_truth),
+            optional_str(info.get(self.instance_key_field)),
+            {"data_source": str(data_source)},
+        )

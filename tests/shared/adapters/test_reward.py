@@ -1,0 +1,58 @@
+"""What every adapter shares, seen through TRL's: steps closed when a later one begins, each rank's part."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from rubricd.adapters import VerlReward, trl_reward
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = ["What is 17 + 25?", "What is 6 x 7?"]
+ANSWERS = ["42", "42"]
+
+
+async def test_steps_close_when_a_later_step_begins_and_on_finish(redis, keys, client, published, closed) -> None:
+    reward = trl_reward(client, "grpo", reference_column="answer")
+    for step in (0, 0, 1):  # two calls in step 0 (gradient accumulation), then step 1
+        reward(
+            prompts=PROMPTS, completions=["42", "42"], trainer_state=SimpleNamespace(global_step=step), answer=ANSWERS
+        )
+    [zero] = await closed(redis, keys)
+    step0_ids = {r.rollout_id for r in await published(redis, keys) if r.step == 0}
+    assert (zero.run_id, zero.step, zero.rollouts, set(zero.rollout_ids)) == ("grpo", 0, 4, step0_ids)
+    reward.finish()
+    assert [(c.step, c.rollouts) for c in await closed(redis, keys)] == [(0, 4), (1, 2)]
+
+
+async def test_each_rank_closes_its_own_part_of_a_step(redis, keys, client, monkeypatch, published, closed) -> None:
+    """Under torchrun each process scores its share of a step: rank 1 of 2 closes part 1 of 2, with its ids."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    reward = trl_reward(client, "ddp", reference_column="answer")
+    for step in (0, 1):
+        reward(
+            prompts=PROMPTS, completions=["42", "41"], trainer_state=SimpleNamespace(global_step=step), answer=ANSWERS
+        )
+    reward.finish()
+    mine = {s: {r.rollout_id for r in await published(redis, keys) if r.step == s} for s in (0, 1)}
+    assert [(c.step, c.part, c.parts, c.rollouts, set(c.rollout_ids)) for c in await closed(redis, keys)] == [
+        (0, 1, 2, 2, mine[0]),
+        (1, 1, 2, 2, mine[1]),
+    ]
+    single = trl_reward(client, "single", reference_column="answer", rank=0, world_size=1)  # beats the environment
+    single(prompts=PROMPTS, completions=["42", "42"], trainer_state=SimpleNamespace(global_step=0), answer=ANSWERS)
+    single.finish()  # type: ignore[attr-defined]
+    assert [(c.part, c.parts) for c in await closed(redis, keys) if c.run_id == "single"] == [(None, None)]
+    with pytest.raises(ValueError, match="rank 2 is not in"):
+        trl_reward(client, "bad", rank=2, world_size=2)
+
+
+async def test_an_adapter_sets_its_runs_reward_policy_on_every_rollout(redis, keys, client, published) -> None:
+    reward = trl_reward(client, "alt", reference_column="answer", reward_policy="alternating")
+    state = SimpleNamespace(global_step=0)
+    rewards = reward(prompts=PROMPTS, completions=["42", "41"], trainer_state=state, answer=ANSWERS)
+    assert all(r is not None for r in rewards)
+    assert {r.reward_policy for r in await published(redis, keys)} == {"alternating"}
+    VerlReward(client, "plain").compute_score("math", "42", "42", {"prompt": PROMPTS[0], "step": 0})
+    assert {r.reward_policy for r in await published(redis, keys) if r.run_id == "plain"} == {None}
