@@ -60,10 +60,11 @@ down:
 status:
 	$(STACK_SH) status
 
-# ruff (lint, and the format check) and mypy, as configured in pyproject.toml.
+# ruff (lint, and the format check), the import contracts (the layers) and mypy, as configured in pyproject.toml.
 lint: install
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports
 
 format: install
 	.venv/bin/ruff check --fix .

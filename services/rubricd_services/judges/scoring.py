@@ -9,19 +9,16 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import msgspec
 
 from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Score
 from rubricd.reward import Policy, Undefined
-from rubricd_services.rubrics.sets import InForce
+from rubricd_services.rubrics.sets import Generation, InForce
 
 from . import rollouts, verdicts
 from .calls import Caller, JudgeFailed
-
-if TYPE_CHECKING:
-    from rubricd_services.rubrics.generation import Generation
 
 # (messages, the verdict type of the rubric list) -> an instance of that type
 Judge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[msgspec.Struct]]
@@ -55,7 +52,7 @@ class Rubrics:
     set: RubricSet
     system: str
     rollout_chars: int | None = None  # what of the judge's context window the rollout may fill (None: no limit)
-    generation: "Generation | None" = None  # rubric generation: the set is the generator's, or the fallback
+    generation: Generation | None = None  # rubric generation: the set is the generator's, or the fallback
     generation_error: str | None = None  # a failed generation's (with generation fallback)
     calls: tuple[Call, ...] = ()  # empty: one call of every rubric, with `system`
 

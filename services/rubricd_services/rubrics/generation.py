@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import msgspec
 from redis.asyncio import Redis
@@ -28,7 +28,7 @@ from rubricd_services.common.settings import ServiceSettings
 
 from .draft import InvalidDraft, RubricDraft, build, draft_type
 from .messages import messages
-from .sets import Prompted
+from .sets import Generated, Prompted
 from .settings import GeneratorSettings
 from .validation import RubricLimits
 
@@ -39,7 +39,6 @@ log = logging.getLogger("rubricd.rubrics")
 T = TypeVar("T")
 # (run id, agent, messages, answer type) -> an answer of that type; the call is made for that run (usage.Metered)
 Ask = Callable[[str, str, list[dict[str, str]], type[T]], Awaitable[T]]
-Generation = Literal["generated", "fallback"]
 
 
 def anchors(rubrics: Sequence[Rubric]) -> list[Rubric]:
@@ -48,15 +47,6 @@ def anchors(rubrics: Sequence[Rubric]) -> list[Rubric]:
 
 
 # Generating once per instance, across processes.
-
-
-@dataclass(frozen=True)
-class Generated:
-    """The rubric set a rollout of a generating instance is judged with, and how it came about."""
-
-    set: RubricSet
-    status: Generation | None  # None: a set not written by the generator (predefined, imported, updated)
-    error: str | None = None  # the failed generation's, with status fallback
 
 
 class Failure(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,17 +4,14 @@ Plain async Python: a test hands in a store and seeds and needs no broker.
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
-from rubricd.messages import Event, EventKind, RubricSet, RubricsUpdated, instance_key
+from rubricd.messages import Event, EventKind, Rubric, RubricSet, RubricsUpdated, instance_key
 from rubricd.store import RubricStore
 from rubricd_services.common import events
 from rubricd_services.common.seeds import Seeds
-
-if TYPE_CHECKING:
-    from .generation import Generation, Generator
 
 T = TypeVar("T")
 
@@ -34,12 +31,30 @@ class Prompted(Protocol):
     def instance_key(self) -> str | None: ...
 
 
+Generation = Literal["generated", "fallback"]  # a generated set: the generator's, or the seed after it failed
+
+
+@dataclass(frozen=True)
+class Generated:
+    """The rubric set a rollout of a generating instance is judged with, and how it came about."""
+
+    set: RubricSet
+    status: Generation | None  # None: a set not written by the generator (predefined, imported, updated)
+    error: str | None = None  # the failed generation's, with status fallback
+
+
+class Generates(Protocol):
+    """What the cache asks of a rubric generator (rubrics.generation.Generator)."""
+
+    async def rubric_set(self, prompted: Prompted, instance_key: str, seed: Sequence[Rubric]) -> Generated: ...
+
+
 @dataclass(frozen=True)
 class InForce:
     """A run's (or instance's) rubric set in force, and how it came to be."""
 
     set: RubricSet
-    generation: "Generation | None" = None  # rubric generation: the set is the generator's, or the fallback
+    generation: Generation | None = None  # rubric generation: the set is the generator's, or the fallback
     generation_error: str | None = None  # a failed generation's (with generation fallback)
 
 
@@ -60,7 +75,7 @@ class RubricCache(Generic[T]):
         seeds: Seeds,
         per_instance: bool,
         prepare: Callable[[InForce], T],
-        generator: "Generator | None" = None,
+        generator: Generates | None = None,
     ) -> None:
         self.store = store
         self.seeds = seeds
