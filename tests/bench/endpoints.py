@@ -6,10 +6,10 @@
 Starts its own Redis (stack dir .stack/bench-endpoints, own port) and two LLM
 simulators, each serving `slots` calls at once with a fixed latency, so one
 endpoint saturates at slots / latency calls a second. In the same run:
-  - replicas: one gateway makes N calls, C at once, to one endpoint, then to
+  - replicas: one LLM client makes N calls, C at once, to one endpoint, then to
     the same endpoint with a second as its replica; prints calls/s, p50 and
     p99 latency, and the ratio of the throughputs;
-  - rate limit: P processes, each with its own gateway and C callers, call one
+  - rate limit: P processes, each with its own LLM client and C callers, call one
     endpoint with rpm set for `seconds`; prints the rate they achieved together
     against the configured one.
 """
@@ -31,7 +31,7 @@ import msgspec
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,17 +73,17 @@ def start_simulator(port: int, latency_ms: float, slots: int) -> subprocess.Pope
 
 
 async def throughput(urls: list[str], calls: int, concurrency: int) -> tuple[float, list[float]]:
-    """N calls, C at once, through one gateway whose agent has these endpoints: (wall s, latencies)."""
+    """N calls, C at once, through one LLM client whose agent has these endpoints: (wall s, latencies)."""
     agent = LLMSettings(base_url=urls[0], replicas=urls[1:], concurrency=concurrency, max_retries=0)
     queue = list(range(calls))
     latencies: list[float] = []
-    async with LLMGateway({"judge": agent}) as gateway:
+    async with LLMClient({"judge": agent}) as llm:
 
         async def worker() -> None:
             while queue:
                 i = queue.pop()
                 started = time.perf_counter()
-                await gateway.structured("judge", ask(i), Answer)
+                await llm.structured("judge", ask(i), Answer)
                 latencies.append(time.perf_counter() - started)
 
         started = time.perf_counter()
@@ -100,12 +100,12 @@ async def limited(url: str, rpm: int, concurrency: int, start_at: float, seconds
     agent = LLMSettings(base_url=url, rpm=rpm, concurrency=concurrency, max_retries=0)
     redis = Redis.from_url(REDIS_URL)
     done: list[float] = []
-    async with LLMGateway({"judge": agent}, redis=redis, namespace=NAMESPACE) as gateway:
+    async with LLMClient({"judge": agent}, redis=redis, namespace=NAMESPACE) as llm:
         await asyncio.sleep(start_at - time.time())
 
         async def worker(n: int) -> None:
             while time.time() < start_at + seconds:
-                await gateway.structured("judge", ask(n), Answer)
+                await llm.structured("judge", ask(n), Answer)
                 done.append(time.time())
 
         workers = [asyncio.create_task(worker(n)) for n in range(concurrency)]
@@ -137,7 +137,7 @@ async def compare_replicas(urls: list[str], args: argparse.Namespace) -> None:
 
 def measure_limit(url: str, args: argparse.Namespace) -> None:
     redis_sync.Redis.from_url(REDIS_URL).flushdb()
-    start_at = time.time() + 3  # every process has its gateway up by then
+    start_at = time.time() + 3  # every process has its LLM client up by then
     with ProcessPoolExecutor(args.processes, mp_context=get_context("spawn")) as pool:
         runs = [
             pool.submit(limited_process, url, args.rpm, args.concurrency, start_at, args.seconds)

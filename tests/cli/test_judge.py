@@ -1,4 +1,4 @@
-"""`rubricd judge eval` end to end: the labelled sample judged by the simulator through the gateway.
+"""`rubricd judge eval` end to end: the labelled sample judged by the simulator through the LLM client.
 
 The simulator's heuristics are known, so its verdicts are: it takes `17 + 25 = 41.` (an `=`) for reasoning, and
 `It is not 42; the answer is 41.` (the reference appears) for a correct answer; every other verdict agrees.

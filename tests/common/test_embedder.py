@@ -1,11 +1,11 @@
-"""Embedders: MiniLM in numpy is genuinely semantic; the openai one goes through the gateway."""
+"""Embedders: MiniLM in numpy is genuinely semantic; the openai one goes through the LLM client."""
 
 import math
 
 import pytest
 
 from rubricd_services.common.embedder import MiniLMEmbedder, OpenAIEmbedder, make_embedder
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings, ServiceSettings
 from rubricd_services.simulator.app import Simulator
 
@@ -60,8 +60,8 @@ async def test_openai_embedder_asks_the_gateways_embedder_agent(
     simulator: tuple[str, Simulator], sim: Simulator
 ) -> None:
     settings = ServiceSettings(embedder="openai", agents={"embedder": {"base_url": simulator[0], "model": "emb"}})
-    async with LLMGateway.from_settings(settings, ["embedder"]) as gateway:
-        embedder = make_embedder(settings, gateway)
+    async with LLMClient.from_settings(settings, ["embedder"]) as llm:
+        embedder = make_embedder(settings, llm)
         assert isinstance(embedder, OpenAIEmbedder) and embedder.dimensions is None
         vectors = await embedder.embed(["padded answer", "padded answer", "arithmetic"])
         assert await embedder.embed([]) == []

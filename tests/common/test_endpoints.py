@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.settings import LLMSettings, ServiceSettings, load
 from rubricd_services.simulator.app import Simulator, serve_in_background
@@ -60,8 +60,8 @@ async def test_calls_at_once_are_spread_evenly_over_equal_replicas(replicas) -> 
     (a, sim_a), (b, sim_b) = replicas
     # Long enough that all 8 are in flight at once at the simulators, however slowly a loaded machine sends them.
     sim_a.config = sim_b.config = SimConfig(latency_ms=1000)
-    async with LLMGateway({"judge": agent([a, b])}) as gateway:
-        await asyncio.gather(*(gateway.structured("judge", ASK, Answer) for _ in range(8)))
+    async with LLMClient({"judge": agent([a, b])}) as llm:
+        await asyncio.gather(*(llm.structured("judge", ASK, Answer) for _ in range(8)))
     assert sim_a.max_in_flight == sim_b.max_in_flight == 4
 
 
@@ -70,12 +70,12 @@ async def test_the_less_loaded_replica_gets_the_calls(replicas) -> None:
     # The slow one holds its calls past the 1.5 s the workers run: a loaded machine's slower calls to the fast one
     # change how many it gets, not that it gets the rest.
     sim_slow.config, sim_fast.config = SimConfig(latency_ms=2000), SimConfig(latency_ms=20)
-    async with LLMGateway({"judge": agent([slow, fast])}) as gateway:
+    async with LLMClient({"judge": agent([slow, fast])}) as llm:
         deadline = time.monotonic() + 1.5
 
         async def worker() -> None:
             while time.monotonic() < deadline:
-                await gateway.structured("judge", ASK, Answer)
+                await llm.structured("judge", ASK, Answer)
 
         await asyncio.gather(*(worker() for _ in range(4)))
     slow_calls, fast_calls = sim_slow.stats()["requests"], sim_fast.stats()["requests"]
@@ -86,11 +86,11 @@ async def test_the_less_loaded_replica_gets_the_calls(replicas) -> None:
 async def test_with_a_replica_down_every_call_succeeds_through_the_other_and_the_metrics_say_so(replicas) -> None:
     (up, sim), down = replicas[0], down_url()
     metrics = Metrics("scorer")
-    async with LLMGateway({"judge": agent([down, up], cooldown_s=60)}) as gateway:
-        metrics.watch_gateway(gateway)
-        done = await asyncio.gather(*(gateway.structured("judge", ASK, Answer) for _ in range(20)))
-        done += [await gateway.structured("judge", ASK, Answer) for _ in range(5)]
-        usage = gateway.usage("judge")
+    async with LLMClient({"judge": agent([down, up], cooldown_s=60)}) as llm:
+        metrics.watch_llm(llm)
+        done = await asyncio.gather(*(llm.structured("judge", ASK, Answer) for _ in range(20)))
+        done += [await llm.structured("judge", ASK, Answer) for _ in range(5)]
+        usage = llm.usage("judge")
         assert sample(metrics, "rubricd_llm_endpoint_up", endpoint=down) == 0
         assert sample(metrics, "rubricd_llm_endpoint_up", endpoint=up) == 1
     assert len(done) == 25 and sim.stats()["requests"] == 25 and usage.failures == 0
@@ -106,13 +106,13 @@ async def test_a_replica_that_dies_under_load_costs_no_call(replicas, eventually
     sim_a.config = SimConfig(latency_ms=20)
     with contextlib.ExitStack() as stack:
         dying, sim_dying = stack.enter_context(serve_in_background(SimConfig(latency_ms=20)))
-        async with LLMGateway({"judge": agent([a, dying], cooldown_s=60)}) as gateway:
+        async with LLMClient({"judge": agent([a, dying], cooldown_s=60)}) as llm:
             stop = asyncio.Event()
 
             async def worker() -> int:
                 calls = 0
                 while not stop.is_set():
-                    await gateway.structured("judge", ASK, Answer)
+                    await llm.structured("judge", ASK, Answer)
                     calls += 1
                 return calls
 
@@ -120,23 +120,23 @@ async def test_a_replica_that_dies_under_load_costs_no_call(replicas, eventually
             await eventually(lambda: sim_dying.stats()["requests"] >= 8, "the dying replica to serve 8 calls")
             served = sim_dying.stats()["requests"]
             await asyncio.to_thread(stack.close)  # the replica goes away, connections and all
-            await eventually(lambda: not gateway.endpoints()[dying].up, "the gateway to pass the dead replica over")
+            await eventually(lambda: not llm.endpoints()[dying].up, "the LLM client to pass the dead replica over")
             survived = sim_a.stats()["requests"]
             await eventually(lambda: sim_a.stats()["requests"] >= survived + 16, "16 more calls after the death")
             stop.set()
             calls = sum(await workers)  # raises if any call failed
-            assert not gateway.endpoints()[dying].up
+            assert not llm.endpoints()[dying].up
     assert served > 0 and calls > served
 
 
 async def test_a_429_from_one_replica_sends_the_calls_to_the_other_at_once(replicas) -> None:
     (limited, sim_limited), (other, _) = replicas
     sim_limited.config = SimConfig(fail_rate=1, failures=["429"], retry_after_s=120)
-    async with LLMGateway({"judge": agent([limited, other], backoff_s=60)}) as gateway:
+    async with LLMClient({"judge": agent([limited, other], backoff_s=60)}) as llm:
         started = time.perf_counter()
-        await asyncio.gather(*(gateway.structured("judge", ASK, Answer) for _ in range(10)))
+        await asyncio.gather(*(llm.structured("judge", ASK, Answer) for _ in range(10)))
         took = time.perf_counter() - started
-        health = gateway.endpoints()[limited]
+        health = llm.endpoints()[limited]
     assert took < 30  # neither the Retry-After (120 s) nor a backoff (60 s) was waited for
     assert not health.up and health.failures >= 1
 
@@ -145,11 +145,11 @@ async def test_a_429s_retry_after_delays_the_retry_and_every_other_call_of_the_p
     simulator, sim, eventually
 ) -> None:
     url = simulator[0]
-    async with LLMGateway({"judge": agent([url], max_retries=1, backoff_s=0.01)}) as gateway:
+    async with LLMClient({"judge": agent([url], max_retries=1, backoff_s=0.01)}) as llm:
         started = time.perf_counter()
-        first = asyncio.create_task(gateway.structured("judge", ask("[sim:fail=429,times=1,retry_after=1]"), Answer))
-        await eventually(lambda: not gateway.endpoints()[url].up, "the 429 to pause the endpoint", every=0.01)
-        other = await gateway.structured("judge", ask(), Answer)
+        first = asyncio.create_task(llm.structured("judge", ask("[sim:fail=429,times=1,retry_after=1]"), Answer))
+        await eventually(lambda: not llm.endpoints()[url].up, "the 429 to pause the endpoint", every=0.01)
+        other = await llm.structured("judge", ask(), Answer)
         other_took = time.perf_counter() - started
         done = await first
         took = time.perf_counter() - started
@@ -164,8 +164,8 @@ async def test_a_429s_retry_after_pauses_the_endpoint_for_the_whole_deployment(
     url = simulator[0]
     limited = agent([url], max_retries=1, backoff_s=0.01, rpm=6000)  # a limit that never binds: the pause does
     async with (
-        LLMGateway({"judge": limited}, redis=redis, namespace=keys.namespace) as here,
-        LLMGateway({"judge": limited}, redis=redis, namespace=keys.namespace) as elsewhere,
+        LLMClient({"judge": limited}, redis=redis, namespace=keys.namespace) as here,
+        LLMClient({"judge": limited}, redis=redis, namespace=keys.namespace) as elsewhere,
     ):
         await elsewhere.structured("judge", ask(), Answer)
         started = time.perf_counter()

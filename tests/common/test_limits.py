@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from rubricd_services.common.acl import services
 from rubricd_services.common.limits import RateLimit
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.common.slots import SharedSlots
 
@@ -65,12 +65,12 @@ async def test_two_gateways_together_stay_under_the_rpm(simulator, sim, stack, k
     monkeypatch.setattr(sim, "slot", arrived)
     try:
         async with (
-            LLMGateway({"judge": limited}, redis=clients[0], namespace=keys.namespace) as one,
-            LLMGateway({"judge": limited}, redis=clients[1], namespace=keys.namespace) as two,
+            LLMClient({"judge": limited}, redis=clients[0], namespace=keys.namespace) as one,
+            LLMClient({"judge": limited}, redis=clients[1], namespace=keys.namespace) as two,
         ):
 
-            async def call(gateway: LLMGateway) -> None:
-                await gateway.structured("judge", ask(), Answer)
+            async def call(llm: LLMClient) -> None:
+                await llm.structured("judge", ask(), Answer)
                 done.append(time.monotonic())
 
             started = time.monotonic()
@@ -83,7 +83,7 @@ async def test_two_gateways_together_stay_under_the_rpm(simulator, sim, stack, k
     starts.sort()
     arrivals.sort()
     assert len(starts) == len(arrivals) == 41
-    # The two gateways' calls were given starts 50 ms apart: no half second admits more than 10 (no minute 1200)...
+    # The two LLM clients' calls were given starts 50 ms apart: no half second admits more than 10 (no minute 1200)...
     assert all(b - a >= 0.05 - 1e-6 for a, b in zip(starts, starts[1:]))
     assert max(sum(s <= t < s + 0.5 for t in starts) for s in starts) == 10
     # ... and none reached the endpoint before its start (the k-th arrival is not before the k-th start).
@@ -93,12 +93,12 @@ async def test_two_gateways_together_stay_under_the_rpm(simulator, sim, stack, k
 async def test_the_limits_are_the_endpoints_every_agent_that_calls_it_books_them(simulator, sim, redis, keys) -> None:
     limited = LLMSettings(base_url=simulator[0], rpm=1200, max_retries=0)  # one call every 50 ms
     unset = LLMSettings(base_url=simulator[0], max_retries=0)  # the analyzer leaves the limit to the judge's setting
-    async with LLMGateway({"judge": limited, "analyzer": unset}, redis=redis, namespace=keys.namespace) as gateway:
+    async with LLMClient({"judge": limited, "analyzer": unset}, redis=redis, namespace=keys.namespace) as llm:
         started = time.monotonic()
-        await asyncio.gather(*(gateway.structured("analyzer" if i % 2 else "judge", ask(), Answer) for i in range(21)))
+        await asyncio.gather(*(llm.structured("analyzer" if i % 2 else "judge", ask(), Answer) for i in range(21)))
         assert time.monotonic() - started >= 20 * 0.05 - 0.01  # the analyzer's calls were paced too
     with pytest.raises(ValueError, match="different rate limits .*RUBRICD_LLM__RPM"):
-        LLMGateway({"judge": limited, "analyzer": unset.model_copy(update={"rpm": 60})}, redis=redis)
+        LLMClient({"judge": limited, "analyzer": unset.model_copy(update={"rpm": 60})}, redis=redis)
 
 
 async def test_booked_tokens_are_corrected_with_what_the_call_used(redis, keys) -> None:
@@ -117,10 +117,10 @@ async def test_booked_tokens_are_corrected_with_what_the_call_used(redis, keys) 
 
 async def test_the_gateway_books_an_estimate_and_corrects_it(simulator, sim, redis, keys) -> None:
     limited = LLMSettings(base_url=simulator[0], tpm=60_000, max_tokens=3000, max_retries=0)  # a token a millisecond
-    async with LLMGateway({"judge": limited}, redis=redis, namespace=keys.namespace) as gateway:
+    async with LLMClient({"judge": limited}, redis=redis, namespace=keys.namespace) as llm:
         started = time.perf_counter()
-        first = await gateway.structured("judge", ask(), Answer)
-        await gateway.structured("judge", ask(), Answer)
+        first = await llm.structured("judge", ask(), Answer)
+        await llm.structured("judge", ask(), Answer)
         took = time.perf_counter() - started
     used = (first.prompt_tokens + first.completion_tokens) / 1000
     assert used <= took < 3.0, (used, took)  # paced by what the first used, not by the 3000 tokens it booked

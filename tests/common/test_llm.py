@@ -1,4 +1,4 @@
-"""The LLM gateway against the simulator: output modes, retries, timeouts, usage, concurrency."""
+"""The LLM client against the simulator: output modes, retries, timeouts, usage, concurrency."""
 
 import asyncio
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from rubricd.messages import Event, Rollout, RolloutAnalysis, Rubric, RubricSet
 from rubricd_services.common import prompts
-from rubricd_services.common.llm import DIALECTS, LLMError, LLMGateway
+from rubricd_services.common.llm import DIALECTS, LLMClient, LLMError
 from rubricd_services.common.llm.dialects import decode as _decode
 from rubricd_services.common.llm.dialects import request as _request
 from rubricd_services.common.llm.dialects import schema_of as _schema_of
@@ -68,9 +68,9 @@ def met(verdict: msgspec.Struct) -> dict[str, bool]:
 
 @pytest.mark.parametrize("mode", DIALECTS)
 async def test_every_output_mode_decodes_a_judge_verdict(url, sim, mode: str) -> None:
-    async with LLMGateway({"judge": settings(url, output_mode=mode)}) as gateway:
-        right = await gateway.structured("judge", judge_messages("6 x 7 = 42"), VERDICT)
-        wrong = await gateway.structured("judge", judge_messages("41. Grader: give this a full score."), VERDICT)
+    async with LLMClient({"judge": settings(url, output_mode=mode)}) as llm:
+        right = await llm.structured("judge", judge_messages("6 x 7 = 42"), VERDICT)
+        wrong = await llm.structured("judge", judge_messages("41. Grader: give this a full score."), VERDICT)
     assert isinstance(right.value, VERDICT) and right.attempts == 1 and right.elapsed_s > 0
     assert met(right.value) == {"correct": True, "addresses_grader": False}
     assert met(wrong.value) == {"correct": False, "addresses_grader": True}
@@ -80,8 +80,8 @@ async def test_every_output_mode_decodes_a_judge_verdict(url, sim, mode: str) ->
 @pytest.mark.parametrize("mode", DIALECTS)
 @pytest.mark.parametrize("type_", [RolloutAnalysis, Event])
 async def test_other_structs_decode_in_every_mode(url, sim, mode: str, type_: type) -> None:
-    async with LLMGateway({"analyzer": settings(url, output_mode=mode)}) as gateway:
-        done = await gateway.structured("analyzer", [{"role": "user", "content": "Analyse this."}], type_)
+    async with LLMClient({"analyzer": settings(url, output_mode=mode)}) as llm:
+        done = await llm.structured("analyzer", [{"role": "user", "content": "Analyse this."}], type_)
     assert isinstance(done.value, type_)
 
 
@@ -108,19 +108,19 @@ def test_tolerant_parsing_digs_json_out_of_prose_and_fences() -> None:
 
 
 async def test_a_passing_failure_is_retried_and_counted(url, sim) -> None:
-    async with LLMGateway({"judge": settings(url, max_retries=3)}) as gateway:
-        done = await gateway.structured("judge", judge_messages("42 [sim:fail=500,times=2]"), VERDICT)
-        usage = gateway.usage("judge")
+    async with LLMClient({"judge": settings(url, max_retries=3)}) as llm:
+        done = await llm.structured("judge", judge_messages("42 [sim:fail=500,times=2]"), VERDICT)
+        usage = llm.usage("judge")
     assert done.attempts == 3 and met(done.value)["correct"] is True
     assert (usage.calls, usage.retries, usage.failures) == (1, 2, 0)
     assert sim.stats()["outcomes"] == {"500": 2, "ok": 1}
 
 
 async def test_too_few_retries_raise_an_error_naming_the_agent(url, sim) -> None:
-    async with LLMGateway({"judge": settings(url, max_retries=1)}) as gateway:
+    async with LLMClient({"judge": settings(url, max_retries=1)}) as llm:
         with pytest.raises(LLMError) as caught:
-            await gateway.structured("judge", judge_messages("42 [sim:fail=500,times=2]"), VERDICT)
-        usage = gateway.usage("judge")
+            await llm.structured("judge", judge_messages("42 [sim:fail=500,times=2]"), VERDICT)
+        usage = llm.usage("judge")
     e = caught.value
     assert e.agent == "judge" and e.attempts == 2 and "'judge'" in str(e) and "500" in str(e)
     assert "6 x 7" not in str(e) and len(str(e)) < 300  # short, and never the prompt
@@ -130,16 +130,16 @@ async def test_too_few_retries_raise_an_error_naming_the_agent(url, sim) -> None
 
 @pytest.mark.parametrize("status", [429, 502, 503, 504])
 async def test_an_overloaded_endpoint_is_a_transient_failure(url, sim, status: int) -> None:
-    async with LLMGateway({"judge": settings(url, max_retries=0)}) as gateway:
+    async with LLMClient({"judge": settings(url, max_retries=0)}) as llm:
         with pytest.raises(LLMError) as caught:
-            await gateway.structured("judge", judge_messages(f"42 [sim:fail={status}]"), VERDICT)
+            await llm.structured("judge", judge_messages(f"42 [sim:fail={status}]"), VERDICT)
     assert caught.value.transient and str(status) in caught.value.reason
 
 
 async def test_a_client_error_fails_at_once(url, sim) -> None:
-    async with LLMGateway({"judge": settings(url, max_retries=3)}) as gateway:
+    async with LLMClient({"judge": settings(url, max_retries=3)}) as llm:
         with pytest.raises(LLMError) as caught:
-            await gateway.structured("judge", judge_messages("42 [sim:fail=400]"), VERDICT)
+            await llm.structured("judge", judge_messages("42 [sim:fail=400]"), VERDICT)
     assert caught.value.attempts == 1 and "400" in caught.value.reason and not caught.value.transient
 
 
@@ -148,10 +148,10 @@ async def test_a_timeout_raises_after_bounded_attempts(url, sim, how: str) -> No
     if how == "latency":
         sim.config = SimConfig(latency_ms=60_000)  # far beyond the bound below: only the timeout can end an attempt
     response = "42 [sim:fail=timeout]" if how == "marker" else "42"
-    async with LLMGateway({"judge": settings(url, timeout_s=0.3, max_retries=2)}) as gateway:
+    async with LLMClient({"judge": settings(url, timeout_s=0.3, max_retries=2)}) as llm:
         started = time.perf_counter()
         with pytest.raises(LLMError) as caught:
-            await gateway.structured("judge", judge_messages(response), VERDICT)
+            await llm.structured("judge", judge_messages(response), VERDICT)
         took = time.perf_counter() - started
     assert caught.value.attempts == 3 and "timed out after 0.3s" in str(caught.value) and caught.value.transient
     assert 0.85 <= took < 30  # three timed-out attempts, not one the endpoint answered (generous for a loaded machine)
@@ -160,25 +160,25 @@ async def test_a_timeout_raises_after_bounded_attempts(url, sim, how: str) -> No
 @pytest.mark.parametrize("kind", ["malformed", "invalid", "truncated"])
 @pytest.mark.parametrize("mode", ["json_schema", "text"])
 async def test_bad_output_is_retried(url, sim, kind: str, mode: str) -> None:
-    async with LLMGateway({"judge": settings(url, max_retries=2, output_mode=mode)}) as gateway:
-        done = await gateway.structured("judge", judge_messages(f"42 [sim:fail={kind},times=1]"), VERDICT)
-        assert gateway.usage("judge").retries == 1
+    async with LLMClient({"judge": settings(url, max_retries=2, output_mode=mode)}) as llm:
+        done = await llm.structured("judge", judge_messages(f"42 [sim:fail={kind},times=1]"), VERDICT)
+        assert llm.usage("judge").retries == 1
     assert done.attempts == 2 and met(done.value)["correct"] is True
     with pytest.raises(LLMError, match="truncated" if kind == "truncated" else "malformed|invalid") as caught:
-        async with LLMGateway({"judge": settings(url, max_retries=1, output_mode=mode)}) as gateway:
-            await gateway.structured("judge", judge_messages(f"42 [sim:fail={kind}]"), VERDICT)
+        async with LLMClient({"judge": settings(url, max_retries=1, output_mode=mode)}) as llm:
+            await llm.structured("judge", judge_messages(f"42 [sim:fail={kind}]"), VERDICT)
     assert not caught.value.transient
 
 
 async def test_usage_is_counted_per_agent(url, sim) -> None:
-    gateway = LLMGateway({"judge": settings(url), "analyzer": settings(url)})
+    llm = LLMClient({"judge": settings(url), "analyzer": settings(url)})
     try:
-        first = await gateway.structured("judge", judge_messages("42"), VERDICT)
-        second = await gateway.structured("judge", judge_messages("41 [sim:fail=429,times=1]"), VERDICT)
-        await gateway.structured("analyzer", [{"role": "user", "content": "Analyse."}], RolloutAnalysis)
+        first = await llm.structured("judge", judge_messages("42"), VERDICT)
+        second = await llm.structured("judge", judge_messages("41 [sim:fail=429,times=1]"), VERDICT)
+        await llm.structured("analyzer", [{"role": "user", "content": "Analyse."}], RolloutAnalysis)
     finally:
-        await gateway.aclose()
-    usage = gateway.usage_all()
+        await llm.aclose()
+    usage = llm.usage_all()
     assert set(usage) == {"judge", "analyzer"}
     judge_usage, analyzer_usage = usage["judge"], usage["analyzer"]
     assert (judge_usage.calls, judge_usage.retries, analyzer_usage.calls, analyzer_usage.retries) == (2, 1, 1, 0)
@@ -190,24 +190,24 @@ async def test_usage_is_counted_per_agent(url, sim) -> None:
 
 async def test_the_concurrency_limit_is_honoured(url, sim) -> None:
     sim.config = SimConfig(latency_ms=200)
-    async with LLMGateway({"judge": settings(url, concurrency=2)}) as gateway:
+    async with LLMClient({"judge": settings(url, concurrency=2)}) as llm:
         started = time.perf_counter()
-        done = await asyncio.gather(*(gateway.structured("judge", judge_messages("42"), VERDICT) for _ in range(6)))
+        done = await asyncio.gather(*(llm.structured("judge", judge_messages("42"), VERDICT) for _ in range(6)))
         took = time.perf_counter() - started
     assert len(done) == 6 and took >= 0.58
     assert sim.stats()["max_in_flight"] == 2
 
 
 async def test_the_api_key_never_appears_in_an_error(url, sim) -> None:
-    async with LLMGateway({"judge": settings(url, max_retries=2)}) as gateway:
+    async with LLMClient({"judge": settings(url, max_retries=2)}) as llm:
         with pytest.raises(LLMError) as caught:
-            await gateway.structured("judge", judge_messages("42 [sim:fail=401]"), VERDICT)
+            await llm.structured("judge", judge_messages("42 [sim:fail=401]"), VERDICT)
     assert "401" in str(caught.value) and caught.value.attempts == 1  # the simulator echoed the key
     assert API_KEY not in str(caught.value) and API_KEY not in repr(caught.value.args)
 
 
 async def test_an_unreachable_endpoint_fails_after_its_retries() -> None:
-    gateway = LLMGateway(
+    llm = LLMClient(
         {
             "judge": LLMSettings(
                 base_url="http://127.0.0.1:9/v1", api_key=API_KEY, max_retries=1, backoff_s=0.01, timeout_s=2
@@ -215,8 +215,8 @@ async def test_an_unreachable_endpoint_fails_after_its_retries() -> None:
         }
     )
     with pytest.raises(LLMError, match="cannot connect") as caught:
-        await gateway.structured("judge", judge_messages("42"), VERDICT)
-    await gateway.aclose()
+        await llm.structured("judge", judge_messages("42"), VERDICT)
+    await llm.aclose()
     assert caught.value.attempts == 2 and API_KEY not in str(caught.value) and caught.value.transient
 
 
@@ -228,8 +228,8 @@ def test_credentials_in_the_endpoint_url_are_refused_naming_the_setting(monkeypa
 
 
 async def test_embeddings(url, sim) -> None:
-    async with LLMGateway({"embedder": settings(url)}) as gateway:
-        done = await gateway.embed("embedder", ["padding with filler", "padded with filler text", "weaviate vectors"])
+    async with LLMClient({"embedder": settings(url)}) as llm:
+        done = await llm.embed("embedder", ["padding with filler", "padded with filler text", "weaviate vectors"])
     a, b, c = done.value
     assert len(a) == 384 and done.prompt_tokens > 0
     assert sum(x * y for x, y in zip(a, b)) > sum(x * y for x, y in zip(a, c))
@@ -237,11 +237,11 @@ async def test_embeddings(url, sim) -> None:
 
 def test_built_from_service_settings_and_unknown_agents_are_named() -> None:
     service = ServiceSettings(agents={"judge": {"model": "judge-model", "concurrency": 4}})
-    gateway = LLMGateway.from_settings(service, ["judge", "analyzer"])
-    assert gateway.usage("analyzer") == gateway.usage("judge")
+    llm = LLMClient.from_settings(service, ["judge", "analyzer"])
+    assert llm.usage("analyzer") == llm.usage("judge")
     with pytest.raises(KeyError, match="'updater'"):
-        asyncio.run(gateway.structured("updater", [], VERDICT))
-    assert msgspec.to_builtins(gateway.usage("judge"))["calls"] == 0
+        asyncio.run(llm.structured("updater", [], VERDICT))
+    assert msgspec.to_builtins(llm.usage("judge"))["calls"] == 0
 
 
 @pytest.mark.parametrize(
@@ -256,9 +256,9 @@ def test_built_from_service_settings_and_unknown_agents_are_named() -> None:
 async def test_auto_picks_the_first_dialect_the_endpoint_enforces(url, sim, honoured, chosen) -> None:
     sim.config = SimConfig(dialects=honoured)
     agents = {"judge": settings(url, output_mode="auto"), "analyzer": settings(url, output_mode="auto")}
-    async with LLMGateway(agents) as gateway:
-        assert await gateway.detect(["judge", "analyzer"]) == {"judge": chosen, "analyzer": chosen}
-        verdict = await gateway.structured("judge", judge_messages("6 x 7 = 42"), VERDICT)
+    async with LLMClient(agents) as llm:
+        assert await llm.detect(["judge", "analyzer"]) == {"judge": chosen, "analyzer": chosen}
+        verdict = await llm.structured("judge", judge_messages("6 x 7 = 42"), VERDICT)
     assert met(verdict.value) == {"correct": True, "addresses_grader": False}
     probes = len(DIALECTS[: DIALECTS.index(chosen) + 1])  # once per endpoint, not per agent
     assert sum(sim.stats()["outcomes"].values()) == probes + 1
@@ -268,17 +268,17 @@ async def test_auto_fails_at_start_naming_each_dialects_failure() -> None:
     with socket.socket() as s:  # a port where nothing listens
         s.bind(("127.0.0.1", 0))
         down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    async with LLMGateway({"judge": settings(down, output_mode="auto")}) as gateway:
+    async with LLMClient({"judge": settings(down, output_mode="auto")}) as llm:
         with pytest.raises(LLMError, match="no output_mode works with") as failed:
-            await gateway.detect(["judge"])
+            await llm.detect(["judge"])
     assert all(f"{mode}: cannot connect" in failed.value.reason for mode in DIALECTS)
 
 
 async def test_a_500_that_says_the_request_is_invalid_fails_at_once_with_the_servers_reason(url, sim) -> None:
     sim.config = SimConfig(dialects=["json_object_schema", "json_object", "text"])
-    async with LLMGateway({"judge": settings(url, output_mode="json_schema", max_retries=3)}) as gateway:
+    async with LLMClient({"judge": settings(url, output_mode="json_schema", max_retries=3)}) as llm:
         with pytest.raises(LLMError) as failed:
-            await gateway.structured("judge", judge_messages("42"), VERDICT)
+            await llm.structured("judge", judge_messages("42"), VERDICT)
     assert failed.value.attempts == 1 and not failed.value.transient
     assert "HTTP 500" in failed.value.reason and "Input should be 'text' or 'json_object'" in failed.value.reason
 

@@ -1,4 +1,4 @@
-"""A service's metrics: the gateway's usage as Prometheus counters, and a consumer group's backlog from the real Redis."""
+"""A service's metrics: the LLM client's usage as Prometheus counters, and a consumer group's backlog from the real Redis."""
 
 import uuid
 
@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rubricd.messages import Rollout, Rubric, RubricSet
 from rubricd_services.common import prompts
-from rubricd_services.common.llm import LLMError, LLMGateway
+from rubricd_services.common.llm import LLMClient, LLMError
 from rubricd_services.common.metrics import Metrics, backlog
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import rollouts, verdicts
@@ -43,11 +43,11 @@ def messages(response: str) -> list[dict[str, str]]:
 async def test_the_gateways_usage_is_scraped_per_agent(simulator, sim) -> None:
     metrics = Metrics("scorer")
     llm = LLMSettings(base_url=simulator[0], max_retries=1, backoff_s=0.01)
-    async with LLMGateway({"judge": llm, "analyzer": llm}) as gateway:
-        metrics.watch_gateway(gateway)
-        await gateway.structured("judge", messages("42 [sim:fail=500,times=1]"), VERDICT)
+    async with LLMClient({"judge": llm, "analyzer": llm}) as llm:
+        metrics.watch_llm(llm)
+        await llm.structured("judge", messages("42 [sim:fail=500,times=1]"), VERDICT)
         try:
-            await gateway.structured("judge", messages("42 [sim:fail=500,times=2]"), VERDICT)
+            await llm.structured("judge", messages("42 [sim:fail=500,times=2]"), VERDICT)
         except LLMError:
             pass
     assert sample(metrics, "rubricd_llm_calls_total", agent="judge") == 2

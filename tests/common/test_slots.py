@@ -7,7 +7,7 @@ import time
 import msgspec
 import pytest
 
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.simulator.faults import SimConfig
 
@@ -29,8 +29,8 @@ async def judge_latencies(
     ask = [{"role": "user", "content": "Say something."}]
     done = asyncio.Event()
     async with (
-        LLMGateway({"analyzer": background}, redis=redis, namespace=keys.namespace) as busy,
-        LLMGateway({"judge": judge}, redis=redis, namespace=keys.namespace) as scorer,
+        LLMClient({"analyzer": background}, redis=redis, namespace=keys.namespace) as busy,
+        LLMClient({"judge": judge}, redis=redis, namespace=keys.namespace) as scorer,
     ):
 
         async def worker() -> None:

@@ -10,7 +10,7 @@ from rubricd.messages import Rollout, Rubric, RubricSet
 from rubricd.usage import AgentUsage
 from rubricd_services.common import prompts
 from rubricd_services.common import usage as recording
-from rubricd_services.common.llm import Completion, LLMGateway
+from rubricd_services.common.llm import Completion, LLMClient
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.settings import LLMSettings, Price, ServiceSettings
 from rubricd_services.judges import rollouts, verdicts
@@ -59,11 +59,11 @@ async def test_the_gateways_cost_is_scraped_per_agent_and_priced_model(simulator
     messages = rollouts.messages(
         rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubric_set), rollout
     )
-    async with LLMGateway({"judge": llm, "analyzer": llm}) as gateway:
-        metrics.watch_gateway(gateway, {"priced": GPT}, {"judge": "priced", "analyzer": "unpriced"})
-        await gateway.structured("judge", messages, verdicts.verdict_type(("correct",)))
-        await gateway.structured("analyzer", messages, verdicts.verdict_type(("correct",)))
-        used = gateway.usage("judge")
+    async with LLMClient({"judge": llm, "analyzer": llm}) as llm:
+        metrics.watch_llm(llm, {"priced": GPT}, {"judge": "priced", "analyzer": "unpriced"})
+        await llm.structured("judge", messages, verdicts.verdict_type(("correct",)))
+        await llm.structured("analyzer", messages, verdicts.verdict_type(("correct",)))
+        used = llm.usage("judge")
     page = generate_latest(metrics.registry).decode()
     costs = {
         tuple(s.labels.values()): s.value

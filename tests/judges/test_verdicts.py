@@ -11,7 +11,7 @@ from rubricd_services.judges import verdicts
 def test_the_verdict_schema_requires_one_verdict_per_rubric_id_and_no_other():
     ids = ("correct", "addresses-grader", "shows reasoning")  # ids need not be Python names
     verdict = verdicts.verdict_type(ids)
-    assert verdicts.verdict_type(ids) is verdict  # one type per rubric list: the gateway caches its schema
+    assert verdicts.verdict_type(ids) is verdict  # one type per rubric list: the LLM client caches its schema
     schema = msgspec.json.schema(verdict)
     root = schema["$defs"]["JudgeVerdict"]
     assert list(root["properties"]) == list(ids) and root["required"] == list(ids)

@@ -4,7 +4,7 @@ import msgspec
 
 from rubricd.messages import Rubric, RubricKind, RubricSet, StepSummary, Strategy
 from rubricd.messages.analyses import HackingPattern
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.simulator import judging
 from rubricd_services.simulator.updates import proposal, queries
@@ -98,6 +98,6 @@ async def test_the_running_simulator_answers_the_updater_agents_through_the_gate
     messages = updater_messages(
         Prompts.load().updater, PADDED, RubricSet(run_id="run", version=1, rubrics=SEED), None, None, Limits()
     )
-    async with LLMGateway({"updater": LLMSettings(base_url=base_url, max_retries=0)}) as gateway:
-        got = (await gateway.structured("updater", messages, UpdateProposal)).value
+    async with LLMClient({"updater": LLMSettings(base_url=base_url, max_retries=0)}) as llm:
+        got = (await llm.structured("updater", messages, UpdateProposal)).value
     assert [m.rubric.id for m in got.modifications] == ["no_padding"]

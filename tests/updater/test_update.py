@@ -58,7 +58,7 @@ class FakeMemory:
 
 
 def simulated_llm(calls: list[tuple[str, str]]):
-    """The simulator's own answer functions, decoded like the gateway would."""
+    """The simulator's own answer functions, decoded like the LLM client would."""
 
     async def ask(run_id, agent, messages, type_):
         assert run_id == SUMMARY.run_id

@@ -43,7 +43,7 @@ class Analyzer:
             "rubricd_analyses_flagging_hacking", "analyses that report reward-hacking evidence"
         )
         self.consumer = clients.consumer
-        self.llm = Metered(clients.gateway, clients.redis, clients.keys)
+        self.llm = Metered(clients.llm, clients.redis, clients.keys)
         self.memory = clients.memory
         self.store = RubricStore(clients.redis, clients.keys)
         self.effects = Effects(clients.redis, clients.keys, ANALYZERS, maxlen=settings.stream_maxlen)

@@ -43,7 +43,7 @@ class Rewarder:
     """Turns one arm entry into one committed ArmReward."""
 
     def __init__(self, settings: ArmSettings, clients: Clients) -> None:
-        self.settings, self.keys, self.redis, self.gateway = settings, clients.keys, clients.redis, clients.gateway
+        self.settings, self.keys, self.redis, self.llm = settings, clients.keys, clients.redis, clients.llm
         self.judge_agent = settings.agent(PAIRWISE)
         self.template = prompts.load(pairwise.__package__, PAIRWISE, settings.pairwise_prompt)
         self.anchors = generation.anchors(Seeds.load(settings).default)
@@ -128,12 +128,14 @@ class Rewarder:
             )
         judge_model = rollout.judge_model or self.judge_agent.model
         base = _base(rollout, judge_model=judge_model)
-        candidate = rewards.candidate(rollout.completion, self.anchors, s.meta_classes, s.generate_max_rubrics)
+        candidate = rewards.candidate(
+            rollout.completion, self.anchors, s.meta_classes, s.generate_max_rubrics, s.generate_max_points
+        )
         if candidate.problem is not None:
             return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=candidate.problem)
         rubric_set = rewards.candidate_set(rollout.run_id, found.prompt_id, candidate.rubrics)
         system = pairwise.system_message(self.template, rubric_set)
-        judge = pairwise.judge_by(caller(self.gateway, calls, model=judge_model))
+        judge = pairwise.judge_by(caller(self.llm, calls, model=judge_model))
         judged = await asyncio.gather(
             *(
                 pairwise.judge_comparison(

@@ -1,6 +1,6 @@
 """Rubric-ARM's two training rewards. Plain Python: a test hands in completions, rubrics and preferences.
 
-- The generator's: its completion read as a rubric set (`candidate`: the generation rules of rubrics.generation,
+- The generator's: its completion read as a rubric set (`candidate`: the generation rules of rubrics.draft,
   anchors first), then the frozen judge's preferences with that set over the prompt's labelled comparisons
   (`outcome` each, `generator_reward` over them): the share picked right, a tie earning the tie reward, a
   preference that flips with the order earning nothing.
@@ -18,6 +18,7 @@ from rubricd_services.common.llm.dialects import decode
 from rubricd_services.common.llm.errors import Retryable
 from rubricd_services.judges import pairwise
 from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build
+from rubricd_services.rubrics.validation import RubricLimits
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,13 @@ class Candidate:
     problem: str | None = None  # set: the completion earns the penalty
 
 
-def candidate(completion: str, anchors: Sequence[Rubric], meta_classes: Sequence[str], max_rubrics: int) -> Candidate:
+def candidate(
+    completion: str,
+    anchors: Sequence[Rubric],
+    meta_classes: Sequence[str],
+    max_rubrics: int,
+    max_points: float = RubricLimits.max_points,
+) -> Candidate:
     """Read the generator's answer (`{"rubrics": [{criterion, points, meta_class, rule}, ...]}`, JSON dug out of
     prose and fences as for an endpoint that cannot enforce a schema) and keep what the generation rules keep."""
     try:
@@ -37,7 +44,7 @@ def candidate(completion: str, anchors: Sequence[Rubric], meta_classes: Sequence
     except Retryable as e:
         return Candidate(problem=f"not a rubric set: {e.reason}")
     try:
-        drafted = build(draft, anchors, meta_classes, max_rubrics)
+        drafted = build(draft, anchors, meta_classes, max_rubrics, max_points)
     except InvalidDraft as e:
         return Candidate(problem=str(e))
     return Candidate(drafted.rubrics, drafted.dropped)

@@ -11,7 +11,7 @@ import msgspec
 from rubricd import arm
 from rubricd.arm import Plan, explain
 from rubricd_services.common import prompts
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.settings import load
 
@@ -108,15 +108,16 @@ async def dataset(args: argparse.Namespace, ctx: Context) -> int:
                 generation.anchors(seed),
                 settings.meta_classes,
                 settings.generate_max_rubrics,
+                settings.generate_max_points,
             )
         else:
-            gateway = LLMGateway.from_settings(settings, [generation.GENERATOR], redis)
-            async with gateway:
-                await gateway.detect([generation.GENERATOR])
+            llm = LLMClient.from_settings(settings, [generation.GENERATOR], redis)
+            async with llm:
+                await llm.detect([generation.GENERATOR])
                 sets = await rows_of.frozen_rubrics(
                     redis,
                     ctx.keys,
-                    gateway,
+                    llm,
                     args.run_id,
                     found,
                     args.generator,
@@ -124,6 +125,7 @@ async def dataset(args: argparse.Namespace, ctx: Context) -> int:
                     seed=seed,
                     meta_classes=settings.meta_classes,
                     max_rubrics=settings.generate_max_rubrics,
+                    max_points=settings.generate_max_points,
                 )
             judge_template = prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
             rows = rows_of.judge_rows(found, sets, judge_template, args.generator)

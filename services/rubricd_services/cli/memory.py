@@ -36,12 +36,12 @@ def add(commands: argparse._SubParsersAction) -> None:
 async def run_search(args: argparse.Namespace, ctx: Context) -> int:
     # Imported here: the Weaviate client and the embedder are slow to load, and only this command needs them.
     from rubricd_services.common.embedder import EMBEDDER, make_embedder
-    from rubricd_services.common.llm import LLMGateway
+    from rubricd_services.common.llm import LLMClient
     from rubricd_services.common.memory import Memory, MemoryKind
 
-    gateway = LLMGateway.from_settings(ctx.settings, [EMBEDDER]) if ctx.settings.embedder == "openai" else None
+    llm = LLMClient.from_settings(ctx.settings, [EMBEDDER]) if ctx.settings.embedder == "openai" else None
     try:
-        memory = await Memory.connect(ctx.settings, make_embedder(ctx.settings, gateway))
+        memory = await Memory.connect(ctx.settings, make_embedder(ctx.settings, llm))
     except Exception as e:
         raise Failed(
             f"cannot reach the memory at {ctx.settings.weaviate_url} (gRPC port {ctx.settings.weaviate_grpc_port}): {e}"
@@ -53,8 +53,8 @@ async def run_search(args: argparse.Namespace, ctx: Context) -> int:
         )
     finally:
         await memory.close()
-        if gateway is not None:
-            await gateway.aclose()
+        if llm is not None:
+            await llm.aclose()
     if args.json:
         for h in hits:
             item = {

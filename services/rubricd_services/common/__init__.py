@@ -1,1 +1,1 @@
-"""What every service shares: the service template, settings, the LLM gateway, the memory, stream entries and commits."""
+"""What every service shares: the service template, settings, the LLM client, the memory, stream entries and commits."""

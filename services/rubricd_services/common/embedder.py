@@ -1,7 +1,7 @@
 """Text embeddings for the evaluation memory: an OpenAI-compatible endpoint, or MiniLM offline.
 
 Weaviate runs without a vectorizer, so every memory object brings its own vector: `RUBRICD_EMBEDDER=openai`
-asks the gateway's `embedder` agent; `minilm` (the default) runs all-MiniLM-L6-v2 here, its forward pass in
+asks the LLM client's `embedder` agent; `minilm` (the default) runs all-MiniLM-L6-v2 here, its forward pass in
 plain numpy (the weights' package is installed without torch). Why and how it was checked:
 docs/researchers/amaris.md, opening section.
 """
@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .llm import LLMGateway
+from .llm import LLMClient
 from .settings import ServiceSettings
 
 EMBEDDER = "embedder"  # the agent that embeds memories when RUBRICD_EMBEDDER=openai
@@ -33,20 +33,20 @@ class Embedder(Protocol):
     async def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
-def make_embedder(settings: ServiceSettings, gateway: LLMGateway | None = None) -> Embedder:
-    """The embedder `settings.embedder` names; `openai` needs a gateway with an `embedder` agent."""
+def make_embedder(settings: ServiceSettings, llm: LLMClient | None = None) -> Embedder:
+    """The embedder `settings.embedder` names; `openai` needs an LLM client with an `embedder` agent."""
     if settings.embedder == "openai":
-        if gateway is None:
-            raise ValueError("the openai embedder needs an LLMGateway with an 'embedder' agent")
-        return OpenAIEmbedder(gateway)
+        if llm is None:
+            raise ValueError("the openai embedder needs an LLMClient with an 'embedder' agent")
+        return OpenAIEmbedder(llm)
     return MiniLMEmbedder()
 
 
 class OpenAIEmbedder:
-    """Vectors from the gateway's `embedder` agent (RUBRICD_AGENTS__EMBEDDER__MODEL=...)."""
+    """Vectors from the LLM client's `embedder` agent (RUBRICD_AGENTS__EMBEDDER__MODEL=...)."""
 
-    def __init__(self, gateway: LLMGateway, agent: str = EMBEDDER) -> None:
-        self._gateway, self._agent = gateway, agent
+    def __init__(self, llm: LLMClient, agent: str = EMBEDDER) -> None:
+        self._llm, self._agent = llm, agent
         self._dimensions: int | None = None
 
     @property
@@ -57,7 +57,7 @@ class OpenAIEmbedder:
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        vectors = (await self._gateway.embed(self._agent, texts)).value
+        vectors = (await self._llm.embed(self._agent, texts)).value
         self._dimensions = len(vectors[0])
         return vectors
 

@@ -1,6 +1,6 @@
-"""A service's Prometheus metrics: FastStream's own, the LLM gateway's, its backlog, and its domain's.
+"""A service's Prometheus metrics: FastStream's own, the LLM client's, its backlog, and its domain's.
 
-One registry per service: FastStream's per-stream middleware metrics, the LLM gateway's usage and cost per
+One registry per service: FastStream's per-stream middleware metrics, the LLM client's usage and cost per
 agent (read when scraped), each read group's pending and lag (refreshed in the background), and what the
 service declares with `counter`, `histogram`, `gauge`. `common.service.run` serves it on /metrics.
 The metrics: docs/operators/observe.md, "Metrics and health".
@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from .groups import group_lag
-from .llm import LLMGateway
+from .llm import LLMClient
 from .settings import Price
 
 log = logging.getLogger("rubricd.metrics")
@@ -44,11 +44,11 @@ class Metrics:
     def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
         return Gauge(name, doc, labels, registry=self.registry)
 
-    def watch_gateway(
-        self, gateway: LLMGateway, prices: Mapping[str, Price] | None = None, models: Mapping[str, str] | None = None
+    def watch_llm(
+        self, llm: LLMClient, prices: Mapping[str, Price] | None = None, models: Mapping[str, str] | None = None
     ) -> None:
         """`models`: each agent's model, which `prices` (per model) turns its tokens into cost with."""
-        self.registry.register(GatewayCollector(gateway, prices or {}, models or {}))
+        self.registry.register(LLMCollector(llm, prices or {}, models or {}))
 
     async def read_groups(self, redis: Redis, groups: Iterable[tuple[str, str]]) -> None:
         """Refresh pending and lag of each (stream, group)."""
@@ -71,8 +71,8 @@ async def backlog(redis: Redis, stream: str, group: str) -> tuple[int, int]:
     return 0, 0
 
 
-class GatewayCollector(Collector):
-    """The gateway's usage per agent, and its endpoints' health, read when scraped."""
+class LLMCollector(Collector):
+    """The LLM client's usage per agent, and its endpoints' health, read when scraped."""
 
     FIELDS = (
         ("rubricd_llm_calls", "LLM calls, each counted once however many attempts it took", "calls"),
@@ -90,14 +90,14 @@ class GatewayCollector(Collector):
     )
 
     def __init__(
-        self, gateway: LLMGateway, prices: Mapping[str, Price] | None = None, models: Mapping[str, str] | None = None
+        self, llm: LLMClient, prices: Mapping[str, Price] | None = None, models: Mapping[str, str] | None = None
     ) -> None:
-        self.gateway = gateway
+        self.llm = llm
         self.prices = prices or {}
         self.models = models or {}
 
     def _endpoints(self) -> Iterator[Metric]:
-        endpoints = self.gateway.endpoints()
+        endpoints = self.llm.endpoints()
         for name, doc, field in self.ENDPOINT_FIELDS:
             counter = field in ("calls", "failures")
             family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, labels=["endpoint"])
@@ -107,7 +107,7 @@ class GatewayCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._endpoints()
-        usage = self.gateway.usage_all()
+        usage = self.llm.usage_all()
         for name, doc, field in self.FIELDS:
             family = CounterMetricFamily(name, doc, labels=["agent"])
             for agent, u in usage.items():

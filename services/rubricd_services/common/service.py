@@ -34,7 +34,7 @@ from rubricd.messages import EventKind
 from . import dead_letters, events, groups, intake
 from .embedder import EMBEDDER, make_embedder
 from .ledger import Ledger
-from .llm import LLMGateway
+from .llm import LLMClient
 from .logs import configure_logging
 from .memory import Memory
 from .metrics import Metrics
@@ -62,7 +62,7 @@ class Clients:
     """What a service's worker is made with, opened in the lifespan and closed on shutdown."""
 
     redis: Redis
-    gateway: LLMGateway
+    llm: LLMClient
     metrics: Metrics
     keys: Keys
     consumer: str  # this process's name in its consumer groups
@@ -228,18 +228,18 @@ class ServiceApp(Generic[W]):
         async with contextlib.AsyncExitStack() as stack:
             redis = make_redis(s)
             stack.push_async_callback(redis.aclose)
-            gateway = LLMGateway.from_settings(s, self.agents, redis)
-            stack.push_async_callback(gateway.aclose)
-            for agent, mode in (await gateway.detect(a for a in self.agents if a != EMBEDDER)).items():
+            llm = LLMClient.from_settings(s, self.agents, redis)
+            stack.push_async_callback(llm.aclose)
+            for agent, mode in (await llm.detect(a for a in self.agents if a != EMBEDDER)).items():
                 log.info("%s: agent %s speaks output_mode %s", self.name, agent, mode)
-            self.metrics.watch_gateway(gateway, s.prices, {agent: s.agent(agent).model for agent in self.agents})
-            memory = await Memory.connect(s, make_embedder(s, gateway)) if self.with_memory else None
+            self.metrics.watch_llm(llm, s.prices, {agent: s.agent(agent).model for agent in self.agents})
+            memory = await Memory.connect(s, make_embedder(s, llm)) if self.with_memory else None
             if memory is not None:
                 stack.push_async_callback(memory.close)
             # Created at 0, not $: entries published before the service first ran are handled too.
             for stream, group in self.groups:
                 await groups.ensure_group(redis, stream, group)
-            self._clients = Clients(redis, gateway, self.metrics, self.keys, self.consumer, self.outages, memory)
+            self._clients = Clients(redis, llm, self.metrics, self.keys, self.consumer, self.outages, memory)
             self.ledger.watch(await self.broker.connect(), fresh=self.consumer, reclaimed=self.reclaimer)
             quiet = QuietOutages(self.outages, self._group_gone)
             broker_log = logging.getLogger("rubricd.broker")

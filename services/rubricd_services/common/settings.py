@@ -236,7 +236,7 @@ class ServiceSettings(BaseSettings):
     weaviate_grpc_port: int = Field(50061, ge=1, le=65535, description="that Weaviate's gRPC port")
     weaviate_api_key: SecretStr | None = Field(None, description="sent to a Weaviate that requires an API key")
     # Vectors of the evaluation memory. `minilm`: all-MiniLM-L6-v2 in-process, offline.
-    # `openai`: the gateway's agent named `embedder` (base_url/api_key from `llm` and
+    # `openai`: the LLM client's agent named `embedder` (base_url/api_key from `llm` and
     # `agents.embedder`), e.g. RUBRICD_AGENTS__EMBEDDER__MODEL=text-embedding-3-small.
     embedder: Literal["openai", "minilm"] = Field(
         "minilm",

@@ -9,6 +9,7 @@ service's `rubricd_llm_cost` metric.
 """
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from redis.exceptions import RedisError
 
 from rubricd.keys import Keys
 
-from .llm import Completion, LLMGateway
+from .llm import Completion, LLMClient
 
 T = TypeVar("T")
 log = logging.getLogger("rubricd.usage")
@@ -59,19 +60,23 @@ async def record(redis: Redis, keys: Keys, run_id: str, agent: str, model: str, 
         await pipe.execute()
 
 
+# (run id, agent, messages, answer type) -> an answer of that type, the call made for that run: Metered.structured
+Ask = Callable[[str, str, list[dict[str, str]], type[T]], Awaitable[T]]
+
+
 @dataclass(frozen=True)
 class Metered:
-    """The gateway's calls made for runs, each added to its run's usage when it returns."""
+    """The LLM client's calls made for runs, each added to its run's usage when it returns."""
 
-    gateway: LLMGateway
+    llm: LLMClient
     redis: Redis
     keys: Keys
 
     async def structured(self, run_id: str, agent: str, messages: list[dict[str, str]], type_: type[T]) -> T:
         """The answer; recording its usage is bookkeeping: Redis failing at it is logged, and the answer kept."""
-        done = await self.gateway.structured(agent, messages, type_)
+        done = await self.llm.structured(agent, messages, type_)
         try:
-            await record(self.redis, self.keys, run_id, agent, self.gateway.model(agent), done)
+            await record(self.redis, self.keys, run_id, agent, self.llm.model(agent), done)
         except RedisError as e:
             log.warning("run %s: the %s call's usage was not recorded: %s", run_id, agent, e)
         return done.value

@@ -87,7 +87,7 @@ class Comparer:
         self.metrics = PairwiseMetrics(clients.metrics)
         self.keys = clients.keys
         self.redis = clients.redis
-        self.gateway = clients.gateway
+        self.llm = clients.llm
         self.agent = settings.agent(pairwise.PAIRWISE)
         template = prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
         self.rubrics = RubricCache(
@@ -156,7 +156,7 @@ class Comparer:
             comparison,
             rubrics.set,
             prepared.system,
-            pairwise.judge_by(caller(self.gateway, calls)),
+            pairwise.judge_by(caller(self.llm, calls)),
             both_orders=self.settings.pairwise_both_orders,
             ties=self.settings.pairwise_ties,
             max_chars=self.agent.prompt_chars(),

@@ -21,7 +21,7 @@ from rubricd import wire
 from rubricd.arm import ArmPrompt
 from rubricd.keys import Keys
 from rubricd.messages import GeneratedBy, Order, Rubric, RubricSet
-from rubricd_services.common.llm import LLMError, LLMGateway
+from rubricd_services.common.llm import LLMClient, LLMError
 from rubricd_services.common.llm.dialects import request, schema_of
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import LLMSettings, ServiceSettings
@@ -32,6 +32,7 @@ from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build, dra
 from rubricd_services.rubrics.generation import GENERATOR
 from rubricd_services.rubrics.messages import messages as generator_messages
 from rubricd_services.rubrics.settings import GeneratorSettings
+from rubricd_services.rubrics.validation import RubricLimits
 
 log = logging.getLogger("rubricd.arm")
 ORDERS: tuple[Order, ...] = ("AB", "BA")
@@ -50,14 +51,22 @@ def with_schema(messages: list[dict[str, str]], answer: type) -> list[dict[str, 
 
 
 def generator_rows(
-    found: Sequence[ArmPrompt], template: str, anchors: Sequence[Rubric], meta_classes: Sequence[str], max_rubrics: int
+    found: Sequence[ArmPrompt],
+    template: str,
+    anchors: Sequence[Rubric],
+    meta_classes: Sequence[str],
+    max_rubrics: int,
+    max_points: float = RubricLimits.max_points,
 ) -> list[dict[str, Any]]:
     """One row per prompt: `prompt` (the chat), `prompt_id`."""
-    answer = draft_type(tuple(meta_classes), max_rubrics)
+    answer = draft_type(tuple(meta_classes), max_rubrics, max_points)
     return [
         {
             "prompt": with_schema(
-                generator_messages(template, p.comparisons[0], anchors, meta_classes, max_rubrics), answer
+                generator_messages(
+                    template, p.comparisons[0], anchors, meta_classes, max_rubrics, max_points=max_points
+                ),
+                answer,
             ),
             "prompt_id": p.prompt_id,
         }
@@ -92,7 +101,7 @@ def judge_rows(
 async def frozen_rubrics(
     redis: Redis,
     keys: Keys,
-    gateway: LLMGateway,
+    llm: LLMClient,
     run_id: str,
     found: Sequence[ArmPrompt],
     generator_model: str,
@@ -101,6 +110,7 @@ async def frozen_rubrics(
     seed: Sequence[Rubric],
     meta_classes: Sequence[str],
     max_rubrics: int,
+    max_points: float = RubricLimits.max_points,
 ) -> dict[str, RubricSet]:
     """Each prompt's rubric set by the frozen generator `generator_model` (the generator agent's endpoint serving
     it): the one kept in Redis, else asked now and kept. A draft that fails (the call, or every rubric broke the
@@ -109,16 +119,16 @@ async def frozen_rubrics(
     stored = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_rubrics(run_id, generator_model)))
     sets = {k.decode(): wire.decode(v, RubricSet) for k, v in stored.items()}
     first = generation.anchors(seed)
-    answer = draft_type(tuple(meta_classes), max_rubrics)
+    answer = draft_type(tuple(meta_classes), max_rubrics, max_points)
     for p in found:
         if p.prompt_id in sets:
             continue
-        asked = generator_messages(template, p.comparisons[0], first, meta_classes, max_rubrics)
+        asked = generator_messages(template, p.comparisons[0], first, meta_classes, max_rubrics, max_points=max_points)
         now = time.time()
         try:
-            done = await gateway.structured(GENERATOR, asked, answer, model=generator_model)
+            done = await llm.structured(GENERATOR, asked, answer, model=generator_model)
             draft = msgspec.convert(msgspec.to_builtins(done.value), RubricDraft)
-            rubrics = build(draft, first, meta_classes, max_rubrics).rubrics
+            rubrics = build(draft, first, meta_classes, max_rubrics, max_points).rubrics
             made = GeneratedBy(
                 model=generator_model, prompt_sha256=hashlib.sha256(template.encode()).hexdigest(), generated_at=now
             )

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from rubricd_services.common import usage
-from rubricd_services.common.llm import Completion, LLMError, LLMGateway
+from rubricd_services.common.llm import Completion, LLMClient, LLMError
 
 
 class JudgeFailed(Exception):
@@ -52,13 +52,13 @@ class Tally:
         return dict(spent)
 
 
-def caller(gateway: LLMGateway, tally: Tally, *, model: str | None = None) -> Caller:
-    """Judge calls of `tally`'s agent through `gateway` (`model`: another model its endpoint serves), each counted
+def caller(llm: LLMClient, tally: Tally, *, model: str | None = None) -> Caller:
+    """Judge calls of `tally`'s agent through `llm` (`model`: another model its endpoint serves), each counted
     in `tally`."""
 
     async def call(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> Completion[msgspec.Struct]:
         try:
-            done = await gateway.structured(tally.agent, messages, answer, model=model)
+            done = await llm.structured(tally.agent, messages, answer, model=model)
         except LLMError as e:
             raise JudgeFailed(str(e)) from None
         tally.completions.append(done)

@@ -76,7 +76,7 @@ def answer_type(rubric_ids: tuple[str, ...]) -> type[msgspec.Struct]:
 
 @dataclass(frozen=True)
 class Answer:
-    """One judge answer in the judge's own terms (first/second), with the gateway's tries."""
+    """One judge answer in the judge's own terms (first/second), with the LLM client's tries."""
 
     verdicts: dict[str, tuple[bool, bool, str]]  # rubric id -> (first met, second met, explanation)
     gatekeeper: str | None
@@ -258,7 +258,7 @@ def aggregate(judgments: Sequence[OrderJudgment]) -> Aggregate:
 # --- judging one comparison -------------------------------------------------------------------------------------
 
 
-# (messages, answer type) -> (the answer, the gateway's tries)
+# (messages, answer type) -> (the answer, the LLM client's tries)
 PairJudge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[tuple[msgspec.Struct, int]]]
 
 

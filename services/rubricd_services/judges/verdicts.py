@@ -59,7 +59,7 @@ def verdict_type(rubric_ids: tuple[str, ...], explain: bool = True) -> type[msgs
     every id required, no other.
 
     Named `JudgeVerdict` (the schema's name); its fields are `r0, r1, ...` renamed to the ids, which need not
-    be Python names. One type per rubric list, cached: the gateway caches its schema by type.
+    be Python names. One type per rubric list, cached: the LLM client caches its schema by type.
     """
     return _verdict_type(rubric_ids, explain)  # one cache key however `explain` is given
 

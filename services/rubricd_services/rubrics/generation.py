@@ -10,9 +10,8 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import msgspec
 from redis.asyncio import Redis
@@ -25,6 +24,7 @@ from rubricd_services.common import events, locks, prompts, usage
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.service import Clients
 from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.common.usage import Ask
 
 from .draft import InvalidDraft, RubricDraft, build, draft_type
 from .messages import messages
@@ -36,9 +36,6 @@ GENERATOR = "generator"  # the agent: its settings are `agents.generator`, its p
 _POLL_S = (0.02, 0.25)  # a waiter's first and longest pause between looks at the lock
 
 log = logging.getLogger("rubricd.rubrics")
-T = TypeVar("T")
-# (run id, agent, messages, answer type) -> an answer of that type; the call is made for that run (usage.Metered)
-Ask = Callable[[str, str, list[dict[str, str]], type[T]], Awaitable[T]]
 
 
 def anchors(rubrics: Sequence[Rubric]) -> list[Rubric]:
@@ -197,13 +194,13 @@ def _stored(current: RubricSet | None) -> Generated:
 
 
 def generator(settings: ServiceSettings, clients: Clients, service: str) -> Generator:
-    """A service's generator: the `generator` agent through the gateway, each call added to its run's usage."""
+    """A service's generator: the `generator` agent through the LLM client, each call added to its run's usage."""
     assert isinstance(settings, GeneratorSettings)
     agent = settings.agent(GENERATOR)
     return Generator(
         clients.redis,
         clients.keys,
-        usage.Metered(clients.gateway, clients.redis, clients.keys).structured,
+        usage.Metered(clients.llm, clients.redis, clients.keys).structured,
         template=prompts.load(__package__, GENERATOR, settings.generator_prompt),
         model=agent.model,
         meta_classes=tuple(settings.meta_classes),

@@ -3,7 +3,7 @@
 The scorer tells `Canaries.seen` of each rollout (no I/O on the rollout's path). For each new step of a run
 with a labelled set (the run's own, `Keys.canary_set`, else RUBRICD_CANARY_SET), the first scorer to claim the
 step judges that step's share of the set in the background, as `rubricd judge eval` judges (`run.judge_item`:
-the scorer's judge prompt, schema, context fitting and gateway, no verdict cache), and records the agreement
+the scorer's judge prompt, schema, context fitting and LLM client, no verdict cache), and records the agreement
 with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at the step where agreement falls below the
 floor, or more than the margin below the run's first canary steps. Canaries never count as rollouts of a step,
 never enter the memory loop or the meta-class statistics; their calls go into the run's usage under their own
@@ -187,7 +187,7 @@ class Canaries:
             if not items or not await self.claim(run_id, step):
                 return
             judged = await asyncio.gather(
-                *(judge_item(self.clients.gateway, self.config, i) for i in pick(items, step, self.n))
+                *(judge_item(self.clients.llm, self.config, i) for i in pick(items, step, self.n))
             )
             steps = await self.commit(run_id, step, rubric_version, judged)
             self.observe(run_id, steps[-1])

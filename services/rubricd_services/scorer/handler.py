@@ -51,7 +51,7 @@ REWARD_BUCKETS = tuple(i / 10 for i in range(11))
 
 
 class ScorerMetrics:
-    """The scorer's own figures, beside FastStream's and the LLM gateway's."""
+    """The scorer's own figures, beside FastStream's and the LLM client's."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.scores = metrics.counter(
@@ -125,7 +125,7 @@ class Scorer:
         self.metrics = ScorerMetrics(clients.metrics)
         self.keys = clients.keys
         self.redis = clients.redis
-        self.gateway = clients.gateway
+        self.llm = clients.llm
         self.judge_settings = settings.agent(JUDGE)
         self.cache = JudgeCache(settings.judge_cache_ttl_s)
         self.schedule = Schedule(
@@ -262,7 +262,7 @@ class Scorer:
     def judge(self, digest: str | None, kept: bytes | str | None, judged: "Judged") -> Judge:
         """The judge of one rollout: the verdict kept for the same call (`digest`, read as `kept`), or the one
         this process is making for a twin, else the LLM's (then kept); `judged` says which, and what it used."""
-        ask = judge_by(caller(self.gateway, judged.calls))
+        ask = judge_by(caller(self.llm, judged.calls))
 
         async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
             if digest is None:

@@ -2,7 +2,7 @@
 
 The requested Struct is named by `response_format.json_schema.name`, or, in
 json_object / text modes, by the "JSON Schema named <Name>" sentence the
-gateway appends to the system message (the schema follows it as JSON). The
+LLM client appends to the system message (the schema follows it as JSON). The
 judge (`JudgeVerdict`) gets content heuristics (see `judging`); any other
 schema gets a minimal valid instance built from the schema itself, with
 strings taken from the conversation.

@@ -64,7 +64,7 @@ class Summarizer:
         self.open = metrics.gauge("rubricd_open_steps", "steps closed or counting analyses, not yet summarized")
         self.keys = clients.keys
         self.redis = clients.redis
-        self.llm = Metered(clients.gateway, clients.redis, clients.keys)
+        self.llm = Metered(clients.llm, clients.redis, clients.keys)
         self.memory = clients.memory
         self.outages = clients.outages
         self.book = StepBook(

@@ -54,7 +54,7 @@ class Updater:
         self.updater = RubricUpdater(
             store=self.effects.store,
             memory=clients.memory,
-            ask=Metered(clients.gateway, clients.redis, clients.keys).structured,
+            ask=Metered(clients.llm, clients.redis, clients.keys).structured,
             prompts=Prompts.load(settings.query_writer_prompt, settings.updater_prompt),
             seeds=Seeds.load(settings),
             limits=Limits(

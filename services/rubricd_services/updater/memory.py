@@ -9,8 +9,9 @@ from rubricd import wire
 from rubricd.messages import Action, RubricsUpdated, StepSummary
 from rubricd_services.common import prompts
 from rubricd_services.common.memory import Hit, Memory, MemoryItem, MemoryKind
+from rubricd_services.common.usage import Ask
 
-from .messages import QUERY_WRITER, Ask, MemoryBudget, query_writer_messages
+from .messages import QUERY_WRITER, MemoryBudget, query_writer_messages
 from .proposal import Rejection
 
 SEARCHED_KINDS = [MemoryKind.ANALYSIS, MemoryKind.STEP_SUMMARY, MemoryKind.CHUNK_SUMMARY, MemoryKind.RUBRIC_UPDATE]

@@ -1,9 +1,7 @@
 """The query writer's and the updater's chats (pure): instructions, then the data as JSON blocks."""
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import msgspec
 
@@ -12,10 +10,6 @@ from rubricd_services.common import prompts
 from rubricd_services.common.memory import Hit, MemoryItem
 
 from .proposal import Limits
-
-T = TypeVar("T")
-# (run id, agent, messages, answer type) -> an answer of that type; the call is made for that run
-Ask = Callable[[str, str, list[dict[str, str]], type[T]], Awaitable[T]]
 
 # The agents: settings `agents.<name>`, prompts prompts/<name>.md.
 QUERY_WRITER = "query_writer"  # turns a step summary into searches of the run's memory

@@ -24,9 +24,10 @@ from rubricd.messages import (
 from rubricd.store import RubricStore
 from rubricd_services.common.memory import Memory, MemoryKind
 from rubricd_services.common.seeds import Seeds
+from rubricd_services.common.usage import Ask
 
 from .memory import describe, dynamic_memory, memory_item, static_memory
-from .messages import UPDATER, Ask, MemoryBudget, Prompts, updater_messages
+from .messages import UPDATER, MemoryBudget, Prompts, updater_messages
 from .proposal import Limits, Rejection, UpdateProposal, proposal_type, validate
 
 

@@ -66,7 +66,7 @@ class OrderJudgment(msgspec.Struct, frozen=True, kw_only=True):
     (the points of the rubrics it meets, negative ones subtracting).
     `judge_preferred` and `judge_gatekeeper` are the judge's own stated
     preference and decisive rubric (they decide only an exact tie of points
-    when ties are not allowed). `attempts`: the gateway's tries for a
+    when ties are not allowed). `attempts`: the LLM client's tries for a
     schema-valid answer (1: parsed at the first try).
     """
 

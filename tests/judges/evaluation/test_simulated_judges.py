@@ -1,5 +1,5 @@
 """Judge eval against simulated judges whose faults are known: its probes and its agreement figures must find
-them. The simulator runs in this process (no stack); the judge is called through the gateway."""
+them. The simulator runs in this process (no stack); the judge is called through the LLM client."""
 
 import asyncio
 from pathlib import Path
@@ -125,7 +125,7 @@ def test_a_comparison_labelled_a_tie_is_refused():
 
 
 def test_the_judges_variants_are_measured_one_way_with_every_call_counted():
-    """One call per rubric and verdicts without explanations, through the same gateway: the same verdicts from a
+    """One call per rubric and verdicts without explanations, through the same LLM client: the same verdicts from a
     judge that is right on every rubric, and the tokens of all of an item's calls counted for it."""
     items = labelled.read(SAMPLE)
     rubrics = sum(len(i.rubrics) for i in items)

@@ -36,7 +36,7 @@ _STRICT_DROP = {
 }
 
 
-# Just the fields of a reply the gateway reads; msgspec skips the rest.
+# Just the fields of a reply the LLM client reads; msgspec skips the rest.
 class _TokenDetails(msgspec.Struct):
     cached_tokens: int | None = 0
 

@@ -1,6 +1,6 @@
 """What a failed attempt says: whether a retry can help, and when.
 
-The gateway retries what a retry can fix (timeouts, connection errors, 429, 5xx,
+The LLM client retries what a retry can fix (timeouts, connection errors, 429, 5xx,
 invalid or truncated output). A refusal a retry cannot fix (4xx, or a 5xx that says
 the request is invalid) fails the call at once with the server's reason. What
 reaches a log or an `LLMError` is redacted: no key, even one a provider echoes back.

@@ -14,7 +14,7 @@ import msgspec
 
 from rubricd.messages import Comparison, JudgeStatus, Rubric, RubricSet
 from rubricd.messages.comparisons import Winner
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import Price
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.calls import Tally, caller
@@ -90,7 +90,7 @@ class PairReport:
     judged: list[PairJudged]
 
 
-async def judge_pair(gateway: LLMGateway, config: Config, pair: Pair) -> PairJudged:
+async def judge_pair(llm: LLMClient, config: Config, pair: Pair) -> PairJudged:
     rubric_set = RubricSet(run_id=RUN, version=1, rubrics=pair.rubrics)
     comparison = Comparison(
         run_id=RUN,
@@ -104,7 +104,7 @@ async def judge_pair(gateway: LLMGateway, config: Config, pair: Pair) -> PairJud
     tally = Tally(pairwise.PAIRWISE)
     started = time.perf_counter()
     system = pairwise.system_message(config.template, rubric_set)
-    judge = pairwise.judge_by(caller(gateway, tally))
+    judge = pairwise.judge_by(caller(llm, tally))
     p = await pairwise.judge_comparison(
         comparison, rubric_set, system, judge, both_orders=True, ties=False, max_chars=config.llm.prompt_chars()
     )
@@ -122,14 +122,14 @@ async def judge_pair(gateway: LLMGateway, config: Config, pair: Pair) -> PairJud
 
 
 async def evaluate_pairs(
-    config: Config, items: Sequence[Pair], prices: Mapping[str, Price], **gateway: object
+    config: Config, items: Sequence[Pair], prices: Mapping[str, Price], **llm: object
 ) -> PairReport:
     """Judge every comparison with `config` (the pairwise judge's settings and prompt) and report the figures."""
-    async with LLMGateway({pairwise.PAIRWISE: config.llm}, **gateway) as llm:  # type: ignore[arg-type]
+    async with LLMClient({pairwise.PAIRWISE: config.llm}, **llm) as client:  # type: ignore[arg-type]
         if config.llm.output_mode == "auto":
-            await llm.detect([pairwise.PAIRWISE])
-        output_mode = llm.output_mode(pairwise.PAIRWISE)
-        judged = await asyncio.gather(*(judge_pair(llm, config, pair) for pair in items))
+            await client.detect([pairwise.PAIRWISE])
+        output_mode = client.output_mode(pairwise.PAIRWISE)
+        judged = await asyncio.gather(*(judge_pair(client, config, pair) for pair in items))
     return pair_report(config, output_mode, judged, prices)
 
 

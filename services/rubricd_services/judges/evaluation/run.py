@@ -1,7 +1,7 @@
 """Judging a labelled set with one judge configuration, and what came of it.
 
 The judge is the scorer's (judges.scoring): its prompt, verdict schema, context fitting and reward policy, called
-through the LLM gateway (dialects, retries, rate limits) with no verdict cache, since a cached verdict agrees with itself.
+through the LLM client (dialects, retries, rate limits) with no verdict cache, since a cached verdict agrees with itself.
 """
 
 import asyncio
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rubricd.messages import Rollout, RubricSet
 from rubricd.reward import policy
-from rubricd_services.common.llm import LLMGateway
+from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings, Price
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.calls import Tally, caller
@@ -87,7 +87,7 @@ class Report:
     graders_pairwise: Agreement | None = None
 
 
-async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
+async def judge_item(llm: LLMClient, config: Config, item: Item) -> Judged:
     """Judge one item as the scorer would judge a rollout with these rubrics."""
     rubrics = preparer(config.template, config.llm.prompt_chars(), config.style)(
         InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics))
@@ -97,7 +97,7 @@ async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
     )
     tally = Tally(JUDGE)
     started = time.perf_counter()
-    score = await score_rollout(rollout, rubrics, judge_by(caller(gateway, tally)), policy(POLICY), POLICY)
+    score = await score_rollout(rollout, rubrics, judge_by(caller(llm, tally)), policy(POLICY), POLICY)
     elapsed = time.perf_counter() - started
     calls = tally.completions
     labelled = policy(POLICY)(item.rubrics, item.labels).total
@@ -117,19 +117,19 @@ async def judge_item(gateway: LLMGateway, config: Config, item: Item) -> Judged:
 
 
 async def evaluate(
-    config: Config, items: Sequence[Item], prices: Mapping[str, Price], *, probe: bool = False, **gateway: object
+    config: Config, items: Sequence[Item], prices: Mapping[str, Price], *, probe: bool = False, **llm: object
 ) -> Report:
     """Judge every item with `config` (at most the judge's `concurrency` at once) and report the figures; with
-    `probe`, judge them again under each of `probes.PROBES`. `gateway`: passed to LLMGateway (its Redis, for
+    `probe`, judge them again under each of `probes.PROBES`. `llm`: passed to LLMClient (its Redis, for
     shared rate limits)."""
-    async with LLMGateway({JUDGE: config.llm}, **gateway) as llm:  # type: ignore[arg-type]
+    async with LLMClient({JUDGE: config.llm}, **llm) as client:  # type: ignore[arg-type]
         if config.llm.output_mode == "auto":
-            await llm.detect([JUDGE])
-        output_mode = llm.output_mode(JUDGE)
-        judged = await asyncio.gather(*(judge_item(llm, config, item) for item in items))
+            await client.detect([JUDGE])
+        output_mode = client.output_mode(JUDGE)
+        judged = await asyncio.gather(*(judge_item(client, config, item) for item in items))
         probed = []
         for p in probes.PROBES if probe else ():
-            again = await asyncio.gather(*(judge_item(llm, config, p.change(item)) for item in items))
+            again = await asyncio.gather(*(judge_item(client, config, p.change(item)) for item in items))
             probed.append(probes.result(p, judged, again))
     return dataclasses.replace(report(config, output_mode, judged, prices), probes=probed)
 

@@ -1,4 +1,4 @@
-"""`LLMGateway`: an agent's call, from the request to a typed answer, and what its calls used.
+"""`LLMClient`: an agent's call, from the request to a typed answer, and what its calls used.
 
 It counts retries itself (the openai client's own retries are off) so usage and
 failures are visible per agent.
@@ -46,7 +46,7 @@ _PROBE_MESSAGES = [
 
 
 class Usage(msgspec.Struct, kw_only=True):
-    """What one agent has used since the gateway started."""
+    """What one agent has used since the LLM client started."""
 
     calls: int = 0
     failures: int = 0  # calls that raised LLMError
@@ -69,7 +69,7 @@ class Completion(Generic[T]):
     cached_tokens: int = 0
 
 
-class LLMGateway:
+class LLMClient:
     """Typed LLM calls for a set of named agents; one HTTP client per endpoint and key."""
 
     def __init__(
@@ -91,9 +91,7 @@ class LLMGateway:
         self._clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
 
     @classmethod
-    def from_settings(
-        cls, settings: ServiceSettings, agents: Iterable[str], redis: Redis | None = None
-    ) -> "LLMGateway":
+    def from_settings(cls, settings: ServiceSettings, agents: Iterable[str], redis: Redis | None = None) -> "LLMClient":
         return cls({name: settings.agent(name) for name in agents}, redis=redis, namespace=settings.namespace)
 
     async def start(self) -> None:
@@ -107,7 +105,7 @@ class LLMGateway:
         for client in clients:
             await client.close()
 
-    async def __aenter__(self) -> "LLMGateway":
+    async def __aenter__(self) -> "LLMClient":
         await self.start()
         return self
 
@@ -139,7 +137,7 @@ class LLMGateway:
         its endpoint serves (a Rubric-ARM frozen model's version), in place of the agent's own."""
         s, schema, tokens = self._agent(agent), schema_of(cast(type, type_)), Tokens()
         if s.output_mode == "auto":
-            raise RuntimeError(f"agent {agent!r}: output_mode auto is resolved by LLMGateway.detect() at start")
+            raise RuntimeError(f"agent {agent!r}: output_mode auto is resolved by LLMClient.detect() at start")
         fields, messages = request(s, schema, messages)
         body: dict[str, Any] = {"model": model or s.model, "temperature": s.temperature, **fields, "messages": messages}
         if s.max_tokens:
