@@ -2,7 +2,7 @@
 
 Per run: each step's mean reward (total, meta-classes, rubrics' met rates), judge failures, rubric versions and
 why they changed, the active meta-class; for the deployment: consumer groups' pending and lag, and the event
-tail. It reads only what the services write (rewards from the runs' recorded streams) and writes nothing, so
+tail. It reads only what the services write (rewards from the runs' kept rollouts) and writes nothing, so
 the `cli` Redis user is enough. Served on 127.0.0.1 by default: it has no authentication of its own.
 """
 

@@ -1,4 +1,4 @@
-"""What the dashboard's routes read: each run's steps tallied from its recorded stream, its rubric versions and
+"""What the dashboard's routes read: each run's steps tallied from its kept rollouts, its rubric versions and
 schedule, the consumer groups and the event tail; and what is kept between polls."""
 
 import asyncio
@@ -23,7 +23,7 @@ from rubricd_services.common.announcements import announcements
 from rubricd_services.common.settings import ServiceSettings
 from rubricd_services.common.stream_status import stream_status, streams
 
-PAGE = 1000  # recorded entries read at a time
+PAGE = 1000  # kept entries read at a time
 EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
 EVENTS_SHOWN = 100
 MISSING_RETRY_S = 30.0  # how often an announcement not found (stream trimmed, memory down) is looked for again
@@ -32,7 +32,7 @@ RUNS_EVERY_S = 15.0  # how often the run list is read again: it SCANs the keyspa
 
 M = TypeVar("M", bound=Message)
 
-# --- Rewards per step: a tally of the recorded scores, read incrementally ---
+# --- Rewards per step: a tally of the kept scores, read incrementally ---
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Mean:
 
 @dataclass
 class StepTally:
-    """What one step's recorded scores add up to (training rollouts; evaluation ones counted apart)."""
+    """What one step's kept scores add up to (training rollouts; evaluation ones counted apart)."""
 
     scored: int = 0  # every score but rejected ones
     failed: int = 0  # judge_failed: no reward
@@ -127,7 +127,7 @@ class Following:
 
 @dataclass
 class RunTally:
-    """A run's steps from its recorded stream, read from where the last read stopped."""
+    """A run's steps from its kept rollouts, read from where the last read stopped."""
 
     steps: dict[int, StepTally] = field(default_factory=dict)
     following: Following = field(default_factory=Following)
@@ -202,7 +202,7 @@ class Reader:
         self.listed: tuple[float, list[dict[str, Any]]] | None = None  # when the run list was read, and it
 
     async def runs(self) -> list[dict[str, Any]]:
-        """Every run with a rubric set or a record: its current version, recorded rollouts, and LLM cost (read
+        """Every run with a rubric set or a record: its current version, kept rollouts, and LLM cost (read
         again RUNS_EVERY_S after the last read)."""
         if self.listed is None or time.monotonic() - self.listed[0] >= RUNS_EVERY_S:
             self.listed = (time.monotonic(), await self.list_runs())
@@ -214,20 +214,20 @@ class Reader:
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
-            found[run_id]["recorded"] = await self.redis.xlen(key)
+            found[run_id]["kept"] = await self.redis.xlen(key)
         prefix = self.keys.kept_arm_rollouts("")
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
-            found[run_id]["arm_rewarded"] = await self.redis.xlen(key)
+            found[run_id]["kept_arm"] = await self.redis.xlen(key)
         costs = {u["run_id"]: u["cost"] for u in await run_usage(self.redis, self.keys, self.settings.prices)}
         return [
             {
                 "run_id": r["run_id"],
                 "version": r["version"],
                 "instance_sets": r["instance_sets"],
-                "recorded": r.get("recorded", 0),
-                "arm_rewarded": r.get("arm_rewarded", 0),
+                "kept": r.get("kept", 0),
+                "kept_arm": r.get("kept_arm", 0),
                 "cost": costs.get(r["run_id"]),
             }
             for _, r in sorted(found.items())
@@ -235,7 +235,7 @@ class Reader:
 
     async def run(self, run_id: str) -> dict[str, Any]:
         tally = self.tallies.get(run_id)
-        if tally is None and await self.redis.xlen(self.keys.kept_rollouts(run_id)):  # kept only for a recorded run
+        if tally is None and await self.redis.xlen(self.keys.kept_rollouts(run_id)):  # kept only for a run with kept rollouts
             tally = self.tallies[run_id] = RunTally()
         if tally is not None:
             await tally.catch_up(self.redis, self.keys, run_id)

@@ -57,7 +57,7 @@ function frame(steps, yMin, yMax, width = 540, height = 220, label = (v) => fmt(
 function lineChart(container, steps, series, yMin, yMax) {
   container.replaceChildren();
   if (!steps.length) {
-    container.append(el("p", { class: "note empty" }, "no recorded scores yet"));
+    container.append(el("p", { class: "note empty" }, "no kept scores yet"));
     return;
   }
   const { svg, x, y } = frame(steps, yMin, yMax);
@@ -89,7 +89,7 @@ function lineChart(container, steps, series, yMin, yMax) {
 function barChart(container, steps, values, titles) {
   container.replaceChildren();
   if (!steps.length) {
-    container.append(el("p", { class: "note empty" }, "no recorded scores yet"));
+    container.append(el("p", { class: "note empty" }, "no kept scores yet"));
     return;
   }
   const top = Math.max(0.1, ...values.filter((v) => v !== null));
@@ -290,7 +290,7 @@ async function refresh(mine) {
     const select = document.getElementById("run");
     const ids = runs.map((r) => r.run_id);
     // The run the page was opened for stays, even before the run list (read every 15 s) names it.
-    if (!state.run) state.run = (runs.find((r) => r.recorded) || runs[0] || {}).run_id ?? null;
+    if (!state.run) state.run = (runs.find((r) => r.kept) || runs[0] || {}).run_id ?? null;
     if (state.run && !ids.includes(state.run)) ids.push(state.run);
     if ([...select.options].map((o) => o.value).join() !== ids.join()) {
       select.replaceChildren(...ids.map((id) => el("option", { value: id }, id)));
@@ -299,8 +299,8 @@ async function refresh(mine) {
     const info = runs.find((r) => r.run_id === state.run);
     document.getElementById("run-info").textContent = info
       ? `rubrics v${info.version ?? "–"}` + (info.instance_sets ? ` · ${info.instance_sets} instance sets` : "") +
-        ` · ${info.recorded} recorded` + (info.arm_rewarded ? ` · ${info.arm_rewarded} Rubric-ARM rewards` : "") + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
-      : state.run ? "not recorded yet" : "no runs yet";
+        ` · ${info.kept} kept` + (info.kept_arm ? ` · ${info.kept_arm} Rubric-ARM rewards` : "") + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
+      : state.run ? "nothing kept yet" : "no runs yet";
     const q = new URLSearchParams({
       run: document.getElementById("event-this-run").checked ? state.run ?? "" : "",
       service: document.getElementById("event-service").value,
