@@ -60,7 +60,8 @@ down:
 status:
 	$(STACK_SH) status
 
-# ruff (lint, and the format check), the import contracts (the layers) and mypy, as configured in pyproject.toml.
+# ruff (lint, and the format check) and the import contracts (the layers), as configured in pyproject.toml; mypy
+# is `make typecheck`.
 lint: install
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .

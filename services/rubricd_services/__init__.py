@@ -3,7 +3,8 @@
 Services (each run with `rubricd serve NAME`): `scorer`, `comparer`, `arm`, `analyzer`, `summarizer`, `updater`,
 `gateway`.
 Tools: `cli` (the `rubricd` command), `demo` (a simulated trainer), `simulator` (an OpenAI-compatible LLM
-stand-in for tests and the demo, not a model). `common` holds what every service shares: the service
-template, settings, the LLM client, the memory; `rubrics` finds the rubric set in force for a prompt
-(stored, seeded or generated) for the scorer and the comparer.
+stand-in for tests and the demo, not a model), `dashboard` (a live page of the runs). What the services share:
+`common` (the service template, settings, the LLM client, the memory, intake and dead letters), `rubrics` (the
+rubric set in force for a prompt: stored, seeded or generated; validating proposed rubrics) and `judges` (judging
+a rollout or a comparison, and measuring the judge). The layers: docs/development.md, "Layers".
 """

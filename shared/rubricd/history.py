@@ -24,7 +24,7 @@ async def rubric_versions(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
     prefix = keys.rubric_set("", None).removesuffix(f":{GLOBAL}")  # "<ns>:rubric-set:"
     runs: dict[str, dict[str, Any]] = {}
     async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        run_id, _, instance = _text(key).removeprefix(prefix).rpartition(":")
+        run_id, _, instance = wire.string(key).removeprefix(prefix).rpartition(":")
         raw = await redis.hget(key, "current")
         if not raw:
             continue
@@ -156,7 +156,3 @@ def render_change(c: Change) -> str:
 def _value(v: object) -> str:
     line = " ".join(str(v).split())  # one line of at most 120 characters
     return f"{v:+g}" if isinstance(v, float) else repr(line if len(line) <= 120 else line[:119] + "…")
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw

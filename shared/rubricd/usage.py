@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from redis.asyncio import Redis
 
 from .keys import Keys
+from .wire import string
 
 KINDS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "ms")
 
@@ -74,13 +75,9 @@ async def run_usage(redis: Redis, keys: Keys, prices: Mapping[str, Price]) -> li
         agents = parse(await redis.hgetall(key))
         runs.append(
             {
-                "run_id": _text(key).removeprefix(prefix),
+                "run_id": string(key).removeprefix(prefix),
                 "agents": [asdict(u) | {"cost": u.cost(prices)} for u in agents],
                 "cost": total_cost(agents, prices),
             }
         )
     return sorted(runs, key=lambda r: r["run_id"])
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw

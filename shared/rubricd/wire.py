@@ -52,7 +52,11 @@ def payload(fields: dict[bytes, bytes]) -> bytes:
     return fields.get(FIELD.encode(), b"")
 
 
+def string(raw: bytes | str, errors: str = "strict") -> str:
+    """A value as redis-py returns it (bytes, without decode_responses) as text."""
+    return raw.decode("utf-8", errors) if isinstance(raw, bytes) else raw
+
+
 def entry_ms(entry_id: bytes | str) -> int:
     """The millisecond timestamp in a stream entry id."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.partition("-")[0])
+    return int(string(entry_id).partition("-")[0])

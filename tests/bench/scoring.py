@@ -183,7 +183,7 @@ async def long_run(rounds: int, n: int, concurrency: int) -> None:
     """Score rounds x n rollouts; Redis memory and stream lengths must level off."""
     r = redis_sync.Redis.from_url(REDIS_URL)
     keys = Keys(NAMESPACE)
-    print(f"\n== long run: {rounds} rounds x {n} rollouts, stream cap 5000 (score keys expire after score_ttl_s)")
+    print(f"\n== long run: {rounds} rounds x {n} rollouts, stream cap 5000 (score keys expire after answer_ttl_s)")
     print(f"{'round':>5} {'used MB':>8} {'rollouts':>9} {'scored':>7} {'events':>7} {'score keys':>10}")
     for i in range(rounds):
         await through_rubricd(rollouts(f"long-{i}", n), concurrency)

@@ -56,7 +56,7 @@ async def test_minilm_matches_sentence_transformers() -> None:
     )
 
 
-async def test_openai_embedder_asks_the_gateways_embedder_agent(
+async def test_openai_embedder_asks_the_llm_clients_embedder_agent(
     simulator: tuple[str, Simulator], sim: Simulator
 ) -> None:
     settings = ServiceSettings(embedder="openai", agents={"embedder": {"base_url": simulator[0], "model": "emb"}})
@@ -70,7 +70,7 @@ async def test_openai_embedder_asks_the_gateways_embedder_agent(
     assert sim.stats()["embeddings"] == 3
 
 
-def test_make_embedder_defaults_to_minilm_and_openai_needs_a_gateway() -> None:
+def test_make_embedder_defaults_to_minilm_and_openai_needs_an_llm_client() -> None:
     assert isinstance(make_embedder(ServiceSettings()), MiniLMEmbedder)
     with pytest.raises(ValueError, match="embedder"):
         make_embedder(ServiceSettings(embedder="openai"))

@@ -42,7 +42,7 @@ async def test_bookings_from_two_processes_never_exceed_the_rate(stack, redis, k
     assert max(wait for wait, _ in booked) >= (starts[-1] - starts[0]) / 1e6 - booking_s - 0.01
 
 
-async def test_two_gateways_together_stay_under_the_rpm(simulator, sim, stack, keys, monkeypatch) -> None:
+async def test_two_llm_clients_together_stay_under_the_rpm(simulator, sim, stack, keys, monkeypatch) -> None:
     limited = LLMSettings(base_url=simulator[0], rpm=1200, max_retries=0)  # one call every 50 ms
     clients = [Redis.from_url(stack.redis_url) for _ in range(2)]
     done: list[float] = []
@@ -115,7 +115,7 @@ async def test_booked_tokens_are_corrected_with_what_the_call_used(redis, keys) 
     assert third_start - began == 6_010_000 and 0 < third <= 6.01
 
 
-async def test_the_gateway_books_an_estimate_and_corrects_it(simulator, sim, redis, keys) -> None:
+async def test_the_llm_client_books_an_estimate_and_corrects_it(simulator, sim, redis, keys) -> None:
     limited = LLMSettings(base_url=simulator[0], tpm=60_000, max_tokens=3000, max_retries=0)  # a token a millisecond
     async with LLMClient({"judge": limited}, redis=redis, namespace=keys.namespace) as llm:
         started = time.perf_counter()

@@ -40,7 +40,7 @@ def messages(response: str) -> list[dict[str, str]]:
     return rollouts.messages(system, rollout)
 
 
-async def test_the_gateways_usage_is_scraped_per_agent(simulator, sim) -> None:
+async def test_the_llm_clients_usage_is_scraped_per_agent(simulator, sim) -> None:
     metrics = Metrics("scorer")
     llm = LLMSettings(base_url=simulator[0], max_retries=1, backoff_s=0.01)
     async with LLMClient({"judge": llm, "analyzer": llm}) as llm:

@@ -9,7 +9,7 @@ import pytest
 
 from rubricd_services.common import prompts
 from rubricd_services.judges.verdicts import JUDGE
-from rubricd_services.updater.messages import QUERY_WRITER
+from rubricd_services.updater.prompting import QUERY_WRITER
 
 
 def test_an_agents_default_prompt_is_its_packages_file_and_a_configured_file_replaces_it(tmp_path):

@@ -5,7 +5,10 @@ import sys
 
 import pytest
 
+from rubricd_services.arm.settings import ArmSettings
 from rubricd_services.common.settings import AGENT_DEFAULTS, ServiceSettings, read_renamed
+from rubricd_services.comparer.settings import ComparerSettings
+from rubricd_services.scorer.settings import ScorerSettings
 
 
 def test_each_agent_gets_its_roles_defaults_unless_a_setting_says_otherwise(monkeypatch) -> None:
@@ -53,3 +56,24 @@ def test_a_renamed_setting_s_old_name_is_read_as_its_new_one_and_both_differing_
     assert "RUBRICD_MAX_DELIVERIES is now RUBRICD_MAX_FAILURES" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="RUBRICD_MAX_DELIVERIES is now RUBRICD_MAX_FAILURES, and both are set"):
         read_renamed({"RUBRICD_MAX_DELIVERIES": "5", "RUBRICD_MAX_FAILURES": "3"})
+
+
+def test_each_answering_service_reads_its_own_old_names_of_the_kept_settings(capsys) -> None:
+    old = {
+        ScorerSettings: ("RUBRICD_SCORE_TTL_S", "RUBRICD_RECORD_MAXLEN", "RUBRICD_RECORD_TTL_S"),
+        ComparerSettings: ("RUBRICD_PREFERENCE_TTL_S", "RUBRICD_PREFERENCES_MAXLEN", "RUBRICD_PREFERENCES_TTL_S"),
+        ArmSettings: ("RUBRICD_ARM_REWARD_TTL_S", "RUBRICD_ARM_KEPT_MAXLEN", "RUBRICD_ARM_KEPT_TTL_S"),
+    }
+    for cls, (ttl, maxlen, kept_ttl) in old.items():
+        environ = {ttl: "120", maxlen: "0", kept_ttl: "600"}
+        others = [n for c, names in old.items() if c is not cls for n in names]
+        read_renamed(environ, cls.renamed)
+        assert {k: environ[k] for k in ("RUBRICD_ANSWER_TTL_S", "RUBRICD_KEPT_MAXLEN", "RUBRICD_KEPT_TTL_S")} == {
+            "RUBRICD_ANSWER_TTL_S": "120",
+            "RUBRICD_KEPT_MAXLEN": "0",
+            "RUBRICD_KEPT_TTL_S": "600",
+        }
+        assert not set(cls.renamed) & set(others)  # a service never reads another's old name
+        assert f"{maxlen} is now RUBRICD_KEPT_MAXLEN" in capsys.readouterr().err
+    for cls in old:  # 0 keeps nothing, in every one of them
+        assert cls(kept_maxlen=0).kept_maxlen == 0

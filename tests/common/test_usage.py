@@ -51,7 +51,7 @@ async def test_calls_add_up_per_run_agent_and_model(redis, keys):
     assert await usage.read(redis, keys, "none") == []
 
 
-async def test_the_gateways_cost_is_scraped_per_agent_and_priced_model(simulator, sim):
+async def test_the_llm_clients_cost_is_scraped_per_agent_and_priced_model(simulator, sim):
     metrics = Metrics("scorer")
     llm = LLMSettings(base_url=simulator[0], max_retries=0)
     rubric_set = RubricSet(run_id="run", version=1, rubrics=[Rubric(id="correct", criterion="Correct.", points=5)])

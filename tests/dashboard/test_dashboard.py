@@ -260,7 +260,7 @@ def test_a_step_tally_keeps_failures_rejections_masks_and_evaluation_apart():
     }
 
 
-async def test_two_reads_at_once_count_each_recorded_score_once(redis, keys):
+async def test_two_reads_at_once_count_each_kept_score_once(redis, keys):
     entries = [scored(0, JudgeStatus.OK, i / 10) for i in range(PAGE + 5)]  # more than one page
     for entry in entries:
         await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(entry)})

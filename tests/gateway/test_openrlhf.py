@@ -57,8 +57,8 @@ async def test_openrlhf_s_own_client_gets_each_reward_and_its_flags(
         (CASES[2]["prompt"], [-1.0], [0.0], flags(0.0, 1.0)),  # the failure value, scores clipped to [0, 1], flagged
     ]
     # The rollouts went to the URL's run and step: the response is the decoded query after its prompt.
-    recorded = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
-    by_response = {r.rollout.response.strip(): r for r in recorded}
+    kept = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
+    by_response = {r.rollout.response.strip(): r for r in kept}
     assert set(by_response) == {c["response"] for c in CASES}
-    assert {(r.rollout.step, r.rollout.reference) for r in recorded} == {(2, "42"), (2, "7")}
+    assert {(r.rollout.step, r.rollout.reference) for r in kept} == {(2, "42"), (2, "7")}
     assert by_response["It is 7 ."].score.status is JudgeStatus.JUDGE_FAILED

@@ -6,7 +6,7 @@ from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
 from rubricd.reward import alternating, weighted_sum
 from rubricd_services.common import prompts
 from rubricd_services.judges import rollouts, verdicts
-from rubricd_services.judges.calls import JudgeFailed
+from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.judges.scoring import Rubrics, score_rollout
 
 SET = RubricSet(

@@ -32,16 +32,16 @@ from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.scoring import Rubrics, preparer, score_rollout
 from rubricd_services.rubrics.draft import RubricDraft, build, draft_type
 from rubricd_services.rubrics.generation import Generator
-from rubricd_services.rubrics.messages import messages as generator_messages
+from rubricd_services.rubrics.prompting import messages as generator_messages
 from rubricd_services.rubrics.sets import RubricCache
 from rubricd_services.simulator import generating, judging
 from rubricd_services.simulator.faults import FaultPlan, SimConfig, directive
-from rubricd_services.updater.messages import MemoryBudget, Prompts
+from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.proposal import Limits, UpdateProposal
 from rubricd_services.updater.update import RubricUpdater
 
 from .test_draft import ANCHORS, CLASSES
-from .test_messages import PROMPT, rollout
+from .test_prompting import PROMPT, rollout
 
 SEED = [*ANCHORS, Rubric(id="shows_reasoning", criterion="The response shows its reasoning.", points=2)]
 

@@ -11,7 +11,7 @@ from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import rollouts, verdicts
-from rubricd_services.judges.calls import JudgeFailed
+from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.scorer import cache
 from rubricd_services.scorer.cache import JudgeCache, digest
 from rubricd_services.scorer.effects import Effects

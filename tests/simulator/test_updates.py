@@ -9,7 +9,7 @@ from rubricd_services.common.settings import LLMSettings
 from rubricd_services.simulator import judging
 from rubricd_services.simulator.updates import proposal, queries
 from rubricd_services.updater.memory import MemoryQueries
-from rubricd_services.updater.messages import MemoryBudget, Prompts, query_writer_messages, updater_messages
+from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
 from rubricd_services.updater.proposal import Limits, UpdateProposal, validate
 
 SEED = [
@@ -93,7 +93,7 @@ def test_a_summary_naming_nothing_new_gets_maintenance_and_anchors_are_never_tou
         assert all(m.rubric_id not in {"correct", "addresses_grader"} for m in ask(summary, SEED).modifications)
 
 
-async def test_the_running_simulator_answers_the_updater_agents_through_the_gateway(simulator):
+async def test_the_running_simulator_answers_the_updater_agents_through_the_llm_client(simulator):
     base_url, _ = simulator
     messages = updater_messages(
         Prompts.load().updater, PADDED, RubricSet(run_id="run", version=1, rubrics=SEED), None, None, Limits()

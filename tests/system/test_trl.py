@@ -59,9 +59,9 @@ def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_
             if len(summaries) >= len(STEPS):
                 break
             time.sleep(1)
-        recorded = [s.rollout for s in entries(client, keys.kept_rollouts(run), ScoredRollout)]
-        training = Counter(r.step for r in recorded if not r.evaluation)
-        evaluation = Counter(r.step for r in recorded if r.evaluation)
+        kept = [s.rollout for s in entries(client, keys.kept_rollouts(run), ScoredRollout)]
+        training = Counter(r.step for r in kept if not r.evaluation)
+        evaluation = Counter(r.step for r in kept if r.evaluation)
         # Every rank's rollouts of a step are counted in it; TRL's evaluations (every 2 steps, at the end, and
         # trainer.evaluate()) are evaluation rollouts, never counted in a step: the final one's step 3 has none.
         assert training == {s: PER_RANK * ranks for s in STEPS}, training

@@ -68,10 +68,10 @@ async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
     # Each sample reached the run at its step with verl's prompt and ground truth. verl pads a batch to a multiple
     # of its reward workers with copies of its first samples and scores them too: 3 samples, 2 workers, 4 scored
     # a function (verl gives no ids, so each call's rollouts are new ones).
-    recorded = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
-    assert len(recorded) == 2 * 4
-    assert {(r.rollout.step, r.rollout.prompt, r.rollout.reference) for r in recorded} == {
+    kept = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
+    assert len(kept) == 2 * 4
+    assert {(r.rollout.step, r.rollout.prompt, r.rollout.reference) for r in kept} == {
         (c["step"], c["prompt"], c["label"]) for c in CASES
     }
-    assert [r.score.status for r in recorded].count(JudgeStatus.JUDGE_FAILED) == 2
-    assert [r.rollout.response for r in recorded].count(CASES[0]["response"]) == 2 * 2  # the padding
+    assert [r.score.status for r in kept].count(JudgeStatus.JUDGE_FAILED) == 2
+    assert [r.rollout.response for r in kept].count(CASES[0]["response"]) == 2 * 2  # the padding

@@ -6,10 +6,10 @@ from rubricd.messages import EventKind, RubricSet, Strategy
 from rubricd_services.common.memory import MemoryItem, MemoryKind
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.simulator import updates as sim_updates
-from rubricd_services.updater.messages import MemoryBudget, Prompts
+from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.update import RubricUpdater
 
-from .test_messages import DYNAMIC, STATIC, SUMMARY
+from .test_prompting import DYNAMIC, STATIC, SUMMARY
 from .test_proposal import ANCHOR, CURRENT, GRADER, LIMITS
 
 

@@ -14,7 +14,7 @@ from rubricd.keys import Keys
 from rubricd.messages import ArmReward, ArmRollout, Event, RewardedArmRollout
 from rubricd_services.common.commit import Script
 
-# An optional key is '': `reply` (no reply_to).
+# An optional key is '': `kept` (kept_maxlen 0), `reply` (no reply_to).
 _COMMIT = Script(
     keys="reward kept events arm reply usage",
     args="reward rewarded event answer_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl",
@@ -25,8 +25,10 @@ local stored = redis.call('GET', k_reward)
 local reward = stored or a_reward
 if not stored then
   redis.call('SET', k_reward, reward, 'EX', a_answer_ttl)
-  append(k_kept, a_kept_maxlen, a_rewarded)
-  redis.call('EXPIRE', k_kept, a_kept_ttl)
+  if k_kept ~= '' then
+    append(k_kept, a_kept_maxlen, a_rewarded)
+    redis.call('EXPIRE', k_kept, a_kept_ttl)
+  end
   append(k_events, a_maxlen, a_event)
 end
 reply(k_reply, a_maxlen, reward, a_reply_ttl)
@@ -66,7 +68,7 @@ class Effects:
         stored = await self._commit(
             keys={
                 "reward": self.keys.arm_reward(rollout.run_id, rollout.rollout_id),
-                "kept": self.keys.kept_arm_rollouts(rollout.run_id),
+                "kept": self.keys.kept_arm_rollouts(rollout.run_id) if self.kept_maxlen else "",
                 "events": self.keys.events,
                 "arm": self.keys.arm,
                 "reply": rollout.reply_to or "",

@@ -26,7 +26,7 @@ from rubricd_services.common.intake import Rejected, Sender
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
-from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.pairwise import PAIRWISE
 from rubricd_services.rubrics import generation
 
@@ -76,15 +76,15 @@ class Rewarder:
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
-        calls = Tally(PAIRWISE)
+        tally = Tally(PAIRWISE)
         # Published again (or redelivered after its commit): no judge calls, the commit replies its first reward.
         stored = await self.redis.get(self.keys.arm_reward(rollout.run_id, rollout.rollout_id))
         try:
-            reward = wire.decode(stored, ArmReward) if stored is not None else await self.reward(rollout, calls)
+            reward = wire.decode(stored, ArmReward) if stored is not None else await self.reward(rollout, tally)
         except Rejected:
             self.rewards.labels(rollout.phase, "rejected").inc()
             raise
-        spent = calls.usage(reward.judge_model or self.judge_agent.model)
+        spent = tally.usage(reward.judge_model or self.judge_agent.model)
         if not await self.effects.commit(intake.entry_id(msg), rollout, reward, self.event(reward), spent):
             log.info(
                 "arm rollout %s/%s was already rewarded; replied its first reward", rollout.run_id, rollout.rollout_id
@@ -101,7 +101,7 @@ class Rewarder:
             self.rewards.labels("none", "rejected").inc()
             raise
 
-    async def reward(self, rollout: ArmRollout, calls: Tally) -> ArmReward:
+    async def reward(self, rollout: ArmRollout, tally: Tally) -> ArmReward:
         decision = await self.phases.decision(rollout.run_id, rollout.step)
         if not decision.admits(rollout.phase):
             raise self.intake.refuse(
@@ -111,13 +111,13 @@ class Rewarder:
             )
         started = time.perf_counter()
         if rollout.phase == "generator":
-            reward = await self.generator(rollout, calls)
+            reward = await self.generator(rollout, tally)
         else:
             reward = await self.judge(rollout)
         ms = round((time.perf_counter() - started) * 1000, 3)
         return msgspec.structs.replace(reward, reward_ms=ms, rewarded_at=time.time())
 
-    async def generator(self, rollout: ArmRollout, calls: Tally) -> ArmReward:
+    async def generator(self, rollout: ArmRollout, tally: Tally) -> ArmReward:
         """The frozen judge's accuracy on the prompt's labelled pairs with the candidate rubric set."""
         s = self.settings
         assert rollout.prompt_id is not None
@@ -135,7 +135,7 @@ class Rewarder:
             return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=candidate.problem)
         rubric_set = rewards.candidate_set(rollout.run_id, found.prompt_id, candidate.rubrics)
         system = pairwise.system_message(self.template, rubric_set)
-        judge = pairwise.judge_by(caller(self.llm, calls, model=judge_model))
+        judge = pairwise.judge_by(caller(self.llm, tally, model=judge_model))
         judged = await asyncio.gather(
             *(
                 pairwise.judge_comparison(

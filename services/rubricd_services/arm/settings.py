@@ -6,12 +6,17 @@ from pydantic import Field
 
 from rubricd.arm import Plan
 from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import AnswerSettings, AnswerTTL, InFlight, KeptTTL, ServiceSettings, renamed
+from rubricd_services.common.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ServiceSettings
 from rubricd_services.judges.settings import PairwiseSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
 
 class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+    renamed = {
+        "RUBRICD_ARM_REWARD_TTL_S": "RUBRICD_ANSWER_TTL_S",
+        "RUBRICD_ARM_KEPT_MAXLEN": "RUBRICD_KEPT_MAXLEN",
+        "RUBRICD_ARM_KEPT_TTL_S": "RUBRICD_KEPT_TTL_S",
+    }
     max_in_flight: InFlight = 8  # a generator rollout is up to 2 x arm_max_comparisons judge calls
     arm_first_phase: Literal["generator", "judge"] = Field(
         "judge", description="the phase a run starts in (Rubric-ARM trains the judge first)"
@@ -39,17 +44,11 @@ class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettin
         8, ge=1, le=64, description="labelled comparisons of the prompt a generator rollout is judged on (the first)"
     )
     max_arm_rollout_bytes: int = Field(1_000_000, ge=1024, description="a larger arm rollout is rejected")
-    answer_ttl_s: AnswerTTL = Field(3600, validation_alias=renamed("answer_ttl_s", "arm_reward_ttl_s"))
-    kept_maxlen: int = Field(
-        100_000,
-        ge=100,
-        description="rewarded rollouts kept per run for `rubricd export` (<ns>:arm-rewarded:<run>)",
-        validation_alias=renamed("kept_maxlen", "arm_kept_maxlen"),
+    kept_maxlen: KeptMaxlen = Field(
+        100_000, description="rewarded rollouts kept per run for `rubricd export` (<ns>:arm-rewarded:<run>); 0: none"
     )
     kept_ttl_s: KeptTTL = Field(
-        30 * 24 * 3600,
-        description="a run's kept rewarded rollouts expire this long after the last one",
-        validation_alias=renamed("kept_ttl_s", "arm_kept_ttl_s"),
+        30 * 24 * 3600, description="a run's kept rewarded rollouts expire this long after the last one"
     )
 
     def plan(self) -> Plan:

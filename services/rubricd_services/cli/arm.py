@@ -88,13 +88,14 @@ async def import_pairs(args: argparse.Namespace, ctx: Context) -> int:
 async def dataset(args: argparse.Namespace, ctx: Context) -> int:
     # The generator's module loads the clients' wiring (the memory's among them): imported when the command runs,
     # so that the other commands start without it.
-    from rubricd_services.judges import arm_dataset as rows_of
+    from rubricd_services.cli import arm_dataset as rows_of
+    from rubricd_services.cli.settings import DatasetSettings
     from rubricd_services.judges import pairwise
     from rubricd_services.rubrics import generation
 
     if args.phase == "judge" and not args.generator:
         raise Failed("--phase judge needs --generator MODEL: the frozen generator whose rubrics the judge is shown")
-    settings = load(rows_of.DatasetSettings)
+    settings = load(DatasetSettings)
     seed = Seeds.load(settings).default
     generator_template = prompts.load(generation.__package__, generation.GENERATOR, settings.generator_prompt)
     async with ctx.redis() as redis:

@@ -200,7 +200,7 @@ async def generator_records(redis: Redis, keys: Keys, run_id: str) -> AsyncItera
 
 
 async def set_accuracy(redis: Redis, keys: Keys, run_id: str, instance: str | None, version: int) -> Accuracy:
-    """The judge accuracy counts of one rubric set (scorer.pairwise.accuracy_increments)."""
+    """The judge accuracy counts of one rubric set (rubricd.accuracy)."""
     names = [f"set:{instance or GLOBAL}:{version}:{count}" for count in COUNTS]
     values = await redis.hmget(keys.accuracy(run_id), names)
     accuracy = Accuracy()

@@ -9,13 +9,13 @@ import msgspec
 from pydantic import BaseModel, ValidationError
 
 from rubricd.canaries import drifting_since, read
+from rubricd_services.cli.settings import EvalSettings
 from rubricd_services.common import prompts
-from rubricd_services.common.settings import LLMSettings, ServiceSettings, load
+from rubricd_services.common.settings import LLMSettings, load
 from rubricd_services.judges import pairwise, verdicts
 from rubricd_services.judges.evaluation import labelled, pairs
 from rubricd_services.judges.evaluation.pairs import PairReport, evaluate_pairs
 from rubricd_services.judges.evaluation.run import Config, Report, evaluate
-from rubricd_services.judges.settings import JudgeSettings, PairwiseSettings
 from rubricd_services.judges.verdicts import JUDGE
 
 from .context import Context, Failed, share, table
@@ -104,11 +104,6 @@ async def canaries(args: argparse.Namespace, ctx: Context) -> int:
             if (since := drifting_since(steps)) is not None:
                 print(f"judge drift since step {since}")
     return 0
-
-
-class EvalSettings(ServiceSettings, JudgeSettings, PairwiseSettings):
-    """What `rubricd judge eval` reads of the scorer's and the comparer's settings: the LLM, the prices, the rollout
-    judge's and the pairwise judge's."""
 
 
 def configs(

@@ -13,8 +13,9 @@ from rubricd import arm, canaries
 from rubricd.history import rubric_versions
 from rubricd.keys import Keys
 from rubricd.schedule import Decision
+from rubricd.status import stream_status, streams
 from rubricd.usage import run_usage
-from rubricd_services.common.stream_status import stream_status, streams
+from rubricd.wire import string
 
 from .context import Context, ago, share, table
 
@@ -80,7 +81,7 @@ async def active_classes(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
         latest = msgspec.json.decode(raw, type=Decision)
         runs.append(
             {
-                "run_id": _text(key).removeprefix(prefix),
+                "run_id": string(key).removeprefix(prefix),
                 "step": step,
                 "meta_class": latest.meta_class,
                 "reason": latest.reason,
@@ -97,7 +98,7 @@ async def canary_runs(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
     prefix = keys.canaries("")
     runs = []
     async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        run_id = _text(key).removeprefix(prefix)
+        run_id = string(key).removeprefix(prefix)
         steps = await canaries.read(redis, keys, run_id)
         if steps:
             latest = steps[-1]
@@ -124,7 +125,7 @@ async def arm_phases(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
             latest = decided[max(decided)]
             runs.append(
                 {
-                    "run_id": _text(key).removeprefix(prefix),
+                    "run_id": string(key).removeprefix(prefix),
                     "step": latest.step,
                     "training": latest.training,
                     "why": latest.why,
@@ -205,7 +206,3 @@ def render(report: dict[str, Any], namespace: str) -> str:
         header = ["RUN", "AGENT", "MODEL", "CALLS", "CACHE HITS", "PROMPT TOKENS", "COMPLETION TOKENS", "COST"]
         out += ["", table(spent, header)]
     return "\n".join(out)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -47,7 +47,7 @@ CONSUMER = (
 )
 
 
-# What every service's LLM gateway does with an endpoint's shared slots (common.slots): its lease script and
+# What every service's LLM client does with an endpoint's shared slots (common.slots): its lease script and
 # giving a lease back; and with its rate limits (common.limits): the booking and correcting scripts.
 LLM_SLOTS = ("time", "zremrangebyscore", "zcard", "zadd", "pexpire", "zrem", "hmget", "hset")
 
@@ -202,7 +202,7 @@ def cli(keys: Keys) -> User:
     (SET, DEL); `rescore` seeds the re-scored run's sets,
     publishes its rollouts and reads their Scores as a trainer does (a reply stream it deletes: DEL); `arm import`
     replaces a run's preference pairs (MULTI: DEL, HSET), `arm phases` sets its plan (SET), `arm dataset` keeps a
-    frozen generator's rubric sets (HSETNX), asking the generator through the LLM gateway (its slots and limits)."""
+    frozen generator's rubric sets (HSETNX), asking the generator through the LLM client (its slots and limits)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
     reads = (*streams, "scan", "hget", "hgetall", "get")
     writes = ("xadd", "xdel", "del", "set", "hset", "hsetnx", "multi", "exec", "evalsha", "script|load")

@@ -1,4 +1,4 @@
-"""Consumer groups: creating them, their lag, and trimming a stream below what every group has finished with.
+"""Consumer groups: creating them, the entries a read delivered, and trimming a stream below what every group has finished with.
 
 Trimming leans on Redis itself (XINFO GROUPS + XPENDING): a stream is trimmed only below the oldest entry any
 group still holds or has not read, so trimming never drops unprocessed work.
@@ -30,16 +30,6 @@ async def ensure_group(redis: Redis, stream: str, group: str) -> None:
     except ResponseError as e:
         if "BUSYGROUP" not in str(e):
             raise
-
-
-async def group_lag(redis: Redis, stream: str, info: dict[str, Any]) -> int:
-    """Entries of `stream` not yet delivered to the group `info` (an XINFO GROUPS row) describes:
-    Redis's own count, or counted when it cannot tell (Redis < 7, or after deletions)."""
-    if info.get("lag") is not None:
-        return int(info["lag"])
-    last = info["last-delivered-id"]
-    after = "(" + (last.decode() if isinstance(last, bytes) else last)
-    return len(await redis.xrange(stream, min=after, max="+", count=100_000) or [])
 
 
 async def trim_consumed(redis: Redis, stream: str) -> int:

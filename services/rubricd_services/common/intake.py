@@ -114,6 +114,8 @@ def shallow(body: bytes) -> bytes:
     return b"".join([*parts, body[kept:]])
 
 
+_escaped = functools.partial(wire.string, errors="backslashreplace")  # bytes that are not UTF-8 shown, not raised
+
 # The header the entry parser sets on an entry whose shape is not the wire format's (its value: why).
 MALFORMED = "rubricd-malformed"
 _FIELD = wire.FIELD.encode()
@@ -139,9 +141,9 @@ async def parse_entry(
     if list(fields) == [_FIELD]:
         message.body = fields[_FIELD]
         return message
-    names = sorted(_text(name) for name in fields)
+    names = sorted(_escaped(name) for name in fields)
     message.headers = {MALFORMED: f"entry fields {names}: the wire format is one field, {wire.FIELD!r}"}
-    message.body = msgspec.json.encode({_text(k): _text(v) for k, v in fields.items()})
+    message.body = msgspec.json.encode({_escaped(k): _escaped(v) for k, v in fields.items()})
     return message
 
 
@@ -152,18 +154,12 @@ async def itself(message: StreamMessage[Any]) -> Any:
     return message
 
 
-def _text(raw: bytes | str) -> str:
-    return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
-
-
 def decode(body: bytes, type_: type[M], what: str) -> M:
     """The entry's message, or Rejected("malformed <what>: ...")."""
     try:
         return wire.decode(body, type_)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise Rejected(f"malformed {what}: {e}") from None
-    except RecursionError:
-        raise Rejected(f"malformed {what}: JSON nested deeper than the decoder reads") from None
 
 
 class _Addressed(Protocol):
@@ -204,7 +200,7 @@ class Intake(Generic[M]):
                 self.check(message)
             return message
         except (Rejected, InvalidKey) as e:
-            raise self.rejected(str(e), sender(body, self.keys, self.id_field)) from None
+            raise self.rejection(str(e), sender(body, self.keys, self.id_field)) from None
 
     def refuse(self, message: M, reason: str) -> Rejected:
         """Rejected for a message taken in but found later never to be handled as sent (e.g. naming what its run
@@ -213,9 +209,9 @@ class Intake(Generic[M]):
         to = None
         if sent.reply_to is not None:
             to = Sender(sent.reply_to, sent.run_id, getattr(message, self.id_field), sent.step)
-        return self.rejected(reason, to, message)
+        return self.rejection(reason, to, message)
 
-    def rejected(self, reason: str, to: Sender | None, message: M | None = None) -> Rejected:
+    def rejection(self, reason: str, to: Sender | None, message: M | None = None) -> Rejected:
         notice = None if to is None else Notice(to.reply_to, self.answer(to, reason, message), self.reply_ttl_s)
         return Rejected(reason, notify=notice)
 

@@ -16,7 +16,8 @@ from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .groups import group_lag
+from rubricd.status import group_lag
+
 from .llm import LLMClient
 from .settings import Price
 

@@ -50,7 +50,7 @@ FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead le
 # A handler's argument: the message itself (intake.itself); Any, so that FastStream neither injects nor converts it.
 Entry = Any
 log = logging.getLogger("rubricd.service")
-EXIT_GROUP_GONE = 3  # run()'s exit code when the service stopped because Redis lost a consumer group of its
+EXIT_GROUP_GONE = 3  # run()'s exit code when the service stopped because Redis lost one of its consumer groups
 
 
 class DeadlineExceeded(Exception):
@@ -76,7 +76,7 @@ class Clients:
         return self.memory_
 
 
-class Service(FastStream):
+class WiredApp(FastStream):
     """A service's app: FastStream's, with its wiring (`run` reads why it stopped by itself, if it did)."""
 
     def __init__(self, wiring: "ServiceApp[Any]", *args: Any, **kwargs: Any) -> None:
@@ -220,7 +220,7 @@ class ServiceApp(Generic[W]):
                 self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
-        return Service(self, self.broker, lifespan=lambda: self._lifespan(make_worker), after_startup=[announce])
+        return WiredApp(self, self.broker, lifespan=lambda: self._lifespan(make_worker), after_startup=[announce])
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, make_worker: Callable[[Clients], W]) -> AsyncIterator[None]:
@@ -430,5 +430,5 @@ def run(name: str, settings_type: type[S], create_app: Callable[[S, Metrics], Fa
             "log_config": None,
         }
     asyncio.run(app.run(log_level=logging.INFO, run_extra_options=options))
-    if isinstance(service, Service) and service.wiring.stopped_for:
+    if isinstance(service, WiredApp) and service.wiring.stopped_for:
         sys.exit(EXIT_GROUP_GONE)

@@ -8,11 +8,10 @@ with the setting's name (see `load`).
 
 import os
 import sys
-from collections.abc import MutableMapping, Sequence
-from typing import Annotated, Literal, TypeVar
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Annotated, ClassVar, Literal, TypeVar
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -178,14 +177,7 @@ AGENT_DEFAULTS: dict[str, dict[str, object]] = {
 }
 
 
-def renamed(name: str, old: str) -> AliasChoices:
-    """The env names of a setting one service renamed for one word per concept: its own, then its old one, still
-    read (pydantic-settings takes an alias as the whole env name, RUBRICD_ included)."""
-    return AliasChoices(f"RUBRICD_{name.upper()}", f"RUBRICD_{old.upper()}")
-
-
-# What a service answering requests keeps (see AnswerSettings); a service re-declares a field with the same type
-# for its own default or its old env name (`renamed`).
+# What a service answering a waiting publisher keeps (AnswerSettings); a service re-declares one for its own default.
 AnswerTTL = Annotated[
     int,
     Field(
@@ -193,6 +185,9 @@ AnswerTTL = Annotated[
         description="how long an answer is kept for redelivery: a request published again (or redelivered after "
         "its commit) gets its first answer, not a second judging; memory is about rate x ttl x the answer's size",
     ),
+]
+KeptMaxlen = Annotated[
+    int, Field(ge=0, description="a run's last N requests are kept with their first answers (rubricd export); 0: none")
 ]
 KeptTTL = Annotated[int, Field(ge=60, description="a run's kept requests expire this long after its last one")]
 
@@ -204,17 +199,16 @@ class AnswerSettings(BaseModel):
 
     reply_ttl_s: int = Field(24 * 3600, ge=60, description="an idle reply stream expires after this")
     answer_ttl_s: AnswerTTL = 3600
-    kept_maxlen: int = Field(100_000, ge=100, description="a run's last N requests are kept with their answers")
+    kept_maxlen: KeptMaxlen = 100_000
     kept_ttl_s: KeptTTL = 30 * 24 * 3600
 
 
 class ServiceSettings(BaseSettings):
     """What every service shares: where Redis, Weaviate and the LLM are."""
 
-    # validate_by_name: a renamed setting (env alias, `renamed`) is still set by its field name in code.
-    model_config = SettingsConfigDict(
-        env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore", validate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="RUBRICD_", env_nested_delimiter="__", extra="ignore")
+    # Old env names this service still reads as their new ones (beside RENAMED's, which every service reads).
+    renamed: ClassVar[dict[str, str]] = {}
 
     namespace: str = Field(
         "rubricd", pattern=r"^[A-Za-z0-9_-]{1,64}$", description="prefix of every stream and key of the deployment"
@@ -351,9 +345,9 @@ RENAMED = {
 }
 
 
-def read_renamed(environ: MutableMapping[str, str]) -> None:
+def read_renamed(environ: MutableMapping[str, str], renamed: Mapping[str, str] = RENAMED) -> None:
     """Give each renamed setting's old name to its new one (exit if both are set and differ)."""
-    for old, new in RENAMED.items():
+    for old, new in renamed.items():
         if old not in environ:
             continue
         if environ.get(new, environ[old]) != environ[old]:
@@ -364,7 +358,7 @@ def read_renamed(environ: MutableMapping[str, str]) -> None:
 
 def load(cls: type[S]) -> S:
     """Read settings from the environment, or exit naming every bad setting."""
-    read_renamed(os.environ)
+    read_renamed(os.environ, {**RENAMED, **getattr(cls, "renamed", {})})
     try:
         return cls()
     except ValidationError as e:

@@ -16,7 +16,8 @@ from rubricd.keys import Keys
 from rubricd.messages import Comparison, Event, JudgedComparison, Preference
 from rubricd_services.common.commit import Script
 
-# An optional key or argument is '': `reply` (no reply_to), `instance` (a rubric set without an instance).
+# An optional key or argument is '': `kept` (kept_maxlen 0), `reply` (no reply_to), `instance` (a rubric set without
+# an instance).
 _COMMIT = Script(
     keys="preference kept events comparisons reply usage accuracy instance_prompts",
     args="preference judged event answer_ttl group entry_id maxlen reply_ttl kept_maxlen kept_ttl instance prompt",
@@ -27,8 +28,10 @@ local stored = redis.call('GET', k_preference)
 local preference = stored or a_preference
 if not stored then
   redis.call('SET', k_preference, preference, 'EX', a_answer_ttl)
-  append(k_kept, a_kept_maxlen, a_judged)
-  redis.call('EXPIRE', k_kept, a_kept_ttl)
+  if k_kept ~= '' then
+    append(k_kept, a_kept_maxlen, a_judged)
+    redis.call('EXPIRE', k_kept, a_kept_ttl)
+  end
   if a_instance ~= '' then
     redis.call('HSETNX', k_instance_prompts, a_instance, a_prompt)
     redis.call('EXPIRE', k_instance_prompts, a_kept_ttl)
@@ -83,7 +86,7 @@ class Effects:
         stored = await self._commit(
             keys={
                 "preference": self.keys.preference(comparison.run_id, comparison.comparison_id),
-                "kept": self.keys.kept_comparisons(comparison.run_id),
+                "kept": self.keys.kept_comparisons(comparison.run_id) if self.kept_maxlen else "",
                 "events": self.keys.events,
                 "comparisons": self.keys.comparisons,
                 "reply": comparison.reply_to or "",

@@ -28,7 +28,7 @@ from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
-from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import InForce, RubricCache
 
@@ -120,15 +120,15 @@ class Comparer:
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         comparison = self.take(msg.body)
-        calls = Tally(pairwise.PAIRWISE)
+        tally = Tally(pairwise.PAIRWISE)
         # Published again (or redelivered after its commit): no judge calls, the commit replies its first Preference.
         stored = await self.redis.get(self.keys.preference(comparison.run_id, comparison.comparison_id))
         if stored is not None:
             preference = wire.decode(stored, Preference)
         else:
-            preference = await self.judge(comparison, calls)
+            preference = await self.judge(comparison, tally)
         event = self.event(comparison, preference)
-        spent = calls.usage(self.agent.model)
+        spent = tally.usage(self.agent.model)
         if not await self.effects.commit(intake.entry_id(msg), comparison, preference, event, spent):
             log.info(
                 "comparison %s/%s was already judged; replied with its first preference",
@@ -148,7 +148,7 @@ class Comparer:
                 self.keys.events, wire.entry(reloaded), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
-    async def judge(self, comparison: Comparison, calls: Tally) -> Preference:
+    async def judge(self, comparison: Comparison, tally: Tally) -> Preference:
         # The rubric set of the prompt, found as a rollout's is (run, step, prompt, instance key).
         prepared = await self.rubrics.get(comparison)
         rubrics = prepared.in_force
@@ -156,7 +156,7 @@ class Comparer:
             comparison,
             rubrics.set,
             prepared.system,
-            pairwise.judge_by(caller(self.llm, calls)),
+            pairwise.judge_by(caller(self.llm, tally)),
             both_orders=self.settings.pairwise_both_orders,
             ties=self.settings.pairwise_ties,
             max_chars=self.agent.prompt_chars(),

@@ -3,28 +3,29 @@
 from pydantic import Field
 
 from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import AnswerSettings, AnswerTTL, KeptTTL, ServiceSettings, renamed
+from rubricd_services.common.settings import AnswerSettings, KeptMaxlen, KeptTTL, ServiceSettings
 from rubricd_services.judges.settings import PairwiseSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
 
 class ComparerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+    renamed = {
+        "RUBRICD_PREFERENCE_TTL_S": "RUBRICD_ANSWER_TTL_S",
+        "RUBRICD_PREFERENCES_MAXLEN": "RUBRICD_KEPT_MAXLEN",
+        "RUBRICD_PREFERENCES_TTL_S": "RUBRICD_KEPT_TTL_S",
+    }
     pairwise_both_orders: bool = Field(
         True,
         description="ask the pairwise judge in both orders (A first, B first); a preference that flips with the "
         "order is reported inconsistent, with no winner",
     )
     max_comparison_bytes: int = Field(2_000_000, ge=1024, description="a larger comparison is rejected")
-    answer_ttl_s: AnswerTTL = Field(3600, validation_alias=renamed("answer_ttl_s", "preference_ttl_s"))
-    kept_maxlen: int = Field(
+    kept_maxlen: KeptMaxlen = Field(
         100_000,
-        ge=100,
         description="committed comparisons kept per run for `rubricd export` (<ns>:preferences:<run>, trimmed "
-        "past this); each entry is the comparison and its Preference, about 2 x the texts + 0.3 KB per rubric",
-        validation_alias=renamed("kept_maxlen", "preferences_maxlen"),
+        "past this); each entry is the comparison and its Preference, about 2 x the texts + 0.3 KB per rubric; "
+        "0: none",
     )
     kept_ttl_s: KeptTTL = Field(
-        30 * 24 * 3600,
-        description="a run's kept comparisons expire this long after its last one",
-        validation_alias=renamed("kept_ttl_s", "preferences_ttl_s"),
+        30 * 24 * 3600, description="a run's kept comparisons expire this long after its last one"
     )

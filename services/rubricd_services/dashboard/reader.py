@@ -16,12 +16,12 @@ from rubricd.history import changes, render_change, rubric_versions
 from rubricd.keys import Keys
 from rubricd.messages import ArmReward, Event, JudgeStatus, Message, RewardedArmRollout, RubricsUpdated, ScoredRollout
 from rubricd.schedule import read_history
+from rubricd.status import stream_status, streams
 from rubricd.store import RubricStore
 from rubricd.usage import run_usage
 from rubricd.wire import StreamEntry
 from rubricd_services.common.announcements import announcements
 from rubricd_services.common.settings import ServiceSettings
-from rubricd_services.common.stream_status import stream_status, streams
 
 PAGE = 1000  # kept entries read at a time
 EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
@@ -214,20 +214,20 @@ class Reader:
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
-            found[run_id]["kept"] = await self.redis.xlen(key)
+            found[run_id]["kept_rollouts"] = await self.redis.xlen(key)
         prefix = self.keys.kept_arm_rollouts("")
         async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
             run_id = key.decode().removeprefix(prefix)
             found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
-            found[run_id]["kept_arm"] = await self.redis.xlen(key)
+            found[run_id]["kept_arm_rollouts"] = await self.redis.xlen(key)
         costs = {u["run_id"]: u["cost"] for u in await run_usage(self.redis, self.keys, self.settings.prices)}
         return [
             {
                 "run_id": r["run_id"],
                 "version": r["version"],
                 "instance_sets": r["instance_sets"],
-                "kept": r.get("kept", 0),
-                "kept_arm": r.get("kept_arm", 0),
+                "kept_rollouts": r.get("kept_rollouts", 0),
+                "kept_arm_rollouts": r.get("kept_arm_rollouts", 0),
                 "cost": costs.get(r["run_id"]),
             }
             for _, r in sorted(found.items())
@@ -235,7 +235,9 @@ class Reader:
 
     async def run(self, run_id: str) -> dict[str, Any]:
         tally = self.tallies.get(run_id)
-        if tally is None and await self.redis.xlen(self.keys.kept_rollouts(run_id)):  # kept only for a run with kept rollouts
+        if tally is None and await self.redis.xlen(
+            self.keys.kept_rollouts(run_id)
+        ):  # kept only for a run with kept rollouts
             tally = self.tallies[run_id] = RunTally()
         if tally is not None:
             await tally.catch_up(self.redis, self.keys, run_id)

@@ -2,7 +2,7 @@
 
 One module per kind of judged thing (`rollouts`: a text rollout as the judge sees it) and per judging mode
 (`scoring`: a rollout alone into a Score; `pairwise`: a comparison into a Preference); `verdicts` the judge's
-answer and style, `calls` the one caller (an LLM failure becomes `JudgeFailed`) and the usage tally, `settings`
+answer and style, `caller` the one caller (an LLM failure becomes `JudgeFailed`) and the usage tally, `settings`
 the mixins of the settings that judge, `prompts/` the judges' instructions, `evaluation` how well a judge agrees
-with labels (`rubricd judge eval`), `arm_dataset` Rubric-ARM's training prompts (`rubricd arm dataset`).
+with labels (`rubricd judge eval`).
 """

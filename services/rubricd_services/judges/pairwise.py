@@ -28,7 +28,7 @@ from rubricd.messages import (
 )
 from rubricd_services.common import prompts
 
-from .calls import Caller, JudgeFailed
+from .caller import Caller, JudgeFailed
 
 PAIRWISE = "pairwise"  # the agent: its settings are `agents.pairwise`, its prompt prompts/pairwise.md
 MAX_EXPLANATION_CHARS = 300
@@ -263,7 +263,7 @@ PairJudge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[tup
 
 
 def judge_by(call: Caller) -> PairJudge:
-    """The pairwise judge that asks through `call` (calls.caller)."""
+    """The pairwise judge that asks through `call` (caller.caller)."""
 
     async def judge(messages: list[dict[str, str]], answer: type[msgspec.Struct]) -> tuple[msgspec.Struct, int]:
         done = await call(messages, answer)

@@ -18,14 +18,14 @@ from rubricd.reward import Policy, Undefined
 from rubricd_services.rubrics.sets import Generation, InForce
 
 from . import rollouts, verdicts
-from .calls import Caller, JudgeFailed
+from .caller import Caller, JudgeFailed
 
 # (messages, the verdict type of the rubric list) -> an instance of that type
 Judge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[msgspec.Struct]]
 
 
 def judge_by(call: Caller) -> Judge:
-    """The judge that asks through `call` (calls.caller)."""
+    """The judge that asks through `call` (caller.caller)."""
 
     async def judge(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
         return (await call(messages, verdict)).value

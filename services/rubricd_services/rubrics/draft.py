@@ -132,7 +132,9 @@ def build(
 
 
 def _problem(d: DraftRubric, criterion: str, limits: RubricLimits) -> str | None:
-    reason = validation.problem(criterion, d.points, d.meta_class, limits, phrased=True)
-    if reason is None and d.rule not in RULES:
-        reason = f"rule {d.rule!r} is not one of {list(RULES)}"
-    return reason
+    return (
+        validation.phrasing_problem(criterion)
+        or validation.points_problem(d.points, limits)
+        or validation.meta_class_problem(d.meta_class, limits.meta_classes)
+        or (f"rule {d.rule!r} is not one of {list(RULES)}" if d.rule not in RULES else None)
+    )

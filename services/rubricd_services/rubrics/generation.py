@@ -27,7 +27,7 @@ from rubricd_services.common.settings import ServiceSettings
 from rubricd_services.common.usage import Ask
 
 from .draft import InvalidDraft, RubricDraft, build, draft_type
-from .messages import messages
+from .prompting import messages
 from .sets import Generated, Prompted
 from .settings import GeneratorSettings
 from .validation import RubricLimits

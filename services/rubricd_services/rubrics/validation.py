@@ -1,7 +1,8 @@
 """The checks of one proposed rubric, the same for the generator's drafts and the updater's proposals (pure).
 
-Each caller adds its own rules around them: the updater's anchors and set size, the generator's rule kinds,
-repeats and count. The rules: docs/researchers/rubrics.md and docs/researchers/rubric-arm.md.
+Each caller applies them in its own order, with its own rules around them: the updater's anchors and set size
+(an empty criterion, the meta-class, then the points), the generator's phrasing, rule kinds, repeats and count
+(the phrasing, the points, then the meta-class). The rules: docs/researchers/rubrics.md and docs/researchers/rubric-arm.md.
 """
 
 from collections.abc import Sequence
@@ -22,16 +23,11 @@ class RubricLimits:
     meta_classes: tuple[str, ...] = HEALTHBENCH_AXES  # the deployment's (settings.meta_classes)
 
 
-def problem(
-    criterion: str, points: float, meta_class: str, limits: RubricLimits, *, phrased: bool = False
-) -> str | None:
-    """Why the rubric breaks the rules, or None. `phrased`: its criterion must read "The response ..." (the
-    generator's); else it must only not be empty (the updater's)."""
-    if phrased and (not criterion.startswith(PHRASE + " ") or len(criterion) <= len(PHRASE) + 3):
+def phrasing_problem(criterion: str) -> str | None:
+    """A generated criterion reads "The response ..." (`phrased`)."""
+    if not criterion.startswith(PHRASE + " ") or len(criterion) <= len(PHRASE) + 3:
         return f"not phrased {PHRASE!r} + a criterion"
-    if not phrased and not criterion.strip():
-        return "empty criterion"
-    return points_problem(points, limits) or meta_class_problem(meta_class, limits.meta_classes)
+    return None
 
 
 def points_problem(points: float, limits: RubricLimits) -> str | None:

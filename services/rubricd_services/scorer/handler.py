@@ -29,7 +29,7 @@ from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges import rollouts, verdicts
-from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.evaluation.run import Config
 from rubricd_services.judges.scoring import Judge, Rubrics, judge_by, preparer, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
@@ -203,9 +203,9 @@ class Scorer:
             messages=messages,
             undefined=self.settings.undefined_meta_class_reward,
         )
-        if judged.calls.cached:
+        if judged.tally.cached:
             score = msgspec.structs.replace(score, judge_cached=True)
-        spent = judged.calls.usage(self.judge_settings.model)
+        spent = judged.tally.usage(self.judge_settings.model)
         analyze = not rollout.evaluation or self.settings.analyze_evaluation
         event = self.event(rollout, score)
         committed = await self.effects.commit(
@@ -262,14 +262,14 @@ class Scorer:
     def judge(self, digest: str | None, kept: bytes | str | None, judged: "Judged") -> Judge:
         """The judge of one rollout: the verdict kept for the same call (`digest`, read as `kept`), or the one
         this process is making for a twin, else the LLM's (then kept); `judged` says which, and what it used."""
-        ask = judge_by(caller(self.llm, judged.calls))
+        ask = judge_by(caller(self.llm, judged.tally))
 
         async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
             if digest is None:
                 return await ask(messages, verdict)
-            value, judged.calls.cached = await self.cache.verdict(digest, verdict, kept, lambda: ask(messages, verdict))
-            self.metrics.judge_cache.labels("hit" if judged.calls.cached else "miss").inc()
-            if not judged.calls.cached:
+            value, judged.tally.cached = await self.cache.verdict(digest, verdict, kept, lambda: ask(messages, verdict))
+            self.metrics.judge_cache.labels("hit" if judged.tally.cached else "miss").inc()
+            if not judged.tally.cached:
                 judged.keep = (self.keys.verdict(digest), cache.encode(value))  # kept by the score's commit
             return value
 
@@ -313,8 +313,8 @@ def known_policy(rollout: Rollout) -> None:
 
 @dataclass
 class Judged:
-    """How one rollout was judged: its calls (or the cache: `calls.cached`), and the verdict key and value the
+    """How one rollout was judged: its calls (or the cache: `tally.cached`), and the verdict key and value the
     score's commit keeps (a new verdict, with the cache on)."""
 
-    calls: Tally = field(default_factory=lambda: Tally(JUDGE))
+    tally: Tally = field(default_factory=lambda: Tally(JUDGE))
     keep: tuple[str, bytes] | None = None

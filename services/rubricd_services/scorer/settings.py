@@ -4,15 +4,7 @@ from pydantic import Field, field_validator
 
 from rubricd.reward import POLICIES, Undefined
 from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import (
-    AnswerSettings,
-    AnswerTTL,
-    InFlight,
-    KeptTTL,
-    ReadSize,
-    ServiceSettings,
-    renamed,
-)
+from rubricd_services.common.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings
 from rubricd_services.judges.settings import JudgeSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
@@ -21,6 +13,11 @@ from .schedule import Rule, Strategy
 
 
 class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, JudgeSettings, CanarySettings):
+    renamed = {
+        "RUBRICD_SCORE_TTL_S": "RUBRICD_ANSWER_TTL_S",
+        "RUBRICD_RECORD_MAXLEN": "RUBRICD_KEPT_MAXLEN",
+        "RUBRICD_RECORD_TTL_S": "RUBRICD_KEPT_TTL_S",
+    }
     max_in_flight: InFlight = 256
     max_records: ReadSize = 32
     max_rollout_bytes: int = Field(
@@ -57,24 +54,19 @@ class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSet
         description="alternating: a step's per-class statistics (what the schedule reads, `rubricd schedule` shows) "
         "are kept this long after its last score; about 0.5 KB per step",
     )
-    kept_maxlen: int = Field(
+    kept_maxlen: KeptMaxlen = Field(
         20_000,
-        ge=0,
         description="each run's last N scored rollouts are kept with their first scores, for `rubricd rescore` "
         "(<ns>:recorded:<run>: about the rollout's text plus 1 KB each); 0: none",
-        validation_alias=renamed("kept_maxlen", "record_maxlen"),
     )
     kept_ttl_s: KeptTTL = Field(
-        7 * 24 * 3600,
-        description="a run's kept rollouts (and its canaries) expire this long after its last score",
-        validation_alias=renamed("kept_ttl_s", "record_ttl_s"),
+        7 * 24 * 3600, description="a run's kept rollouts (and its canaries) expire this long after its last score"
     )
     analyze_evaluation: bool = Field(
         False,
         description="evaluation rollouts (Rollout.evaluation) go to the analyzers too, into the memory loop; "
         "default: they are scored only",
     )
-    answer_ttl_s: AnswerTTL = Field(3600, validation_alias=renamed("answer_ttl_s", "score_ttl_s"))
     judge_cache_ttl_s: int = Field(
         24 * 3600,
         ge=0,

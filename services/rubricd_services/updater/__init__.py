@@ -2,6 +2,6 @@
 
 `app` wires it (broker, subscribers, lifespan); `handler` decodes, updates and
 publishes; `update` makes the new version from `memory` (static and dynamic),
-the agents' chats (`messages`) and the validated `proposal`; `prompts/` holds
+the agents' chats (`prompting`) and the validated `proposal`; `prompts/` holds
 the query writer's and the updater's instructions.
 """

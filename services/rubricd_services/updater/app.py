@@ -12,7 +12,7 @@ from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
 
 from .handler import SERVICE, Updater
-from .messages import QUERY_WRITER, UPDATER
+from .prompting import QUERY_WRITER, UPDATER
 from .settings import UpdaterSettings
 
 

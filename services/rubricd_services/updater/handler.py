@@ -27,7 +27,7 @@ from rubricd_services.common.service import Clients
 from rubricd_services.common.usage import Metered
 
 from .effects import Effects
-from .messages import UPDATER, MemoryBudget, Prompts
+from .prompting import UPDATER, MemoryBudget, Prompts
 from .proposal import Limits
 from .settings import UpdaterSettings
 from .update import Outcome, RubricUpdater
@@ -77,9 +77,9 @@ class Updater:
     async def handle(self, msg: RedisStreamMessage) -> None:
         summary = intake.decode(msg.body, StepSummary, "step summary")
         entry_id = intake.entry_id(msg)
-        events, announcement = await self.process(summary)
-        await self.effects.commit(entry_id, summary.run_id, summary.step, events, announcement)
-        for event in events:
+        logged, announcement = await self.process(summary)
+        await self.effects.commit(entry_id, summary.run_id, summary.step, logged, announcement)
+        for event in logged:
             self.outcomes.labels(event.kind).inc()
             version = event.fields.get("version")
             if isinstance(version, int) and event.fields.get("instance_key") is None:

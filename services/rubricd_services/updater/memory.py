@@ -11,7 +11,7 @@ from rubricd_services.common import prompts
 from rubricd_services.common.memory import Hit, Memory, MemoryItem, MemoryKind
 from rubricd_services.common.usage import Ask
 
-from .messages import QUERY_WRITER, MemoryBudget, query_writer_messages
+from .prompting import QUERY_WRITER, MemoryBudget, query_writer_messages
 from .proposal import Rejection
 
 SEARCHED_KINDS = [MemoryKind.ANALYSIS, MemoryKind.STEP_SUMMARY, MemoryKind.CHUNK_SUMMARY, MemoryKind.RUBRIC_UPDATE]

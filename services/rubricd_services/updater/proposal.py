@@ -18,7 +18,7 @@ from rubricd_services.rubrics.ids import new_id
 from rubricd_services.rubrics.validation import MAX_CRITERION_CHARS, RubricLimits
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limits(RubricLimits):
     """A proposed rubric's bounds, and the most adaptive rubrics a set may hold."""
 
@@ -166,9 +166,12 @@ def _checked_rubric(mod: RubricModification, limits: Limits) -> Rubric:
         raise _Invalid(f"cannot {mod.action}: no rubric given")
     if mod.rubric.kind is RubricKind.ANCHOR:
         raise _Invalid(f"cannot {mod.action} an anchor: anchors come only from the seed")
-    reason = validation.problem(mod.rubric.criterion, mod.rubric.points, mod.rubric.meta_class, limits)
+    if not mod.rubric.criterion.strip():
+        raise _Invalid(f"cannot {mod.action}: empty criterion")
+    reason = validation.meta_class_problem(mod.rubric.meta_class, limits.meta_classes)
     if reason is not None:
         raise _Invalid(f"cannot {mod.action}: {reason}")
+    _check_points(mod.rubric.points, limits)
     return msgspec.structs.replace(
         mod.rubric, kind=RubricKind.ADAPTIVE, rationale=mod.rubric.rationale or mod.rationale
     )

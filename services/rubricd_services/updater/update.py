@@ -27,7 +27,7 @@ from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.usage import Ask
 
 from .memory import describe, dynamic_memory, memory_item, static_memory
-from .messages import UPDATER, MemoryBudget, Prompts, updater_messages
+from .prompting import UPDATER, MemoryBudget, Prompts, updater_messages
 from .proposal import Limits, Rejection, UpdateProposal, proposal_type, validate
 
 

@@ -290,7 +290,7 @@ async function refresh(mine) {
     const select = document.getElementById("run");
     const ids = runs.map((r) => r.run_id);
     // The run the page was opened for stays, even before the run list (read every 15 s) names it.
-    if (!state.run) state.run = (runs.find((r) => r.kept) || runs[0] || {}).run_id ?? null;
+    if (!state.run) state.run = (runs.find((r) => r.kept_rollouts) || runs[0] || {}).run_id ?? null;
     if (state.run && !ids.includes(state.run)) ids.push(state.run);
     if ([...select.options].map((o) => o.value).join() !== ids.join()) {
       select.replaceChildren(...ids.map((id) => el("option", { value: id }, id)));
@@ -299,7 +299,7 @@ async function refresh(mine) {
     const info = runs.find((r) => r.run_id === state.run);
     document.getElementById("run-info").textContent = info
       ? `rubrics v${info.version ?? "–"}` + (info.instance_sets ? ` · ${info.instance_sets} instance sets` : "") +
-        ` · ${info.kept} kept` + (info.kept_arm ? ` · ${info.kept_arm} Rubric-ARM rewards` : "") + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
+        ` · ${info.kept_rollouts} kept` + (info.kept_arm_rollouts ? ` · ${info.kept_arm_rollouts} Rubric-ARM rewards` : "") + (info.cost !== null ? ` · $${info.cost.toFixed(4)}` : "")
       : state.run ? "nothing kept yet" : "no runs yet";
     const q = new URLSearchParams({
       run: document.getElementById("event-this-run").checked ? state.run ?? "" : "",

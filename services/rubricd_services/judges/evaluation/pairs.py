@@ -17,7 +17,7 @@ from rubricd.messages.comparisons import Winner
 from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import Price
 from rubricd_services.judges import pairwise
-from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.caller import Tally, caller
 
 from . import figures
 from .figures import Agreement

@@ -16,7 +16,7 @@ from rubricd.reward import policy
 from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings, Price
 from rubricd_services.judges import verdicts
-from rubricd_services.judges.calls import Tally, caller
+from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.scoring import judge_by, preparer, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics.sets import InForce

@@ -2,7 +2,7 @@
 
 from rubricd.messages import RubricSet, StepSummary
 from rubricd_services.common.memory import Hit, MemoryItem, MemoryKind
-from rubricd_services.updater.messages import MemoryBudget, Prompts, query_writer_messages, updater_messages
+from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
 
 from .test_proposal import CURRENT, LIMITS
 

@@ -1,6 +1,6 @@
 """The usage tally of one judged thing's calls."""
 
-from rubricd_services.judges.calls import Tally
+from rubricd_services.judges.caller import Tally
 from rubricd_services.judges.verdicts import JUDGE
 
 

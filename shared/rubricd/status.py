@@ -7,10 +7,8 @@ from typing import Any, TypedDict, cast
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rubricd.keys import Keys
-from rubricd.wire import entry_ms
-
-from .groups import group_lag
+from .keys import Keys
+from .wire import entry_ms, string
 
 
 class PendingEntry(TypedDict):
@@ -20,6 +18,16 @@ class PendingEntry(TypedDict):
     consumer: bytes
     time_since_delivered: int  # ms
     times_delivered: int
+
+
+async def group_lag(redis: Redis, stream: str, info: dict[str, Any]) -> int:
+    """Entries of `stream` not yet delivered to the group `info` (an XINFO GROUPS row) describes:
+    Redis's own count, or counted when it cannot tell (Redis < 7, or after deletions)."""
+    if info.get("lag") is not None:
+        return int(info["lag"])
+    last = info["last-delivered-id"]
+    after = "(" + (last.decode() if isinstance(last, bytes) else last)
+    return len(await redis.xrange(stream, min=after, max="+", count=100_000) or [])
 
 
 def streams(keys: Keys) -> list[str]:
@@ -47,7 +55,7 @@ async def stream_status(redis: Redis, stream: str) -> dict[str, Any]:
 
 
 async def group_status(redis: Redis, stream: str, info: dict[str, Any]) -> dict[str, Any]:
-    name = _text(info["name"])
+    name = string(info["name"])
     consumers = await redis.xinfo_consumers(stream, name)
     oldest_age = oldest_idle = None
     if info["pending"]:
@@ -58,15 +66,11 @@ async def group_status(redis: Redis, stream: str, info: dict[str, Any]) -> dict[
     return {
         "group": name,
         "consumers": [
-            {"name": _text(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers
+            {"name": string(c["name"]), "pending": c["pending"], "idle_s": c["idle"] / 1000} for c in consumers
         ],
         "pending": info["pending"],
         "lag": await group_lag(redis, stream, info),
-        "last_delivered": _text(info["last-delivered-id"]),
+        "last_delivered": string(info["last-delivered-id"]),
         "oldest_pending_age_s": oldest_age,
         "oldest_pending_idle_s": oldest_idle,
     }
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

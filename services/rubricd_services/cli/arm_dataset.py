@@ -23,25 +23,17 @@ from rubricd.keys import Keys
 from rubricd.messages import GeneratedBy, Order, Rubric, RubricSet
 from rubricd_services.common.llm import LLMClient, LLMError
 from rubricd_services.common.llm.dialects import request, schema_of
-from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import LLMSettings, ServiceSettings
+from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import pairwise
-from rubricd_services.judges.settings import PairwiseSettings
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build, draft_type
 from rubricd_services.rubrics.generation import GENERATOR
-from rubricd_services.rubrics.messages import messages as generator_messages
-from rubricd_services.rubrics.settings import GeneratorSettings
+from rubricd_services.rubrics.prompting import messages as generator_messages
 from rubricd_services.rubrics.validation import RubricLimits
 
 log = logging.getLogger("rubricd.arm")
 ORDERS: tuple[Order, ...] = ("AB", "BA")
 _INSTRUCTED = LLMSettings(output_mode="text")  # a chat that states its answer's schema, whatever the server
-
-
-class DatasetSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
-    """What `rubricd arm dataset` reads of the arm service's settings: the seeds, the generator's and the pairwise
-    judge's."""
 
 
 def with_schema(messages: list[dict[str, str]], answer: type) -> list[dict[str, str]]:
