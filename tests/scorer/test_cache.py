@@ -9,6 +9,7 @@ import pytest
 from rubricd.keys import SCORERS
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd_services.common import prompts
+from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.caller import JudgeFailed
@@ -59,9 +60,8 @@ def test_a_changed_judge_rubric_set_prompt_or_content_changes_the_key():
 async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_read_decodes_it(redis, keys):
     verdict = verdicts.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    effects = Effects(
-        redis, keys, SCORERS, answer_ttl_s=60, stats_ttl_s=60, maxlen=100, reply_ttl_s=60, verdict_ttl_s=1
-    )
+    keeping = Keeping(answer_ttl_s=60, reply_ttl_s=60, kept_maxlen=0, kept_ttl_s=60, maxlen=100)
+    effects = Effects(redis, keys, SCORERS, keeping, stats_ttl_s=60, verdict_ttl_s=1)
     await redis.xgroup_create(keys.rollouts, SCORERS, id="0", mkstream=True)
     entry = await redis.xadd(keys.rollouts, {"__data__": b"{}"})
     score = Score(run_id="run", rollout_id="r1", step=0, status=JudgeStatus.OK, reward=1.0, rubric_version=3)

@@ -13,6 +13,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import ArmReward, ArmRollout, Event, RewardedArmRollout
 from rubricd_services.common.commit import Script
+from rubricd_services.common.keeping import Keeping
 
 # An optional key is '': `kept` (kept_maxlen 0), `reply` (no reply_to).
 _COMMIT = Script(
@@ -40,21 +41,8 @@ return stored
 
 
 class Effects:
-    def __init__(
-        self,
-        redis: Redis,
-        keys: Keys,
-        group: str,
-        *,
-        answer_ttl_s: int,
-        maxlen: int,
-        reply_ttl_s: int,
-        kept_maxlen: int,
-        kept_ttl_s: int,
-    ) -> None:
-        self.keys, self.group = keys, group
-        self.answer_ttl_s, self.maxlen, self.reply_ttl_s = answer_ttl_s, maxlen, reply_ttl_s
-        self.kept_maxlen, self.kept_ttl_s = kept_maxlen, kept_ttl_s
+    def __init__(self, redis: Redis, keys: Keys, group: str, keeping: Keeping) -> None:
+        self.keys, self.group, self.keeping = keys, group, keeping
         self._commit = _COMMIT.register(redis)
 
     async def commit(
@@ -68,7 +56,7 @@ class Effects:
         stored = await self._commit(
             keys={
                 "reward": self.keys.arm_reward(rollout.run_id, rollout.rollout_id),
-                "kept": self.keys.kept_arm_rollouts(rollout.run_id) if self.kept_maxlen else "",
+                "kept": self.keeping.kept(self.keys.kept_arm_rollouts(rollout.run_id)),
                 "events": self.keys.events,
                 "arm": self.keys.arm,
                 "reply": rollout.reply_to or "",
@@ -78,13 +66,9 @@ class Effects:
                 "reward": wire.encode(reward),
                 "rewarded": wire.encode(RewardedArmRollout(rollout=rollout, reward=reward)),
                 "event": wire.encode(event),
-                "answer_ttl": self.answer_ttl_s,
                 "group": self.group,
                 "entry_id": entry_id,
-                "maxlen": self.maxlen,
-                "reply_ttl": self.reply_ttl_s,
-                "kept_maxlen": self.kept_maxlen,
-                "kept_ttl": self.kept_ttl_s,
+                **self.keeping.args(),
             },
             maps={"usage": usage},
         )

@@ -23,6 +23,7 @@ from rubricd.keys import ARM
 from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
 from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.intake import Rejected, Sender
+from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
@@ -63,16 +64,7 @@ class Rewarder:
             settings.reply_ttl_s,
             answer=rejected,
         )
-        self.effects = Effects(
-            clients.redis,
-            self.keys,
-            ARM,
-            answer_ttl_s=settings.answer_ttl_s,
-            maxlen=settings.stream_maxlen,
-            reply_ttl_s=settings.reply_ttl_s,
-            kept_maxlen=settings.kept_maxlen,
-            kept_ttl_s=settings.kept_ttl_s,
-        )
+        self.effects = Effects(clients.redis, self.keys, ARM, Keeping.of(settings, settings.stream_maxlen))
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)

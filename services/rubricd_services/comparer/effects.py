@@ -15,6 +15,7 @@ from rubricd.accuracy import accuracy_increments
 from rubricd.keys import Keys
 from rubricd.messages import Comparison, Event, JudgedComparison, Preference
 from rubricd_services.common.commit import Script
+from rubricd_services.common.keeping import Keeping
 
 # An optional key or argument is '': `kept` (kept_maxlen 0), `reply` (no reply_to), `instance` (a rubric set without
 # an instance).
@@ -48,25 +49,8 @@ return stored
 
 
 class Effects:
-    def __init__(
-        self,
-        redis: Redis,
-        keys: Keys,
-        group: str,
-        *,
-        answer_ttl_s: int,
-        maxlen: int,
-        reply_ttl_s: int,
-        kept_maxlen: int,
-        kept_ttl_s: int,
-    ) -> None:
-        self.keys = keys
-        self.group = group
-        self.answer_ttl_s = answer_ttl_s
-        self.maxlen = maxlen
-        self.reply_ttl_s = reply_ttl_s
-        self.kept_maxlen = kept_maxlen
-        self.kept_ttl_s = kept_ttl_s
+    def __init__(self, redis: Redis, keys: Keys, group: str, keeping: Keeping) -> None:
+        self.keys, self.group, self.keeping = keys, group, keeping
         self._commit = _COMMIT.register(redis)
 
     async def commit(
@@ -86,7 +70,7 @@ class Effects:
         stored = await self._commit(
             keys={
                 "preference": self.keys.preference(comparison.run_id, comparison.comparison_id),
-                "kept": self.keys.kept_comparisons(comparison.run_id) if self.kept_maxlen else "",
+                "kept": self.keeping.kept(self.keys.kept_comparisons(comparison.run_id)),
                 "events": self.keys.events,
                 "comparisons": self.keys.comparisons,
                 "reply": comparison.reply_to or "",
@@ -98,13 +82,9 @@ class Effects:
                 "preference": wire.encode(preference),
                 "judged": wire.encode(JudgedComparison(comparison=comparison, preference=preference)),
                 "event": wire.encode(event),
-                "answer_ttl": self.answer_ttl_s,
                 "group": self.group,
                 "entry_id": entry_id,
-                "maxlen": self.maxlen,
-                "reply_ttl": self.reply_ttl_s,
-                "kept_maxlen": self.kept_maxlen,
-                "kept_ttl": self.kept_ttl_s,
+                **self.keeping.args(),
                 "instance": preference.instance_key or "",
                 "prompt": comparison.prompt,
             },

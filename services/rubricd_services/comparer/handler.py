@@ -24,6 +24,7 @@ from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preferen
 from rubricd.store import RubricStore
 from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.intake import Rejected
+from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
@@ -107,16 +108,7 @@ class Comparer:
             settings.reply_ttl_s,
             answer=rejected,
         )
-        self.effects = Effects(
-            clients.redis,
-            self.keys,
-            COMPARERS,
-            answer_ttl_s=settings.answer_ttl_s,
-            maxlen=settings.stream_maxlen,
-            reply_ttl_s=settings.reply_ttl_s,
-            kept_maxlen=settings.kept_maxlen,
-            kept_ttl_s=settings.kept_ttl_s,
-        )
+        self.effects = Effects(clients.redis, self.keys, COMPARERS, Keeping.of(settings, settings.stream_maxlen))
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         comparison = self.take(msg.body)

@@ -14,6 +14,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, Rollout, Score, ScoredRollout
 from rubricd_services.common.commit import Script
+from rubricd_services.common.keeping import Keeping
 
 from .schedule import stats_increments
 
@@ -50,27 +51,10 @@ return stored
 
 class Effects:
     def __init__(
-        self,
-        redis: Redis,
-        keys: Keys,
-        group: str,
-        *,
-        answer_ttl_s: int,
-        stats_ttl_s: int,
-        maxlen: int,
-        reply_ttl_s: int,
-        kept_maxlen: int = 0,
-        kept_ttl_s: int = 0,
-        verdict_ttl_s: int = 0,
+        self, redis: Redis, keys: Keys, group: str, keeping: Keeping, *, stats_ttl_s: int, verdict_ttl_s: int = 0
     ) -> None:
-        self.keys = keys
-        self.group = group
-        self.answer_ttl_s = answer_ttl_s
-        self.stats_ttl_s = stats_ttl_s
-        self.kept_maxlen, self.kept_ttl_s = kept_maxlen, kept_ttl_s
-        self.maxlen = maxlen
-        self.reply_ttl_s = reply_ttl_s
-        self.verdict_ttl_s = verdict_ttl_s
+        self.keys, self.group, self.keeping = keys, group, keeping
+        self.stats_ttl_s, self.verdict_ttl_s = stats_ttl_s, verdict_ttl_s
         self._commit = _COMMIT.register(redis)
 
     async def commit(
@@ -101,21 +85,17 @@ class Effects:
                 "reply": rollout.reply_to or "",
                 "usage": self.keys.usage(rollout.run_id),
                 "stats": self.keys.class_stats(rollout.run_id, rollout.step),
-                "kept": self.keys.kept_rollouts(rollout.run_id) if self.kept_maxlen else "",
+                "kept": self.keeping.kept(self.keys.kept_rollouts(rollout.run_id)),
                 "verdict": verdict[0] if verdict else "",
             },
             args={
                 "score": wire.encode(score),
                 "scored": wire.encode(ScoredRollout(rollout=rollout, score=score)),
                 "event": wire.encode(event),
-                "answer_ttl": self.answer_ttl_s,
                 "group": self.group,
                 "entry_id": entry_id,
-                "maxlen": self.maxlen,
-                "reply_ttl": self.reply_ttl_s,
+                **self.keeping.args(),
                 "stats_ttl": self.stats_ttl_s,
-                "kept_maxlen": self.kept_maxlen,
-                "kept_ttl": self.kept_ttl_s,
                 "verdict": verdict[1] if verdict else "",
                 "verdict_ttl": self.verdict_ttl_s,
             },

@@ -25,6 +25,7 @@ from rubricd.reward import POLICIES, policy
 from rubricd.store import RubricStore
 from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.intake import Rejected
+from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
@@ -163,12 +164,8 @@ class Scorer:
             clients.redis,
             self.keys,
             SCORERS,
-            answer_ttl_s=settings.answer_ttl_s,
+            Keeping.of(settings, settings.stream_maxlen),
             stats_ttl_s=settings.schedule_stats_ttl_s,
-            kept_maxlen=settings.kept_maxlen,
-            kept_ttl_s=settings.kept_ttl_s,
-            maxlen=settings.stream_maxlen,
-            reply_ttl_s=settings.reply_ttl_s,
             verdict_ttl_s=settings.judge_cache_ttl_s,
         )
 
