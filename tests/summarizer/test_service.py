@@ -291,4 +291,5 @@ async def test_a_failed_summary_is_retried_and_then_published_once(
     ]
     await drained(redis, keys.analyses, SUMMARIZERS, analyzed)  # a negative check, once the retry was summarized
     await drained(redis, keys.steps, SUMMARIZERS, closed)  # and every entry of the step handled: no second summary
+    assert await redis.zcard(keys.open_steps) == 0  # left with the summary's commit: the sweep has nothing to retry
     assert await redis.xlen(keys.summaries) == 1
