@@ -4,9 +4,10 @@ import msgspec
 import pytest
 
 from rubricd.keys import Keys
-from rubricd.messages import JudgeStatus, Rollout, Score
+from rubricd.messages import Rollout
 from rubricd_services.common import intake
 from rubricd_services.common.intake import Rejected
+from rubricd_services.scorer.handler import rejected
 
 KEYS = Keys("rubricd")
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -28,9 +29,7 @@ def test_the_sender_of_an_entry_nested_too_deep_is_read():
 
 @pytest.mark.parametrize("field", ["step", "metadata", "unknown"])
 def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
-    taking = intake.Intake(
-        Rollout, "rollout", "rollout_id", 10_000_000, "max_rollout_bytes", KEYS, 60, answer=_rejected
-    )
+    taking = intake.Intake(Rollout, "rollout", "rollout_id", 10_000_000, "max_rollout_bytes", KEYS, 60, answer=rejected)
     valid = {
         "run_id": "r",
         "rollout_id": "x",
@@ -44,16 +43,3 @@ def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
         taking.take(body)
     assert raised.value.notify is not None and raised.value.notify.stream == "rubricd:replies:t"
     assert raised.value.notify.message.rollout_id == "x"
-
-
-def _rejected(sender: intake.Sender, reason: str, rollout: Rollout | None = None) -> Score:
-    return Score(
-        run_id=sender.run_id,
-        rollout_id=sender.id,
-        step=sender.step,
-        status=JudgeStatus.REJECTED,
-        reward=None,
-        rubric_version=0,
-        error=reason,
-        scored_at=0.0,
-    )
