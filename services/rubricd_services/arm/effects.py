@@ -68,7 +68,7 @@ class Effects:
                 "event": wire.encode(event),
                 "group": self.group,
                 "entry_id": entry_id,
-                **self.keeping.args(),
+                **self.keeping.args,
             },
             maps={"usage": usage},
         )

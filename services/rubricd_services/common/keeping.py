@@ -5,6 +5,7 @@ Their commit scripts store the answer for redelivery (`answer_ttl_s`), reply on 
 the streams they append to (`maxlen`): the same arguments, under the same names, in all three.
 """
 
+import functools
 from dataclasses import asdict, dataclass
 
 from .settings import AnswerSettings
@@ -32,6 +33,8 @@ class Keeping:
         """The kept requests' key, or '' (none kept) for a commit script."""
         return key if self.kept_maxlen else ""
 
+    @functools.cached_property
     def args(self) -> dict[str, int]:
-        """The commit scripts' arguments: answer_ttl, reply_ttl, kept_maxlen, kept_ttl, maxlen."""
+        """The commit scripts' arguments: answer_ttl, reply_ttl, kept_maxlen, kept_ttl, maxlen (made once, not per
+        commit: the scorer's reply path)."""
         return {name.removesuffix("_s"): value for name, value in asdict(self).items()}

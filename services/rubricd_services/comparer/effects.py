@@ -84,7 +84,7 @@ class Effects:
                 "event": wire.encode(event),
                 "group": self.group,
                 "entry_id": entry_id,
-                **self.keeping.args(),
+                **self.keeping.args,
                 "instance": preference.instance_key or "",
                 "prompt": comparison.prompt,
             },

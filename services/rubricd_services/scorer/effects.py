@@ -94,7 +94,7 @@ class Effects:
                 "event": wire.encode(event),
                 "group": self.group,
                 "entry_id": entry_id,
-                **self.keeping.args(),
+                **self.keeping.args,
                 "stats_ttl": self.stats_ttl_s,
                 "verdict": verdict[1] if verdict else "",
                 "verdict_ttl": self.verdict_ttl_s,
