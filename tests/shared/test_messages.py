@@ -18,7 +18,7 @@ def test_a_minimal_rollout_from_any_language_decodes():
     [
         (b'{"run_id":"run 1","rollout_id":"a","step":0,"prompt":"p","response":"r"}', "run_id"),
         (b'{"run_id":"r","rollout_id":"a","step":-1,"prompt":"p","response":"r"}', "step"),
-        (b'{"run_id":"r","rollout_id":"a","step":0,"prompt":"p"}', "response"),
+        (b'{"run_id":"r","rollout_id":"a","step":0}', "prompt, response"),
         (b'{"type":"score","run_id":"r","rollout_id":"a","step":0,"prompt":"p","response":"r"}', "type"),
         # A trailing newline (which Python's `$` would let through) is no part of an id.
         (b'{"run_id":"r\\n","rollout_id":"a","step":0,"prompt":"p","response":"r"}', "run_id"),

@@ -35,9 +35,11 @@ from .rubrics import (
     RubricModification,
     RubricSet,
     RubricsUpdated,
+    Scope,
     Strategy,
 )
-from .scores import JudgeStatus, RubricResult, Score, ScoredRollout
+from .scores import JudgeStatus, RubricResult, Score, ScoredRollout, TurnResult
+from .trajectories import Function, FunctionSpec, Part, Tool, ToolCall, Turn
 
 # Every top-level message type, for schema export and docs.
 MESSAGES: tuple[type[Message], ...] = (
@@ -65,6 +67,14 @@ __all__ = [
     "RENAMED_KINDS",
     "UPDATE_OUTCOMES",
     "Action",
+    "Function",
+    "FunctionSpec",
+    "Part",
+    "Scope",
+    "Tool",
+    "ToolCall",
+    "Turn",
+    "TurnResult",
     "ArmReward",
     "ArmRollout",
     "Comparison",

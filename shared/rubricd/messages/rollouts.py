@@ -5,6 +5,7 @@ from typing import Annotated, Protocol
 
 import msgspec
 
+from .. import chat
 from ._base import (
     MAX_PARTS,
     MAX_ROLLOUTS_PER_STEP,
@@ -16,6 +17,7 @@ from ._base import (
     RunId,
     Step,
 )
+from .trajectories import MAX_TURNS, Tools, Turns, malformed
 
 
 class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,13 +43,18 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
     meta-class statistics, and kept out of the memory loop (not analysed, so
     no summary or rubric update comes of it) unless the scorers'
     RUBRICD_ANALYZE_EVALUATION is on. Its Score says `evaluation` too.
+
+    A rollout of an agent carries its `trajectory` (turns in OpenAI's chat format, messages.trajectories), the
+    `tools` it was offered, and `prompt_turns`, how many leading turns were its input: the assistant turns after
+    them are the policy's. Its `prompt` and `response` are then optional, and filled with the turns' text
+    (rubricd.chat.text) where empty. A text rollout carries `prompt` and `response` alone, as before.
     """
 
     run_id: RunId
     rollout_id: RolloutId
     step: Step
-    prompt: str
-    response: str
+    prompt: str = ""
+    response: str = ""
     reference: str | None = None
     instance_key: InstanceKey | None = None
     reply_to: str | None = None
@@ -56,6 +63,29 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
     published_at: float | None = None
     reward_policy: str | None = None
     evaluation: bool = False
+    trajectory: Turns = []
+    tools: Tools = []
+    prompt_turns: Annotated[int, msgspec.Meta(ge=0, le=MAX_TURNS)] = 0
+
+    def __post_init__(self) -> None:
+        if not self.trajectory:
+            if self.tools or self.prompt_turns:
+                raise ValueError("tools and prompt_turns go with a trajectory")
+            if not (self.prompt or self.response):
+                raise ValueError("a rollout carries its text (prompt, response) or its turns (trajectory)")
+            return
+        if (why := malformed(self.trajectory, self.prompt_turns)) is not None:
+            raise ValueError(why)
+        if not (self.prompt and self.response):
+            turns = msgspec.to_builtins(self.trajectory)
+            prompt, response = turns[: self.prompt_turns], turns[self.prompt_turns :]
+            msgspec.structs.force_setattr(self, "prompt", self.prompt or chat.text(prompt, roles=False))
+            msgspec.structs.force_setattr(self, "response", self.response or chat.text(response, roles=False))
+
+    @property
+    def policy_turns(self) -> list[int]:
+        """The indices of the turns the policy wrote: the assistant turns after the prompt's."""
+        return [i for i, t in enumerate(self.trajectory) if i >= self.prompt_turns and t.role == "assistant"]
 
 
 class StepClosed(Message, tag="step_closed", frozen=True, kw_only=True):

@@ -21,8 +21,17 @@ class RubricKind(enum.StrEnum):
     ADAPTIVE = "adaptive"
 
 
+Scope = Literal["trajectory", "turn"]
+
+
 class Rubric(msgspec.Struct, frozen=True, kw_only=True):
-    """One criterion the judge checks."""
+    """One criterion the judge checks.
+
+    `scope`: what of a trajectory the criterion is about: the whole of it (the default), or each of the policy's
+    turns, tool calls included ("Each tool call passes arguments the tool accepts"). A turn rubric's verdict
+    names the turns that meet it and those that do not (the rest it does not apply to); on a text rollout,
+    which has one turn, it is judged like any other.
+    """
 
     id: str
     criterion: str
@@ -34,6 +43,7 @@ class Rubric(msgspec.Struct, frozen=True, kw_only=True):
     # Rubric-ARM/OpenRubrics: a hard rule is an explicit constraint of the prompt, a principle a general quality
     # criterion; set on the rubrics the generator writes (None: not classified).
     rule: Literal["hard_rule", "principle"] | None = None
+    scope: Scope = "trajectory"
 
 
 class GeneratedBy(msgspec.Struct, frozen=True, kw_only=True):

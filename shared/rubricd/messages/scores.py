@@ -18,12 +18,30 @@ class JudgeStatus(enum.StrEnum):
 
 
 class RubricResult(msgspec.Struct, frozen=True, kw_only=True):
-    """The judge's verdict on one rubric of the set."""
+    """The judge's verdict on one rubric of the set.
+
+    For a turn rubric (Rubric.scope) judged on a trajectory, `met_turns` and `unmet_turns` name the policy's
+    turns (trajectory indices) that meet the criterion and those that do not; `met` is then true when some turn
+    meets it and, for positive points, none fails it.
+    """
 
     rubric_id: str
     met: bool
     points: float
     explanation: str = ""
+    met_turns: list[int] = []
+    unmet_turns: list[int] = []
+
+
+class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One policy turn of a trajectory as the turn rubrics found it: `points`, the sum of the points of the
+    rubrics it meets (a negative rubric met there costs its points), and which rubrics it meets and fails.
+    Per-turn rewards for trainers that take them (verl's `turn_scores`)."""
+
+    turn: int
+    points: float
+    met: list[str] = []
+    unmet: list[str] = []
 
 
 class Score(Message, tag="score", frozen=True, kw_only=True):
@@ -46,6 +64,7 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
     no generation was involved (generation off, a predefined or imported set, or a later version the updater
     made).
     `evaluation`: the rollout was an evaluation rollout (Rollout.evaluation).
+    `turns` (a trajectory's Score): one result per policy turn, in order, when the set has turn rubrics.
     """
 
     run_id: RunId
@@ -69,6 +88,7 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
     rubrics_generation: Literal["generated", "fallback"] | None = None
     rubrics_generation_error: str | None = None
     evaluation: bool = False
+    turns: list[TurnResult] = []
 
 
 class ScoredRollout(Message, tag="scored_rollout", frozen=True, kw_only=True):
