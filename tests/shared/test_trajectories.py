@@ -50,7 +50,7 @@ def test_what_the_policy_got_wrong_is_not_a_wire_error():
         (f"{USER},{RESULT}", "", r"trajectory\[1\].tool_call_id: 'c1' answers no earlier tool call"),
         (f'{USER},{{"role":"tool","name":"calc","content":"4"}}', "", r"trajectory\[1\].name"),
         (f'{USER},{{"role":"tool","content":"4"}}', "", r"trajectory\[1\]: a tool turn answers no earlier"),
-        (f'{CALL.replace("assistant", "user")}', "", r"trajectory\[0\].tool_calls: only an assistant turn"),
+        (f"{CALL.replace('assistant', 'user')}", "", r"trajectory\[0\].tool_calls: only an assistant turn"),
         (f'{USER},{{"role":"assistant","content":5}}', "", r"\$.trajectory\[1\].content"),
         (f"{USER},{NO_NAME}", "", r"\$.trajectory\[1\].tool_calls\[0\].function"),
         (f"{USER},{ANSWER}", ',"prompt_turns":3', "prompt_turns 3 is beyond"),
