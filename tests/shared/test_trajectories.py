@@ -9,7 +9,7 @@ from rubricd.messages import Rollout
 
 HEAD = '"run_id":"r","rollout_id":"a","step":0'
 USER = '{"role":"user","content":"What is 17*23?"}'
-CALL = '{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"calc","arguments":"{\\"expr\\":\\"17*23\\"}"}}]}'  # noqa: E501
+CALL = '{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"calc","arguments":"{\\"expr\\":\\"17*23\\"}"}}]}'
 RESULT = '{"role":"tool","tool_call_id":"c1","content":"391"}'
 ANSWER = '{"role":"assistant","content":"391"}'
 NO_NAME = CALL.replace('{"name"', '{"nom"')
@@ -28,7 +28,7 @@ def test_an_openai_trajectory_decodes_with_its_text_filled():
 
 def test_a_trl_trajectory_decodes():
     # TRL's tool loop: arguments an object, no call id, the tool turn naming its tool.
-    call = '{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"calc","arguments":{"expr":"17*23"}}}]}'  # noqa: E501
+    call = '{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"calc","arguments":{"expr":"17*23"}}}]}'
     r = wire.decode(rollout(f'{USER},{call},{{"role":"tool","name":"calc","content":"391"}},{ANSWER}'), Rollout)
     assert r.trajectory[1].tool_calls[0].function.arguments == {"expr": "17*23"}
     assert r.policy_turns == [1, 3]
