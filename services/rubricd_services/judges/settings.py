@@ -19,6 +19,12 @@ class JudgeSettings(BaseModel):
     judge_explain: bool = Field(
         True, description="each verdict with its explanation first; false: the verdict alone (fewer tokens)"
     )
+    judge_trajectory_prompt: PromptFile = Field(
+        None, description="judge instructions for trajectories; default: prompts/judge-trajectory.md"
+    )
+    judge_reasoning: bool = Field(
+        False, description="show the judge a trajectory's reasoning (the assistant turns' `reasoning`); false: left out"
+    )
 
     def judge_style(self) -> Style:
         return Style(self.judge_calls, self.judge_explain)

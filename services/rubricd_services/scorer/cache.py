@@ -16,16 +16,20 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from rubricd.messages import RubricSet
+from rubricd.messages import Rollout, RubricSet
 from rubricd_services.common.settings import LLMSettings
 
 _encoder = msgspec.json.Encoder()
 
 
-def digest(rubric_set: RubricSet, judge: LLMSettings, messages: list[dict[str, str]]) -> str:
-    """The cache key's hash of one judge call."""
+def digest(
+    rubric_set: RubricSet, judge: LLMSettings, messages: list[dict[str, str]], rollout: Rollout | None = None
+) -> str:
+    """The cache key's hash of one judge call; with `rollout`, of its whole trajectory too (the messages may show
+    a trajectory cut to fit the judge's prompt: two that differ only where it was cut are not one call)."""
     decided_by = [rubric_set.run_id, rubric_set.instance_key, rubric_set.version, judge.model, judge.temperature]
-    return hashlib.sha256(_encoder.encode([*decided_by, messages])).hexdigest()
+    whole = [rollout.trajectory, rollout.tools] if rollout is not None and rollout.trajectory else []
+    return hashlib.sha256(_encoder.encode([*decided_by, messages, *whole])).hexdigest()
 
 
 def encode(verdict: msgspec.Struct) -> bytes:

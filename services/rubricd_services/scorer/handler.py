@@ -29,10 +29,10 @@ from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.judges import verdicts
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.evaluation.run import Config
-from rubricd_services.judges.scoring import Judge, Rubrics, judge_by, preparer, score_rollout
+from rubricd_services.judges.scoring import TRAJECTORY, Judge, Rubrics, judge_by, preparer, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import RubricCache
@@ -133,11 +133,18 @@ class Scorer:
             clients.redis, self.keys, settings.schedule_rule(), settings.meta_classes, maxlen=settings.stream_maxlen
         )
         template = prompts.load(verdicts.__package__, JUDGE, settings.judge_prompt)
+        for_trajectories = prompts.load(verdicts.__package__, TRAJECTORY, settings.judge_trajectory_prompt)
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
-            prepare=preparer(template, self.judge_settings.prompt_chars(), settings.judge_style()),
+            prepare=preparer(
+                template,
+                self.judge_settings.prompt_chars(),
+                settings.judge_style(),
+                for_trajectories,
+                settings.judge_reasoning,
+            ),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
         self.canaries = Canaries(
@@ -176,8 +183,9 @@ class Scorer:
         # The verdict cache keeps one call's verdict: a set judged one call per rubric is judged every time.
         messages, digest = None, None
         if self.settings.judge_cache_ttl_s and self.settings.judge_calls == "one":
-            messages = rollouts.messages(rubrics.system, rollout, rubrics.rollout_chars)
-            digest = cache.digest(rubrics.set, self.judge_settings, messages)
+            [call] = rubrics.judging(rollout)
+            messages = call.messages(rollout)
+            digest = cache.digest(rubrics.set, self.judge_settings, messages, rollout)
         first, kept = await self.lookup(rollout, digest)
         if first is not None:
             # Scored before (published again, a retried request): its first score again, without judging it.

@@ -1,0 +1,238 @@
+"""How a trajectory rollout is shown to the judge: a numbered transcript, as data.
+
+Beside rollouts.py (a text rollout). Every turn keeps its trajectory index (`turn`) and role; the policy's turns
+say so; a tool call shows its tool and arguments under a label (its id, else `<turn>.<k>`), and a tool turn the
+label of the call it answers; the offered tools are listed once. What the policy got wrong is shown plainly,
+never rejected: arguments that are not JSON, a tool that was not offered, a call no tool turn answers. Reasoning
+is shown only when asked. It all goes in one `<trajectory>` block, escaped as rollout data is (prompts.block).
+
+Fitting a prompt budget cuts tool outputs first, then drops the earliest turns (the first user turn last),
+then cuts the remaining texts; each cut is marked; the policy's final answer is never cut.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from rubricd.messages import Rollout, RubricSet, Turn
+from rubricd_services.common import prompts
+
+_FRAME_CHARS = 40  # the block's tags and the object's keys around the turns
+MIN_TOOL_OUTPUT = 200  # what is left of a tool output cut to fit, before turns are dropped
+
+NOT_JSON = "its arguments are not valid JSON"
+NOT_OFFERED = "this tool was not offered"
+UNANSWERED = "no tool turn answers this call"
+
+
+class _RubricView(msgspec.Struct, frozen=True, omit_defaults=True):
+    id: str
+    criterion: str
+    points: float
+    meta_class: str
+    scope: str = "trajectory"
+
+
+class _CallView(msgspec.Struct, frozen=True, omit_defaults=True):
+    call: str
+    tool: str
+    arguments: Any
+    problems: list[str] = []
+
+
+class _TurnView(msgspec.Struct, frozen=True, omit_defaults=True):
+    turn: int
+    role: str
+    policy: bool = False
+    reasoning: str | None = None
+    content: str = ""
+    tool_calls: list[_CallView] = []
+    answers: str | None = None  # a tool turn: the label of the call it answers
+    tool: str | None = None  # a tool turn: the tool that answered
+
+
+class _Cut(msgspec.Struct, frozen=True):
+    cut: str
+
+
+class _ToolView(msgspec.Struct, frozen=True, omit_defaults=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class _TrajectoryView(msgspec.Struct, frozen=True, omit_defaults=True):
+    turns: list[_TurnView | _Cut]
+    tools: list[_ToolView] = []
+    reference: str | None = None
+
+
+def system_message(template: str, rubric_set: RubricSet) -> str:
+    """Instructions plus the rubric list with each rubric's scope: identical for every trajectory of a version."""
+    views = [_RubricView(r.id, r.criterion, r.points, r.meta_class, r.scope) for r in rubric_set.rubrics]
+    return f"{template.rstrip()}\n{prompts.block('rubrics', views)}\n"
+
+
+def rollout_chars(system: str, prompt_chars: int | None) -> int | None:
+    """What is left of the judge's prompt budget (LLMSettings.prompt_chars) for the trajectory beside `system`."""
+    return None if prompt_chars is None else max(prompt_chars - len(system), _FRAME_CHARS * 10)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A trajectory as the judge reads it: the turns shown and the offered tools."""
+
+    turns: list[_TurnView]
+    tools: list[_ToolView]
+    reference: str | None
+
+    def block(self, max_chars: int | None = None) -> str:
+        view = _TrajectoryView(list(self.turns), self.tools, self.reference)
+        if max_chars is not None:
+            view = _fit(view, max_chars - _FRAME_CHARS)
+        return prompts.block("trajectory", view)
+
+
+def transcript(rollout: Rollout, reasoning: bool = False) -> Transcript:
+    """The numbered transcript of `rollout`'s trajectory; `reasoning`: show the turns' reasoning."""
+    offered = {t.function.name for t in rollout.tools}
+    policy = set(rollout.policy_turns)
+    labels = _calls_answered(rollout.trajectory)
+    answered = {label for label in labels.values()}
+    turns: list[_TurnView] = []
+    for i, turn in enumerate(rollout.trajectory):
+        calls = []
+        for k, call in enumerate(turn.tool_calls):
+            label = call.id or f"{i}.{k}"
+            problems = [
+                *([NOT_JSON] if not _is_json(call.function.arguments) else []),
+                *([NOT_OFFERED] if rollout.tools and call.function.name not in offered else []),
+                *([UNANSWERED] if label not in answered else []),
+            ]
+            calls.append(_CallView(label, call.function.name, call.function.arguments, problems))
+        turns.append(
+            _TurnView(
+                turn=i,
+                role=turn.role,
+                policy=i in policy,
+                reasoning=turn.reasoning if reasoning and turn.reasoning else None,
+                content=turn.text,
+                tool_calls=calls,
+                answers=labels.get(i),
+                tool=turn.name if turn.role == "tool" else None,
+            )
+        )
+    tools = [_ToolView(t.function.name, t.function.description, t.function.parameters) for t in rollout.tools]
+    return Transcript(turns, tools, rollout.reference)
+
+
+def user_message(rollout: Rollout, max_chars: int | None = None, reasoning: bool = False) -> str:
+    """The trajectory as data; with `max_chars`, cut to fit (the cuts marked)."""
+    return transcript(rollout, reasoning).block(max_chars)
+
+
+def messages(
+    system: str, rollout: Rollout, max_chars: int | None = None, reasoning: bool = False
+) -> list[dict[str, str]]:
+    """The chat messages for one judge call of a trajectory."""
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": user_message(rollout, max_chars, reasoning)},
+    ]
+
+
+def _calls_answered(turns: list[Turn]) -> dict[int, str]:
+    """Each tool turn's index -> the label of the call it answers: by call id, else the earliest unanswered call
+    of the tool it names, else the earliest unanswered call."""
+    open_calls: list[tuple[str, str, str | None]] = []  # (label, tool, id), oldest first
+    answers: dict[int, str] = {}
+    for i, turn in enumerate(turns):
+        open_calls += [(c.id or f"{i}.{k}", c.function.name, c.id) for k, c in enumerate(turn.tool_calls)]
+        if turn.role != "tool" or not open_calls:
+            continue
+        match = next(
+            (
+                c
+                for c in open_calls
+                if (c[2] == turn.tool_call_id if turn.tool_call_id is not None else turn.name in (None, c[1]))
+            ),
+            None,
+        )
+        if match is not None:
+            open_calls.remove(match)
+            answers[i] = match[0]
+    return answers
+
+
+def _is_json(arguments: str | dict[str, Any]) -> bool:
+    if not isinstance(arguments, str):
+        return True
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
+
+
+def _size(obj: object) -> int:
+    return len(prompts.as_data(obj))
+
+
+def _fit(view: _TrajectoryView, budget: int) -> _TrajectoryView:
+    """`view` cut to take at most `budget` characters, in order: tool outputs (to MIN_TOOL_OUTPUT each), the
+    earliest turns (all but the policy's final answer; the first user turn last), the remaining texts. What
+    cannot be cut (the final answer) is kept whole even where it alone is over the budget."""
+    turns = [t for t in view.turns if isinstance(t, _TurnView)]
+    fixed = _size(msgspec.structs.replace(view, turns=[])) + 2
+    sizes = [_size(t) + 1 for t in turns]
+    if fixed + sum(sizes) <= budget:
+        return view
+    final = max((k for k, t in enumerate(turns) if t.policy), default=len(turns) - 1)
+    # 1. Tool outputs, cut to one common size (no less than MIN_TOOL_OUTPUT).
+    tools = [k for k, t in enumerate(turns) if t.role == "tool" and k != final]
+    over = fixed + sum(sizes) - budget
+    outputs = [prompts.size(turns[k].content) for k in tools]
+    room = max(sum(outputs) - over, MIN_TOOL_OUTPUT * len(tools))
+    for k, text in zip(tools, prompts.fit([turns[k].content for k in tools], room), strict=True):
+        turns[k] = msgspec.structs.replace(turns[k], content=text)
+        sizes[k] = _size(turns[k]) + 1
+    # 2. The earliest turns, dropped whole; the first user turn last, the final answer never.
+    first_user = next((k for k, t in enumerate(turns) if t.role == "user"), None)
+    order = [k for k in range(len(turns)) if k not in (final, first_user)] + (
+        [first_user] if first_user is not None and first_user != final else []
+    )
+    dropped: set[int] = set()
+    marker = _size(_Cut("turns 0000-0000 left out to fit the judge's prompt")) + 1
+    for k in order:
+        if fixed + sum(sizes[j] for j in range(len(turns)) if j not in dropped) + (marker if dropped else 0) <= budget:
+            break
+        dropped.add(k)
+    kept = [t for k, t in enumerate(turns) if k not in dropped]
+    # 3. What is left (not the final answer) cut to share what room remains.
+    used = fixed + sum(sizes[k] for k in range(len(turns)) if k not in dropped) + (marker if dropped else 0)
+    if used > budget:
+        others = [t for t in kept if t.turn != turns[final].turn]
+        texts = prompts.fit(
+            [t.content for t in others], max(0, sum(prompts.size(t.content) for t in others) - (used - budget))
+        )
+        cut_texts = {t.turn: text for t, text in zip(others, texts, strict=True)}
+        kept = [msgspec.structs.replace(t, content=cut_texts.get(t.turn, t.content)) for t in kept]
+    shown: list[_TurnView | _Cut] = list(kept)
+    if dropped:
+        gone = sorted(turns[k].turn for k in dropped)
+        at = next((n for n, t in enumerate(kept) if t.turn > gone[0]), len(kept))
+        shown.insert(at, _Cut(f"{_ranges(gone)} left out to fit the judge's prompt"))
+    return msgspec.structs.replace(view, turns=shown)
+
+
+def _ranges(turns: list[int]) -> str:
+    """`[0, 1, 2, 5]` -> "turns 0-2, 5"."""
+    spans: list[list[int]] = []
+    for t in turns:
+        if spans and t == spans[-1][1] + 1:
+            spans[-1][1] = t
+        else:
+            spans.append([t, t])
+    return "turns " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
