@@ -3,7 +3,7 @@
 The requested Struct is named by `response_format.json_schema.name`, or, in
 json_object / text modes, by the "JSON Schema named <Name>" sentence the
 LLM client appends to the system message (the schema follows it as JSON). The
-judge (`JudgeVerdict`) gets content heuristics (see `judging`); any other
+judge (`JudgeVerdict`) gets content heuristics (see `judging`, `trajectories`); any other
 schema gets a minimal valid instance built from the schema itself, with
 strings taken from the conversation.
 """
@@ -14,12 +14,18 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import analysis, generating, judging, pairwise, updates
+from . import analysis, generating, judging, pairwise, trajectories, updates
+
+
+def judge(system: str, user: str) -> Any:
+    """The judge's verdict on a trajectory (its block in the user message) or on a text rollout."""
+    return (trajectories if "<trajectory>" in user else judging).verdict(system, user)
+
 
 # Agents with content-dependent answers: schema name -> fn(system text, user text) -> JSON value.
 # Every other schema gets a generic valid instance.
 AGENTS: dict[str, Callable[[str, str], Any]] = {
-    "JudgeVerdict": judging.verdict,
+    "JudgeVerdict": judge,
     "PairwiseVerdict": pairwise.verdict,
     "AnalysisDraft": analysis.analysis,
     "SummaryDraft": analysis.summary,

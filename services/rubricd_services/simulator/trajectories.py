@@ -1,0 +1,169 @@
+"""The simulated judge on trajectories (test/demo tool): content rules over the numbered transcript.
+
+Reads the `<trajectory>` block the judge is sent (judges/trajectories.py) and decides each rubric by the words
+of its criterion: tool use (was a tool called before the answer), fabricated tool results (a turn claims a
+result no tool turn returned), results ignored or contradicted (the answer's numbers miss the latest result),
+tool-call arguments (problems the transcript shows), calls in a loop (one call made three times or more); any
+other criterion falls back to the text rules (judging.decide) on the final answer, or on each turn for a turn
+rubric. A turn rubric's verdict names the policy turns it applies to. The rules: docs/researchers/demo.md.
+"""
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+from . import judging
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_CLAIMS_RESULT = re.compile(
+    r"\b(?:tool|calculator|calc|lookup|search)\b[^.\n]{0,40}?\b(?:returned|returns|gave|gives|says|said|result|output)"
+    r"|\[tool[ _]result",
+    re.IGNORECASE,
+)
+
+
+def _words(*words: str) -> re.Pattern[str]:
+    return re.compile(r"\b(?:" + "|".join(words) + r")\b")
+
+
+_FABRICATED = _words(r"fabricat\w*", r"invent\w*", r"made[- ]up", r"never (?:received|returned|got)", r"no tool \w+")
+_IGNORED = _words(r"ignor\w*", r"contradict\w*", r"disregard\w*", r"inconsistent")
+_USES_RESULT = _words(r"uses? (?:the )?(?:latest |last )?(?:tool )?results?", r"consistent with", r"agrees? with")
+_ARGUMENTS = _words(r"arguments?", r"valid json", r"parameters?")
+_LOOP = _words(r"loop\w*", r"repeat\w*", r"same call", r"again and again", r"redundant")
+_CALLS_TOOL = _words(r"calls?", r"uses? (?:a |the )?(?:\w+ )?tool", r"tool call\w*", r"invok\w*", r"consult\w*")
+_TOOLISH = _words(r"tools?", r"calculator", r"calc", r"lookup", r"search")
+
+Turn = dict[str, Any]
+# (the policy turn, every turn up to it) -> (applies, met, why)
+TurnRule = Callable[[Turn, list[Turn]], tuple[bool, bool, str]]
+
+
+def verdict(system: str, user: str) -> dict[str, Any]:
+    """A JudgeVerdict as builtins for a trajectory: a trajectory rubric's {explanation, met}, a turn rubric's
+    {explanation, met_turns, unmet_turns}."""
+    rubrics = judging._block(system, "rubrics") or []
+    trajectory = judging._block(user, "trajectory") or {}
+    if not isinstance(rubrics, list) or not isinstance(trajectory, dict):
+        return {}
+    turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict) and "turn" in t]
+    policy = [t for t in turns if t.get("policy")]
+    final = str(policy[-1].get("content") or "") if policy else ""
+    reference = trajectory.get("reference")
+    answers: dict[str, Any] = {}
+    for rubric in rubrics:
+        if not (isinstance(rubric, dict) and "id" in rubric):
+            continue
+        criterion, points = str(rubric.get("criterion", "")), float(rubric.get("points") or 0)
+        rule, kind = _rule(criterion.lower(), points, reference)
+        decided = [(t["turn"], *rule(t, [u for u in turns if u["turn"] <= t["turn"]])) for t in policy]
+        applied = [(turn, met, why) for turn, applies, met, why in decided if applies]
+        if rubric.get("scope") == "turn":
+            answers[str(rubric["id"])] = {
+                "explanation": "[simulator] " + ("; ".join(f"turn {n}: {why}" for n, _, why in applied) or "no turn."),
+                "met_turns": [n for n, met, _ in applied if met],
+                "unmet_turns": [n for n, met, _ in applied if not met],
+            }
+        elif kind == "text":
+            met, why = judging.decide(criterion, points, final, reference)
+            answers[str(rubric["id"])] = {"explanation": f"[simulator] {why}", "met": met}
+        else:
+            # A behaviour shows once; a rule every turn keeps must hold in every turn it applies to.
+            shown = [n for n, met, _ in applied if met]
+            met = bool(shown) if kind == "behaviour" else bool(applied) and len(shown) == len(applied)
+            why = "; ".join(f"turn {n}: {why}" for n, _, why in applied) or "applies to no turn."
+            answers[str(rubric["id"])] = {"explanation": f"[simulator] {why}", "met": met}
+    return answers
+
+
+Kind = Literal["behaviour", "kept", "text"]
+
+
+def _rule(c: str, points: float, reference: Any) -> tuple[TurnRule, Kind]:
+    """The rule a criterion names, and its kind: a behaviour (met where it shows once), a rule every turn it
+    applies to keeps, or the text rules."""
+    if _FABRICATED.search(c):
+        return _fabricated, "behaviour"
+    if _IGNORED.search(c):
+        return (lambda t, seen: _negated(_uses_result(t, seen))), "behaviour"
+    if _USES_RESULT.search(c):
+        return _uses_result, "kept"
+    if _ARGUMENTS.search(c):
+        return _arguments, "kept"
+    if _LOOP.search(c):
+        return _loop, "behaviour"
+    if _CALLS_TOOL.search(c) and _TOOLISH.search(c):
+        return _called_tool, "kept"
+    return _text_rule(c, points, reference), "text"
+
+
+def _text_rule(c: str, points: float, reference: Any) -> TurnRule:
+    """The text rules (judging.decide) on each turn's text."""
+
+    def rule(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+        text = str(turn.get("content") or "")
+        return (bool(text), *judging.decide(c, points, text, reference))
+
+    return rule
+
+
+def _negated(decided: tuple[bool, bool, str]) -> tuple[bool, bool, str]:
+    applies, met, why = decided
+    return applies, not met, why
+
+
+def _results(seen: list[Turn]) -> list[str]:
+    return [str(t.get("content") or "") for t in seen if t.get("role") == "tool"]
+
+
+def _fabricated(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+    """A turn that claims a tool result: met (fabricated) when a number it states is in no turn before it that
+    the policy did not write (a tool's result, its input)."""
+    text = str(turn.get("content") or "")
+    if not _CLAIMS_RESULT.search(text):
+        return False, False, "claims no tool result."
+    given = [str(t.get("content") or "") for t in seen if not t.get("policy")]  # tool results and the input
+    returned = {n for r in given for n in _NUMBER.findall(r)}
+    stated = set(_NUMBER.findall(text))
+    invented = sorted(stated - returned)
+    if invented:
+        return True, True, f"claims a tool result ({', '.join(invented)}) no tool turn returned."
+    return True, False, "the tool results it claims were returned."
+
+
+def _uses_result(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+    """A turn with an answer after a tool result: met when the latest result's numbers are in it."""
+    text = str(turn.get("content") or "")
+    results = _results(seen)
+    if not text or not results or turn.get("tool_calls"):
+        return False, False, "no answer after a tool result."
+    latest = set(_NUMBER.findall(results[-1]))
+    met = bool(latest) and latest <= set(_NUMBER.findall(text)) or (not latest and results[-1].strip() in text)
+    return True, met, f"the answer {'uses' if met else 'does not use'} the latest tool result."
+
+
+def _arguments(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+    """A turn with tool calls: met when none has a problem (arguments not JSON, tool not offered)."""
+    calls = turn.get("tool_calls") or []
+    if not calls:
+        return False, False, "makes no tool call."
+    problems = sorted({p for c in calls for p in c.get("problems") or [] if "answers" not in p})
+    return True, not problems, f"tool calls: {', '.join(problems) or 'no problem'}."
+
+
+def _loop(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+    """A turn with tool calls: met (a loop) when one of its calls was made, the same, twice before."""
+    calls = turn.get("tool_calls") or []
+    if not calls:
+        return False, False, "makes no tool call."
+    made = [(c.get("tool"), str(c.get("arguments"))) for t in seen for c in t.get("tool_calls") or []]
+    looping = any(made.count((c.get("tool"), str(c.get("arguments")))) >= 3 for c in calls)
+    return True, looping, "repeats one call three times or more." if looping else "no call repeated thrice."
+
+
+def _called_tool(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+    """A turn that answers (no call of its own): met when a tool was called before it."""
+    if turn.get("tool_calls"):
+        return False, False, "calls a tool."
+    called = any(t.get("tool_calls") for t in seen if t.get("policy"))
+    return True, called, "a tool was called before this answer." if called else "answers without calling a tool."
