@@ -64,8 +64,8 @@ class _ToolView(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class _TrajectoryView(msgspec.Struct, frozen=True, omit_defaults=True):
+    tools: list[_ToolView]  # first: the judge reads what was offered before what was called
     turns: list[_TurnView | _Cut]
-    tools: list[_ToolView] = []
     reference: str | None = None
 
 
@@ -89,7 +89,7 @@ class Transcript:
     reference: str | None
 
     def block(self, max_chars: int | None = None) -> str:
-        view = _TrajectoryView(list(self.turns), self.tools, self.reference)
+        view = _TrajectoryView(self.tools, list(self.turns), self.reference)
         if max_chars is not None:
             view = _fit(view, max_chars - _FRAME_CHARS)
         return prompts.block("trajectory", view)
