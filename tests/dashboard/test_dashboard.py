@@ -397,7 +397,7 @@ async def test_a_scored_trajectory_is_shown_turn_by_turn_with_the_verdicts_namin
         'multiply · a times b · {"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}'
     ]
 
-    # Beside each policy turn the verdicts naming it, met and failed in their colours, and the turn's points.
+    # Beside each policy turn the verdicts naming it, coloured by what they do to the reward, and its points.
     verdicts = browser.execute_script(
         "return [...document.querySelectorAll('#rollout .turn')].map(t => [t.dataset.turn, "
         "[...t.querySelectorAll('.verdict')].map(v => [v.className, v.innerText, getComputedStyle(v).backgroundColor]),"
@@ -407,10 +407,10 @@ async def test_a_scored_trajectory_is_shown_turn_by_turn_with_the_verdicts_namin
     assert verdicts == [
         ["0", [], None],
         ["1", [], None],
-        ["2", [["verdict met", "✓ valid_tool_calls", met]], "points +2"],
+        ["2", [["verdict met good", "✓ valid_tool_calls", met]], "points +2"],
         ["3", [], None],
-        ["4", [["verdict unmet", "✗ valid_tool_calls", failed]], "points 0"],
-        ["5", [["verdict met", "✓ uses_tool_result", met]], "points +3"],
+        ["4", [["verdict unmet bad", "✗ valid_tool_calls", failed]], "points 0"],
+        ["5", [["verdict met good", "✓ uses_tool_result", met]], "points +3"],
     ]
     # The trajectory's verdicts, each with the turns it names.
     rows = browser.execute_script(

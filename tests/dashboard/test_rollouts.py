@@ -6,8 +6,8 @@ import msgspec
 
 from rubricd import wire
 from rubricd.messages import Function, JudgeStatus, Rollout, Score, ScoredRollout, ToolCall, Turn
+from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
 from rubricd_services.dashboard import rollouts
-from rubricd_services.dashboard.rollouts import NOT_JSON, NOT_OFFERED, UNANSWERED
 
 
 def test_a_trajectory_is_shown_turn_by_turn_with_the_verdicts_naming_each_turn(scored_trajectory):

@@ -319,7 +319,8 @@ function drawTurn(turn) {
     turn.tool_calls.map(drawToolCall));
   const verdicts = el("div", { class: "verdicts" },
     turn.points === null ? null : el("div", { class: "turn-points" }, `points ${signed(turn.points)}`),
-    turn.verdicts.map((v) => el("span", { class: v.met ? "verdict met" : "verdict unmet", "data-rubric": v.rubric_id,
+    // Coloured by what the verdict does to the reward: a penalty met in this turn is bad news, like a rule failed.
+    turn.verdicts.map((v) => el("span", { class: `verdict ${v.met ? "met" : "unmet"} ${v.met === v.points >= 0 ? "good" : "bad"}`, "data-rubric": v.rubric_id,
       title: `${v.met ? "met" : "failed"} (${signed(v.points)})` + (v.explanation ? `: ${v.explanation}` : "") },
     `${v.met ? "✓" : "✗"} ${v.rubric_id}`)));
   return el("div", { class: turn.policy ? "turn policy" : "turn", "data-turn": turn.turn, "data-role": turn.role }, who, body, verdicts);
