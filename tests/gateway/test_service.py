@@ -10,7 +10,9 @@ import time
 import httpx
 import pytest
 
+from rubricd import wire
 from rubricd.arm import prompt_key
+from rubricd.messages import Rollout, ScoredRollout
 
 from .conftest import RUN
 
@@ -77,6 +79,7 @@ async def test_slime_reward_and_reward_dict(run_rubrics, start_scorer, start_gat
         "meta/completeness": 0.0,  # no rubric of the class: the failure value, counted as undefined
         "undefined_classes": 1.0,
         "error": None,
+        "turns": [],  # no turn rubric in the set
     }
     flagged = failed.json()
     assert (flagged["reward"], flagged["judge_ok"], flagged["no_reward"]) == (0.0, 0.0, 1.0)
@@ -139,6 +142,53 @@ async def test_nemo_gym_verify(run_rubrics, start_scorer, start_gateway):
     )
     assert failed["undefined_classes"] == 2.0
     assert failed["rubricd_error"]
+
+
+def nemo_gym_tool_request() -> dict:
+    """A verify request of a tool-using episode, built as NeMo Gym's simple agent builds it: the model's outputs
+    (reasoning, a function call, then a message) and the tool's output between them, in `response.output`."""
+    body = nemo_gym_verify_request(RIGHT)
+    add = {"type": "function", "name": "add", "description": "Adds two integers.", "parameters": {"type": "object"}}
+    body["responses_create_params"]["tools"] = [add]
+    body["response"]["output"] = [
+        {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Use the tool."}]},
+        {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 17, "b": 25}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+        *body["response"]["output"],
+    ]
+    return body
+
+
+async def test_nemo_gym_verify_judges_the_whole_trajectory_and_refuses_one_malformed_naming_the_item(
+    redis, keys, run_rubrics, start_scorer, start_gateway, eventually
+):
+    start_scorer()
+    url = start_gateway()
+    malformed = nemo_gym_tool_request()
+    malformed["response"]["output"][2]["call_id"] = "call_9"
+    async with httpx.AsyncClient(timeout=60) as http:
+        verified = await http.post(f"{url}/verify", json=nemo_gym_tool_request(), headers={"Idempotency-Key": "tools"})
+        refused = await http.post(f"{url}/verify", json=malformed)
+    assert verified.status_code == 200 and verified.json()["reward"] == 1.0, verified.text
+    assert refused.status_code == 422
+    assert refused.json()["error"] == "response.output[2].call_id: 'call_9' answers no earlier call"
+
+    async def scored() -> Rollout | None:  # the rollout as the scorer judged it, from the analyzers' stream
+        for _, fields in await redis.xrange(keys.scored):
+            entry = wire.decode(wire.payload(fields), ScoredRollout)
+            if entry.rollout.rollout_id == "k-tools.0":
+                return entry.rollout
+        return None
+
+    rollout = await eventually(scored, "the scored rollout")
+    assert [(t.role, t.text, t.reasoning) for t in rollout.trajectory] == [
+        ("user", QUESTION, None),
+        ("assistant", "", "Use the tool."),
+        ("tool", "42", None),
+        ("assistant", RIGHT, None),
+    ]
+    assert rollout.trajectory[1].tool_calls[0].function.arguments == '{"a": 17, "b": 25}'
+    assert (rollout.prompt_turns, rollout.policy_turns, rollout.tools[0].function.name) == (1, [1, 3], "add")
 
 
 async def test_a_retried_request_gets_the_first_scores_without_a_second_judging(
