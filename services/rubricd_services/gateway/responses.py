@@ -35,6 +35,8 @@ REASONING, TEXT, CALLS = 0, 1, 2  # the order of an assistant turn's parts
 
 @dataclass
 class Trajectory:
+    """What a Rollout carries of an agent's episode."""
+
     turns: list[Turn] = field(default_factory=list)
     tools: list[Tool] = field(default_factory=list)
     prompt_turns: int = 0
@@ -50,21 +52,15 @@ def trajectory(params: dict[str, Any], response: dict[str, Any]) -> Trajectory:
     if isinstance(given, str):
         built.turns.append(Turn(role="user", content=given))
     else:
-        built.read(_items(given, "responses_create_params.input"), "responses_create_params.input")
+        built.read(given, "responses_create_params.input")
     built.close()
     prompt_turns = len(built.turns)
-    built.read(_items(response.get("output", []), "response.output"), "response.output")
+    built.read(response.get("output", []), "response.output")
     built.close()
     if not built.turns:
         raise ValueError("responses_create_params.input, response.output: no message, call or output to judge")
     offered = [*_tools(params.get("tools") or [], "responses_create_params.tools"), *built.tools]
     return Trajectory(turns=built.turns, tools=offered, prompt_turns=prompt_turns)
-
-
-def _items(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ValueError(f"{where}: a list of items, not {_kind(value)}")
-    return value
 
 
 @dataclass
@@ -84,7 +80,9 @@ class _Builder:
         self.open: _Assistant | None = None
         self.call_ids: set[str] = set()
 
-    def read(self, items: list[Any], where: str) -> None:
+    def read(self, items: Any, where: str) -> None:
+        if not isinstance(items, list):
+            raise ValueError(f"{where}: a list of items, not {_kind(items)}")
         for i, item in enumerate(items):
             self.item(item, f"{where}[{i}]")
 
