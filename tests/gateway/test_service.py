@@ -12,7 +12,8 @@ import pytest
 
 from rubricd import wire
 from rubricd.arm import prompt_key
-from rubricd.messages import Rollout, ScoredRollout
+from rubricd.messages import Rollout, Rubric, RubricSet, ScoredRollout
+from rubricd.store import RubricStore
 
 from .conftest import RUN
 
@@ -189,6 +190,36 @@ async def test_nemo_gym_verify_judges_the_whole_trajectory_and_refuses_one_malfo
     ]
     assert rollout.trajectory[1].tool_calls[0].function.arguments == '{"a": 17, "b": 25}'
     assert (rollout.prompt_turns, rollout.policy_turns, rollout.tools[0].function.name) == (1, [1, 3], "add")
+
+
+async def test_per_turn_results_come_back_where_the_contract_has_room(redis, keys, start_scorer, start_gateway):
+    run = "gw-turns"
+    rubrics = [
+        Rubric(id="correct", criterion="The response states the correct final answer, matching the reference.", points=5),
+        Rubric(id="uses", criterion="Each final answer uses the latest tool result", points=3, scope="turn"),
+        Rubric(id="fabricates", criterion="A turn states a tool result that no tool turn returned", points=-5, scope="turn"),
+    ]  # fmt: skip
+    assert await RubricStore(redis, keys).publish(RubricSet(run_id=run, version=1, rubrics=rubrics))
+    start_scorer()
+    url = start_gateway()
+    honest = nemo_gym_tool_request() | {"rubricd_run": run}
+    invented = {  # the raw wire's trajectory in slime's body: an answer claiming a tool result, no tool called
+        "trajectory": [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": "The calculator returned 42, so the sum is 42."},
+        ],
+        "prompt_turns": 1,
+        "label": "42",
+    }
+    async with httpx.AsyncClient(timeout=60) as http:
+        verified = (await http.post(f"{url}/verify", json=honest)).json()
+        keyed = (await http.post(f"{url}/slime/reward_dict?run={run}", json=invented)).json()
+    # One result per policy turn: the call (turn 1) meets no turn rubric, the answer (turn 3) uses its result.
+    assert [(t["turn"], t["met"], t["points"] > 0) for t in verified["rubricd_turns"]] == [
+        (1, [], False),
+        (3, ["uses"], True),
+    ]
+    assert [(t["turn"], t["met"], t["points"] < 0) for t in keyed["turns"]] == [(1, ["fabricates"], True)]
 
 
 async def test_a_retried_request_gets_the_first_scores_without_a_second_judging(
