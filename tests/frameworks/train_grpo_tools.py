@@ -5,7 +5,7 @@ from its result; rewarded by rubricd through the TRL adapter, the trainer's tool
     python tests/frameworks/train_grpo_tools.py RUN OUT_DIR
 
 RUBRICD_REDIS_URL and RUBRICD_NAMESPACE say where rubricd is. It trains 2 steps and writes the completions TRL
-handed the reward function to OUT_DIR/completions.json. The tokenizer and its chat template are built here (one
+handed the reward function to OUT_DIR/completions.json. The tokenizer and its chat template are word_level's (one
 token per word, no download); the model is random: only the bias makes it call the tool.
 """
 
@@ -18,19 +18,11 @@ import torch
 from datasets import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl import GRPOConfig, GRPOTrainer
-from word_level import tokenizer
+from word_level import chat_tokenizer
 
 from rubricd import SyncRubricdClient
 from rubricd.adapters import trl_reward
 
-# A ChatML-like template, one token per word, that renders tool calls and results (TRL checks that it does, and
-# that it preserves prefixes); each message ends with the eos token, as TRL's tool loop expects of a turn's end.
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|> {{ m.role }} "
-    "{% if m.role == 'tool' %}<tool_response> {{ m.content }} </tool_response>{% else %}{{ m.content or '' }}{% endif %}"
-    "{% for c in m.tool_calls or [] %} <tool_call> {{ c.function | tojson }} </tool_call>{% endfor %} <eos> {% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
-)
 # How TRL parses a completion into a message (transformers' response template, as TRL's own for Qwen3).
 RESPONSE_TEMPLATE = {
     "defaults": {"role": "assistant"},
@@ -49,8 +41,7 @@ RESPONSE_TEMPLATE = {
 QUESTION = "What is 17 + 25 ?"
 CALL = '<tool_call> {"name": "add", "arguments": {"a": 17, "b": 25}} </tool_call> <eos>'
 ANSWER = "The answer is 42 . <eos>"
-WORDS = [*CALL.split()[:-1], *ANSWER.split()[:-1], *QUESTION.split(), "<|im_start|>", "user", "assistant", "tool"]
-WORDS += ["<tool_response>", "</tool_response>"]  # the eos token is the tokenizer's own
+WORDS = [*CALL.split()[:-1], *ANSWER.split()[:-1], *QUESTION.split()]  # the eos token is the tokenizer's own
 
 
 def add(a: int, b: int) -> int:
@@ -79,8 +70,8 @@ def steering(tok) -> list:
 
 def main(run_id: str, out: Path) -> None:
     torch.manual_seed(0)
-    tok = tokenizer(WORDS)
-    tok.chat_template, tok.response_template = CHAT_TEMPLATE, RESPONSE_TEMPLATE
+    tok = chat_tokenizer(WORDS)
+    tok.response_template = RESPONSE_TEMPLATE
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=16,
