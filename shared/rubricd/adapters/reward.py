@@ -10,9 +10,9 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ..chat import NotTurns, turns
 from ..client import RubricdClient, SyncRubricdClient
 from ..messages import Rollout, Score, Tool, TrainingContext, Turn
+from .conversation import NotTurns, turns
 
 log = logging.getLogger("rubricd.adapters")
 
