@@ -90,7 +90,7 @@ def _trl_evaluating(columns: dict[str, Any]) -> bool:
     return model is not None and getattr(model, "training", True) is False
 
 
-def tool_specs(tools: Sequence[Callable[..., Any] | dict[str, Any]]) -> list[dict[str, Any]]:
+def _tool_specs(tools: Sequence[Callable[..., Any] | dict[str, Any]]) -> list[dict[str, Any]]:
     """The offered tools as OpenAI function specs: a function's is the one TRL's chat template renders from its
     signature and docstring (transformers' `get_json_schema`); a spec is kept as given."""
     return [t if isinstance(t, dict) else _json_schema(t) for t in tools]
@@ -114,7 +114,7 @@ def _trl_samples(
     instances = columns.get(instance_column) if instance_column else None
     if tools is None:
         tools = getattr(_trainer(columns), "tools", None) or []
-    offered = tool_specs(tools) if prompts and not isinstance(prompts[0], str) else []
+    offered = _tool_specs(tools) if prompts and not isinstance(prompts[0], str) else []
     return [
         _trl_sample(
             prompt,
