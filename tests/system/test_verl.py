@@ -86,6 +86,13 @@ async def test_verls_tool_agent_loop_sends_its_conversation_and_takes_the_reward
     """verl's ToolAgentLoop for real (tests/frameworks/verl_agent_loop.py: a scripted policy calls a function tool,
     then answers), through the docs' agent loop file: the reward function reads the conversation verl hands it,
     and the loop that scores itself gets verl's reward and per-turn rewards."""
+    rubrics = [
+        Rubric(
+            id="correct", criterion="The response states the correct final answer, matching the reference.", points=5
+        ),
+        Rubric(id="args", criterion="Each tool call passes arguments the tool accepts", points=2, scope="turn"),
+    ]
+    assert await RubricStore(redis, keys).publish(RubricSet(run_id="verl-agent", version=1, rubrics=rubrics))
     start_service("scorer", llm__max_retries=1)
     done = subprocess.run(
         [frameworks_python, str(ROOT / "tests" / "frameworks" / "verl_agent_loop.py"), str(tmp_path)],
@@ -123,3 +130,4 @@ async def test_verls_tool_agent_loop_sends_its_conversation_and_takes_the_reward
     agent = result["agent_loop"]
     assert agent["reward_score"] == in_loop.score.reward == agent["reward_extra_info"]["score"]
     assert agent["turn_scores"] == [t.points for t in in_loop.score.turns]
+    assert [t.turn for t in in_loop.score.turns] == [1, 3] and agent["turn_scores"][0] == 2.0  # the call's turn
