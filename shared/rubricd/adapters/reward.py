@@ -123,8 +123,8 @@ class Reward:
                 run_id=self.run_id,
                 rollout_id=f"{step}-{nonce}-{i}",
                 step=step,
-                prompt=s.prompt,
-                response=s.response,
+                prompt=s.prompt,  # as text too, so a prompt's instance key is what it was
+                response="" if trajectory else s.response,  # a trajectory's is filled from its turns, not sent twice
                 reference=s.reference,
                 instance_key=s.instance_key,
                 context=self.context,
