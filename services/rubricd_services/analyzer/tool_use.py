@@ -1,8 +1,9 @@
 """What a trajectory's policy did with its tools, counted from its turns and its Score (pure).
 
 Facts, not judgements: the policy's tool calls that no tool turn answers, that call a tool not offered or whose
-arguments are not JSON (as the judge's transcript marks them, judges.trajectories), one call made LOOP times or
-more, no call at all where tools were offered, and how many of the policy's turns each turn rubric failed. Each
+arguments are not JSON (the shared reading of a trajectory, messages.trajectories.tool_calls), one call made LOOP
+times or more, no call at all where tools were offered, and how many of the policy's turns each turn rubric
+failed. Each
 fact is one sentence naming its turns: the analyst is shown them, and the analysis keeps them among its
 observations, where summaries aggregate them.
 """
@@ -11,8 +12,8 @@ import json
 from typing import Any
 
 from rubricd.messages import Rollout, Score
+from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED, tool_calls
 from rubricd_services.common import prompts
-from rubricd_services.judges.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED, transcript
 
 LOOP = 3  # one call (the same tool with the same arguments) made this many times is a loop
 _SHOWN_ARGUMENTS = 80  # a looping call's arguments, cut to this in its sentence
@@ -28,23 +29,23 @@ def facts(rollout: Rollout, score: Score) -> list[str]:
     """The tool-use facts of `rollout`'s trajectory and its `score`, one sentence each; none for a text rollout."""
     if not rollout.trajectory:
         return []
-    turns = [t for t in transcript(rollout).turns if t.policy]
-    calls = [(t.turn, c) for t in turns for c in t.tool_calls]
+    policy = rollout.policy_turns
+    calls = [c for c in tool_calls(rollout.trajectory, rollout.tools) if c.turn in policy]
     offered = [t.function.name for t in rollout.tools]
-    tools = sorted({c.tool for _, c in calls})
+    tools = sorted({c.call.function.name for c in calls})
     lines = [
-        f"Tool use: policy turns {_list([t.turn for t in turns])}; {len(calls)} tool call{'' if len(calls) == 1 else 's'}"
+        f"Tool use: policy turns {_list(policy)}; {len(calls)} tool call{'' if len(calls) == 1 else 's'}"
         f"{f' ({_list(tools)})' if tools else ''}; tools offered: {_list(offered) or 'none'}."
     ]
     if offered and not calls:
         lines.append("No tool call: the policy answered without calling any of the offered tools.")
     for problem, head in _PROBLEMS.items():
-        found = [f"turn {turn} {c.tool} (call {c.call})" for turn, c in calls if problem in c.problems]
+        found = [f"turn {c.turn} {c.call.function.name} (call {c.label})" for c in calls if problem in c.problems]
         if found:
             lines.append(f"{head}: {', '.join(found)}.")
     made: dict[tuple[str, str], list[int]] = {}
-    for turn, c in calls:
-        made.setdefault((c.tool, _arguments(c.arguments)), []).append(turn)
+    for c in calls:
+        made.setdefault((c.call.function.name, _arguments(c.call.function.arguments)), []).append(c.turn)
     for (tool, arguments), at in made.items():
         if len(at) >= LOOP:
             shown = prompts.cut(arguments, _SHOWN_ARGUMENTS)
