@@ -54,8 +54,8 @@ def facts(rollout: Rollout, score: Score) -> list[str]:
         if r.met_turns or r.unmet_turns:
             failing = r.unmet_turns if r.points > 0 else r.met_turns
             judged = len(set(r.met_turns) | set(r.unmet_turns))
-            at = f": turns {_list(sorted(failing))}" if failing else ""
-            lines.append(f"Turn rubric {r.rubric_id} ({r.points:+g}) fails at {len(failing)} of {judged} turns{at}.")
+            where = f": turns {_list(sorted(failing))}" if failing else ""
+            lines.append(f"Turn rubric {r.rubric_id} ({r.points:+g}) fails at {len(failing)} of {judged} turns{where}.")
     return lines
 
 
