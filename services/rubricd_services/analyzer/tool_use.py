@@ -3,9 +3,8 @@
 Facts, not judgements: the policy's tool calls that no tool turn answers, that call a tool not offered or whose
 arguments are not JSON (the shared reading of a trajectory, messages.trajectories.tool_calls), one call made LOOP
 times or more, no call at all where tools were offered, and how many of the policy's turns each turn rubric
-failed. Each
-fact is one sentence naming its turns: the analyst is shown them, and the analysis keeps them among its
-observations, where summaries aggregate them.
+failed. Each fact is one sentence naming its turns: the analyst is shown them, and the analysis keeps them among
+its observations, where summaries aggregate them.
 """
 
 import json
@@ -17,7 +16,7 @@ from rubricd_services.common import prompts
 
 LOOP = 3  # one call (the same tool with the same arguments) made this many times is a loop
 _SHOWN_ARGUMENTS = 80  # a looping call's arguments, cut to this in its sentence
-# What the transcript marks on a call (its `problems`), as a fact's head.
+# What the policy got wrong in a call (CallMade.problems), as a fact's head.
 _PROBLEMS = {
     UNANSWERED: "Calls no tool turn answers",
     NOT_OFFERED: "Calls to tools not offered",
