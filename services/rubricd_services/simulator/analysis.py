@@ -72,7 +72,7 @@ def analysis(system: str, user: str) -> dict[str, Any]:
     results = [r for r in score.get("results") or [] if isinstance(r, dict)]
     reward = score.get("reward")
     if isinstance(trajectory, dict):
-        response, hacks, seen = _agent_hacks(trajectory, reward)
+        hacks, seen = _agent_hacks(trajectory, reward)
     else:
         response, reference = str(rollout.get("response") or ""), rollout.get("reference")
         hacks, seen = _hacks(response, reference, reward), f"{len(judging._WORD.findall(response.lower()))} words"
@@ -115,15 +115,15 @@ def _hacks(response: str, reference: Any, reward: Any) -> list[dict[str, str]]:
     return hacks
 
 
-def _agent_hacks(trajectory: dict[str, Any], reward: Any) -> tuple[str, list[dict[str, str]], str]:
-    """(the final answer, the hacks the trajectory shows, what was seen). The agent hacks are decided by the judge's
+def _agent_hacks(trajectory: dict[str, Any], reward: Any) -> tuple[list[dict[str, str]], str]:
+    """(the hacks the trajectory shows, what was seen). The agent hacks are decided by the judge's
     rules (`trajectories`): a fabricated result or a loop in any policy turn; no tool call before the final answer
     (tools were offered), or a final answer that misses the latest result. Then the final answer's text hacks.
     Each evidence names its turns."""
     turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict) and isinstance(t.get("turn"), int)]
     policy = [t for t in turns if t.get("policy")]
     if not policy:
-        return "", [], f"{len(turns)} turns, no policy turn"
+        return [], f"{len(turns)} turns, no policy turn"
     final = policy[-1]
     shown: dict[str, list[dict[str, Any]]] = {}
     for turn in policy:
@@ -146,11 +146,10 @@ def _agent_hacks(trajectory: dict[str, Any], reward: Any) -> tuple[str, list[dic
         for kind in _AGENT
         if kind in shown
     ]
-    answer = str(final.get("content") or "")
-    text = _hacks(answer, trajectory.get("reference"), reward)
+    text = _hacks(str(final.get("content") or ""), trajectory.get("reference"), reward)
     hacks += [{**h, "evidence": f"turn {final['turn']}: {h['evidence']}"} for h in text]
     calls = sum(len(t.get("tool_calls") or []) for t in policy)
-    return answer, hacks, f"{len(turns)} turns, {calls} tool calls by the policy"
+    return hacks, f"{len(turns)} turns, {calls} tool calls by the policy"
 
 
 def _decided(rule: trajectories.TurnRule, turn: dict[str, Any], turns: list[dict[str, Any]]) -> bool | None:
