@@ -120,7 +120,7 @@ def _agent_hacks(trajectory: dict[str, Any], reward: Any) -> tuple[list[dict[str
     rules (`trajectories`): a fabricated result or a loop in any policy turn; no tool call before the final answer
     (tools were offered), or a final answer that misses the latest result. Then the final answer's text hacks.
     Each evidence names its turns."""
-    turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict) and isinstance(t.get("turn"), int)]
+    turns = trajectories.read(trajectory)
     policy = [t for t in turns if t.get("policy")]
     if not policy:
         return [], f"{len(turns)} turns, no policy turn"

@@ -46,7 +46,7 @@ def verdict(system: str, user: str) -> dict[str, Any]:
     trajectory = judging._block(user, "trajectory") or {}
     if not isinstance(rubrics, list) or not isinstance(trajectory, dict):
         return {}
-    turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict) and "turn" in t]
+    turns = read(trajectory)
     policy = [t for t in turns if t.get("policy")]
     final = str(policy[-1].get("content") or "") if policy else ""
     reference = trajectory.get("reference")
@@ -74,6 +74,19 @@ def verdict(system: str, user: str) -> dict[str, Any]:
             why = "; ".join(f"turn {n}: {why}" for n, _, why in applied) or "applies to no turn."
             answers[str(rubric["id"])] = {"explanation": f"[simulator] {why}", "met": met}
     return answers
+
+
+def read(trajectory: dict[str, Any]) -> list[Turn]:
+    """The transcript's turns, each answer marked (`answer`: a policy turn without calls that ends the trajectory
+    or hands it back to the user, as opposed to one that says what it will do next)."""
+    turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict) and isinstance(t.get("turn"), int)]
+    return [
+        {
+            **t,
+            "answer": bool(t.get("policy") and not t.get("tool_calls") and (nxt is None or nxt.get("role") == "user")),
+        }
+        for t, nxt in zip(turns, [*turns[1:], None], strict=True)
+    ]
 
 
 Kind = Literal["behaviour", "kept", "text"]
@@ -132,10 +145,10 @@ def _fabricated(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
 
 
 def _uses_result(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
-    """A turn with an answer after a tool result: met when the latest result's numbers are in it."""
+    """An answer after a tool result: met when the latest result's numbers are in it."""
     text = str(turn.get("content") or "")
     results = _results(seen)
-    if not text or not results or turn.get("tool_calls"):
+    if not text or not results or not turn.get("answer"):
         return False, False, "no answer after a tool result."
     latest = set(_NUMBER.findall(results[-1]))
     met = bool(latest) and latest <= set(_NUMBER.findall(text)) or (not latest and results[-1].strip() in text)
@@ -162,8 +175,8 @@ def _loop(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
 
 
 def _called_tool(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
-    """A turn that answers (no call of its own): met when a tool was called before it."""
-    if turn.get("tool_calls"):
-        return False, False, "calls a tool."
+    """An answer: met when a tool was called before it."""
+    if not turn.get("answer"):
+        return False, False, "is no answer."
     called = any(t.get("tool_calls") for t in seen if t.get("policy"))
     return True, called, "a tool was called before this answer." if called else "answers without calling a tool."
