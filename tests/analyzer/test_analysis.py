@@ -295,10 +295,23 @@ def test_a_trajectorys_analysis_keeps_the_analysts_turn_evidence_and_the_tool_us
         observations=["calls the tool first"],
     )
     result = analysis.build_analysis(IGNORED, draft)
-    assert result.reward_hacking[0].evidence.startswith("turn 3: ")
+    assert result.reward_hacking[0].evidence.startswith("turn 3: ") and result.reward_hacking[0].turns == [3]
     assert result.observations == [
         "calls the tool first",
         "Tool use: policy turns 1, 3; 1 tool call (calc); tools offered: calc.",
         "Turn rubric uses_result (+3) fails at 1 of 1 turns: turns 3.",
     ]
     assert "Observed: Turn rubric uses_result (+3) fails at 1 of 1 turns: turns 3." in analysis.render(result)
+
+
+@pytest.mark.parametrize(
+    "evidence, turns",
+    [
+        ("turn 3: The answer is 400.", [3]),
+        ("Turns 1, 2 and 3: the same call.", [1, 2, 3]),
+        ("turn 99: beyond the trajectory", []),
+        ("The answer is 400 (turn 3).", []),  # the turns an evidence quotes are named where it begins
+    ],
+)
+def test_the_turns_an_evidence_quotes_are_kept_with_it(evidence, turns) -> None:
+    assert analysis.quoted_turns(evidence, IGNORED.rollout) == turns

@@ -10,6 +10,7 @@ results and the tool-use facts (`tool_use`), which the analysis keeps.
 """
 
 import enum
+import re
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from typing import Annotated, cast
@@ -18,6 +19,7 @@ import msgspec
 
 from rubricd.messages import (
     HackingEvidence,
+    Rollout,
     RolloutAnalysis,
     Rubric,
     RubricFinding,
@@ -72,6 +74,18 @@ class AnalysisDraft(msgspec.Struct, frozen=True, kw_only=True):
     rubric_findings: Annotated[list[FindingDraft], prompts.max_items(4)]
     advancement: Annotated[list[Note], prompts.max_items(3)]
     observations: Annotated[list[Note], prompts.max_items(3)]
+
+
+_QUOTED = re.compile(r"^\s*turns? (\d+(?:\s*(?:,|and)\s*\d+)*)", re.IGNORECASE)
+
+
+def quoted_turns(evidence: str, rollout: Rollout) -> list[int]:
+    """The turns a trajectory's evidence quotes, as it begins ("turn 3: ...", "turns 1, 3: ..."): those of
+    the trajectory; none for a text rollout."""
+    found = _QUOTED.match(evidence)
+    if found is None or not rollout.trajectory:
+        return []
+    return sorted({n for n in map(int, re.findall(r"\d+", found.group(1))) if n < len(rollout.trajectory)})
 
 
 @lru_cache(maxsize=256)
@@ -249,7 +263,10 @@ def build_analysis(scored: ScoredRollout, draft: AnalysisDraft) -> RolloutAnalys
         quality_score=min(1.0, max(0.0, draft.quality_score)),
         reward=score.reward,
         reward_hacking=[
-            HackingEvidence(type=e.type, evidence=e.evidence, severity=e.severity) for e in draft.reward_hacking
+            HackingEvidence(
+                type=e.type, evidence=e.evidence, severity=e.severity, turns=quoted_turns(e.evidence, rollout)
+            )
+            for e in draft.reward_hacking
         ],
         rubric_findings=[
             RubricFinding(finding=str(f.finding), note=f.note, rubric_id=f.rubric_id or None)

@@ -14,11 +14,13 @@ class Severity(enum.StrEnum):
 
 
 class HackingEvidence(msgspec.Struct, frozen=True, kw_only=True):
-    """One sign of reward hacking, quoted from the response."""
+    """One sign of reward hacking, quoted from the response; in a trajectory, `turns` are the turns (trajectory
+    indices) it quotes."""
 
-    type: str  # e.g. padding, sycophancy, judge_addressing, format_gaming
+    type: str  # e.g. padding, sycophancy, judge_addressing, format_gaming, fabricated_tool_result
     evidence: str
     severity: Severity = Severity.MEDIUM
+    turns: list[int] = []
 
 
 class RubricFinding(msgspec.Struct, frozen=True, kw_only=True):
