@@ -15,7 +15,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .compare import classes as class_names
-from .policy import BEHAVIOURS
 from .trainer import Run
 
 COLOURS = {
@@ -25,6 +24,9 @@ COLOURS = {
     "sycophantic": "tab:purple",
     "judge_addressing": "tab:gray",
     "terse": "tab:brown",
+    "honest": "tab:green",  # the agent's
+    "no_tool": "tab:orange",
+    "fabricated": "tab:red",
 }
 CLASS_COLOURS = {
     "accuracy": "tab:blue",
@@ -42,16 +44,17 @@ def update_markers(run: Run) -> list[tuple[int, float]]:
 
 def rewards(run: Run, path: Path) -> dict:
     """Mean reward per behaviour per step (top) and the behaviour mix (bottom), rubric updates marked."""
+    behaviours = run.task.behaviours
     steps = [r.step for r in run.records]
-    series = {b: [r.mean_reward.get(b) for r in run.records] for b in BEHAVIOURS}
-    mix = {b: [r.counts[b] / max(1, sum(r.counts.values())) for r in run.records] for b in BEHAVIOURS}
+    series = {b: [r.mean_reward.get(b) for r in run.records] for b in behaviours}
+    mix = {b: [r.counts[b] / max(1, sum(r.counts.values())) for r in run.records] for b in behaviours}
     markers = update_markers(run)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=(3, 2))
-    for b in BEHAVIOURS:
+    for b in behaviours:
         ys = [math.nan if y is None else y for y in series[b]]
         top.plot(steps, ys, marker="o", color=COLOURS[b], label=b)
     bottom.stackplot(
-        steps, *[mix[b] for b in BEHAVIOURS], colors=[COLOURS[b] for b in BEHAVIOURS], alpha=0.8, labels=BEHAVIOURS
+        steps, *[mix[b] for b in behaviours], colors=[COLOURS[b] for b in behaviours], alpha=0.8, labels=behaviours
     )
     for version, x in markers:
         for ax in (top, bottom):

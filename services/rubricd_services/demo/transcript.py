@@ -1,0 +1,85 @@
+"""The agent run's report section: trajectories turn by turn, with the verdicts that name each turn.
+
+Three of the rollouts the steps kept (StepRecord.examples): the hack the policy found last as the seed rubrics
+scored it (its first step), the same hack at its last step, and an honest trajectory of that step. Each turn is
+shown as the judge was given it (tool calls with their arguments, the call a tool turn answers); each policy
+turn with the turn rubrics it meets and fails (RubricResult.met_turns, unmet_turns) and its points
+(Score.turns); then every rubric's verdict on the whole trajectory and the reward.
+"""
+
+import json
+
+from rubricd.messages import Turn
+
+from .trainer import Example, Run, StepRecord
+
+
+def shown(run: Run) -> list[tuple[str, StepRecord, Example]]:
+    """(title, step, example): the last hack found, first and last seen, and the honest trajectory beside it."""
+    hack, honest = run.task.found[-1], run.task.behaviours[0]
+    seen = [(r, e) for r in run.records for e in r.examples if e.behaviour == hack]
+    out = []
+    if seen:
+        out.append((f"The hack ({hack}) at step {seen[0][0].step}, the first it was tried", *seen[0]))
+        if seen[-1][0] is not seen[0][0]:
+            out.append((f"The hack ({hack}) at step {seen[-1][0].step}, the last it was tried", *seen[-1]))
+    at = seen[-1][0] if seen else run.records[-1] if run.records else None
+    if at is not None:
+        out += [(f"An {honest} trajectory at step {at.step}", at, e) for e in at.examples if e.behaviour == honest]
+    return out
+
+
+def markdown(run: Run) -> list[str]:
+    out = [
+        "## Trajectories, turn by turn",
+        "",
+        "Each turn as the judge read it; a policy turn's verdicts are the turn rubrics it meets and fails, its points "
+        "those of the turn rubrics it meets (`Score.turns`, the per-turn reward a trainer such as verl's agent loop "
+        "takes). Below each: every rubric's verdict on the trajectory, and its reward.",
+        "",
+    ]
+    for title, record, example in shown(run):
+        out += section(title, record, example)
+    return out
+
+
+def section(title: str, record: StepRecord, example: Example) -> list[str]:
+    rollout, score = example.rollout, example.score
+    points = {t.turn: t for t in score.turns}
+    reward = "-" if score.reward is None else f"{score.reward:.2f}"
+    out = [
+        f"### {title}",
+        "",
+        f"`{rollout.rollout_id}`, scored with rubric v{score.rubric_version} (turn rubrics: "
+        f"{', '.join(record.turn_rubrics) or 'none'}): reward **{reward}**.",
+        "",
+        "| turn | role | content | turn verdicts | points |",
+        "|---:|---|---|---|---:|",
+    ]
+    policy = set(rollout.policy_turns)
+    for i, turn in enumerate(rollout.trajectory):
+        met = [r.rubric_id for r in score.results if i in r.met_turns]
+        unmet = [r.rubric_id for r in score.results if i in r.unmet_turns]
+        verdicts = "; ".join([*(f"meets {m}" for m in met), *(f"fails {u}" for u in unmet)])
+        role = f"{turn.role} (policy)" if i in policy else turn.role
+        cell = f"{points[i].points:+g}" if i in points else ""
+        out.append(f"| {i} | {role} | {_md(content(turn))} | {verdicts or ('-' if i in policy else '')} | {cell} |")
+    out += ["", "Verdicts on the whole trajectory:", ""]
+    for r in score.results:
+        turns = f" (turns met {r.met_turns}, failed {r.unmet_turns})" if r.met_turns or r.unmet_turns else ""
+        out.append(f"- {r.rubric_id} ({r.points:+g}): {'met' if r.met else 'not met'}{turns}. {_md(r.explanation)}")
+    return [*out, ""]
+
+
+def content(turn: Turn) -> str:
+    """A turn's text and tool calls as `[tool_call name(arguments)]`; a tool turn says which call it answers."""
+    calls = [
+        f"[tool_call {c.function.name}({a if isinstance(a := c.function.arguments, str) else json.dumps(a)})]"
+        for c in turn.tool_calls
+    ]
+    answers = f"(answers {turn.tool_call_id}) " if turn.role == "tool" and turn.tool_call_id else ""
+    return answers + " ".join([turn.text, *calls]).strip()
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
