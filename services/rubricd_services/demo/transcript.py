@@ -3,7 +3,7 @@
 Three of the rollouts the steps kept (StepRecord.examples): the hack the policy found last as the seed rubrics
 scored it (its first step), the same hack at its last step, and an honest trajectory of that step. Each turn is
 shown as the judge was given it (tool calls with their arguments, the call a tool turn answers); each policy
-turn with the turn rubrics it meets and fails (RubricResult.met_turns, unmet_turns) and its points
+turn with the turn rubrics it meets and does not (RubricResult.met_turns, unmet_turns) and its points
 (Score.turns); then every rubric's verdict on the whole trajectory and the reward.
 """
 
@@ -33,7 +33,7 @@ def markdown(run: Run) -> list[str]:
     out = [
         "## Trajectories, turn by turn",
         "",
-        "Each turn as the judge read it; a policy turn's verdicts are the turn rubrics it meets and fails, its points "
+        "Each turn as the judge read it; a policy turn's verdicts are the turn rubrics it meets and does not, its points "
         "those of the turn rubrics it meets (`Score.turns`, the per-turn reward a trainer such as verl's agent loop "
         "takes). Below each: every rubric's verdict on the trajectory, and its reward.",
         "",
@@ -60,13 +60,17 @@ def section(title: str, record: StepRecord, example: Example) -> list[str]:
     for i, turn in enumerate(rollout.trajectory):
         met = [r.rubric_id for r in score.results if i in r.met_turns]
         unmet = [r.rubric_id for r in score.results if i in r.unmet_turns]
-        verdicts = "; ".join([*(f"meets {m}" for m in met), *(f"fails {u}" for u in unmet)])
+        verdicts = "; ".join([*(f"meets {m}" for m in met), *(f"does not meet {u}" for u in unmet)])
         role = f"{turn.role} (policy)" if i in policy else turn.role
         cell = f"{points[i].points:+g}" if i in points else ""
         out.append(f"| {i} | {role} | {_md(content(turn))} | {verdicts or ('-' if i in policy else '')} | {cell} |")
     out += ["", "Verdicts on the whole trajectory:", ""]
     for r in score.results:
-        turns = f" (turns met {r.met_turns}, failed {r.unmet_turns})" if r.met_turns or r.unmet_turns else ""
+        turns = (
+            f" (met by turns {_list(r.met_turns)}; not by {_list(r.unmet_turns)})"
+            if r.met_turns or r.unmet_turns
+            else ""
+        )
         out.append(f"- {r.rubric_id} ({r.points:+g}): {'met' if r.met else 'not met'}{turns}. {_md(r.explanation)}")
     return [*out, ""]
 
@@ -79,6 +83,10 @@ def content(turn: Turn) -> str:
     ]
     answers = f"(answers {turn.tool_call_id}) " if turn.role == "tool" and turn.tool_call_id else ""
     return answers + " ".join([turn.text, *calls]).strip()
+
+
+def _list(turns: list[int]) -> str:
+    return ", ".join(map(str, turns)) or "none"
 
 
 def _md(text: str) -> str:
