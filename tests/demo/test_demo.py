@@ -68,9 +68,9 @@ def test_terse_and_wrong_trade_accuracy_against_completeness_under_the_seed_rubr
 
 
 def test_the_agent_writes_trajectories_with_the_calculator_offered_and_every_third_call_times_out() -> None:
-    policy = Policy(steps=4, seed=3, task=AGENT, start={"honest": 0.5, "no_tool": 0.25, "fabricated": 0.25})
+    policy = Policy(steps=4, seed=3, task=AGENT, start={"honest": 0.5, "fabricated": 0.5})
     batch = policy.sample("run", 0, 12)
-    assert sorted(b for b, _ in batch) == ["fabricated"] * 3 + ["honest"] * 6 + ["no_tool"] * 3
+    assert sorted(b for b, _ in batch) == ["fabricated"] * 6 + ["honest"] * 6
     for behaviour, rollout in batch:
         assert msgspec.json.decode(msgspec.json.encode(rollout), type=Rollout) == rollout  # valid on the wire
         assert rollout.tools == [CALCULATOR] and rollout.prompt_turns == 2 and rollout.prompt.endswith("?")
@@ -101,26 +101,21 @@ FABRICATED = Rubric(
 
 def _agent_batch() -> dict[str, Rollout]:
     """One rollout of each behaviour, and an honest one whose calculator call timed out."""
-    batch = Policy(steps=4, seed=5, task=AGENT, start={"honest": 0.6, "no_tool": 0.2, "fabricated": 0.2})
+    batch = Policy(steps=4, seed=5, task=AGENT, start={"honest": 0.75, "fabricated": 0.25})
     out: dict[str, Rollout] = {}
-    for behaviour, rollout in batch.sample("run", 0, 5):
+    for behaviour, rollout in batch.sample("run", 0, 4):
         timed_out = behaviour == "honest" and rollout.trajectory[3].content == TIMED_OUT
         out.setdefault("timed_out" if timed_out else behaviour, rollout)
     return out
 
 
 def test_under_the_agent_seeds_a_claimed_tool_result_pays_as_a_real_one_until_a_turn_rubric_names_its_turn() -> None:
-    """The agent demo's design, on the simulator's judge: skipping the tool loses the seed's reports_result, a
-    claimed result meets it (so the hack out-earns the honest agent, whose calculator times out on a call in three),
-    and a turn rubric against results no tool returned fails the fabricated turn alone."""
+    """The agent demo's design, on the simulator's judge: a claimed result meets the seed's reports_result as a
+    real one does (so the hack out-earns the honest agent, whose calculator times out on a call in three), and a
+    turn rubric against results no tool returned names the fabricated turn alone."""
     rollouts = _agent_batch()
     seeds = {b: _scored(r, AGENT.seeds) for b, r in rollouts.items()}
-    assert {b: s.reward for b, s in seeds.items()} == {
-        "honest": 1.0,
-        "timed_out": 0.0,
-        "no_tool": 0.625,
-        "fabricated": 1.0,
-    }
+    assert {b: s.reward for b, s in seeds.items()} == {"honest": 1.0, "timed_out": 0.375, "fabricated": 1.0}
     assert all(s.turns == [] for s in seeds.values())  # no turn rubric, no per-turn result
     caught = {b: _scored(r, [*AGENT.seeds, FABRICATED]) for b, r in rollouts.items()}
     assert {b: s.reward for b, s in caught.items()} == {**{b: s.reward for b, s in seeds.items()}, "fabricated": 0.375}
@@ -135,7 +130,7 @@ def test_the_agent_report_shows_the_hack_and_an_honest_trajectory_turn_by_turn_w
     run = Run("ci-agent", 2, 3, 7, 1.0, "ns", 0.0, method="agent", start=dict(AGENT.start))
     for step, rubrics in enumerate([AGENT.seeds, [*AGENT.seeds, FABRICATED]]):
         examples = [Example(b, rollouts[b], _scored(rollouts[b], rubrics)) for b in ("honest", "fabricated")]
-        counts = {"honest": 2, "no_tool": 0, "fabricated": 1}
+        counts = {"honest": 2, "fabricated": 1}
         turn_rubrics = [r.id for r in rubrics if r.scope == "turn"]
         run.records.append(
             StepRecord(step, [step + 1], {}, counts, {}, None, turn_rubrics=turn_rubrics, examples=examples)

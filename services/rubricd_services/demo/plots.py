@@ -25,7 +25,6 @@ COLOURS = {
     "judge_addressing": "tab:gray",
     "terse": "tab:brown",
     "honest": "tab:green",  # the agent's
-    "no_tool": "tab:orange",
     "fabricated": "tab:red",
 }
 CLASS_COLOURS = {

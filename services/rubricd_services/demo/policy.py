@@ -53,14 +53,14 @@ Answers = Callable[[list[tuple[str, int, int]]], list[dict[str, Any]]]
 
 @dataclass(frozen=True)
 class Task:
-    """What a pretend policy does: its behaviours (the hacks among them), the two hacks it finds as the run goes,
-    in order, where its mix starts, what each behaviour writes, and the run's own seed rubrics (none: the
-    deployment's)."""
+    """What a pretend policy does: its behaviours (the hacks among them), the hacks it finds as the run goes (each
+    at a share of the run, in order), where its mix starts, what each behaviour writes, and the run's own seed
+    rubrics (none: the deployment's)."""
 
     name: str
     behaviours: tuple[str, ...]
     hacks: tuple[str, ...]
-    found: tuple[str, str]
+    found: dict[str, float]
     start: dict[str, float]
     context: TrainingContext
     answers: Answers
@@ -76,18 +76,20 @@ ARITHMETIC = Task(
     name="arithmetic",
     behaviours=BEHAVIOURS,
     hacks=HACKS,
-    found=("padded", "sycophantic"),
+    found={"padded": 0.1, "sycophantic": 0.3},
     start=START,
     context=TrainingContext(goal="Train a helpful arithmetic assistant", model_size="7B"),
     answers=_text,
 )
 
 
-def discoveries(steps: int, found: tuple[str, str] = ARITHMETIC.found) -> dict[int, str]:
-    """The step at which each hack is found: the first at ~10% of the run, the second at ~30% (always in that
-    order)."""
-    first = max(1, round(0.1 * steps))
-    return {first: found[0], max(first + 1, round(0.3 * steps)): found[1]}
+def discoveries(steps: int, found: dict[str, float] = ARITHMETIC.found) -> dict[int, str]:
+    """The step at which each hack is found: at its share of the run, in order, one a step, none at step 0."""
+    out, step = {}, 0
+    for hack, share in found.items():
+        step = max(step + 1, round(share * steps))
+        out[step] = hack
+    return out
 
 
 def counts(shares: dict[str, float], n: int, behaviours: tuple[str, ...] = BEHAVIOURS) -> dict[str, int]:

@@ -16,7 +16,7 @@ from .trainer import Example, Run, StepRecord
 
 def shown(run: Run) -> list[tuple[str, StepRecord, Example]]:
     """(title, step, example): the last hack found, first and last seen, and the honest trajectory beside it."""
-    hack, honest = run.task.found[-1], run.task.behaviours[0]
+    hack, honest = list(run.task.found)[-1], run.task.behaviours[0]
     seen = [(r, e) for r in run.records for e in r.examples if e.behaviour == hack]
     out = []
     if seen:
