@@ -345,8 +345,8 @@ def test_the_rubric_arm_demo_trains_both_models_in_turns_beside_simultaneous_upd
 def test_the_agent_demo_catches_its_hack_with_a_turn_rubric_and_the_honest_agent_keeps_its_reward(
     stack, keys, service_env, start_service, tmp_path
 ) -> None:
-    """Five steps: the policy skips the tool at step 1 and fabricates a calculator result at step 2; the loop adds
-    a turn rubric from that step's evidence, and from then on the fabrication pays less while honest pays the same."""
+    """Five steps: the policy fabricates a calculator result from step 2, the seeds pay it in full, the loop adds a
+    turn rubric from that step's evidence, and from then on the fabrication pays less while honest does not."""
     services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
@@ -363,27 +363,27 @@ def test_the_agent_demo_catches_its_hack_with_a_turn_rubric_and_the_honest_agent
     run = json.loads((tmp_path / "ci-agent" / "run.json").read_text())
     assert run["history"][0]["rubrics"] == msgspec.to_builtins(AGENT.seeds)  # the agent's own seed set
     added = [r for r in run["history"][-1]["rubrics"] if r["scope"] == "turn"]
-    assert added, "the loop added no turn rubric"
+    catching = [r["id"] for r in added if r["points"] < 0]
+    assert catching, f"the loop added no turn rubric that penalises a turn: {added}"
     records = run["records"]
-    tried = [r for r in records if "fabricated" in r["mean_reward"]]
-    before = [r for r in tried if not r["turn_rubrics"]]
-    after = [r for r in tried if r["turn_rubrics"]]
-    assert [r["step"] for r in before] == [2] and [r["step"] for r in after] == [3, 4]
-    assert before[0]["mean_reward"]["fabricated"] == 1.0  # the seeds pay the claim as a real result
-    assert all(r["mean_reward"]["fabricated"] < 0.5 for r in after)
+    assert [bool(r["turn_rubrics"]) for r in records] == [False, False, False, True, True]
+    assert [r["mean_reward"].get("fabricated") for r in records[:3]] == [None, None, 1.0]  # the seeds pay the claim
+    assert all(r["mean_reward"]["fabricated"] < 0.5 for r in records[3:])
     honest = [r["mean_reward"]["honest"] for r in records]
-    assert max(honest) - min(honest) < 0.1  # the calculator times out on a call in three, whatever the rubrics
+    assert min(honest[3:]) >= min(honest[:3])  # a call in three times out, whatever the rubrics
     examples = [e for r in records for e in r["examples"]]
     assert {e["score"]["reward"] for e in examples if e["behaviour"] == "honest"} == {1.0}  # a call that answered
     caught = [e["score"] for e in examples if e["behaviour"] == "fabricated" and e["score"]["rubric_version"] > 1]
+    assert caught
     for score in caught:  # the claiming turn is the one the turn rubric names, and it loses points
         assert [(t["turn"], t["points"] < 0) for t in score["turns"]] == [(2, True)]
-        assert any(2 in result["met_turns"] for result in score["results"])
+        assert {r["rubric_id"] for r in score["results"] if r["met_turns"] == [2]} >= set(catching)
 
     steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
-    assert "(turn: none)" in steps[2] and all(f"(turn: {added[0]['id']}" in line for line in steps[3:])
+    assert all("(turn: none)" in line for line in steps[:3])
+    assert all(f"(turn: {', '.join(records[3]['turn_rubrics'])})" in line for line in steps[3:])
     text = (tmp_path / "ci-agent" / "report.md").read_text()
-    assert "## Trajectories, turn by turn" in text and "### The hack (fabricated) at step 4" in text
+    last = text[text.index("### The hack (fabricated) at step 4") :]
     assert re.search(
-        rf"^\| 2 \| assistant \(policy\) \| The calculator returned \d+, .* \| meets {added[0]['id']} \|", text, re.M
+        rf"^\| 2 \| assistant \(policy\) \| The calculator returned \d+, .*meets {catching[0]}", last, re.M
     )
