@@ -149,7 +149,7 @@ def test_the_agent_report_shows_the_hack_and_an_honest_trajectory_turn_by_turn_w
     assert f'[tool_call calculator({{"expression": "{a} + {b}"}})] | - | +0 |' in text[at_honest:]
     assert f"| 3 | tool | (answers call_1) {int(a) + int(b)} |" in text[at_honest:]
     assert "| does not meet no_fabricated_result | +0 |" in text[at_honest:]
-    assert "- no_fabricated_result (-5): met (met by turns 2; not by none). [simulator] turn 2: claims" in text
+    assert "- no_fabricated_result (-5): met (met by turn 2). [simulator] turn 2: claims" in text
 
 
 def _record(step: int, means: dict[str, float], active: str | None = None) -> StepRecord:

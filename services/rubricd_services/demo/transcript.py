@@ -9,7 +9,7 @@ turn with the turn rubrics it meets and does not (RubricResult.met_turns, unmet_
 
 import json
 
-from rubricd.messages import Turn
+from rubricd.messages import RubricResult, Turn
 
 from .trainer import Example, Run, StepRecord
 
@@ -66,12 +66,8 @@ def section(title: str, record: StepRecord, example: Example) -> list[str]:
         out.append(f"| {i} | {role} | {_md(content(turn))} | {verdicts or ('-' if i in policy else '')} | {cell} |")
     out += ["", "Verdicts on the whole trajectory:", ""]
     for r in score.results:
-        turns = (
-            f" (met by turns {_list(r.met_turns)}; not by {_list(r.unmet_turns)})"
-            if r.met_turns or r.unmet_turns
-            else ""
-        )
-        out.append(f"- {r.rubric_id} ({r.points:+g}): {'met' if r.met else 'not met'}{turns}. {_md(r.explanation)}")
+        met = "met" if r.met else "not met"
+        out.append(f"- {r.rubric_id} ({r.points:+g}): {met}{_named_turns(r)}. {_md(r.explanation)}")
     return [*out, ""]
 
 
@@ -85,8 +81,19 @@ def content(turn: Turn) -> str:
     return answers + " ".join([turn.text, *calls]).strip()
 
 
-def _list(turns: list[int]) -> str:
-    return ", ".join(map(str, turns)) or "none"
+def _named_turns(result: RubricResult) -> str:
+    """ " (met by turn 2; not by turns 4, 6)": the turns a turn rubric's verdict names (nothing for the others)."""
+    named = []
+    if result.met_turns:
+        named.append(f"met by {_turns(result.met_turns)}")
+    if result.unmet_turns:
+        named.append(f"not by {_turns(result.unmet_turns)}")
+    return f" ({'; '.join(named)})" if named else ""
+
+
+def _turns(turns: list[int]) -> str:
+    """[2] -> "turn 2", [2, 4] -> "turns 2, 4"."""
+    return ("turn " if len(turns) == 1 else "turns ") + ", ".join(map(str, turns))
 
 
 def _md(text: str) -> str:
