@@ -77,16 +77,21 @@ def rewards(run: Run, path: Path) -> dict:
 
 
 def rubrics(run: Run, path: Path) -> dict:
-    """Rubric set size (anchors and adaptive) and total positive / negative points, per version."""
+    """Rubric set size (anchors, adaptive, and the adaptive turn rubrics apart where there are any) and total
+    positive / negative points, per version."""
     versions = [v.version for v in run.history]
     anchors = [sum(r.kind == "anchor" for r in v.rubrics) for v in run.history]
-    adaptive = [len(v.rubrics) - a for v, a in zip(run.history, anchors)]
+    turn = [sum(r.kind != "anchor" and r.scope == "turn" for r in v.rubrics) for v in run.history]
+    adaptive = [len(v.rubrics) - a - t for v, a, t in zip(run.history, anchors, turn)]
     positive = [sum(r.points for r in v.rubrics if r.points > 0) for v in run.history]
     negative = [sum(r.points for r in v.rubrics if r.points < 0) for v in run.history]
     labels = [f"v{v.version}\n" + ("seed" if v.step is None else f"step {v.step}") for v in run.history]
     fig, (size, points) = plt.subplots(1, 2, figsize=(10, 4))
     size.bar(labels, anchors, color="tab:blue", label="anchor")
     size.bar(labels, adaptive, bottom=anchors, color="tab:cyan", label="adaptive")
+    if any(turn):
+        below = [a + b for a, b in zip(anchors, adaptive)]
+        size.bar(labels, turn, bottom=below, color="tab:purple", label="adaptive, judged per turn")
     size.set(ylabel="rubrics in the set", title="rubric set size")
     size.legend(fontsize="small")
     points.plot(labels, positive, marker="o", color="tab:green", label="total positive points")
@@ -98,7 +103,8 @@ def rubrics(run: Run, path: Path) -> dict:
     data = {
         "run_id": run.run_id,
         "versions": versions,
-        "size": [a + b for a, b in zip(anchors, adaptive)],
+        "size": [a + b + t for a, b, t in zip(anchors, adaptive, turn)],
+        "turn": turn,
         "positive": positive,
         "negative": negative,
     }

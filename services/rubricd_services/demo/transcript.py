@@ -66,8 +66,8 @@ def section(title: str, record: StepRecord, example: Example) -> list[str]:
         out.append(f"| {i} | {role} | {_md(content(turn))} | {verdicts or ('-' if i in policy else '')} | {cell} |")
     out += ["", "Verdicts on the whole trajectory:", ""]
     for r in score.results:
-        met = "met" if r.met else "not met"
-        out.append(f"- {r.rubric_id} ({r.points:+g}): {met}{_named_turns(r)}. {_md(r.explanation)}")
+        verdict = "met" if r.met else "not met"
+        out.append(f"- {r.rubric_id} ({r.points:+g}): {verdict}{_named_turns(r)}. {_md(r.explanation)}")
     return [*out, ""]
 
 
