@@ -78,15 +78,17 @@ typecheck: install
 # minutes, once; the project's code comes from the checkout, its client's dependencies, shared/pyproject.toml's,
 # are installed beside): TRL's GRPOTrainer and torch (tests/system/test_trl.py); OpenRLHF's remote-reward client, its
 # single-turn agent executor (tests/gateway/test_openrlhf.py); verl's reward loop, its Ray workers and reward
-# manager (tests/system/test_verl.py). OpenRLHF and verl go in with --no-deps: those parts need only what is installed
-# beside them, not vLLM, DeepSpeed or Megatron.
-FRAMEWORKS := trl-1.16.0-torch-2.15.0-openrlhf-0.11.2-verl-0.9.1
+# manager, its tool agent loop (tests/system/test_verl.py: hydra-core, pillow, cachetools, fastapi and uvicorn are
+# what its imports need). OpenRLHF and verl go in with --no-deps: those parts need only what is installed beside
+# them, not vLLM, DeepSpeed or Megatron.
+FRAMEWORKS := trl-1.16.0-torch-2.15.0-openrlhf-0.11.2-verl-0.9.1-hydra-1.3.8
 FRAMEWORKS_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/frameworks-$(FRAMEWORKS)
 frameworks:
 	@test -x $(FRAMEWORKS_VENV)/bin/python || { rm -rf $(FRAMEWORKS_VENV).new && python3 -m venv $(FRAMEWORKS_VENV).new && \
 	  $(FRAMEWORKS_VENV).new/bin/python -m pip install -q trl==1.16.0 torch==2.15.0 transformers==5.23.0 \
 	    "msgspec>=0.19" "redis>=5.0" aiohttp==3.13.2 pylatexenc==2.10 ray==2.60.0 tensordict==0.15.3 \
-	    omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0 && \
+	    omegaconf==2.3.1 hydra-core==1.3.8 codetiming==1.4.0 orjson==3.13.0 pillow==13.0.0 cachetools==8.0.2 \
+	    fastapi==0.165.0 uvicorn==0.54.0 && \
 	  $(FRAMEWORKS_VENV).new/bin/python -m pip install -q --no-deps openrlhf==0.11.2 verl==0.9.1 && \
 	  mv $(FRAMEWORKS_VENV).new $(FRAMEWORKS_VENV); }
 

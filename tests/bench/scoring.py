@@ -9,19 +9,23 @@ one scorer process. For each judge latency L, in the same run:
   - direct: a trainer makes R judge calls itself with the openai client, C at once;
   - rubricd: a trainer scores the same R rollouts through the scorer, C in flight.
 It prints throughput, p50/p99 trainer-visible latency, the ratio of wall times
-(rubricd / direct), the scorer's peak RSS, the judge calls the judge cache
-saves on a run whose rollouts repeat content, and Redis memory and stream
-lengths over a long run (streams are trimmed, so they must plateau).
+(rubricd / direct), the scorer's peak RSS, the same for trajectories beside text
+rollouts of the same content (the added time per rollout of judging a transcript,
+and the ratio at C), the judge calls the judge cache saves on a run whose
+rollouts repeat content, and Redis memory and stream lengths over a long run
+(streams are trimmed, so they must plateau).
 """
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -31,12 +35,12 @@ import redis as redis_sync
 
 from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
-from rubricd.messages import Rollout, RubricSet
+from rubricd.messages import Function, FunctionSpec, Rollout, RubricSet, Tool, ToolCall, Turn
 from rubricd_services.common import prompts
 from rubricd_services.common.seeds import Seeds
-from rubricd_services.judges import verdicts
-from rubricd_services.judges.rollouts import messages as judge_messages
-from rubricd_services.judges.rollouts import system_message
+from rubricd_services.judges import rollouts as texts
+from rubricd_services.judges import trajectories, verdicts
+from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.scorer.settings import ScorerSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,6 +70,47 @@ def rollouts(run_id: str, n: int, latency_ms: float = 0) -> list[Rollout]:
     ]
 
 
+def agents(run_id: str, n: int, latency_ms: float = 0) -> list[Rollout]:
+    """N trajectories (a question, a calculator call, its result, the answer) whose judge call the simulator holds
+    for `latency_ms`."""
+    calc = [Tool(function=FunctionSpec(name="calc", description="evaluates arithmetic"))]
+    return [
+        Rollout(
+            run_id=run_id,
+            rollout_id=f"a{i}",
+            step=0,
+            trajectory=[
+                Turn(role="user", content=f"What is {i} + {i}? [sim:latency_ms={latency_ms:g}]"),
+                Turn(
+                    role="assistant",
+                    tool_calls=[ToolCall(id="c", function=Function(name="calc", arguments=f'"{i}+{i}"'))],
+                ),
+                Turn(role="tool", tool_call_id="c", content=str(2 * i)),
+                Turn(role="assistant", content=f"Adding {i} and {i} gives {2 * i}."),
+            ],
+            tools=calc,
+            prompt_turns=1,
+            reference=str(2 * i),
+        )
+        for i in range(n)
+    ]
+
+
+def as_text(batch: list[Rollout]) -> list[Rollout]:
+    """Each trajectory as a text rollout of the same content (its turns' text as prompt and response)."""
+    return [
+        Rollout(
+            run_id=f"{r.run_id}-text",
+            rollout_id=r.rollout_id,
+            step=0,
+            prompt=r.prompt,
+            response=r.response,
+            reference=r.reference,
+        )
+        for r in batch
+    ]
+
+
 async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[float]]:
     """Run `call(item)` over items with `concurrency` workers; return wall time and latencies."""
     queue: asyncio.Queue = asyncio.Queue()
@@ -85,10 +130,12 @@ async def run_pool(items: list, concurrency: int, call) -> tuple[float, list[flo
     return time.perf_counter() - started, latencies
 
 
-async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
-    """The same judge calls, made by the trainer itself with the openai client."""
+@contextlib.asynccontextmanager
+async def judging_directly(concurrency: int) -> AsyncIterator[Callable[[Rollout], Awaitable[None]]]:
+    """A trainer's own judge call for a rollout (text or trajectory), with the openai client."""
     seed = RubricSet(run_id="direct", version=1, rubrics=Seeds.load(ScorerSettings()).rubrics(None))
-    system = system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), seed)
+    text = texts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), seed)
+    trajectory = trajectories.system_message(prompts.load("rubricd_services.judges", TRAJECTORY), seed)
     verdict = verdicts.verdict_type(tuple(r.id for r in seed.rubrics))
     schema = msgspec.json.schema(verdict)
     fmt = {"type": "json_schema", "json_schema": {"name": "JudgeVerdict", "schema": schema}}
@@ -105,15 +152,23 @@ async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[fl
     )
 
     async def call(rollout: Rollout) -> None:
-        resp = await client.chat.completions.create(
-            model="rubricd-simulator", messages=judge_messages(system, rollout), response_format=fmt
-        )
+        if rollout.trajectory:
+            messages = trajectories.messages(trajectory, rollout)
+        else:
+            messages = texts.messages(text, rollout)
+        resp = await client.chat.completions.create(model="rubricd-simulator", messages=messages, response_format=fmt)
         msgspec.json.decode(resp.choices[0].message.content, type=verdict)
 
     try:
-        return await run_pool(batch, concurrency, call)
+        yield call
     finally:
         await client.close()
+
+
+async def direct(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
+    """The same judge calls, made by the trainer itself with the openai client."""
+    async with judging_directly(concurrency) as call:
+        return await run_pool(batch, concurrency, call)
 
 
 async def through_rubricd(batch: list[Rollout], concurrency: int) -> tuple[float, list[float]]:
@@ -158,6 +213,39 @@ async def compare(label: str, n: int, concurrency: int, latency_ms: float, score
     print(f"ratio rubricd/direct (wall time): {r_wall / d_wall:.3f}")
     print(f"per-rollout overhead p50: {(pct(r_lat, 50) - pct(d_lat, 50)) * 1000:.1f} ms")
     print(f"scorer peak RSS: {rss.peak / 2**20:.0f} MB")
+
+
+async def kinds(n: int, concurrency: int, latency_ms: float) -> None:
+    """Trajectories beside text rollouts of the same content, each against the direct call of its own judge
+    prompt: the added time per rollout (C=1, L=0; paired: each content's four calls made one after another, so
+    a busy machine weighs on all four alike) and the wall-time ratio at C."""
+    added: dict[str, list[float]] = {"text": [], "trajectory": []}
+    batch = agents("kinds", n)
+    async with judging_directly(1) as call, RubricdClient(REDIS_URL, namespace=NAMESPACE) as client:
+        for trajectory, text in zip(batch, as_text(batch), strict=True):
+            for kind, rollout in (("text", text), ("trajectory", trajectory)):
+                started = time.perf_counter()
+                await call(rollout)
+                directly = time.perf_counter() - started
+                started = time.perf_counter()
+                await client.score_one(rollout, timeout=60)
+                added[kind].append((time.perf_counter() - started - directly) * 1000)
+    text, trajectory = statistics.median(added["text"]), statistics.median(added["trajectory"])
+    print(f"\n== trajectories vs text of the same content: {n} of each, C=1, L=0, paired")
+    print(
+        f"per-rollout overhead, median: text {text:.2f} ms, trajectory {trajectory:.2f} ms, added {trajectory - text:+.2f} ms"
+    )
+    ratios = {}
+    for kind, rollouts_ in (
+        ("text", as_text(agents("kinds-c", 2 * n, latency_ms))),
+        ("trajectory", agents("kinds-c", 2 * n, latency_ms)),
+    ):
+        d_wall, _ = await direct(rollouts_, concurrency)
+        r_wall, _ = await through_rubricd(rollouts_, concurrency)
+        ratios[kind] = r_wall / d_wall
+    print(
+        f"ratio rubricd/direct at C={concurrency} L={latency_ms / 1000:g} s: text {ratios['text']:.3f}, trajectory {ratios['trajectory']:.3f}"
+    )
 
 
 async def cached(n: int, repeats: float, concurrency: int, latency_ms: float) -> None:
@@ -232,6 +320,7 @@ async def main(args: argparse.Namespace) -> None:
         await compare("L", args.rollouts, args.concurrency, args.latency_ms, proc)
         await compare("zero", args.rollouts, args.concurrency, 0, proc)
         await compare("zero-serial", min(args.rollouts, 300), 1, 0, proc)
+        await kinds(min(args.rollouts, 300), args.concurrency, args.latency_ms)
         await cached(min(args.rollouts, 1000), args.repeats, args.concurrency, args.latency_ms)
         await long_run(args.rounds, args.rollouts, args.concurrency)
     finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricd.messages import HEALTHBENCH_AXES, Rubric, RubricKind
+from rubricd.messages import HEALTHBENCH_AXES, Rollout, Rubric, RubricKind
 from rubricd_services.common import healthbench
 from rubricd_services.common.seeds import Seeds, SeedSettings
 
@@ -91,11 +91,13 @@ def _example(**changes: object) -> str:
         (_example(rubric1_tags=["axis:safety"]), "line 3: rubrics[1].tags: axis 'safety' is not a declared meta-class"),
         (_example(rubric1_points=0), "line 3: rubrics[1].points: 0 is not a nonzero number"),
         (_example(rubric1_criterion=" "), "line 3: rubrics[1].criterion: empty"),
-        (json.dumps({"prompt_id": "p3", "prompt": []}), "line 3: rubrics: missing"),
+        (json.dumps({"prompt_id": "p3", "prompt": [{"role": "user", "content": "hi"}]}), "line 3: rubrics: missing"),
         (_example(rubrics=[]), "line 3: rubrics: an example needs at least one criterion"),
         (_example(prompt_id="p1"), "line 3: prompt_id: 'p1' was already on line 1"),
         (_example(prompt_id="has space"), "line 3: prompt_id: 'has space' is not an instance key"),
         (_example(prompt="hello"), "line 3: prompt: expected a list, got a string"),
+        (_example(prompt=[]), "line 3: prompt: expected a list of length >= 1"),
+        (_example(prompt=[{"role": "doctor", "content": "hi"}]), "line 3: prompt[0].role: invalid enum value 'doctor'"),
         ('{"prompt_id": "p3", ', "line 3: not a JSON object"),
     ],
 )
@@ -105,6 +107,15 @@ def test_a_bad_line_is_refused_with_its_number_and_field(third_line, named):
     with pytest.raises(healthbench.Invalid) as refused:
         healthbench.read(data, HEALTHBENCH_AXES)
     assert named in str(refused.value)
+
+
+def test_a_conversation_is_kept_as_its_turns_and_a_completion_is_the_turn_after_them():
+    [fever] = [e for _, e in healthbench.examples(SAMPLE.read_bytes()) if e.prompt_id == "hb-fever-infant-04"]
+    assert [t.role for t in fever.prompt] == ["user", "assistant", "user"]  # a multi-turn conversation, not one string
+    trajectory = healthbench.answered(fever.prompt, "Take her to be seen today.")
+    rollout = Rollout(run_id="hb", rollout_id="x", step=0, trajectory=trajectory, prompt_turns=len(fever.prompt))
+    assert rollout.policy_turns == [3] and rollout.response == "Take her to be seen today."
+    assert rollout.prompt.startswith("user: My 6 week old feels hot") and "\n\nassistant: " in rollout.prompt
 
 
 def test_an_empty_file_is_refused():
@@ -136,7 +147,7 @@ def test_scores_follow_healthbench():
     [
         (_example(rubric1_points="many").replace('"p3"', '"p0"'), "line 1: rubrics[1].points: expected a number"),
         ('{"prompt_id": "p0", "prompt": [}', "line 1: not a JSON object"),
-        (json.dumps({"prompt": [], "rubrics": []}), "line 1: prompt_id: missing"),
+        (json.dumps({"prompt": [{"role": "user", "content": "hi"}], "rubrics": []}), "line 1: prompt_id: missing"),
     ],
 )
 def test_a_bad_first_line_is_still_read_as_healthbench_and_named(first_line, named, tmp_path):

@@ -35,6 +35,8 @@ from rubricd.messages import (
 from rubricd_services.dashboard.reader import PAGE, RunTally, StepTally
 from rubricd_services.demo.policy import respond
 
+from .conftest import IMG, SCRIPT
+
 pytestmark = pytest.mark.integration
 
 RUN, PER_STEP = "dash", 6
@@ -87,13 +89,6 @@ def browser() -> Iterator[WebDriver]:
         yield driver
     finally:
         driver.quit()
-
-
-@pytest.fixture
-def dashboard(service_env, free_port, serve_dashboard) -> Iterator[str]:
-    """`rubricd serve dashboard` in this test's namespace: its URL."""
-    with serve_dashboard(service_env, free_port) as url:
-        yield url
 
 
 def until(driver: WebDriver, found: Callable[[WebDriver], object], timeout: float = 30) -> None:
@@ -366,3 +361,82 @@ async def test_the_rubric_arm_panel_shows_each_phase_and_both_models_rewards(key
     )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "dashboard-arm.png"))
+
+
+async def test_a_scored_trajectory_is_shown_turn_by_turn_with_the_verdicts_naming_each_turn(
+    keys, redis, dashboard, browser, scored_trajectory
+):
+    """A kept trajectory (its score as the scorer keeps it), drawn: each turn numbered with its role, the policy's
+    marked, tool calls with what the policy got wrong, tool results with the call they answer, beside each turn
+    the verdicts naming it and its points; the policy's HTML shown as text. A text rollout of the step as before."""
+    text = ScoredRollout(
+        rollout=Rollout(run_id="agent", rollout_id="t/1", step=3, prompt="What is 2 + 2?", response="4"),
+        score=Score(run_id="agent", rollout_id="t/1", step=3, status=JudgeStatus.OK, reward=1.0, rubric_version=2),
+    )
+    for kept in (text, scored_trajectory):  # the step's first trajectory is shown, not its first rollout
+        await redis.xadd(keys.kept_rollouts("agent"), {wire.FIELD: wire.encode(kept)})
+    browser.get(dashboard + "#run=agent")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#rollout .turn"))
+    assert texts(browser, "#rollout .turn .who") == [
+        "#0 system",
+        "#1 user",
+        "#2 assistant policy",
+        "#3 tool",
+        "#4 assistant policy",
+        "#5 assistant policy",
+    ]
+    assert attributes(browser, "#rollout .turn.policy", "data-turn") == ["2", "4", "5"]
+    assert texts(browser, "#rollout .turn[data-turn='2'] .call") == ['call call_1: multiply({"a": 12, "b": 7})']
+    assert texts(browser, "#rollout .turn[data-turn='3'] .answers") == ["answers call_1"]
+    assert texts(browser, "#rollout .turn[data-turn='4'] .call .problem") == [
+        "its arguments are not valid JSON",
+        "this tool was not offered",
+        "no tool turn answers this call",
+    ]
+    assert texts(browser, "#rollout .tools li") == [
+        'multiply · a times b · {"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}'
+    ]
+
+    # Beside each policy turn the verdicts naming it, coloured by what they do to the reward, and its points.
+    verdicts = browser.execute_script(
+        "return [...document.querySelectorAll('#rollout .turn')].map(t => [t.dataset.turn, "
+        "[...t.querySelectorAll('.verdict')].map(v => [v.className, v.innerText, getComputedStyle(v).backgroundColor]),"
+        " t.querySelector('.turn-points')?.innerText ?? null])"
+    )
+    met, failed = "rgb(220, 252, 231)", "rgb(254, 226, 226)"
+    assert verdicts == [
+        ["0", [], None],
+        ["1", [], None],
+        ["2", [["verdict met good", "✓ valid_tool_calls", met]], "points +2"],
+        ["3", [], None],
+        ["4", [["verdict unmet bad", "✗ valid_tool_calls", failed]], "points 0"],
+        ["5", [["verdict met good", "✓ uses_tool_result", met]], "points +3"],
+    ]
+    # The trajectory's verdicts, each with the turns it names.
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#rollout table.results tbody tr')]"
+        ".map(r => [...r.cells].map(c => c.innerText))"
+    )
+    assert rows == [
+        ["correct", "+5", "met", "", "84 is right"],
+        ["uses_tool_result", "+3", "met", "met 5", "answers 84"],
+        ["valid_tool_calls", "+2", "not met", "met 2; failed 4", "turn 4 calls lookup, not offered"],
+    ]
+
+    # The policy's HTML is text: no element made of it, nothing of it run.
+    assert texts(browser, "#rollout .turn[data-turn='1'] .content") == [f"What is 12 * 7? {SCRIPT}"]
+    assert texts(browser, "#rollout .turn[data-turn='5'] .content") == [f"12 * 7 = 84 {IMG}"]
+    assert browser.execute_script("return document.querySelectorAll('#rollout script, #rollout img').length") == 0
+    assert browser.execute_script("return document.body.dataset.injected ?? null") is None
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-trajectory.png"))
+
+    # The step's text rollout, picked: its prompt and response, as before; the page's address names it.
+    Select(browser.find_element(By.ID, "rollout-id")).select_by_value("t/1")
+    until(browser, lambda d: texts(d, "#rollout .response") == ["4"])
+    assert texts(browser, "#rollout .prompt") == ["What is 2 + 2?"]
+    assert not browser.find_elements(By.CSS_SELECTOR, "#rollout .turn")
+    assert "rollout=t%2F1" in browser.current_url
+    assert browser.execute_script("return document.body.dataset.injected ?? null") is None
+    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert not errors, errors

@@ -4,9 +4,13 @@ import os
 import subprocess
 import sys
 
-from rubricd.messages import JudgeStatus, Score
+import msgspec
+import pytest
+
+from rubricd.client import InvalidRollout
+from rubricd.messages import JudgeStatus, Score, TurnResult
 from rubricd_services.gateway import contracts
-from rubricd_services.gateway.gateway import Call, rollout_ids
+from rubricd_services.gateway.gateway import Call, rollout_ids, rollouts_of
 
 
 def score(reward: float | None, status: JudgeStatus = JudgeStatus.OK, **fields: object) -> Score:
@@ -45,7 +49,7 @@ def test_a_sample_without_reward_gets_the_failure_value_and_its_flags():
     assert [v["undefined_classes"] for v in verified] == [2.0] * 4
 
 
-def test_nemo_gym_prompt_and_response_from_the_responses_api():
+def test_nemo_gym_verify_is_scored_as_the_whole_exchange():
     request = contracts.NemoGymRequest(
         responses_create_params={
             "instructions": "Be brief.",
@@ -53,14 +57,87 @@ def test_nemo_gym_prompt_and_response_from_the_responses_api():
         },
         response={
             "output": [
-                {"type": "reasoning", "summary": []},
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Add them."}]},
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]},
             ]
         },
-        expected_answer="4",
+        expected_answer=4,
     )
     sample = contracts.nemo_gym_sample(request)
-    assert (sample.prompt, sample.response, sample.reference) == ("system: Be brief.\n\nuser: 2+2?", "4", "4")
+    assert (sample.reference, sample.prompt_turns) == ("4", 2)
+    [rollout] = rollouts_of(CALL, [sample])
+    assert [(t.role, t.text, t.reasoning) for t in rollout.trajectory] == [
+        ("system", "Be brief.", None),
+        ("user", "2+2?", None),
+        ("assistant", "4", "Add them."),
+    ]
+    assert (rollout.prompt, rollout.response, rollout.policy_turns) == ("system: Be brief.\n\nuser: 2+2?", "4", [2])
+
+
+CALL = Call(run_id="r", step=1, deadline_s=1)
+ASKED = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "2+2?"}]
+
+
+def slime(**body: object) -> contracts.Sample:
+    return contracts.slime_sample(msgspec.convert(body, contracts.SlimeRequest))
+
+
+def test_a_slime_message_prompt_is_the_prompt_turns_and_the_response_the_turn_after_them():
+    [rollout] = rollouts_of(CALL, [slime(prompt=ASKED, response="4", label=4)])
+    assert [(t.role, t.text) for t in rollout.trajectory] == [
+        ("system", "Answer briefly."),
+        ("user", "2+2?"),
+        ("assistant", "4"),
+    ]
+    assert (rollout.prompt_turns, rollout.policy_turns, rollout.response, rollout.reference) == (2, [2], "4", "4")
+    [text] = rollouts_of(CALL, [slime(prompt="2+2?", response="4")])  # a text prompt stays text
+    assert (text.trajectory, text.prompt, text.response) == ([], "2+2?", "4")
+
+
+def test_a_slime_request_may_carry_the_raw_wire_trajectory_and_tools():
+    turns = [
+        *ASKED,
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "add", "arguments": "[2, 2]"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "4"},
+        {"role": "assistant", "content": "4"},
+    ]  # fmt: skip
+    tools = [{"function": {"name": "add", "description": "Adds numbers."}}]
+    [rollout] = rollouts_of(CALL, [slime(trajectory=turns, tools=tools, prompt_turns=2, label="4")])
+    assert (rollout.policy_turns, rollout.tools[0].function.name) == ([2, 4], "add")
+    assert "[tool_call add([2, 2])]" in rollout.response
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"prompt": ASKED, "trajectory": ASKED, "response": "4"}, "prompt: messages or a trajectory, not both"),
+        ({"prompt": "2+2?", "response": "4", "tools": [{"function": {"name": "add"}}]}, "tools and prompt_turns go"),
+        ({"prompt": [*ASKED, {"role": "tool", "tool_call_id": "c9", "content": "4"}], "response": "4"}, "trajectory[2].tool_call_id"),
+        ({"trajectory": ASKED, "prompt_turns": 3}, "prompt_turns 3 is beyond"),
+    ],
+)  # fmt: skip
+def test_a_slime_request_malformed_as_messages_is_refused_naming_the_field(body, named):
+    with pytest.raises(ValueError) as refused:
+        slime(**body)
+    assert named in str(refused.value)
+
+
+def test_a_sample_with_neither_text_nor_turns_is_an_invalid_rollout():
+    with pytest.raises(InvalidRollout, match="its text"):
+        rollouts_of(CALL, [slime(prompt="", response="")])
+
+
+def test_per_turn_results_are_answered_where_the_contract_has_room():
+    turns = [TurnResult(turn=2, points=3.0, met=["uses-tool"]), TurnResult(turn=4, points=-5.0, unmet=["uses-tool"])]
+    o = contracts.outcome(score(0.5, turns=turns))
+    expected = [
+        {"turn": 2, "points": 3.0, "met": ["uses-tool"], "unmet": []},
+        {"turn": 4, "points": -5.0, "met": [], "unmet": ["uses-tool"]},
+    ]
+    assert contracts.slime_reward_dict(o, 0.0, [])["turns"] == expected
+    verified = contracts.nemo_gym_answer({"turns": "the row's own"}, o, 0.0, [])
+    assert (verified["rubricd_turns"], verified["turns"]) == (expected, "the row's own")  # the row's fields kept
+    assert contracts.slime_reward_dict(contracts.outcome(None), 0.0, [])["turns"] == []  # the same keys always
 
 
 def test_rollout_ids_are_derived_from_the_key_or_the_sample():
@@ -71,6 +148,12 @@ def test_rollout_ids_are_derived_from_the_key_or_the_sample():
     assert len(set(rollout_ids(unkeyed, samples))) == 2  # the index tells equal samples apart
     assert rollout_ids(unkeyed, samples) != rollout_ids(Call(run_id="r", step=2, deadline_s=1), samples)
     assert all(i.startswith("k-") and " " not in i for i in rollout_ids(keyed, samples))
+    # Two trajectories of the same text (here: the same answer, reasoned or not) are two rollouts.
+    plain = slime(trajectory=[*ASKED, {"role": "assistant", "content": "4"}], prompt_turns=2, response="4")
+    reasoned = slime(
+        trajectory=[*ASKED, {"role": "assistant", "content": "4", "reasoning": "2+2"}], prompt_turns=2, response="4"
+    )
+    assert len(set(rollout_ids(unkeyed, [plain]) + rollout_ids(unkeyed, [reasoned]))) == 2
 
 
 def test_a_bad_setting_stops_the_gateway_at_start_naming_it():

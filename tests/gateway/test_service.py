@@ -10,7 +10,10 @@ import time
 import httpx
 import pytest
 
+from rubricd import wire
 from rubricd.arm import prompt_key
+from rubricd.messages import Rollout, Rubric, RubricSet, ScoredRollout
+from rubricd.store import RubricStore
 
 from .conftest import RUN
 
@@ -77,6 +80,7 @@ async def test_slime_reward_and_reward_dict(run_rubrics, start_scorer, start_gat
         "meta/completeness": 0.0,  # no rubric of the class: the failure value, counted as undefined
         "undefined_classes": 1.0,
         "error": None,
+        "turns": [],  # no turn rubric in the set
     }
     flagged = failed.json()
     assert (flagged["reward"], flagged["judge_ok"], flagged["no_reward"]) == (0.0, 0.0, 1.0)
@@ -139,6 +143,83 @@ async def test_nemo_gym_verify(run_rubrics, start_scorer, start_gateway):
     )
     assert failed["undefined_classes"] == 2.0
     assert failed["rubricd_error"]
+
+
+def nemo_gym_tool_request() -> dict:
+    """A verify request of a tool-using episode, built as NeMo Gym's simple agent builds it: the model's outputs
+    (reasoning, a function call, then a message) and the tool's output between them, in `response.output`."""
+    body = nemo_gym_verify_request(RIGHT)
+    add = {"type": "function", "name": "add", "description": "Adds two integers.", "parameters": {"type": "object"}}
+    body["responses_create_params"]["tools"] = [add]
+    body["response"]["output"] = [
+        {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Use the tool."}]},
+        {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a": 17, "b": 25}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+        *body["response"]["output"],
+    ]
+    return body
+
+
+async def test_nemo_gym_verify_judges_the_whole_trajectory_and_refuses_one_malformed_naming_the_item(
+    redis, keys, run_rubrics, start_scorer, start_gateway, eventually
+):
+    start_scorer()
+    url = start_gateway()
+    malformed = nemo_gym_tool_request()
+    malformed["response"]["output"][2]["call_id"] = "call_9"
+    async with httpx.AsyncClient(timeout=60) as http:
+        verified = await http.post(f"{url}/verify", json=nemo_gym_tool_request(), headers={"Idempotency-Key": "tools"})
+        refused = await http.post(f"{url}/verify", json=malformed)
+    assert verified.status_code == 200 and verified.json()["reward"] == 1.0, verified.text
+    assert refused.status_code == 422
+    assert refused.json()["error"] == "response.output[2].call_id: 'call_9' answers no earlier call"
+
+    async def scored() -> Rollout | None:  # the rollout as the scorer judged it, from the analyzers' stream
+        for _, fields in await redis.xrange(keys.scored):
+            entry = wire.decode(wire.payload(fields), ScoredRollout)
+            if entry.rollout.rollout_id == "k-tools.0":
+                return entry.rollout
+        return None
+
+    rollout = await eventually(scored, "the scored rollout")
+    assert [(t.role, t.text, t.reasoning) for t in rollout.trajectory] == [
+        ("user", QUESTION, None),
+        ("assistant", "", "Use the tool."),
+        ("tool", "42", None),
+        ("assistant", RIGHT, None),
+    ]
+    assert rollout.trajectory[1].tool_calls[0].function.arguments == '{"a": 17, "b": 25}'
+    assert (rollout.prompt_turns, rollout.policy_turns, rollout.tools[0].function.name) == (1, [1, 3], "add")
+
+
+async def test_per_turn_results_come_back_where_the_contract_has_room(redis, keys, start_scorer, start_gateway):
+    run = "gw-turns"
+    rubrics = [
+        Rubric(id="correct", criterion="The response states the correct final answer, matching the reference.", points=5),
+        Rubric(id="uses", criterion="Each final answer uses the latest tool result", points=3, scope="turn"),
+        Rubric(id="fabricates", criterion="A turn states a tool result that no tool turn returned", points=-5, scope="turn"),
+    ]  # fmt: skip
+    assert await RubricStore(redis, keys).publish(RubricSet(run_id=run, version=1, rubrics=rubrics))
+    start_scorer()
+    url = start_gateway()
+    honest = nemo_gym_tool_request() | {"rubricd_run": run}
+    invented = {  # the raw wire's trajectory in slime's body: an answer claiming a tool result, no tool called
+        "trajectory": [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": "The calculator returned 42, so the sum is 42."},
+        ],
+        "prompt_turns": 1,
+        "label": "42",
+    }
+    async with httpx.AsyncClient(timeout=60) as http:
+        verified = (await http.post(f"{url}/verify", json=honest)).json()
+        keyed = (await http.post(f"{url}/slime/reward_dict?run={run}", json=invented)).json()
+    # One result per policy turn: the call (turn 1) meets no turn rubric, the answer (turn 3) uses its result.
+    assert [(t["turn"], t["met"], t["points"] > 0) for t in verified["rubricd_turns"]] == [
+        (1, [], False),
+        (3, ["uses"], True),
+    ]
+    assert [(t["turn"], t["met"], t["points"] < 0) for t in keyed["turns"]] == [(1, ["fabricates"], True)]
 
 
 async def test_a_retried_request_gets_the_first_scores_without_a_second_judging(

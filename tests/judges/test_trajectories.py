@@ -7,6 +7,7 @@ import msgspec
 import pytest
 
 from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
+from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
 from rubricd.reward import weighted_sum
 from rubricd_services.common import prompts
 from rubricd_services.judges import trajectories, verdicts
@@ -83,8 +84,8 @@ def test_what_the_policy_got_wrong_is_shown_plainly():
         Turn(role="assistant", content="391"),
     )
     calls = shown(wrong)["turns"][1]["tool_calls"]
-    assert calls[0]["problems"] == [trajectories.NOT_JSON]
-    assert calls[1]["problems"] == [trajectories.NOT_OFFERED, trajectories.UNANSWERED]
+    assert calls[0]["problems"] == [NOT_JSON]
+    assert calls[1]["problems"] == [NOT_OFFERED, UNANSWERED]
 
 
 def test_nothing_in_a_trajectory_can_close_its_block():

@@ -1,5 +1,6 @@
 """TRL's GRPOTrainer for real, on CPU with a tiny model built here (no download), rewarded by rubricd through the
-TRL adapter (tests/frameworks/train_grpo.py): one process, then two ranks under torchrun, each evaluating as it trains.
+TRL adapter (tests/frameworks/train_grpo.py): one process, then two ranks under torchrun, each evaluating as it trains;
+and with a tool the model calls (tests/frameworks/train_grpo_tools.py), its completions sent as trajectories.
 The venv with torch and TRL is `make frameworks`'s (cached outside the repo); the test builds it if it is missing."""
 
 import json
@@ -9,11 +10,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 import redis as redis_sync
 
 from rubricd import wire
-from rubricd.messages import Event, EventKind, RewardedArmRollout, ScoredRollout, StepSummary
+from rubricd.messages import Event, EventKind, RewardedArmRollout, ScoredRollout, StepSummary, Turn
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +81,57 @@ def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_
             assert any("rewards/rubricd/mean" in entry for entry in logged["log"])
             assert "eval_rewards/rubricd/mean" in logged["eval"]
     client.close()
+
+
+@pytest.mark.timeout(1200)
+def test_grpo_with_a_tool_sends_each_completion_as_the_trajectory_trl_built_with_the_trainers_tools(
+    stack, keys, start_service, tmp_path, frameworks_python
+) -> None:
+    start_service("scorer")
+    done = subprocess.run(
+        [frameworks_python, str(ROOT / "tests" / "frameworks" / "train_grpo_tools.py"), "grpo-tools", str(tmp_path)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "RUBRICD_REDIS_URL": stack.redis_url,
+            "RUBRICD_NAMESPACE": keys.namespace,
+            "PYTHONPATH": str(ROOT / "shared"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    handed = json.loads((tmp_path / "completions.json").read_text())
+    # TRL's tool loop ran: the model called the tool, TRL ran it and the model answered after its result.
+    called = {"type": "function", "function": {"name": "add", "arguments": {"a": 17, "b": 25}}}
+    assert (
+        handed["completions"]
+        == [
+            [
+                {"role": "assistant", "tool_calls": [called], "content": ""},
+                {"role": "tool", "name": "add", "content": "42"},
+                {"role": "assistant", "content": "The answer is 42 ."},
+            ]
+        ]
+        * 4
+    )  # 2 steps of 2 generations
+    assert all(entry.get("tools/call_frequency") == 1.0 for entry in handed["log"] if "loss" in entry)
+    client = redis_sync.Redis.from_url(stack.redis_url)
+    kept = [s.rollout for s in entries(client, keys.kept_rollouts("grpo-tools"), ScoredRollout)]
+    client.close()
+    assert len(kept) == 4
+    for rollout, completion in zip(kept, handed["completions"]):
+        assert rollout.trajectory[0] == Turn(role="user", content="What is 17 + 25 ?") and rollout.prompt_turns == 1
+        assert rollout.trajectory[1:] == msgspec.convert(completion, list[Turn])  # each message, call and result
+        assert rollout.policy_turns == [1, 3]
+        # The trainer's tools, as its chat template rendered them (transformers' get_json_schema of `add`).
+        [tool] = msgspec.to_builtins(rollout.tools)
+        assert tool["function"]["name"] == "add" and tool["function"]["description"] == "Add two integers."
+        assert tool["function"]["parameters"]["properties"]["a"] == {
+            "type": "integer",
+            "description": "The first integer.",
+        }
 
 
 @pytest.mark.timeout(1200)

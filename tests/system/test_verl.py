@@ -2,16 +2,18 @@
 scoring a batch through the docs' verl reward function file (docs/integrators/verl.md) with a scorer on the real stack
 (tests/frameworks/verl_reward_loop.py, in `make frameworks`'s venv): each sample's reward lands in verl's
 `rm_scores`, and every sample carries the same extra keys whatever its status (verl takes them from the first
-sample: a failed judge among judged ones once failed the step)."""
+sample: a failed judge among judged ones once failed the step). And verl's tool agent loop, its conversation sent
+as the rollout's trajectory (tests/frameworks/verl_agent_loop.py)."""
 
 import json
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from rubricd import wire
-from rubricd.messages import JudgeStatus, Rubric, RubricSet, ScoredRollout
+from rubricd.messages import JudgeStatus, Rubric, RubricSet, ScoredRollout, Turn
 from rubricd.store import RubricStore
 
 pytestmark = pytest.mark.integration
@@ -75,3 +77,57 @@ async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
     }
     assert [r.score.status for r in kept].count(JudgeStatus.JUDGE_FAILED) == 2
     assert [r.rollout.response for r in kept].count(CASES[0]["response"]) == 2 * 2  # the padding
+
+
+@pytest.mark.timeout(900)
+async def test_verls_tool_agent_loop_sends_its_conversation_and_takes_the_reward_and_turn_scores(
+    stack, redis, keys, start_service, tmp_path, frameworks_python
+):
+    """verl's ToolAgentLoop for real (tests/frameworks/verl_agent_loop.py: a scripted policy calls a function tool,
+    then answers), through the docs' agent loop file: the reward function reads the conversation verl hands it,
+    and the loop that scores itself gets verl's reward and per-turn rewards."""
+    rubrics = [
+        Rubric(
+            id="correct", criterion="The response states the correct final answer, matching the reference.", points=5
+        ),
+        Rubric(id="args", criterion="Each tool call passes arguments the tool accepts", points=2, scope="turn"),
+    ]
+    assert await RubricStore(redis, keys).publish(RubricSet(run_id="verl-agent", version=1, rubrics=rubrics))
+    start_service("scorer", llm__max_retries=1)
+    done = subprocess.run(
+        [frameworks_python, str(ROOT / "tests" / "frameworks" / "verl_agent_loop.py"), str(tmp_path)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(ROOT / "shared"),
+            "RUBRICD_REDIS_URL": stack.redis_url,
+            "RUBRICD_NAMESPACE": keys.namespace,
+            "RUBRICD_RUN": "verl-agent",
+            "RAY_USAGE_STATS_ENABLED": "0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    # The conversation verl's loop kept: its hermes parser's call (arguments an object, no id), the tool's answer.
+    calls = [m.get("tool_calls") for m in result["messages"]]
+    assert [m["role"] for m in result["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert calls[1] == [{"type": "function", "function": {"name": "add", "arguments": {"a": 17, "b": 25}}}]
+    assert result["messages"][2]["content"] == "42"
+    kept = [
+        wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts("verl-agent"))
+    ]
+    assert len(kept) == 2  # one through verl's reward loop, one scored in the loop
+    for rollout in (k.rollout for k in kept):
+        assert rollout.trajectory == msgspec.convert(result["messages"], list[Turn])
+        assert (rollout.prompt_turns, rollout.policy_turns, rollout.step) == (1, [1, 3], 2)
+        assert [t.function.name for t in rollout.tools] == ["add"]
+    through_reward_loop, in_loop = kept  # in the order they were scored
+    assert result["reward_loop"]["rewards"] == [pytest.approx(through_reward_loop.score.reward)]  # rm_scores: float32
+    assert result["reward_loop"]["extra"]["judge_ok"] == [1.0]
+    agent = result["agent_loop"]
+    assert agent["reward_score"] == in_loop.score.reward == agent["reward_extra_info"]["score"]
+    assert agent["turn_scores"] == [t.points for t in in_loop.score.turns]
+    assert [t.turn for t in in_loop.score.turns] == [1, 3] and agent["turn_scores"][0] == 2.0  # the call's turn

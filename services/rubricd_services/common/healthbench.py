@@ -1,18 +1,20 @@
 """HealthBench's format, in and out: its examples as per-instance rubric sets, and its report of scores.
 
 In: one example a line becomes the rubric set of instance `prompt_id`, each criterion an anchor whose
-meta-class is its `axis:` tag; a bad line is refused with its number and field. Out: HealthBench's own
-scoring per example, axis and tag, and the report's means.
+meta-class is its `axis:` tag; a bad line is refused with its number and field. An example's prompt is a
+conversation (user and assistant turns, maybe a system one), read as trajectory turns, never flattened: a
+completion answering it is the policy's turn after them (`answered`). Out: HealthBench's own scoring per
+example, axis and tag, and the report's means.
 The format and the scoring rules: docs/researchers/rubrics.md, "HealthBench in and out".
 """
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Annotated
 
 import msgspec
 
-from rubricd.messages import Rubric, RubricKind
+from rubricd.messages import Rubric, RubricKind, Turn
 
 AXIS = "axis:"
 OVERALL = "overall_score"
@@ -24,13 +26,22 @@ class Criterion(msgspec.Struct, frozen=True, kw_only=True):
     tags: list[str] = []
 
 
+Conversation = Annotated[list[Turn], msgspec.Meta(min_length=1)]  # HealthBench's prompt: the turns so far
+
+
 class Example(msgspec.Struct, frozen=True, kw_only=True):
     """One line of a HealthBench file (the fields rubricd reads)."""
 
     prompt_id: str
-    prompt: list[dict[str, Any]]
+    prompt: Conversation
     rubrics: list[Criterion]
     example_tags: list[str] = []
+
+
+def answered(prompt: Sequence[Turn], completion: str) -> list[Turn]:
+    """A conversation and a completion answering it, as a rollout's trajectory: the conversation's turns are the
+    prompt turns (`prompt_turns=len(prompt)`), the completion the assistant turn after them."""
+    return [*prompt, Turn(role="assistant", content=completion)]
 
 
 class Invalid(ValueError):

@@ -1,8 +1,8 @@
 """`rubricd serve dashboard`: a live web page of a deployment, for watching a run while it trains.
 
 Per run: each step's mean reward (total, meta-classes, rubrics' met rates), judge failures, rubric versions and
-why they changed, the active meta-class; for the deployment: consumer groups' pending and lag, and the event
-tail. It reads only what the services write (rewards from the runs' kept rollouts) and writes nothing, so
+why they changed, the active meta-class, and any kept rollout with its verdicts (a trajectory turn by turn, beside
+each turn the verdicts naming it); for the deployment: consumer groups' pending and lag, and the event tail. It reads only what the services write (rewards from the runs' kept rollouts) and writes nothing, so
 the `cli` Redis user is enough. Served on 127.0.0.1 by default: it has no authentication of its own.
 """
 
@@ -103,6 +103,19 @@ def app(settings: ServiceSettings, keys: Keys, refresh_s: float) -> Starlette:
     async def run_view(request: Request) -> Response:
         return _json(await read().run(request.path_params["run_id"]))
 
+    async def step_rollouts(request: Request) -> Response:
+        step = request.query_params.get("step")
+        if step is not None and not step.isdigit():
+            return _json({"error": "step is a number"}, status_code=400)
+        return _json(await read().step_rollouts(request.path_params["run_id"], int(step) if step is not None else None))
+
+    async def rollout_view(request: Request) -> Response:
+        """One kept rollout, by `?id=` (a rollout id may hold a slash)."""
+        found = await read().rollout(request.path_params["run_id"], request.query_params.get("id", ""))
+        if found is None:
+            return _json({"error": "no such kept rollout (never kept, or trimmed since)"}, status_code=404)
+        return _json(found)
+
     async def groups(_: Request) -> Response:
         return _json(await read().groups())
 
@@ -117,6 +130,8 @@ def app(settings: ServiceSettings, keys: Keys, refresh_s: float) -> Starlette:
             Route("/dashboard.js", dashboard_js),
             Route("/api/runs", runs),
             Route("/api/runs/{run_id:str}", run_view),
+            Route("/api/runs/{run_id:str}/rollouts", step_rollouts),
+            Route("/api/runs/{run_id:str}/rollout", rollout_view),
             Route("/api/groups", groups),
             Route("/api/events", events),
         ],
@@ -124,5 +139,10 @@ def app(settings: ServiceSettings, keys: Keys, refresh_s: float) -> Starlette:
     )
 
 
-def _json(body: object) -> Response:
-    return Response(msgspec.json.encode(body), media_type="application/json", headers={"Cache-Control": "no-store"})
+def _json(body: object, status_code: int = 200) -> Response:
+    return Response(
+        msgspec.json.encode(body),
+        status_code=status_code,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )

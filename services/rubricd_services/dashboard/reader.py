@@ -1,5 +1,6 @@
-"""What the dashboard's routes read: each run's steps tallied from its kept rollouts, its rubric versions and
-schedule, the consumer groups and the event tail; and what is kept between polls."""
+"""What the dashboard's routes read: each run's steps tallied from its kept rollouts, one kept rollout with its
+verdicts (rollouts.py), its rubric versions and schedule, the consumer groups and the event tail; and what is kept
+between polls."""
 
 import asyncio
 import contextlib
@@ -23,11 +24,14 @@ from rubricd.wire import StreamEntry
 from rubricd_services.common.announcements import announcements
 from rubricd_services.common.settings import ServiceSettings
 
+from . import rollouts
+
 PAGE = 1000  # kept entries read at a time
 EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
 EVENTS_SHOWN = 100
 MISSING_RETRY_S = 30.0  # how often an announcement not found (stream trimmed, memory down) is looked for again
 RUNS_EVERY_S = 15.0  # how often the run list is read again: it SCANs the keyspace, which holds a key per score
+ROLLOUTS_LISTED = 500  # a step's kept rollouts listed for the page to pick one, at most
 
 
 M = TypeVar("M", bound=Message)
@@ -108,33 +112,64 @@ class StepTally:
 
 @dataclass
 class Following:
-    """Where a tally stopped reading its stream: each read returns only what came since, decoded (an entry that
-    does not decode is passed over); two reads at once (two tabs, a poll and a click) read each entry once."""
+    """Where a tally stopped reading its stream: each read returns only what came since, decoded, with each
+    entry's id (an entry that does not decode is passed over); two reads at once (two tabs, a poll and a click)
+    read each entry once."""
 
     last_id: str = "-"
     reading: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def new(self, redis: Redis, stream: str, type_: type[M]) -> list[M]:
-        found: list[M] = []
+    async def new(self, redis: Redis, stream: str, type_: type[M]) -> list[tuple[str, M]]:
+        found: list[tuple[str, M]] = []
         async with self.reading:
             while entries := cast(list[StreamEntry], await redis.xrange(stream, min=self.last_id, count=PAGE)):
-                for _, fields in entries:
+                for entry_id, fields in entries:
                     with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                        found.append(wire.decode(wire.payload(fields), type_))
+                        found.append((entry_id.decode(), wire.decode(wire.payload(fields), type_)))
                 self.last_id = "(" + entries[-1][0].decode()
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """One kept rollout as the page lists it, and where its stream keeps it (read again when it is shown)."""
+
+    entry_id: str
+    rollout_id: str
+    status: str
+    reward: float | None
+    turns: int  # its trajectory's; 0 for a text rollout
+    evaluation: bool
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "rollout_id": self.rollout_id,
+            "status": self.status,
+            "reward": self.reward,
+            "turns": self.turns,
+            "evaluation": self.evaluation,
+        }
+
+
 @dataclass
 class RunTally:
-    """A run's steps from its kept rollouts, read from where the last read stopped."""
+    """A run's steps from its kept rollouts, and where each rollout is kept, read from where the last read
+    stopped."""
 
     steps: dict[int, StepTally] = field(default_factory=dict)
+    kept: dict[str, Kept] = field(default_factory=dict)  # rollout id -> where it is kept
+    listed: dict[int, list[Kept]] = field(default_factory=dict)  # step -> its kept rollouts, oldest first
     following: Following = field(default_factory=Following)
 
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
-        for scored in await self.following.new(redis, keys.kept_rollouts(run_id), ScoredRollout):
-            self.steps.setdefault(scored.rollout.step, StepTally()).add(scored)
+        for entry_id, scored in await self.following.new(redis, keys.kept_rollouts(run_id), ScoredRollout):
+            rollout, score = scored.rollout, scored.score
+            self.steps.setdefault(rollout.step, StepTally()).add(scored)
+            kept = Kept(
+                entry_id, rollout.rollout_id, str(score.status), score.reward, len(rollout.trajectory), score.evaluation
+            )
+            self.kept[rollout.rollout_id] = kept
+            self.listed.setdefault(rollout.step, []).append(kept)
 
     def rows(self) -> list[dict[str, Any]]:
         return [t.row(step) for step, t in sorted(self.steps.items())]
@@ -183,7 +218,7 @@ class ArmTally:
     following: Following = field(default_factory=Following)
 
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
-        for kept in await self.following.new(redis, keys.kept_arm_rollouts(run_id), RewardedArmRollout):
+        for _, kept in await self.following.new(redis, keys.kept_arm_rollouts(run_id), RewardedArmRollout):
             self.steps.setdefault(kept.rollout.step, ArmStep()).add(kept.reward)
 
 
@@ -233,14 +268,44 @@ class Reader:
             for _, r in sorted(found.items())
         ]
 
-    async def run(self, run_id: str) -> dict[str, Any]:
+    async def tally(self, run_id: str) -> RunTally | None:
+        """The run's tally, caught up; None for a run without kept rollouts (kept only for one with them)."""
         tally = self.tallies.get(run_id)
-        if tally is None and await self.redis.xlen(
-            self.keys.kept_rollouts(run_id)
-        ):  # kept only for a run with kept rollouts
+        if tally is None and await self.redis.xlen(self.keys.kept_rollouts(run_id)):
             tally = self.tallies[run_id] = RunTally()
         if tally is not None:
             await tally.catch_up(self.redis, self.keys, run_id)
+        return tally
+
+    async def step_rollouts(self, run_id: str, step: int | None) -> dict[str, Any]:
+        """The kept rollouts of `step` (the run's latest by default), oldest first, ROLLOUTS_LISTED at most: for
+        the page to pick one to show."""
+        tally = await self.tally(run_id)
+        if tally is None or not tally.listed:
+            return {"step": step, "rollouts": [], "more": 0}
+        step = max(tally.listed) if step is None else step
+        listed = tally.listed.get(step, [])
+        return {
+            "step": step,
+            "rollouts": [k.row() for k in listed[:ROLLOUTS_LISTED]],
+            "more": max(0, len(listed) - ROLLOUTS_LISTED),
+        }
+
+    async def rollout(self, run_id: str, rollout_id: str) -> dict[str, Any] | None:
+        """One kept rollout with its score, verdicts and turns (rollouts.view); None if the run never kept it or
+        its stream has trimmed it since."""
+        tally = await self.tally(run_id)
+        kept = tally.kept.get(rollout_id) if tally is not None else None
+        if kept is None:
+            return None
+        stream = self.keys.kept_rollouts(run_id)
+        entries = cast(list[StreamEntry], await self.redis.xrange(stream, min=kept.entry_id, max=kept.entry_id))
+        if not entries:
+            return None
+        return rollouts.view(wire.decode(wire.payload(entries[0][1]), ScoredRollout))
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        tally = await self.tally(run_id)
         schedule = await read_history(self.redis, self.keys, run_id)
         judged = await canaries.read(self.redis, self.keys, run_id)
         arm_tally = self.arm.get(run_id)

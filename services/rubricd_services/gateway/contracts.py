@@ -1,27 +1,52 @@
 """Each framework's remote-reward request and answer, as the framework sends and reads them.
 
 Plain functions: a request body in, the samples to score out; the scores in, the body to answer, for OpenRLHF,
-slime and NeMo Gym. A sample without a reward never gets a silent 0: each answer carries the closest form the
-framework can act on. The shapes: docs/integrators/openrlhf.md, slime.md and nemo-gym.md.
+slime and NeMo Gym. A sample is text, or a trajectory where the framework sends the conversation (NeMo Gym's
+Responses-API items, slime's message prompts, or the raw wire's `trajectory`). A request malformed as messages
+raises ValueError naming the field. A sample without a reward never gets a silent 0: each answer carries the
+closest form the framework can act on. The shapes: docs/integrators/openrlhf.md, slime.md and nemo-gym.md.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 import msgspec
 
-from rubricd.chat import text
-from rubricd.messages import ArmReward, ArmRollout, InstanceKey, JudgeStatus, ModelName, Order, Phase, Score
+from rubricd.messages import (
+    ArmReward,
+    ArmRollout,
+    InstanceKey,
+    JudgeStatus,
+    ModelName,
+    Order,
+    Phase,
+    Score,
+    TurnResult,
+)
+from rubricd.messages.trajectories import MAX_TURNS, Tools, Turn, Turns, malformed
+
+from . import responses
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One response to score, in the framework's words made plain text."""
+    """One response to score: its text, or its trajectory (the turns, the tools offered, how many turns were the
+    prompt), whose text the rollout fills in."""
 
     prompt: str
     response: str
     reference: str | None
+    trajectory: list[Turn] = field(default_factory=list)
+    tools: Tools = field(default_factory=list)
+    prompt_turns: int = 0
+
+
+def _checked(sample: Sample) -> Sample:
+    """The sample, if its trajectory is a conversation as a message; else ValueError naming the turn and field."""
+    if sample.trajectory and (why := malformed(sample.trajectory, sample.prompt_turns)) is not None:
+        raise ValueError(why)
+    return sample
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -34,6 +59,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     rubric_version: int | None = None
     meta_class_scores: dict[str, float] = {}
     error: str | None = None
+    turns: list[TurnResult] = []  # one per policy turn, where the rubric set has turn rubrics
 
 
 def outcome(score: Score | None) -> Outcome:
@@ -45,6 +71,7 @@ def outcome(score: Score | None) -> Outcome:
         masked=score.masked,
         rubric_version=score.rubric_version,
         meta_class_scores=dict(score.meta_class_scores),
+        turns=list(score.turns),
         error=score.error if score.status is not JudgeStatus.OK else ("masked" if score.masked else None),
     )
 
@@ -93,13 +120,33 @@ def openrlhf_answer(outcomes: list[Outcome], failed_reward: float) -> dict[str, 
 
 
 class SlimeRequest(msgspec.Struct, frozen=True):
-    prompt: str | list[dict[str, Any]]
-    response: str
+    """slime's body (`prompt`: a string, or messages with apply_chat_template off); a custom reward function may
+    send the raw wire's `trajectory`, `tools` and `prompt_turns` instead of the prompt's messages."""
+
+    prompt: str | Turns = ""
+    response: str = ""
     label: Any = None
+    trajectory: Turns = []
+    tools: Tools = []
+    prompt_turns: Annotated[int, msgspec.Meta(ge=0, le=MAX_TURNS)] = 0
 
 
 def slime_sample(request: SlimeRequest) -> Sample:
-    return Sample(prompt=text(request.prompt), response=request.response, reference=_label(request.label))
+    """A message prompt is the prompt turns, and the response the assistant turn after them."""
+    reference = _label(request.label)
+    if request.trajectory:
+        if not isinstance(request.prompt, str):
+            raise ValueError("prompt: messages or a trajectory, not both")
+        trajectory, prompt_turns = request.trajectory, request.prompt_turns
+    elif isinstance(request.prompt, list):
+        trajectory = [*request.prompt, Turn(role="assistant", content=request.response)]
+        prompt_turns = len(request.prompt)
+    elif request.tools or request.prompt_turns:
+        raise ValueError("tools and prompt_turns go with a trajectory or a message prompt")
+    else:
+        return Sample(prompt=request.prompt, response=request.response, reference=reference)
+    prompt = request.prompt if isinstance(request.prompt, str) else ""
+    return _checked(Sample(prompt, request.response, reference, trajectory, request.tools, prompt_turns))
 
 
 def slime_reward(o: Outcome, failed_reward: float) -> float:
@@ -129,6 +176,7 @@ def slime_reward_dict(o: Outcome, failed_reward: float, classes: Sequence[str]) 
         **{f"meta/{c}": v for c, v in class_scores(o, classes, failed_reward).items()},
         "undefined_classes": undefined_classes(o, classes),
         "error": o.error,
+        "turns": msgspec.to_builtins(o.turns),
     }
 
 
@@ -144,35 +192,12 @@ class NemoGymRequest(msgspec.Struct, frozen=True):
     label: Any = None
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(c.get("text", "") for c in content if isinstance(c, dict) and isinstance(c.get("text"), str))
-    return ""
-
-
 def nemo_gym_sample(request: NemoGymRequest) -> Sample:
-    """The prompt: the instructions and input messages (Responses API); the response: the assistant's output text."""
-    params = request.responses_create_params
-    given = params.get("input", "")
-    messages = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
-    if isinstance(params.get("instructions"), str):
-        messages.insert(0, {"role": "system", "content": params["instructions"]})
-    prompt = text(
-        [
-            {"role": m.get("role", "user"), "content": _content_text(m.get("content", ""))}
-            for m in messages
-            if isinstance(m, dict) and m.get("type", "message") == "message"
-        ]
-    )
-    response = "".join(
-        _content_text(item.get("content"))
-        for item in request.response.get("output", [])
-        if isinstance(item, dict) and item.get("type") == "message" and item.get("role", "assistant") == "assistant"
-    )
-    reference = request.expected_answer if request.expected_answer is not None else request.label
-    return Sample(prompt=prompt, response=response, reference=_label(reference))
+    """The whole exchange as a trajectory (gateway.responses): the instructions and input are the prompt turns,
+    every output item (reasoning, tool calls and their outputs, messages) a turn or part of one."""
+    found = responses.trajectory(request.responses_create_params, request.response)
+    reference = _label(request.expected_answer if request.expected_answer is not None else request.label)
+    return _checked(Sample("", "", reference, found.turns, found.tools, found.prompt_turns))
 
 
 def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, classes: Sequence[str]) -> dict[str, Any]:
@@ -190,6 +215,7 @@ def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, clas
         "no_reward": float(o.reward is None),
         "rubric_version": o.rubric_version,
         "rubricd_error": o.error,
+        "rubricd_turns": msgspec.to_builtins(o.turns),
     }
 
 

@@ -2,7 +2,8 @@
 
 One RubricdClient per process, with its own reply stream, serves every request at once. Rollout ids are
 derived, never drawn: from the request's idempotency key (`Idempotency-Key` or `X-Request-Id`) and the
-sample's index, else from a hash of (run, step, prompt, response, reference, index). A retried request
+sample's index, else from a hash of (run, step, prompt, response, reference, index, and the trajectory, its tools
+and prompt turns where it has one). A retried request
 therefore names the same rollouts: those the scorer has scored are answered with the Score it stored
 (`Keys.score`, kept RUBRICD_ANSWER_TTL_S), unpublished and unjudged; the rest are published again, and the
 scorer replies to a rollout it scored meanwhile with its first Score.
@@ -16,10 +17,11 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+import msgspec
 from redis.exceptions import NoPermissionError
 
 from rubricd import wire
-from rubricd.client import ArmRewardTimeout, RubricdClient, ScoreTimeout
+from rubricd.client import ArmRewardTimeout, InvalidRollout, RubricdClient, ScoreTimeout
 from rubricd.messages import ArmReward, ArmRollout, Rollout, Score, TrainingContext
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import Clients
@@ -52,13 +54,36 @@ def rollout_ids(call: Call, samples: Sequence[Sample]) -> list[str]:
     if call.key is not None:
         base = call.key if _SAFE_KEY.fullmatch(call.key) else hashlib.sha256(call.key.encode()).hexdigest()[:32]
         return [f"k-{base}.{i}" for i in range(len(samples))]
-    return [
-        "h-"
-        + hashlib.sha256(
-            json.dumps([call.run_id, call.step, s.prompt, s.response, s.reference, i]).encode()
-        ).hexdigest()[:40]
-        for i, s in enumerate(samples)
-    ]
+    return ["h-" + hashlib.sha256(_hashed(call, s, i)).hexdigest()[:40] for i, s in enumerate(samples)]
+
+
+def _hashed(call: Call, s: Sample, index: int) -> bytes:
+    text = json.dumps([call.run_id, call.step, s.prompt, s.response, s.reference, index]).encode()
+    return text + msgspec.json.encode([s.trajectory, s.tools, s.prompt_turns]) if s.trajectory else text
+
+
+def rollouts_of(call: Call, samples: Sequence[Sample]) -> list[Rollout]:
+    """The samples as the rollouts to score; InvalidRollout for one the Rollout's own checks refuse (neither text
+    nor turns)."""
+    try:
+        return [
+            Rollout(
+                run_id=call.run_id,
+                rollout_id=rollout_id,
+                step=call.step,
+                prompt=s.prompt,
+                response=s.response,
+                reference=s.reference,
+                context=call.context,
+                evaluation=call.evaluation,
+                trajectory=s.trajectory,
+                tools=s.tools,
+                prompt_turns=s.prompt_turns,
+            )
+            for rollout_id, s in zip(rollout_ids(call, samples), samples)
+        ]
+    except ValueError as e:
+        raise InvalidRollout(str(e)) from None
 
 
 class RewardGateway:
@@ -73,20 +98,9 @@ class RewardGateway:
 
     async def score(self, call: Call, samples: Sequence[Sample]) -> list[Score | None]:
         """Each sample's Score, None where none came by the deadline. Raises Busy beyond the bound (nothing is
-        published), InvalidRollout for a run id or step the scorer would reject."""
-        rollouts = [
-            Rollout(
-                run_id=call.run_id,
-                rollout_id=rollout_id,
-                step=call.step,
-                prompt=s.prompt,
-                response=s.response,
-                reference=s.reference,
-                context=call.context,
-                evaluation=call.evaluation,
-            )
-            for rollout_id, s in zip(rollout_ids(call, samples), samples)
-        ]
+        published), InvalidRollout for a rollout the scorer would reject (a run id or step outside its bounds, a
+        sample with neither text nor turns)."""
+        rollouts = rollouts_of(call, samples)
         async with self.holding(len(rollouts)):
             scored = await self.stored(rollouts)
             waiting = [r for r in rollouts if r.rollout_id not in scored]

@@ -117,7 +117,11 @@ async def openrlhf(gateway: RewardGateway, request: Request, raw: bytes) -> obje
 
 
 async def _slime(gateway: RewardGateway, request: Request, raw: bytes) -> Outcome:
-    sample = contracts.slime_sample(msgspec.json.decode(raw, type=contracts.SlimeRequest))
+    body = msgspec.json.decode(raw, type=contracts.SlimeRequest)
+    try:
+        sample = contracts.slime_sample(body)
+    except ValueError as e:  # malformed as messages, named
+        raise BadRequest(str(e)) from None
     [outcome] = await _outcomes(gateway, "slime", read_call(request, {}, gateway), [sample])
     return outcome
 
@@ -135,7 +139,11 @@ async def nemo_gym_verify(gateway: RewardGateway, request: Request, raw: bytes) 
     body = msgspec.json.decode(raw)
     if not isinstance(body, dict):
         raise BadRequest("a verify request is a JSON object")
-    sample = contracts.nemo_gym_sample(msgspec.convert(body, contracts.NemoGymRequest))
+    verified = msgspec.convert(body, contracts.NemoGymRequest)
+    try:
+        sample = contracts.nemo_gym_sample(verified)
+    except ValueError as e:  # an item malformed as a message, named
+        raise BadRequest(str(e)) from None
     [outcome] = await _outcomes(gateway, "nemo_gym", read_call(request, body, gateway), [sample])
     return contracts.nemo_gym_answer(body, outcome, gateway.settings.failed_reward, gateway.settings.meta_classes)
 

@@ -10,21 +10,16 @@ Fitting a prompt budget cuts tool outputs first, then drops the earliest turns (
 then cuts the remaining texts; each cut is marked; the policy's final answer is never cut.
 """
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from rubricd.messages import Rollout, RubricSet, Turn
+from rubricd.messages import Rollout, RubricSet, trajectories
 from rubricd_services.common import prompts
 
 _FRAME_CHARS = 40  # the block's tags and the object's keys around the turns
 MIN_TOOL_OUTPUT = 200  # what is left of a tool output cut to fit, before turns are dropped
-
-NOT_JSON = "its arguments are not valid JSON"
-NOT_OFFERED = "this tool was not offered"
-UNANSWERED = "no tool turn answers this call"
 
 
 class _RubricView(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -64,8 +59,8 @@ class _ToolView(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class _TrajectoryView(msgspec.Struct, frozen=True, omit_defaults=True):
+    tools: list[_ToolView]  # first: the judge reads what was offered before what was called
     turns: list[_TurnView | _Cut]
-    tools: list[_ToolView] = []
     reference: str | None = None
 
 
@@ -89,7 +84,7 @@ class Transcript:
     reference: str | None
 
     def block(self, max_chars: int | None = None) -> str:
-        view = _TrajectoryView(list(self.turns), self.tools, self.reference)
+        view = _TrajectoryView(self.tools, list(self.turns), self.reference)
         if max_chars is not None:
             view = _fit(view, max_chars - _FRAME_CHARS)
         return prompts.block("trajectory", view)
@@ -97,33 +92,25 @@ class Transcript:
 
 def transcript(rollout: Rollout, reasoning: bool = False) -> Transcript:
     """The numbered transcript of `rollout`'s trajectory; `reasoning`: show the turns' reasoning."""
-    offered = {t.function.name for t in rollout.tools}
     policy = set(rollout.policy_turns)
-    labels = _calls_answered(rollout.trajectory)
-    answered = {label for label in labels.values()}
-    turns: list[_TurnView] = []
-    for i, turn in enumerate(rollout.trajectory):
-        calls = []
-        for k, call in enumerate(turn.tool_calls):
-            label = call.id or f"{i}.{k}"
-            problems = [
-                *([NOT_JSON] if not _is_json(call.function.arguments) else []),
-                *([NOT_OFFERED] if rollout.tools and call.function.name not in offered else []),
-                *([UNANSWERED] if label not in answered else []),
-            ]
-            calls.append(_CallView(label, call.function.name, call.function.arguments, problems))
-        turns.append(
-            _TurnView(
-                turn=i,
-                role=turn.role,
-                policy=i in policy,
-                reasoning=turn.reasoning if reasoning and turn.reasoning else None,
-                content=turn.text,
-                tool_calls=calls,
-                answers=labels.get(i),
-                tool=turn.name if turn.role == "tool" else None,
-            )
+    answered = trajectories.answers(rollout.trajectory)
+    calls: dict[int, list[_CallView]] = {}
+    for made in trajectories.tool_calls(rollout.trajectory, rollout.tools):
+        view = _CallView(made.label, made.call.function.name, made.call.function.arguments, list(made.problems))
+        calls.setdefault(made.turn, []).append(view)
+    turns = [
+        _TurnView(
+            turn=i,
+            role=turn.role,
+            policy=i in policy,
+            reasoning=turn.reasoning if reasoning and turn.reasoning else None,
+            content=turn.text,
+            tool_calls=calls.get(i, []),
+            answers=answered.get(i),
+            tool=turn.name if turn.role == "tool" else None,
         )
+        for i, turn in enumerate(rollout.trajectory)
+    ]
     tools = [_ToolView(t.function.name, t.function.description, t.function.parameters) for t in rollout.tools]
     return Transcript(turns, tools, rollout.reference)
 
@@ -141,39 +128,6 @@ def messages(
         {"role": "system", "content": system},
         {"role": "user", "content": user_message(rollout, max_chars, reasoning)},
     ]
-
-
-def _calls_answered(turns: list[Turn]) -> dict[int, str]:
-    """Each tool turn's index -> the label of the call it answers: by call id, else the earliest unanswered call
-    of the tool it names, else the earliest unanswered call."""
-    open_calls: list[tuple[str, str, str | None]] = []  # (label, tool, id), oldest first
-    answers: dict[int, str] = {}
-    for i, turn in enumerate(turns):
-        open_calls += [(c.id or f"{i}.{k}", c.function.name, c.id) for k, c in enumerate(turn.tool_calls)]
-        if turn.role != "tool" or not open_calls:
-            continue
-        match = next(
-            (
-                c
-                for c in open_calls
-                if (c[2] == turn.tool_call_id if turn.tool_call_id is not None else turn.name in (None, c[1]))
-            ),
-            None,
-        )
-        if match is not None:
-            open_calls.remove(match)
-            answers[i] = match[0]
-    return answers
-
-
-def _is_json(arguments: str | dict[str, Any]) -> bool:
-    if not isinstance(arguments, str):
-        return True
-    try:
-        json.loads(arguments)
-    except ValueError:
-        return False
-    return True
 
 
 def _size(obj: object) -> int:

@@ -9,7 +9,8 @@ models' with `trl_arm_reward`) and verl's `compute_score`. One module per framew
 A batch is published in one round trip; per-sample calls wait concurrently on the client's one reply reader.
 Rollout ids are fresh per call; the first rollout of a later step closes the earlier ones (`finish()` the
 last), each rank closing its own part (`RANK`, `WORLD_SIZE`, or `rank=`, `world_size=`); evaluation calls are
-published as evaluation rollouts. Details: docs/integrators/trl.md and docs/integrators/verl.md.
+published as evaluation rollouts. A trainer's chat messages (tool calls and results included) are sent as the
+rollout's trajectory (`conversation.turns`). Details: docs/integrators/trl.md and docs/integrators/verl.md.
 """
 
 from .trl import async_trl_reward, trl_reward

@@ -2,15 +2,34 @@
 (`Reward`)."""
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
 
 from ..client import RubricdClient, SyncRubricdClient
-from ..messages import Rollout, Score, TrainingContext
+from ..messages import Rollout, Score, Tool, TrainingContext, Turn
+from .conversation import NotTurns, turns
 
-Sample = tuple[str, str, str | None, str | None, dict[str, str]]  # prompt, response, reference, instance key, metadata
+log = logging.getLogger("rubricd.adapters")
+
+
+class Sample(NamedTuple):
+    """One sample of a trainer's call, as its rollout carries it: its text, and, where the trainer gave chat
+    messages, the whole conversation (`messages`, prompt first: `prompt_turns` of them) and the `tools` offered
+    (OpenAI function specs), which become the rollout's trajectory."""
+
+    prompt: str
+    response: str
+    reference: str | None = None
+    instance_key: str | None = None
+    metadata: dict[str, str] = {}
+    messages: Sequence[Any] = ()
+    prompt_turns: int = 0
+    tools: Sequence[Any] = ()
 
 
 class Steps:
@@ -104,20 +123,55 @@ class Reward:
                 run_id=self.run_id,
                 rollout_id=f"{step}-{nonce}-{i}",
                 step=step,
-                prompt=prompt,
-                response=response,
-                reference=reference,
-                instance_key=instance,
+                prompt=s.prompt,  # as text too, so a prompt's instance key is what it was
+                response="" if trajectory else s.response,  # a trajectory's: its turns' text (tool calls shown)
+                reference=s.reference,
+                instance_key=s.instance_key,
                 context=self.context,
-                metadata=metadata,
+                metadata=s.metadata,
                 reward_policy=self.reward_policy,
                 evaluation=evaluation,
+                trajectory=trajectory,
+                tools=tools,
+                prompt_turns=s.prompt_turns if trajectory else 0,
             )
-            for i, (prompt, response, reference, instance, metadata) in enumerate(samples)
+            for i, (s, (trajectory, tools)) in enumerate(zip(samples, trajectories(samples)))
         ]
         if not evaluation:
             await self.steps.begin(step, [r.rollout_id for r in rollouts])
         return await self.client.aio.score(rollouts, timeout=self.timeout)
+
+
+def trajectories(samples: Sequence[Sample]) -> list[tuple[list[Turn], list[Tool]]]:
+    """Each sample's turns and offered tools; none for a text sample, and none, with one warning for the call, for
+    a sample whose messages or tools cannot be a trajectory (it is scored as text, as before trajectories: a
+    message rubricd does not know never stops the trainer)."""
+    result: list[tuple[list[Turn], list[Tool]]] = []
+    refused: list[str] = []
+    for i, sample in enumerate(samples):
+        if not sample.messages:
+            result.append(([], []))
+            continue
+        try:
+            result.append((turns(sample.messages, sample.prompt_turns), _tools(sample.tools)))
+        except NotTurns as e:
+            refused.append(f"sample {i}: {e}")
+            result.append(([], []))
+    if refused:
+        log.warning(
+            "%d of %d samples' messages are not a trajectory; scored as text (%s)",
+            len(refused),
+            len(samples),
+            "; ".join(refused[:3]),
+        )
+    return result
+
+
+def _tools(specs: Sequence[Any]) -> list[Tool]:
+    try:
+        return msgspec.convert(list(specs), list[Tool])
+    except msgspec.ValidationError as e:
+        raise NotTurns(str(e).replace("`$[", "`tools[")) from None
 
 
 def optional_str(value: Any) -> str | None:

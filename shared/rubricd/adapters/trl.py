@@ -1,7 +1,8 @@
 """TRL's `reward_funcs` entries: `trl_reward`, and `async_trl_reward` for its async reward functions.
 Details: docs/integrators/trl.md."""
 
-from collections.abc import Awaitable, Callable
+import importlib
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ..chat import text
@@ -17,6 +18,7 @@ def trl_reward(
     *,
     reference_column: str | None = "reference",
     instance_column: str | None = None,
+    tools: Sequence[Callable[..., Any] | dict[str, Any]] | None = None,
     name: str = "rubricd",
     **options: Any,
 ) -> Callable[..., list[float | None]]:
@@ -24,6 +26,9 @@ def trl_reward(
 
     The reward is None where the judge failed (TRL leaves it out). `reference_column`
     and `instance_column` name dataset columns; the step is `trainer_state.global_step`.
+    Conversational prompts and completions (tool calls and results included) are sent as the rollout's
+    trajectory, with the `tools` offered: functions (as GRPOTrainer's `tools=`) or OpenAI function specs;
+    default: the trainer's own `tools`.
     Rollouts of TRL's evaluation are evaluation rollouts (see `rubricd.adapters`).
     `options`: context, timeout, wait_for_rubrics, reward_policy, rank, world_size, evaluation (see `Reward`).
     Call `.finish()` after training.
@@ -33,7 +38,7 @@ def trl_reward(
     def rubricd(
         prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
     ) -> list[float | None]:
-        samples = _trl_samples(prompts, completions, columns, reference_column, instance_column)
+        samples = _trl_samples(prompts, completions, columns, reference_column, instance_column, tools)
         scores = reward.score(trl_step(trainer_state), samples, evaluation=_trl_evaluating(columns))
         return [s.reward for s in scores]
 
@@ -46,6 +51,7 @@ def async_trl_reward(
     *,
     reference_column: str | None = "reference",
     instance_column: str | None = None,
+    tools: Sequence[Callable[..., Any] | dict[str, Any]] | None = None,
     name: str = "rubricd",
     **options: Any,
 ) -> Callable[..., Awaitable[list[float | None]]]:
@@ -55,7 +61,7 @@ def async_trl_reward(
     async def rubricd(
         prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
     ) -> list[float | None]:
-        samples = _trl_samples(prompts, completions, columns, reference_column, instance_column)
+        samples = _trl_samples(prompts, completions, columns, reference_column, instance_column, tools)
         scores = await reward.score_async(trl_step(trainer_state), samples, evaluation=_trl_evaluating(columns))
         return [s.reward for s in scores]
 
@@ -72,11 +78,28 @@ def trl_step(trainer_state: Any) -> int:
     return int(getattr(trainer_state, "global_step", 0) or 0)
 
 
+def _trainer(columns: dict[str, Any]) -> Any:
+    """The calling trainer: the owner of the `log_metric` method TRL passes to reward functions (None without)."""
+    return getattr(columns.get("log_metric"), "__self__", None)
+
+
 def _trl_evaluating(columns: dict[str, Any]) -> bool:
-    """Whether TRL calls for evaluation: its trainer's model is in eval mode (the trainer is the owner of the
-    `log_metric` method TRL passes to reward functions; without it, training is assumed)."""
-    model = getattr(getattr(columns.get("log_metric"), "__self__", None), "model", None)
+    """Whether TRL calls for evaluation: its trainer's model is in eval mode (without a trainer, training is
+    assumed)."""
+    model = getattr(_trainer(columns), "model", None)
     return model is not None and getattr(model, "training", True) is False
+
+
+def _tool_specs(tools: Sequence[Callable[..., Any] | dict[str, Any]]) -> list[dict[str, Any]]:
+    """The offered tools as OpenAI function specs: a function's is the one TRL's chat template renders from its
+    signature and docstring (transformers' `get_json_schema`); a spec is kept as given."""
+    return [t if isinstance(t, dict) else _json_schema(t) for t in tools]
+
+
+def _json_schema(function: Callable[..., Any]) -> dict[str, Any]:
+    # transformers is TRL's own dependency; the light client does not need it.
+    schema: dict[str, Any] = importlib.import_module("transformers.utils").get_json_schema(function)
+    return schema
 
 
 def _trl_samples(
@@ -85,16 +108,30 @@ def _trl_samples(
     columns: dict[str, Any],
     reference_column: str | None,
     instance_column: str | None,
+    tools: Sequence[Callable[..., Any] | dict[str, Any]] | None,
 ) -> list[Sample]:
     references = columns.get(reference_column) if reference_column else None
     instances = columns.get(instance_column) if instance_column else None
+    if tools is None:
+        tools = getattr(_trainer(columns), "tools", None) or []
+    offered = _tool_specs(tools) if prompts and not isinstance(prompts[0], str) else []
     return [
-        (
-            text(prompt),
-            text(completion, roles=False),
+        _trl_sample(
+            prompt,
+            completion,
             None if references is None else optional_str(references[i]),
             None if instances is None else optional_str(instances[i]),
-            {},
+            offered,
         )
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True))
     ]
+
+
+def _trl_sample(
+    prompt: Any, completion: Any, reference: str | None, instance: str | None, tools: list[dict[str, Any]]
+) -> Sample:
+    """A text sample; a conversational one (TRL's messages, its tool loop's included) carries its messages too."""
+    sample = Sample(text(prompt), text(completion, roles=False), reference, instance)
+    if isinstance(prompt, str) or isinstance(completion, str):
+        return sample
+    return sample._replace(messages=[*prompt, *completion], prompt_turns=len(prompt), tools=tools)

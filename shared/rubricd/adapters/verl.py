@@ -1,8 +1,10 @@
-"""verl's custom reward function (`compute_score`), in its three call forms. Details: docs/integrators/verl.md."""
+"""verl's custom reward function (`compute_score`), in its three call forms, and the scoring of an agent loop's
+rollout with its per-turn rewards (`score_agent_loop`). Details: docs/integrators/verl.md."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..chat import text
 from ..client import SyncRubricdClient
 from ..messages import JudgeStatus, Score
 from .reward import Reward, Sample, optional_str
@@ -25,6 +27,9 @@ class VerlReward:
     else from `self.step`, which a trainer callback may set.
     The rollout's instance key comes from extra_info[instance_key_field]. (The old
     keyword names prompt_key, step_key and instance_key are still accepted.)
+    An agent loop's conversation, where it puts it in its extra fields (verl hands them to the reward function in
+    extra_info): extra_info[messages_field], the whole conversation (its first len(extra_info["raw_prompt"]) the
+    prompt), and extra_info[tools_field], the tools offered (OpenAI function specs), make the rollout's trajectory.
 
         reward = VerlReward(SyncRubricdClient(url), run_id="ppo-1")
         compute_score = reward.compute_score   # custom_reward_function.name=compute_score
@@ -38,6 +43,8 @@ class VerlReward:
         prompt_field: str = "question",
         step_field: str = "global_step",
         instance_key_field: str = "instance_key",
+        messages_field: str = "messages",
+        tools_field: str = "tools",
         failed_score: float = 0.0,
         **options: Any,
     ) -> None:
@@ -47,6 +54,7 @@ class VerlReward:
         instance_key_field = options.pop("instance_key", instance_key_field)
         self.reward = Reward(client, run_id, **options)
         self.prompt_field, self.step_field, self.instance_key_field = prompt_field, step_field, instance_key_field
+        self.messages_field, self.tools_field = messages_field, tools_field
         self.failed_score = failed_score
         self.step = 0
 
@@ -81,6 +89,29 @@ class VerlReward:
                 results[i] = self.result(score)
         return results
 
+    async def score_agent_loop(self, output: Any, sample: Mapping[str, Any]) -> Score:
+        """Score an agent loop's rollout in the loop itself, where verl takes a reward and per-turn rewards: sets
+        `output.reward_score` (verl then calls no reward function for it), `output.extra_fields["turn_scores"]`
+        (see `turn_scores`) and `["reward_extra_info"]` (`result`'s keys); returns the Score.
+
+        `output`: the AgentLoopOutput `run` returns, its extra fields holding the conversation (messages_field,
+        tools_field); `sample`: the dataset fields `run` was called with (data_source, reward_model, extra_info,
+        raw_prompt)."""
+        info = {**(sample.get("extra_info") or {}), **output.extra_fields, "raw_prompt": sample["raw_prompt"]}
+        if info.get(self.messages_field) is None:
+            raise ValueError(
+                f"the agent loop's output has no {self.messages_field!r} extra field: put its conversation there "
+                "(docs/integrators/verl.md)"
+            )
+        messages, truth = _listed(info[self.messages_field]), (sample.get("reward_model") or {}).get("ground_truth")
+        response = text(messages[len(info["raw_prompt"]) :], roles=False)  # the text, should the turns be refused
+        [score] = await self.reward.score_async(
+            self._step(info), [self._sample(str(sample.get("data_source", "")), response, truth, info)]
+        )
+        output.reward_score = self.result(score)["score"]
+        output.extra_fields.update(turn_scores=self.turn_scores(score), reward_extra_info=self.result(score))
+        return score
+
     def finish(self) -> None:
         self.reward.finish()
 
@@ -96,6 +127,12 @@ class VerlReward:
             "weighted_total": self.failed_score if score.weighted_total is None else score.weighted_total,
         }
 
+    @staticmethod
+    def turn_scores(score: Score) -> list[float]:
+        """verl's `turn_scores`: the points of each policy turn, in order (Score.turns); none where the run's rubrics
+        have no turn rubric or the judge failed."""
+        return [t.points for t in score.turns]
+
     def _one(
         self, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
     ) -> tuple[int, list[Sample]]:
@@ -106,11 +143,29 @@ class VerlReward:
         step = info.get(self.step_field)
         return self.step if step is None else int(step)
 
-    def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: dict[str, Any]) -> Sample:
-        return (
+    def _sample(self, data_source: str, solution_str: str, ground_truth: Any, info: Mapping[str, Any]) -> Sample:
+        sample = Sample(
             str(info.get(self.prompt_field, "")),
             solution_str,
             optional_str(ground_truth),
             optional_str(info.get(self.instance_key_field)),
             {"data_source": str(data_source)},
         )
+        messages = _listed(info.get(self.messages_field))
+        if not messages:
+            return sample
+        prompt = info.get("raw_prompt")
+        prompt_turns = len(prompt) if prompt is not None else _leading_input(messages)
+        return sample._replace(messages=messages, prompt_turns=prompt_turns, tools=_listed(info.get(self.tools_field)))
+
+
+def _listed(value: Any) -> list[Any]:
+    """A list of what verl holds as a list, a tuple or a numpy array (never tested for truth: an array has none)."""
+    return [] if value is None else list(value)
+
+
+def _leading_input(messages: list[Any]) -> int:
+    """How many messages come before the first assistant message (the prompt, where verl does not say)."""
+    return next(
+        (i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant"), len(messages)
+    )

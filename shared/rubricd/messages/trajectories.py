@@ -4,10 +4,12 @@ A turn's `content` may be a string, a list of parts (only the text parts are jud
 `tool_calls`. A tool call's `arguments` are a JSON string (OpenAI's) or an object (TRL's); its `id` is optional
 (TRL sends none). A tool turn answers an earlier call by `tool_call_id` (OpenAI) or by the tool's `name` (TRL).
 What the policy got wrong inside a well-formed turn (arguments that are not JSON, a tool never offered, a call
-left unanswered) is not checked here: it is judged.
+left unanswered) is no wire error: `tool_calls` names it for whoever shows a trajectory (the judge, the
+dashboard, the analyst), and it is judged.
 """
 
-from typing import Annotated, Any, Literal
+import json
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
@@ -104,3 +106,68 @@ def malformed(turns: list[Turn], prompt_turns: int) -> str | None:
         if not calls:
             return f"trajectory[{i}]: a tool turn answers no earlier tool call"
     return None
+
+
+# What the policy got wrong in a call, in the words every reader of a trajectory uses.
+NOT_JSON = "its arguments are not valid JSON"
+NOT_OFFERED = "this tool was not offered"
+UNANSWERED = "no tool turn answers this call"
+
+
+class CallMade(NamedTuple):
+    """One tool call of a trajectory: the turn that made it, its label (its id, else `<turn>.<k>`), the call, the
+    tool turn that answers it (None: none), and what the policy got wrong in it."""
+
+    turn: int
+    label: str
+    call: ToolCall
+    answer: int | None
+    problems: tuple[str, ...]
+
+
+def answers(turns: list[Turn]) -> dict[int, str]:
+    """Each tool turn's index -> the label of the call it answers: the call with its `tool_call_id`; without one,
+    the oldest open call of the tool it names, else the oldest open call."""
+    open_calls: list[tuple[str, str, str | None]] = []  # (label, tool, id), oldest first
+    answered: dict[int, str] = {}
+    for i, turn in enumerate(turns):
+        open_calls += [(c.id or f"{i}.{k}", c.function.name, c.id) for k, c in enumerate(turn.tool_calls)]
+        if turn.role != "tool":
+            continue
+        for label, tool, call_id in open_calls:
+            if turn.tool_call_id is not None and call_id != turn.tool_call_id:
+                continue
+            if turn.tool_call_id is None and turn.name is not None and tool != turn.name:
+                continue
+            open_calls.remove((label, tool, call_id))
+            answered[i] = label
+            break
+    return answered
+
+
+def tool_calls(turns: list[Turn], tools: list[Tool]) -> list[CallMade]:
+    """Every tool call of `turns`, in order, with its answer and its problems (a tool not offered only where
+    `tools` lists the offered ones)."""
+    offered = {t.function.name for t in tools}
+    answered = {label: turn for turn, label in answers(turns).items()}
+    made = []
+    for i, turn in enumerate(turns):
+        for k, call in enumerate(turn.tool_calls):
+            label = call.id or f"{i}.{k}"
+            problems = (
+                *([NOT_JSON] if not _is_json(call.function.arguments) else []),
+                *([NOT_OFFERED] if offered and call.function.name not in offered else []),
+                *([UNANSWERED] if label not in answered else []),
+            )
+            made.append(CallMade(i, label, call, answered.get(label), problems))
+    return made
+
+
+def _is_json(arguments: str | dict[str, Any]) -> bool:
+    if not isinstance(arguments, str):
+        return True
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True

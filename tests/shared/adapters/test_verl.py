@@ -2,12 +2,14 @@
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import httpx
+import msgspec
 import pytest
 
 from rubricd.adapters import VerlReward, trl_reward
-from rubricd.messages import JudgeStatus, Score
+from rubricd.messages import JudgeStatus, Score, TurnResult
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +97,82 @@ async def test_verl_async_form_and_batch_form(redis, keys, client, published, cl
     assert len(batch) == 2 and len({r.published_at for r in batch}) == 1  # one publish for the step's samples
     assert [(c.step, c.rollouts) for c in await closed(redis, keys)] == [(0, 1), (1, 2)]
     assert {r.metadata["data_source"] for r in batch} == {"gsm8k"}
+
+
+# What verl 0.9.1 hands a reward function for a rollout of its tool agent loop (verl_tool_agent.py's subclass keeps
+# the conversation and tools in the loop's extra fields): the dataset's extra_info updated with those extra fields
+# (the naive reward manager's `extra_info.update(tool_extra_fields)`: raw_prompt, turn_scores, tool_rewards, ...)
+# and its num_turns; the conversation as ToolAgentLoop builds it (hermes calls: arguments an object, no ids; the
+# tool's answer by its place).
+RAW_PROMPT = [{"role": "user", "content": PROMPTS[0]}]
+MESSAGES = [
+    *RAW_PROMPT,
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 17, "b": 25}}}],
+    },
+    {"role": "tool", "content": "42"},
+    {"role": "assistant", "content": "The answer is 42."},
+]
+ADD = {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {}}}
+AGENT_INFO = {
+    "question": PROMPTS[0],
+    "global_step": 5,
+    "raw_prompt": RAW_PROMPT,
+    "messages": MESSAGES,
+    "tools": [ADD],
+    "turn_scores": [],
+    "tool_rewards": [0.0],
+    "num_turns": 4,
+    "rollout_reward_scores": {},
+}
+
+
+async def test_an_agent_loops_conversation_in_extra_info_is_the_rollouts_trajectory(
+    redis, keys, client, published
+) -> None:
+    reward = VerlReward(client, "agent")
+    solution = "add 17 25 tool 42 The answer is 42."  # the decoded response: every turn's tokens, flattened
+    result = reward.compute_score("arithmetic", solution, "42", AGENT_INFO)
+    assert result["judge_ok"] == 1.0 and set(result) == VERL_KEYS
+    [rollout] = await published(redis, keys)
+    assert [t.role for t in rollout.trajectory] == ["user", "assistant", "tool", "assistant"]
+    assert (rollout.prompt_turns, rollout.policy_turns, rollout.step) == (1, [1, 3], 5)
+    assert [t.function.name for t in rollout.tools] == ["add"]
+    assert rollout.prompt == PROMPTS[0]  # the text as before: the instance key unchanged
+    # The response text is the turns' (tool calls shown), not verl's flat decoded text.
+    assert rollout.response.endswith("tool: 42\n\nassistant: The answer is 42.") and solution != rollout.response
+
+
+async def test_an_agent_loop_scored_in_the_loop_gets_verls_reward_and_turn_scores(
+    redis, keys, client, published
+) -> None:
+    reward = VerlReward(client, "agent-loop")
+    output = SimpleNamespace(reward_score=None, extra_fields={"messages": MESSAGES, "tools": [ADD], "turn_scores": []})
+    sample = {"data_source": "arithmetic", "reward_model": {"ground_truth": "42"}, "raw_prompt": RAW_PROMPT}
+    score = await reward.score_agent_loop(output, sample | {"extra_info": {"question": PROMPTS[0]}})
+    assert output.reward_score == reward.result(score)["score"] and score.status is JudgeStatus.OK
+    assert output.extra_fields["reward_extra_info"] == reward.result(score)
+    assert output.extra_fields["turn_scores"] == VerlReward.turn_scores(score)
+    [rollout] = await published(redis, keys)
+    assert (rollout.prompt_turns, len(rollout.trajectory)) == (1, 4)
+    assert (
+        rollout.response == 'assistant: [tool_call add({"a": 17, "b": 25})]\n\ntool: 42\n\nassistant: The answer is 42.'
+    )
+    with pytest.raises(ValueError, match="has no 'messages' extra field"):
+        await reward.score_agent_loop(SimpleNamespace(reward_score=None, extra_fields={}), sample)
+
+
+def test_turn_scores_are_each_policy_turns_points_in_order() -> None:
+    score = Score(
+        run_id="agent",
+        rollout_id="r",
+        step=0,
+        status=JudgeStatus.OK,
+        reward=0.5,
+        rubric_version=1,
+        turns=[TurnResult(turn=1, points=2.0, met=["args"]), TurnResult(turn=3, points=-1.0, unmet=["args"])],
+    )
+    assert VerlReward.turn_scores(score) == [2.0, -1.0]
+    assert VerlReward.turn_scores(msgspec.structs.replace(score, turns=[])) == []

@@ -1,11 +1,17 @@
 // rubricd dashboard: polls the JSON routes of the dashboard (`rubricd serve dashboard`, app.py) and draws them (plain DOM and SVG, no build step).
+// Every text of a rollout is policy text: it goes into the page as text nodes and attributes (el), never as HTML.
 "use strict";
 
 const COLORS = ["#1d4ed8", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490", "#a16207", "#be185d", "#4d7c0f"];
 const SVG = "http://www.w3.org/2000/svg";
 const MAX_RUBRICS = 40; // rows of the met-rate table
+const opened = new URLSearchParams(location.hash.slice(1));
 const state = {
-  run: new URLSearchParams(location.hash.slice(1)).get("run"),
+  run: opened.get("run"),
+  rollout: opened.get("rollout"), // the rollout shown: the one the page was opened for or picked, else a default
+  rolloutStep: null, // the step whose rollouts are listed (null: the run's latest)
+  view: null, // the last rollout read: { key, value } (a kept rollout never changes: read once)
+  drawn: null, // the key of the rollout drawn
   services: new Set(),
   classes: [],
   refreshes: 0,
@@ -24,8 +30,10 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-async function get(path) {
+// `notFound`: what a 404 returns instead of an error.
+async function get(path, notFound = undefined) {
   const response = await fetch(path, { cache: "no-store" });
+  if (response.status === 404 && notFound !== undefined) return notFound;
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
   return response.json();
 }
@@ -229,7 +237,7 @@ function drawRubrics(steps) {
   });
   const more = ranked.length - ids.length;
   box.replaceChildren(el("table", {}, el("thead", {}, head), el("tbody", {}, rows)),
-    more > 0 ? el("p", { class: "note" }, `and ${more} less judged rubrics`) : null);
+    ...(more > 0 ? [el("p", { class: "note" }, `and ${more} less judged rubrics`)] : []));
 }
 
 function drawVersions(versions) {
@@ -244,6 +252,118 @@ function drawVersions(versions) {
         v.step !== null && !changes.length ? el("div", { class: "note" }, "no change") : el("ul", {}, changes));
     }),
   );
+}
+
+// --- One scored rollout, a trajectory turn by turn ---
+
+const signed = (points) => (points > 0 ? `+${points}` : String(points));
+
+async function readRollout(run, id) {
+  const key = `${run}\n${id}`;
+  if (state.view?.key !== key) {
+    const value = await get(`api/runs/${encodeURIComponent(run)}/rollout?${new URLSearchParams({ id })}`, null);
+    state.view = { key, value };
+  }
+  return state.view.value;
+}
+
+// The listed step's rollouts and the one to show: a rollout the page was opened for lists its own step; without
+// one, the listed step's first trajectory (else its first rollout), kept while the run goes on. `mine`: as
+// refresh's; a refresh overtaken by a later one (a click) picks nothing.
+async function pickRollout(run, mine) {
+  if (state.rollout && state.rolloutStep === null) {
+    const view = await readRollout(run, state.rollout);
+    if (view && mine === state.refreshes) state.rolloutStep = view.step;
+  }
+  const step = state.rolloutStep === null ? "" : `?step=${state.rolloutStep}`;
+  const listing = await get(`api/runs/${encodeURIComponent(run)}/rollouts${step}`);
+  if (mine !== state.refreshes) return null;
+  if (!state.rollout && listing.rollouts.length) {
+    state.rollout = (listing.rollouts.find((r) => r.turns) ?? listing.rollouts[0]).rollout_id;
+    state.rolloutStep = listing.step;
+  }
+  return { listing, view: state.rollout ? await readRollout(run, state.rollout) : null };
+}
+
+function drawRolloutPicker(steps, listing) {
+  const stepSelect = document.getElementById("rollout-step");
+  const ids = steps.map((s) => String(s.step));
+  if ([...stepSelect.options].map((o) => o.value).join() !== ids.join()) {
+    stepSelect.replaceChildren(...ids.map((s) => el("option", { value: s }, s)));
+  }
+  stepSelect.value = listing.step ?? "";
+  const select = document.getElementById("rollout-id");
+  const options = listing.rollouts.map((r) => [r.rollout_id,
+    `${r.rollout_id} · ${r.turns ? `${r.turns} turns` : "text"} · ` + (r.reward === null ? r.status : `reward ${fmt(r.reward)}`)]);
+  if (state.rollout && !options.some(([id]) => id === state.rollout)) options.push([state.rollout, state.rollout]);
+  if ([...select.options].map((o) => o.textContent).join("\n") !== options.map(([, text]) => text).join("\n")) {
+    select.replaceChildren(...options.map(([id, text]) => el("option", { value: id }, text)));
+  }
+  select.value = state.rollout ?? "";
+  document.getElementById("rollout-more").textContent = listing.more
+    ? `and ${listing.more} more rollouts of this step (open one with #run=…&rollout=ID)` : "";
+}
+
+function drawToolCall(call) {
+  return el("div", { class: "call", "data-call": call.call }, el("span", { class: "label" }, `call ${call.call}: `),
+    `${call.tool}(${call.arguments})`, call.problems.map((p) => el("span", { class: "problem" }, p)));
+}
+
+function drawTurn(turn) {
+  const who = el("div", { class: "who" }, el("strong", {}, `#${turn.turn}`), ` ${turn.role}`,
+    turn.name ? ` ${turn.name}` : null, turn.policy ? [" ", el("span", { class: "tag" }, "policy")] : null);
+  const body = el("div", { class: "body" },
+    turn.reasoning ? el("details", {}, el("summary", {}, "reasoning"), el("div", { class: "text reasoning" }, turn.reasoning)) : null,
+    turn.answers ? el("div", { class: "answers" }, el("span", { class: "label" }, `answers ${turn.answers}`)) : null,
+    turn.content ? el("div", { class: "text content" }, turn.content) : null,
+    turn.tool_calls.map(drawToolCall));
+  const verdicts = el("div", { class: "verdicts" },
+    turn.points === null ? null : el("div", { class: "turn-points" }, `points ${signed(turn.points)}`),
+    // Coloured by what the verdict does to the reward: a penalty met in this turn is bad news, like a rule failed.
+    turn.verdicts.map((v) => el("span", { class: `verdict ${v.met ? "met" : "unmet"} ${v.met === v.points >= 0 ? "good" : "bad"}`, "data-rubric": v.rubric_id,
+      title: `${v.met ? "met" : "failed"} (${signed(v.points)})` + (v.explanation ? `: ${v.explanation}` : "") },
+    `${v.met ? "✓" : "✗"} ${v.rubric_id}`)));
+  return el("div", { class: turn.policy ? "turn policy" : "turn", "data-turn": turn.turn, "data-role": turn.role }, who, body, verdicts);
+}
+
+function drawResults(results) {
+  if (!results.length) return el("p", { class: "note" }, "no verdicts");
+  const head = el("tr", {}, ["rubric", "points", "verdict", "turns", "explanation"].map((h) => el("th", {}, h)));
+  const turns = (r) => [r.met_turns.length ? `met ${r.met_turns.join(", ")}` : null,
+    r.unmet_turns.length ? `failed ${r.unmet_turns.join(", ")}` : null].filter((t) => t).join("; ");
+  return el("table", { class: "results" }, el("thead", {}, head), el("tbody", {}, results.map((r) =>
+    el("tr", { "data-rubric": r.rubric_id }, el("td", {}, r.rubric_id), el("td", { class: "num" }, signed(r.points)),
+      el("td", { class: r.met ? "added" : "removed" }, r.met ? "met" : "not met"), el("td", {}, turns(r)),
+      el("td", { class: "wrap" }, r.explanation)))));
+}
+
+function drawRollout(view) {
+  const box = document.querySelector("#rollout .view");
+  const key = view ? `${view.run_id}\n${view.rollout_id}` : state.rollout;
+  if (state.drawn === key) return; // a kept rollout never changes: drawn once, so reading and opening details last
+  state.drawn = key;
+  if (!view) {
+    box.replaceChildren(el("p", { class: "note empty" }, state.rollout ? `${state.rollout}: not kept (or trimmed since)` : "no kept rollouts yet"));
+    return;
+  }
+  const head = `${view.rollout_id} · step ${view.step}` + (view.evaluation ? " · evaluation" : "") + ` · ${view.status}` +
+    (view.reward === null ? "" : ` · reward ${fmt(view.reward)}`) + ` · rubrics v${view.rubric_version} · ${view.policy}` +
+    (view.judge_cached ? " · judge cache" : "");
+  const parts = [el("p", { class: "head" }, el("strong", {}, head), view.error ? el("div", { class: "removed" }, view.error) : null)];
+  if (view.trajectory.length) {
+    parts.push(el("h3", {}, `Offered tools (${view.tools.length})`), view.tools.length
+      ? el("ul", { class: "tools" }, view.tools.map((t) => el("li", { "data-tool": t.name }, el("code", {}, t.name),
+        t.description ? ` · ${t.description}` : "", Object.keys(t.parameters).length ? [" · ", el("code", {}, JSON.stringify(t.parameters))] : null)))
+      : el("p", { class: "note" }, "none"));
+    parts.push(el("h3", {}, `Turns (${view.trajectory.length}; the first ${view.prompt_turns} the policy's input)`),
+      el("div", { class: "turns" }, view.trajectory.map(drawTurn)));
+  } else {
+    parts.push(el("h3", {}, "Prompt"), el("div", { class: "text prompt" }, view.prompt),
+      el("h3", {}, "Response"), el("div", { class: "text response" }, view.response));
+  }
+  if (view.reference !== null) parts.push(el("h3", {}, "Reference"), el("div", { class: "text reference" }, view.reference));
+  parts.push(el("h3", {}, "Verdicts"), drawResults(view.results));
+  box.replaceChildren(...parts);
 }
 
 function drawGroups(groups) {
@@ -306,10 +426,11 @@ async function refresh(mine) {
       service: document.getElementById("event-service").value,
       kind: document.getElementById("event-kind").value,
     });
-    const [run, groups, events] = await Promise.all([
+    const [run, groups, events, picked] = await Promise.all([
       state.run ? get(`api/runs/${encodeURIComponent(state.run)}`) : null,
       get("api/groups"),
       get(`api/events?${q}`),
+      state.run ? pickRollout(state.run, mine) : null,
     ]);
     if (mine !== state.refreshes) return;
     if (run) {
@@ -322,6 +443,8 @@ async function refresh(mine) {
       drawArm(run.arm, run.arm_phases);
       drawRubrics(run.steps);
       drawVersions(run.versions);
+      drawRolloutPicker(run.steps, picked.listing);
+      drawRollout(picked.view);
     }
     drawGroups(groups);
     drawEvents(events);
@@ -346,7 +469,17 @@ function soon(delay = 0) {
 document.getElementById("event-kind").append(...EVENT_KINDS.map((k) => el("option", { value: k }, k)));
 document.getElementById("run").addEventListener("change", (e) => {
   state.run = e.target.value;
+  Object.assign(state, { rollout: null, rolloutStep: null });
   location.hash = new URLSearchParams({ run: state.run });
+  soon();
+});
+document.getElementById("rollout-step").addEventListener("change", (e) => {
+  Object.assign(state, { rolloutStep: Number(e.target.value), rollout: null });
+  soon();
+});
+document.getElementById("rollout-id").addEventListener("change", (e) => {
+  state.rollout = e.target.value;
+  location.hash = new URLSearchParams({ run: state.run, rollout: state.rollout });
   soon();
 });
 for (const id of ["event-this-run", "event-service", "event-kind"]) document.getElementById(id).addEventListener("change", () => soon());

@@ -1,0 +1,89 @@
+"""The dashboard served in this test's namespace, and a scored trajectory to show on it."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from rubricd.messages import (
+    Function,
+    FunctionSpec,
+    JudgeStatus,
+    Rollout,
+    RubricResult,
+    Score,
+    ScoredRollout,
+    Tool,
+    ToolCall,
+    Turn,
+    TurnResult,
+)
+
+# Policy text that would run in the page if it were written as HTML.
+SCRIPT = "<script>document.body.dataset.injected = 'script'</script>"
+IMG = "<img src=x onerror=\"document.body.dataset.injected = 'img'\">"
+
+
+@pytest.fixture
+def dashboard(service_env, free_port, serve_dashboard) -> Iterator[str]:
+    """`rubricd serve dashboard` in this test's namespace: its URL."""
+    with serve_dashboard(service_env, free_port) as url:
+        yield url
+
+
+@pytest.fixture
+def scored_trajectory() -> ScoredRollout:
+    """A calculator agent's trajectory, scored: it calls the offered tool and uses its result, and on the way
+    calls a tool never offered with arguments that are not JSON (no tool turn answers it). Two turn rubrics name
+    its turns; one trajectory rubric does not. Its user turn and final answer carry HTML."""
+    trajectory = [
+        Turn(role="system", content="You are a calculator. Use the tools."),
+        Turn(role="user", content=f"What is 12 * 7? {SCRIPT}"),
+        Turn(
+            role="assistant",
+            content=None,
+            tool_calls=[ToolCall(id="call_1", function=Function(name="multiply", arguments='{"a": 12, "b": 7}'))],
+        ),
+        Turn(role="tool", tool_call_id="call_1", content="84"),
+        Turn(role="assistant", content="", tool_calls=[ToolCall(function=Function(name="lookup", arguments="{12*7"))]),
+        Turn(role="assistant", content=f"12 * 7 = 84 {IMG}", reasoning="The tool said 84."),
+    ]
+    tools = [
+        Tool(
+            function=FunctionSpec(
+                name="multiply",
+                description="a times b",
+                parameters={"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+            )
+        )
+    ]
+    rollout = Rollout(
+        run_id="agent", rollout_id="t/0", step=3, trajectory=trajectory, tools=tools, prompt_turns=2, reference="84"
+    )
+    results = [
+        RubricResult(rubric_id="correct", met=True, points=5, explanation="84 is right"),
+        RubricResult(rubric_id="uses_tool_result", met=True, points=3, met_turns=[5], explanation="answers 84"),
+        RubricResult(
+            rubric_id="valid_tool_calls",
+            met=False,
+            points=2,
+            met_turns=[2],
+            unmet_turns=[4],
+            explanation="turn 4 calls lookup, not offered",
+        ),
+    ]
+    turns = [
+        TurnResult(turn=2, points=2, met=["valid_tool_calls"]),
+        TurnResult(turn=4, points=0, unmet=["valid_tool_calls"]),
+        TurnResult(turn=5, points=3, met=["uses_tool_result"]),
+    ]
+    score = Score(
+        run_id="agent",
+        rollout_id="t/0",
+        step=3,
+        status=JudgeStatus.OK,
+        reward=0.8,
+        rubric_version=2,
+        results=results,
+        turns=turns,
+    )
+    return ScoredRollout(rollout=rollout, score=score)

@@ -1,0 +1,125 @@
+"""GRPO with a tool on CPU: TRL's GRPOTrainer (its tool loop: `tools=`, `parse_response`, `_tool_call_loop`) with a
+tiny model built here whose sampling is steered, by transformers' `sequence_bias`, to call the tool and then answer
+from its result; rewarded by rubricd through the TRL adapter, the trainer's tools read by the adapter itself.
+
+    python tests/frameworks/train_grpo_tools.py RUN OUT_DIR
+
+RUBRICD_REDIS_URL and RUBRICD_NAMESPACE say where rubricd is. It trains 2 steps and writes the completions TRL
+handed the reward function to OUT_DIR/completions.json. The tokenizer and its chat template are word_level's (one
+token per word, no download); the model is random: only the bias makes it call the tool.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+from word_level import chat_tokenizer
+
+from rubricd import SyncRubricdClient
+from rubricd.adapters import trl_reward
+
+# How TRL parses a completion into a message (transformers' response template, as TRL's own for Qwen3).
+RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|> assistant",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<eos>\s*", "content": "text"},
+    },
+}
+QUESTION = "What is 17 + 25 ?"
+CALL = '<tool_call> {"name": "add", "arguments": {"a": 17, "b": 25}} </tool_call> <eos>'
+ANSWER = "The answer is 42 . <eos>"
+WORDS = [*CALL.split()[:-1], *ANSWER.split()[:-1], *QUESTION.split()]  # the eos token is the tokenizer's own
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a + b
+
+
+def steering(tok) -> list:
+    """transformers' `sequence_bias`: after the question's generation prompt, the tool call; after the tool's
+    result, the answer; each next word of them once begun."""
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    chains = [
+        ids(f"? <eos> <|im_start|> assistant {CALL}"),
+        ids(f"</tool_response> <eos> <|im_start|> assistant {ANSWER}"),
+    ]
+    bias = [[ids("? <eos> <|im_start|> assistant <tool_call>"), 100.0]]
+    bias += [[ids("</tool_response> <eos> <|im_start|> assistant The"), 100.0]]
+    bias += [[chain[i : i + 2], 100.0] for chain in chains for i in range(4, len(chain) - 1)]
+    return bias
+
+
+def main(run_id: str, out: Path) -> None:
+    torch.manual_seed(0)
+    tok = chat_tokenizer(WORDS)
+    tok.response_template = RESPONSE_TEMPLATE
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id,
+    )
+    args = GRPOConfig(
+        output_dir=str(out / "trainer"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=48,
+        max_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        generation_kwargs={"sequence_bias": steering(tok)},
+    )
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": QUESTION}], "answer": "42"}] * 8)
+    handed: list = []
+    with SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"]) as client:
+        reward = trl_reward(client, run_id, reference_column="answer")
+
+        def rubricd(prompts, completions, **columns):  # records what TRL handed the adapter
+            handed.extend(completions)
+            return reward(prompts=prompts, completions=completions, **columns)
+
+        trainer = GRPOTrainer(
+            model=LlamaForCausalLM(config),
+            processing_class=tok,
+            reward_funcs=[rubricd],
+            args=args,
+            train_dataset=dataset,
+            tools=[add],
+        )
+        try:
+            trainer.train()
+        finally:
+            reward.finish()  # type: ignore[attr-defined]
+    (out / "completions.json").write_text(json.dumps({"completions": handed, "log": trainer.state.log_history}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
