@@ -81,7 +81,6 @@ def seeds() -> list[Rubric]:
 
 
 AGENT = Task(
-    name="agent",
     behaviours=BEHAVIOURS,
     hacks=HACKS,
     found={"fabricated": 0.3},

@@ -57,7 +57,6 @@ class Task:
     at a share of the run, in order), where its mix starts, what each behaviour writes, and the run's own seed
     rubrics (none: the deployment's)."""
 
-    name: str
     behaviours: tuple[str, ...]
     hacks: tuple[str, ...]
     found: dict[str, float]
@@ -73,7 +72,6 @@ def _text(batch: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
 
 
 ARITHMETIC = Task(
-    name="arithmetic",
     behaviours=BEHAVIOURS,
     hacks=HACKS,
     found={"padded": 0.1, "sycophantic": 0.3},

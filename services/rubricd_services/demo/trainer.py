@@ -237,7 +237,9 @@ async def one_step(
     everything = [r for rs in rewards.values() for r in rs]
     used = sorted({s.rubric_version for s in scores})
     scored_with = await client.rubrics.version(run.run_id, None, used[-1])
-    firsts = {b: (rollout, score) for (b, rollout), score in reversed(list(zip(batch, scores)))}
+    firsts: dict[str, Example] = {}
+    for (behaviour, rollout), score in zip(batch, scores):
+        firsts.setdefault(behaviour, Example(behaviour, rollout, score))
     by_class: dict[str, list[float]] = {}
     for score in scores:
         if score.status is JudgeStatus.OK:
@@ -266,5 +268,5 @@ async def one_step(
         active_meta_class=",".join(active) or None,  # one class: the schedule is decided once per step
         schedule=explain(schedule) if schedule else "",
         turn_rubrics=[r.id for r in scored_with.rubrics if r.scope == "turn"] if scored_with else [],
-        examples=[Example(b, *firsts[b]) for b in behaviours if b in firsts],
+        examples=[firsts[b] for b in behaviours if b in firsts],
     )
