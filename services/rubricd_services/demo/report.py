@@ -43,14 +43,15 @@ def hack_share(record: StepRecord, task: Task) -> str:
 
 
 def change(m: RubricModification) -> str:
-    """One modification as "+ id (points, meta class): criterion"."""
+    """One modification as "+ id (points, meta class): criterion" ("meta class, per turn" for a turn rubric)."""
     match m.action:
         case Action.ADD | Action.MODIFY:
             sign = "+" if m.action is Action.ADD else "~"
             r = m.rubric
-            return (
-                f"{sign} {m.rubric_id} ({r.points:+g}, {r.meta_class}): {r.criterion}" if r else f"{sign} {m.rubric_id}"
-            )
+            if r is None:
+                return f"{sign} {m.rubric_id}"
+            scope = ", per turn" if r.scope == "turn" else ""
+            return f"{sign} {m.rubric_id} ({r.points:+g}, {r.meta_class}{scope}): {r.criterion}"
         case Action.REMOVE:
             return f"- {m.rubric_id}"
         case Action.REWEIGHT:
