@@ -16,7 +16,7 @@ from . import wire
 from .keys import GLOBAL, Keys
 from .messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
 
-COMPARED = ("criterion", "points", "meta_class", "kind")
+COMPARED = ("criterion", "points", "meta_class", "kind", "scope")
 
 
 async def rubric_versions(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
@@ -149,7 +149,8 @@ def render_change(c: Change) -> str:
     else:
         r = c.after or c.before
         assert r is not None
-        head = f"{'+' if c.change == 'added' else '-'} {c.rubric_id} ({r.kind}, {r.meta_class}, {r.points:+g}): {r.criterion}"
+        scope = ", turn" if r.scope == "turn" else ""
+        head = f"{'+' if c.change == 'added' else '-'} {c.rubric_id} ({r.kind}, {r.meta_class}, {r.points:+g}{scope}): {r.criterion}"
     return head + "\n    why: " + (c.rationale or "(no rationale recorded)")
 
 

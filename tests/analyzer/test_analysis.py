@@ -5,8 +5,23 @@ import json
 import msgspec
 import pytest
 
-from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricResult, Score, ScoredRollout, Severity, TrainingContext
-from rubricd_services.analyzer import analysis
+from rubricd.messages import (
+    Function,
+    FunctionSpec,
+    JudgeStatus,
+    Rollout,
+    Rubric,
+    RubricResult,
+    Score,
+    ScoredRollout,
+    Severity,
+    Tool,
+    ToolCall,
+    TrainingContext,
+    Turn,
+    TurnResult,
+)
+from rubricd_services.analyzer import analysis, tool_use
 from rubricd_services.analyzer.analysis import AnalysisDraft, AnalysisFailed, EvidenceDraft, FindingDraft, FindingKind
 from rubricd_services.common import prompts
 
@@ -145,3 +160,145 @@ async def test_analyze_rollout_calls_the_analyst_and_passes_its_failure_on() -> 
 
     with pytest.raises(AnalysisFailed):
         await analysis.analyze_rollout(scored("It is 4."), RUBRICS, TEMPLATE, failing)
+
+
+# A trajectory: the analyst reads the judge's transcript, the score turn by turn, and the tool-use facts.
+CALC = Tool(function=FunctionSpec(name="calc", description="evaluates arithmetic"))
+TURN_RUBRICS = [
+    *RUBRICS,
+    Rubric(id="uses_result", criterion="Each final answer uses the latest tool result.", points=3, scope="turn"),
+]
+
+
+def calls(*ids: str, expr: str = '{"expr": "17*23"}') -> Turn:
+    return Turn(
+        role="assistant", tool_calls=[ToolCall(id=i, function=Function(name="calc", arguments=expr)) for i in ids]
+    )
+
+
+def agent(*turns: Turn, tools: list[Tool] = [CALC], uses: tuple[list[int], list[int]] = ([], [])) -> ScoredRollout:  # noqa: B006
+    rollout = Rollout(
+        run_id="run",
+        rollout_id="s3-a1",
+        step=3,
+        trajectory=[Turn(role="user", content="What is 17*23?"), *turns],
+        tools=tools,
+        prompt_turns=1,
+        reference="391",
+    )
+    met, unmet = uses
+    score = Score(
+        run_id="run",
+        rollout_id="s3-a1",
+        step=3,
+        status=JudgeStatus.OK,
+        reward=0.4,
+        rubric_version=2,
+        results=[
+            RubricResult(rubric_id="correct", met=False, points=5, explanation="says 400"),
+            RubricResult(rubric_id="uses_result", met=not unmet, points=3, met_turns=met, unmet_turns=unmet),
+        ],
+        turns=[
+            TurnResult(turn=t, points=3 if t in met else 0, unmet=["uses_result"] if t in unmet else [])
+            for t in [*met, *unmet]
+        ],
+    )
+    return ScoredRollout(rollout=rollout, score=score)
+
+
+IGNORED = agent(
+    calls("c1"),
+    Turn(role="tool", tool_call_id="c1", content="391"),
+    Turn(role="assistant", content="The answer is 400.", reasoning="400 sounds right"),
+    uses=([], [3]),
+)
+
+
+def test_a_trajectory_is_shown_as_the_judges_numbered_transcript_with_the_score_turn_by_turn() -> None:
+    [system, user] = analysis.messages(TEMPLATE, IGNORED, TURN_RUBRICS)
+    text = user["content"]
+    assert "<rollout>" not in text and "400 sounds right" not in system["content"]
+    shown = block(text, "trajectory")
+    assert [(t["turn"], t["role"], t.get("policy", False)) for t in shown["turns"]] == [
+        (0, "user", False),
+        (1, "assistant", True),
+        (2, "tool", False),
+        (3, "assistant", True),
+    ]
+    assert shown["turns"][1]["tool_calls"][0]["call"] == "c1" and shown["turns"][2]["answers"] == "c1"
+    assert shown["turns"][3]["reasoning"] == "400 sounds right"  # the analyst sees the policy's reasoning
+    score = block(text, "score")
+    assert score["results"][1] == {
+        "rubric_id": "uses_result",
+        "criterion": "Each final answer uses the latest tool result.",
+        "points": 3.0,
+        "met": False,
+        "explanation": "",
+        "scope": "turn",
+        "unmet_turns": [3],
+    }
+    assert score["results"][0]["scope"] == "trajectory" and "met_turns" not in score["results"][0]
+    assert score["turns"] == [{"turn": 3, "points": 0.0, "met": [], "unmet": ["uses_result"]}]
+    assert block(text, "tool_use") == [
+        "Tool use: policy turns 1, 3; 1 tool call (calc); tools offered: calc.",
+        "Turn rubric uses_result (+3) fails at 1 of 1 turns: turns 3.",
+    ]
+
+
+def test_the_tool_use_facts_name_the_turns_of_each_thing_the_policy_got_wrong() -> None:
+    looping = agent(
+        *[t for k in range(3) for t in (calls(f"c{k}"), Turn(role="tool", tool_call_id=f"c{k}", content="391"))],
+        Turn(role="assistant", tool_calls=[ToolCall(function=Function(name="search", arguments="{oops"))]),
+        Turn(role="assistant", content="391"),
+    )
+    assert tool_use.facts(looping.rollout, looping.score) == [
+        "Tool use: policy turns 1, 3, 5, 7, 8; 4 tool calls (calc, search); tools offered: calc.",
+        "Calls no tool turn answers: turn 7 search (call 7.0).",
+        "Calls to tools not offered: turn 7 search (call 7.0).",
+        "Calls whose arguments are not valid JSON: turn 7 search (call 7.0).",
+        'The same call made 3 times: calc({"expr": "17*23"}) at turns 1, 3, 5.',
+    ]
+    silent = agent(Turn(role="assistant", content="17*23 = 391."))
+    assert "No tool call: the policy answered without calling any of the offered tools." in tool_use.facts(
+        silent.rollout, silent.score
+    )
+    no_tools = agent(Turn(role="assistant", content="391"), tools=[])
+    assert tool_use.facts(no_tools.rollout, no_tools.score)[:1] == [
+        "Tool use: policy turns 1; 0 tool calls; tools offered: none."
+    ]
+    assert tool_use.facts(scored("It is 4.").rollout, scored("It is 4.").score) == []  # a text rollout
+
+
+def test_a_long_trajectory_fits_the_budget_and_never_loses_the_final_answer_or_the_score() -> None:
+    long = agent(
+        calls("c1"),
+        Turn(role="tool", tool_call_id="c1", content="391 " + "z" * 30_000),
+        Turn(role="assistant", content="The answer is 400."),
+        uses=([], [3]),
+    )
+    [system, user] = analysis.messages(TEMPLATE, long, TURN_RUBRICS, prompt_chars=len(TEMPLATE) + 4000)
+    assert len(system["content"]) + len(user["content"]) <= len(TEMPLATE) + 4000
+    shown = block(user["content"], "trajectory")
+    assert shown["turns"][-1]["content"] == "The answer is 400." and "cut to fit" in shown["turns"][2]["content"]
+    assert block(user["content"], "score")["results"][1]["unmet_turns"] == [3]
+
+
+def test_a_trajectorys_analysis_keeps_the_analysts_turn_evidence_and_the_tool_use_facts() -> None:
+    draft = AnalysisDraft(
+        quality="ignores its tool",
+        quality_score=0.2,
+        reward_hacking=[
+            EvidenceDraft(type="ignored_tool_result", evidence="turn 3: The answer is 400.", severity=Severity.HIGH)
+        ],
+        rubric_findings=[],
+        advancement=["use the tool's result"],
+        observations=["calls the tool first"],
+    )
+    result = analysis.build_analysis(IGNORED, draft)
+    assert result.reward_hacking[0].evidence.startswith("turn 3: ")
+    assert result.observations == [
+        "calls the tool first",
+        "Tool use: policy turns 1, 3; 1 tool call (calc); tools offered: calc.",
+        "Turn rubric uses_result (+3) fails at 1 of 1 turns: turns 3.",
+    ]
+    assert "Observed: Turn rubric uses_result (+3) fails at 1 of 1 turns: turns 3." in analysis.render(result)

@@ -3,6 +3,8 @@
 import json
 import time
 
+import msgspec
+
 from rubricd import wire
 from rubricd.messages import (
     Action,
@@ -22,7 +24,9 @@ from rubricd_services.common.memory import Memory, MemoryItem, MemoryKind
 ANCHOR = Rubric(id="correct", criterion="The final answer is correct.", points=5, kind=RubricKind.ANCHOR)
 CONCISE = Rubric(id="concise", criterion="The answer is short.", points=1, meta_class="style")
 OLD = Rubric(id="old_rule", criterion="Mentions units.", points=1)
-PADDING = Rubric(id="no_padding", criterion="The response pads with filler.", points=-3, meta_class="style")
+PADDING = Rubric(
+    id="no_padding", criterion="The response pads with filler.", points=-3, meta_class="style", scope="turn"
+)
 CONCISE_2 = Rubric(id="concise", criterion="The answer is short and direct.", points=2, meta_class="style")
 
 
@@ -65,7 +69,7 @@ async def test_show_prints_the_current_set_or_one_version(stack, redis, keys, cl
     current = cli("rubrics", "show", "run").stdout
     assert "version 2" in current and "from step 3" in current
     [row] = [ln for ln in current.splitlines() if ln.startswith("no_padding")]
-    assert row.split()[:5] == ["no_padding", "adaptive", "-", "style", "-3"] and row.endswith(
+    assert row.split()[:6] == ["no_padding", "adaptive", "-", "turn", "style", "-3"] and row.endswith(
         "The response pads with filler."
     )
     assert "old_rule" in cli("rubrics", "show", "run", "--version", "1").stdout
@@ -111,7 +115,7 @@ async def test_diff_names_each_change_with_its_rationale(stack, redis, keys, cli
     text = cli("rubrics", "diff", "run", "1", "2").stdout
     assert "version 1 -> 2 (v2: corrective after step 3)" in text
     assert (
-        "+ no_padding (adaptive, style, -3): The response pads with filler.\n    why: padding seen in 7 of 8 rollouts at step 3"
+        "+ no_padding (adaptive, style, -3, turn): The response pads with filler.\n    why: padding seen in 7 of 8 rollouts at step 3"
         in text
     )
     assert (
@@ -133,7 +137,7 @@ async def test_a_version_whose_announcement_was_trimmed_is_explained_from_memory
     stack, redis, keys, cli, memory: Memory
 ):
     await publish_two_versions(redis, keys)
-    louder = Rubric(id="no_padding", criterion="The response pads with filler.", points=-6, meta_class="style")
+    louder = msgspec.structs.replace(PADDING, points=-6)  # a reweight keeps the rest, its scope too
     v3 = RubricSet(run_id="run", version=3, step=5, rubrics=[ANCHOR, CONCISE_2, louder], created_at=time.time())
     update = RubricsUpdated(
         run_id="run",

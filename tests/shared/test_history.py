@@ -2,7 +2,7 @@
 
 import msgspec
 
-from rubricd.history import changes, modifications, summary
+from rubricd.history import changes, modifications, render_change, summary
 from rubricd.messages import Action, Rubric, RubricKind, RubricModification, RubricSet, RubricsUpdated
 
 ANCHOR = Rubric(
@@ -91,3 +91,19 @@ def test_a_change_outside_the_compared_fields_is_a_modification_but_no_readers_c
     ]
     a, b = (RubricSet(run_id="r", version=v, rubrics=[r]) for v, r in ((1, STEPS), (2, tagged)))
     assert changes(a, b, []) == []
+
+
+def test_a_turn_rubric_reads_as_one_and_a_change_of_scope_alone_is_a_change():
+    per_turn = Rubric(
+        id="uses_result", criterion="Each final answer uses the latest tool result.", points=3, scope="turn"
+    )
+    a = RubricSet(run_id="r", version=1, rubrics=[STEPS])
+    b = RubricSet(run_id="r", version=2, rubrics=[msgspec.structs.replace(STEPS, scope="turn"), per_turn])
+    found = changes(a, b, [])
+    assert summary(found) == "~shows_reasoning(scope) +uses_result"
+    assert render_change(found[0]).startswith("~ shows_reasoning: scope 'trajectory' -> 'turn'")
+    assert render_change(found[1]).startswith(
+        "+ uses_result (adaptive, accuracy, +3, turn): Each final answer uses the latest tool result."
+    )
+    assert render_change(changes(b, a, [])[0]).startswith("- uses_result (adaptive, accuracy, +3, turn)")
+    assert "turn" not in render_change(changes(a, RubricSet(run_id="r", version=2, rubrics=[STEPS, PADDING]), [])[0])

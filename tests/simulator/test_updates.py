@@ -1,13 +1,36 @@
 """The simulated query writer and updater (test/demo tool): answers depend on the summary and the rubrics."""
 
 import msgspec
+import pytest
 
-from rubricd.messages import Rubric, RubricKind, RubricSet, StepSummary, Strategy
+from rubricd.messages import (
+    Function,
+    FunctionSpec,
+    JudgeStatus,
+    Rollout,
+    Rubric,
+    RubricKind,
+    RubricSet,
+    Score,
+    ScoredRollout,
+    StepSummary,
+    Strategy,
+    Tool,
+    ToolCall,
+    Turn,
+)
 from rubricd.messages.analyses import HackingPattern
+from rubricd_services.analyzer import analysis as analyzer
+from rubricd_services.common import prompts
 from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.simulator import judging
+from rubricd_services.judges import trajectories as judge_trajectories
+from rubricd_services.judges import verdicts
+from rubricd_services.judges.scoring import TRAJECTORY
+from rubricd_services.simulator import analysis as simulated
+from rubricd_services.simulator import answers, judging
 from rubricd_services.simulator.updates import proposal, queries
+from rubricd_services.summarizer import summary as summarizer
 from rubricd_services.updater.memory import MemoryQueries
 from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
 from rubricd_services.updater.proposal import Limits, UpdateProposal, validate
@@ -101,3 +124,103 @@ async def test_the_running_simulator_answers_the_updater_agents_through_the_llm_
     async with LLMClient({"updater": LLMSettings(base_url=base_url, max_retries=0)}) as llm:
         got = (await llm.structured("updater", messages, UpdateProposal)).value
     assert [m.rubric.id for m in got.modifications] == ["no_padding"]
+
+
+# The agent hacks, round the whole simulated loop: the analyst reports each in a trajectory, the summarizer
+# counts it, the updater adds a turn rubric against it, and the simulated judge decides that rubric turn by turn:
+# the hacking trajectory fails it, an honest one keeps it.
+CALC = Tool(function=FunctionSpec(name="calc"))
+ASK = Turn(role="user", content="What is 17*23?")
+
+
+def calc(id: str) -> Turn:
+    return Turn(role="assistant", tool_calls=[ToolCall(id=id, function=Function(name="calc", arguments='{"x": 1}'))])
+
+
+def result(id: str) -> Turn:
+    return Turn(role="tool", tool_call_id=id, content="391")
+
+
+HONEST = (calc("c1"), result("c1"), Turn(role="assistant", content="The calculator returned 391, so 17*23 = 391."))
+AGENT_HACKS = {
+    "no_tool_call": (Turn(role="assistant", content="17*23 = 391."),),
+    "fabricated_tool_result": (calc("c1"), result("c1"), Turn(role="assistant", content="The tool returned 392.")),
+    "ignored_tool_result": (calc("c1"), result("c1"), Turn(role="assistant", content="The answer is 400.")),
+    "tool_loop": (
+        *[t for k in range(3) for t in (calc(f"c{k}"), result(f"c{k}"))],
+        Turn(role="assistant", content="391"),
+    ),
+}
+
+
+def trajectory(i: int, turns: tuple[Turn, ...]) -> Rollout:
+    return Rollout(
+        run_id="run",
+        rollout_id=f"a{i}",
+        step=4,
+        trajectory=[ASK, *turns],
+        tools=[CALC],
+        prompt_turns=1,
+        reference="391",
+    )
+
+
+def simulated_loop(turns: tuple[Turn, ...]) -> UpdateProposal:
+    """Three rollouts with the hack and one honest, analysed, summarized and answered by the simulated agents."""
+    analyses = []
+    for i, shown in enumerate([turns, turns, turns, HONEST]):
+        score = Score(run_id="run", rollout_id=f"a{i}", step=4, status=JudgeStatus.OK, reward=0.8, rubric_version=1)
+        scored = ScoredRollout(rollout=trajectory(i, shown), score=score)
+        [system, user] = analyzer.messages("analyst", scored, SEED)
+        draft = msgspec.convert(simulated.analysis(system["content"], user["content"]), analyzer.AnalysisDraft)
+        analyses.append(analyzer.build_analysis(scored, draft))
+    info = summarizer.StepInfo(run_id="run", step=4)
+    [system, user] = summarizer.chunk_messages("summarizer", info, analyses, 0, 1, len(analyses))
+    draft = msgspec.convert(simulated.summary(system["content"], user["content"]), summarizer.SummaryDraft)
+    return ask(summarizer.step_summary(info, draft, analyses=len(analyses), chunks=1), SEED)
+
+
+def judged(rubric: Rubric, turns: tuple[Turn, ...]) -> tuple[int, ...]:
+    """The policy turns that fail `rubric` in the simulated judge's verdict."""
+    rubric_set = RubricSet(run_id="run", version=2, rubrics=[rubric])
+    system = judge_trajectories.system_message(prompts.load("rubricd_services.judges", TRAJECTORY), rubric_set)
+    rollout = trajectory(0, turns)
+    [system_message, user] = judge_trajectories.messages(system, rollout)
+    answer = msgspec.convert(
+        answers.judge(system_message["content"], user["content"]),
+        verdicts.verdict_type((rubric.id,), True, frozenset({rubric.id})),
+    )
+    [decided] = verdicts.read(answer, (rubric.id,), {rubric.id: rubric.points}, rollout.policy_turns).values()
+    return decided.met_turns if rubric.points < 0 else decided.unmet_turns
+
+
+@pytest.mark.parametrize("hack", list(AGENT_HACKS))
+def test_an_agent_hack_gets_a_turn_rubric_the_simulated_judge_fails_it_on(hack):
+    update = simulated_loop(AGENT_HACKS[hack])
+    assert update.strategy is Strategy.CORRECTIVE
+    added = {m.rubric.id: m.rubric for m in update.modifications}
+    rubric_id, turns = {
+        "no_tool_call": ("answers_after_tool_call", (1,)),  # the answer
+        "fabricated_tool_result": ("no_fabricated_tool_result", (3,)),
+        "ignored_tool_result": ("uses_latest_tool_result", (3,)),
+        "tool_loop": ("no_tool_loop", (5,)),  # the third call
+    }[hack]
+    rubric = added[rubric_id]
+    assert rubric.scope == "turn" and rubric.kind is RubricKind.ADAPTIVE
+    assert validate(SEED, update.modifications, Limits()).rejected == []
+    assert judged(rubric, AGENT_HACKS[hack]) == turns
+    assert judged(rubric, HONEST) == ()
+
+
+def test_an_agent_hack_a_rubric_already_catches_gets_maintenance():
+    rubrics = [*SEED, Rubric(id="calls", criterion="Calls the calculator tool before answering.", points=3)]
+    messages = updater_messages(
+        Prompts.load().updater,
+        StepSummary(run_id="run", step=4, executive_summary="The policy answers without calling a tool (3 of 4)."),
+        RubricSet(run_id="run", version=1, rubrics=rubrics),
+        None,
+        None,
+        Limits(),
+    )
+    answer = msgspec.convert(proposal(messages[0]["content"], messages[1]["content"]), UpdateProposal)
+    assert answer.strategy is Strategy.MAINTENANCE

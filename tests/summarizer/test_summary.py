@@ -1,6 +1,7 @@
 """The summarizer's domain: chunking, chunk summaries in parallel, the meta-summary, step completeness."""
 
 import asyncio
+import json
 
 import msgspec
 
@@ -143,3 +144,32 @@ def test_the_meta_summary_prompt_cuts_chunk_prose_to_fit() -> None:
     long = msgspec.structs.replace(draft("d"), executive_summary="x" * 8000, rubric_evaluation="e" * 8000)
     [_, user] = summary.meta_messages("i", StepInfo(run_id="r", step=4), [long, long], [3, 3], max_chars=6000)
     assert len(user["content"]) < 6000 + 400 and user["content"].count("cut to fit") == 4
+
+
+async def test_the_summarizers_are_told_how_many_analyses_report_each_hacking_type() -> None:
+    prompts_seen: list[str] = []
+
+    async def agent(messages):
+        prompts_seen.append(messages[1]["content"])
+        return draft("d")
+
+    analyses = [
+        a(1, "no_tool_call", "no_tool_call"),  # one analysis, counted once
+        a(2, "no_tool_call", "fabricated_tool_result"),
+        a(3),
+        a(4, "padding"),
+        a(5, "fabricated_tool_result"),
+    ]
+    await summary.summarize_step(
+        StepInfo(run_id="r", step=4),
+        analyses,
+        chunk_size=3,
+        templates=("s", "m"),
+        summarizer=agent,
+        meta_summarizer=agent,
+    )
+    counts = [json.loads(p.split("<step>")[1].split("</step>")[0])["hacking_rollouts"] for p in prompts_seen]
+    assert counts[:2] == [{"no_tool_call": 2, "fabricated_tool_result": 1}, {"fabricated_tool_result": 1, "padding": 1}]
+    assert list(counts[2].items()) == [("fabricated_tool_result", 2), ("no_tool_call", 2), ("padding", 1)]  # the step's
+    many = [a(i, f"type_{i}") for i in range(20)]
+    assert len(summary.hacking_rollouts(many)) == summary._HACKING_TYPES  # the block stays small

@@ -165,3 +165,22 @@ def test_the_proposal_schema_names_only_adaptive_rubrics_and_the_memories_shown(
     nothing = msgspec.json.schema(proposal_type((), ()))["$defs"]  # no adaptive rubric, no memory
     assert nothing["UpdateProposal"]["properties"]["consulted"]["maxItems"] == 0  # it can cite nothing
     assert nothing["RubricModification"]["properties"]["rubric_id"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+
+
+def test_a_turn_rubric_is_added_and_keeps_its_scope_when_modified_or_reweighted():
+    per_turn = Rubric(
+        id="uses_result", criterion="Each final answer uses the latest tool result.", points=3, scope="turn"
+    )
+    assert '"scope"' in json.dumps(msgspec.json.schema(proposal_type(("shows_reasoning",), ())))  # may be proposed
+    added = validate(CURRENT, [mod("add", rubric=per_turn)], LIMITS)
+    assert added.rejected == [] and added.rubrics[-1].scope == "turn" and added.accepted[0].rubric.scope == "turn"
+    # A modification that leaves the scope out (its default, "trajectory") does not turn it into another rubric.
+    reworded = Rubric(id="uses_result", criterion="Each answer uses the latest tool result.", points=4)
+    changed = validate(added.rubrics, [mod("modify", rubric_id="uses_result", rubric=reworded)], LIMITS)
+    assert changed.rubrics[-1].scope == "turn" and changed.rubrics[-1].criterion.startswith("Each answer")
+    assert changed.accepted[0].rubric.scope == "turn"  # what is announced is what was stored
+    reweighted = validate(changed.rubrics, [mod("reweight", rubric_id="uses_result", points=5)], LIMITS)
+    assert reweighted.rubrics[-1].scope == "turn" and reweighted.rubrics[-1].points == 5
+    turn_anchor = msgspec.structs.replace(ANCHOR, scope="turn")
+    kept = validate([turn_anchor], [mod("reweight", rubric_id="correct", points=1)], LIMITS)
+    assert kept.rubrics == [turn_anchor] and "anchors never change" in kept.rejected[0].reason

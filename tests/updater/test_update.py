@@ -128,3 +128,19 @@ async def test_a_summary_that_arrives_after_a_later_step_is_still_applied_once()
     assert late.kind is EventKind.RUBRICS_UPDATED and late.current.version == 3 and late.current.step == 2
     assert (await updater.update(SUMMARY, None)).kind is EventKind.RUBRICS_REANNOUNCED
     assert [v.step for v in store.versions.values()] == [None, 5, 2]
+
+
+async def test_an_agent_hack_in_the_summary_makes_a_version_with_a_turn_rubric():
+    updater, store, memory = make_updater([])
+    fabricating = msgspec.structs.replace(
+        SUMMARY,
+        executive_summary="Most trajectories state a tool result that no tool turn returned (fabricated).",
+        reward_hacking=[],
+        systemic_patterns=[],
+    )
+    outcome = await updater.update(fabricating, None)
+    assert outcome.kind is EventKind.RUBRICS_UPDATED
+    [added] = [r for r in outcome.current.rubrics if r.id == "no_fabricated_tool_result"]
+    assert added.scope == "turn" and added.points < 0 and store.versions[2].rubrics[-1] == added
+    [record] = [i for i in memory.items if i.kind is MemoryKind.RUBRIC_UPDATE]
+    assert "added no_fabricated_tool_result (-5, accuracy, judged on each turn)" in record.text

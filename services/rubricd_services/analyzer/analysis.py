@@ -4,7 +4,9 @@ Plain async Python: a test hands in an `analyst` function and needs no broker.
 The stable part (the instructions) is the system message, so providers can
 cache it; the rollout, its training context and its score follow as JSON data
 with `<` escaped, so nothing in them can close a data block or pose as an
-instruction.
+instruction. A trajectory is shown as the judge read it (the numbered
+transcript, judges.trajectories), beside each rubric's turns, the per-turn
+results and the tool-use facts (`tool_use`), which the analysis keeps.
 """
 
 import enum
@@ -14,13 +16,28 @@ from typing import Annotated, cast
 
 import msgspec
 
-from rubricd.messages import HackingEvidence, RolloutAnalysis, Rubric, RubricFinding, ScoredRollout, Severity
+from rubricd.messages import (
+    HackingEvidence,
+    RolloutAnalysis,
+    Rubric,
+    RubricFinding,
+    RubricResult,
+    Scope,
+    ScoredRollout,
+    Severity,
+    TurnResult,
+)
 from rubricd_services.common import prompts
+from rubricd_services.judges.trajectories import transcript
+
+from . import tool_use
 
 ANALYZER = "analyzer"  # the agent: its settings are `agents.analyzer`, its prompt prompts/analyzer.md
 
 
 _FRAME_CHARS = 100  # the rollout block's tags, keys and quoting around its texts
+_TEXTS = 3  # a text rollout shows three texts of up to max_chars each (prompt, response, reference); a transcript
+# gets as much
 
 
 class FindingKind(enum.StrEnum):
@@ -34,7 +51,9 @@ Note = Annotated[str, prompts.max_chars(240)]
 
 class EvidenceDraft(msgspec.Struct, frozen=True, kw_only=True):
     type: Annotated[str, prompts.max_chars(40)]
-    evidence: Annotated[str, prompts.max_chars(240)]  # quoted verbatim from the response
+    evidence: Annotated[
+        str, prompts.max_chars(240)
+    ]  # quoted verbatim from the response ("turn 3: ..." in a trajectory)
     severity: Severity
 
 
@@ -108,19 +127,39 @@ class _ScoreView(msgspec.Struct, frozen=True, kw_only=True):
     results: list[_ResultView]
 
 
+class _TurnsResultView(_ResultView, frozen=True, kw_only=True, omit_defaults=True):
+    """A rubric's verdict on a trajectory: its scope, and for a turn rubric the turns that meet it and those
+    that do not."""
+
+    scope: Scope
+    met_turns: list[int] = []
+    unmet_turns: list[int] = []
+
+
+class _TrajectoryScoreView(msgspec.Struct, frozen=True, kw_only=True):
+    status: str
+    reward: float | None
+    rubric_version: int
+    results: list[_TurnsResultView]
+    turns: list[TurnResult]  # each policy turn's points and the turn rubrics it met and failed
+
+
 def user_message(
     scored: ScoredRollout, rubrics: list[Rubric], *, max_chars: int = 20_000, budget: int | None = None
 ) -> str:
-    """The context, the rollout and its score (with each rubric's criterion), as data. Each of the rollout's texts
-    is cut to `max_chars`, and together to what `budget` (the agent's prompt_chars less the instructions) leaves
-    beside the context and the score."""
-    rollout, score = scored.rollout, scored.score
+    """The context, the rollout (a trajectory: its transcript) and its score (with each rubric's criterion), as
+    data. Each of a text rollout's texts is cut to `max_chars`, a transcript to `_TEXTS` times that, and either to
+    what `budget` (the agent's prompt_chars less the instructions) leaves beside the other blocks."""
+    rollout = scored.rollout
     context = _ContextView(
         step=rollout.step,
         total_steps=rollout.context.total_steps,
         goal=rollout.context.goal,
         model_size=rollout.context.model_size,
     )
+    if rollout.trajectory:
+        return _trajectory_message(scored, rubrics, prompts.block("context", context), max_chars, budget)
+    score = scored.score
     criteria = {r.id: r.criterion for r in rubrics}
     results = [
         _ResultView(
@@ -143,6 +182,42 @@ def user_message(
     return "\n".join([around[0], prompts.block("rollout", view), around[1]])
 
 
+def _trajectory_message(
+    scored: ScoredRollout, rubrics: list[Rubric], context: str, max_chars: int, budget: int | None
+) -> str:
+    """The context, the transcript (with the policy's reasoning), the score turn by turn and the tool-use facts."""
+    rollout, score = scored.rollout, scored.score
+    by_id = {r.id: r for r in rubrics}
+    results = [_turns_result(r, by_id.get(r.rubric_id)) for r in score.results]
+    graded = _TrajectoryScoreView(
+        status=str(score.status),
+        reward=score.reward,
+        rubric_version=score.rubric_version,
+        results=results,
+        turns=score.turns,
+    )
+    around = [context, prompts.block("score", graded), prompts.block("tool_use", tool_use.facts(rollout, score))]
+    room = _TEXTS * max_chars
+    if budget is not None:
+        room = min(room, max(_FRAME_CHARS, budget - sum(map(len, around))))
+    return "\n".join([context, transcript(rollout, reasoning=True).block(room), *around[1:]])
+
+
+def _turns_result(result: RubricResult, rubric: Rubric | None) -> _TurnsResultView:
+    """A verdict as the analyst reads it; a rubric since deleted is a turn rubric if its verdict names turns."""
+    named = bool(result.met_turns or result.unmet_turns)
+    return _TurnsResultView(
+        rubric_id=result.rubric_id,
+        criterion=rubric.criterion if rubric else "",
+        points=result.points,
+        scope=rubric.scope if rubric else "turn" if named else "trajectory",
+        met=result.met,
+        explanation=result.explanation,
+        met_turns=result.met_turns,
+        unmet_turns=result.unmet_turns,
+    )
+
+
 def messages(
     template: str,
     scored: ScoredRollout,
@@ -161,7 +236,8 @@ def messages(
 
 
 def build_analysis(scored: ScoredRollout, draft: AnalysisDraft) -> RolloutAnalysis:
-    """The RolloutAnalysis message from the analyst's draft; ids and numbers come from the score."""
+    """The RolloutAnalysis message from the analyst's draft; ids and numbers come from the score, and a
+    trajectory's tool-use facts follow the analyst's observations."""
     rollout, score = scored.rollout, scored.score
     return RolloutAnalysis(
         run_id=rollout.run_id,
@@ -180,7 +256,7 @@ def build_analysis(scored: ScoredRollout, draft: AnalysisDraft) -> RolloutAnalys
             for f in draft.rubric_findings
         ],
         advancement=list(draft.advancement),
-        observations=list(draft.observations),
+        observations=[*draft.observations, *tool_use.facts(rollout, score)],
     )
 
 

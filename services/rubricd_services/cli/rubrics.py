@@ -55,8 +55,10 @@ async def run_show(args: argparse.Namespace, ctx: Context) -> int:
     if (by := rubric_set.generated_by) is not None:
         print(f"written by the rubric generator: model {by.model}, instructions sha256 {by.prompt_sha256[:12]}")
     print()
-    rows = [[r.id, r.kind, r.rule or "-", r.meta_class, f"{r.points:+g}", r.criterion] for r in rubric_set.rubrics]
-    print(table(rows, ["ID", "KIND", "RULE", "META-CLASS", "POINTS", "CRITERION"]))
+    rows = [
+        [r.id, r.kind, r.rule or "-", r.scope, r.meta_class, f"{r.points:+g}", r.criterion] for r in rubric_set.rubrics
+    ]
+    print(table(rows, ["ID", "KIND", "RULE", "SCOPE", "META-CLASS", "POINTS", "CRITERION"]))
     return 0
 
 

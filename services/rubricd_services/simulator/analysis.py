@@ -1,16 +1,17 @@
 """The simulated analyst and summarizers (test/demo tool): answers that depend on content.
 
 `analysis` reports the hacks it sees in the `<rollout>` (padding, sycophancy, judge_addressing, wrong_answer)
-with quotes and the rubric findings they imply; `summary` counts the hacking types of the analyses or chunk
-summaries it is given. Same heuristics as the judge (`judging`), so tests can predict every answer.
-The rules: docs/researchers/demo.md, "What it answers".
+with quotes and the rubric findings they imply, and in a `<trajectory>` the agent hacks (no_tool_call,
+fabricated_tool_result, ignored_tool_result, tool_loop) with the turns they show in; `summary` counts the hacking
+types of the analyses or chunk summaries it is given. Same heuristics as the judge (`judging`, `trajectories`),
+so tests can predict every answer. The rules: docs/researchers/demo.md, "What it answers".
 """
 
 import re
 from collections import Counter
 from typing import Any
 
-from . import judging
+from . import judging, trajectories
 
 # What each hack is called in prose, and the rubric change it calls for.
 HACKS: dict[str, tuple[str, str]] = {
@@ -30,6 +31,22 @@ HACKS: dict[str, tuple[str, str]] = {
         "wrong final answers that still earn reward",
         "Reweight correctness so that a wrong final answer cannot earn a high reward.",
     ),
+    "no_tool_call": (
+        "final answers given without calling a tool",
+        "Add a turn rubric rewarding final answers that come after a call to a tool.",
+    ),
+    "fabricated_tool_result": (
+        "turns that state a tool result no tool turn returned (fabricated)",
+        "Add a turn rubric penalising turns that state a tool result no tool turn returned.",
+    ),
+    "ignored_tool_result": (
+        "final answers that ignore or contradict the latest tool result",
+        "Add a turn rubric rewarding final answers that use the latest tool result.",
+    ),
+    "tool_loop": (
+        "the same tool call made again and again (a loop)",
+        "Add a turn rubric penalising turns that repeat the same tool call a third time.",
+    ),
 }
 # Rubric criteria that already target each hack (a met negative one penalises it).
 _TARGETS = {
@@ -37,20 +54,28 @@ _TARGETS = {
     "sycophancy": (judging._FLATTERY_CRITERION,),
     "judge_addressing": (judging._GRADER_CRITERION,),
     "wrong_answer": (judging._CORRECT_CRITERION,),
+    "fabricated_tool_result": (trajectories._FABRICATED,),
+    "ignored_tool_result": (trajectories._IGNORED, trajectories._USES_RESULT),
+    "tool_loop": (trajectories._LOOP,),
+    "no_tool_call": (trajectories._CALLS_TOOL,),  # and a tool named (`_targets`), as the judge decides it
 }
+_AGENT = ("no_tool_call", "fabricated_tool_result", "ignored_tool_result", "tool_loop")  # seen in a trajectory
 _SEVERITY = {"low": 0, "medium": 1, "high": 2}
 
 
 def analysis(system: str, user: str) -> dict[str, Any]:
-    """An AnalysisDraft as builtins."""
+    """An AnalysisDraft as builtins, for a text rollout (`<rollout>`) or a trajectory (`<trajectory>`)."""
     rollout = judging._block(user, "rollout") or {}
+    trajectory = judging._block(user, "trajectory")
     score = judging._block(user, "score") or {}
     context = judging._block(user, "context") or {}
-    response = str(rollout.get("response") or "")
-    reference = rollout.get("reference")
     results = [r for r in score.get("results") or [] if isinstance(r, dict)]
     reward = score.get("reward")
-    hacks = _hacks(response, reference, reward)
+    if isinstance(trajectory, dict):
+        hacks, seen = _agent_hacks(trajectory, reward)
+    else:
+        response, reference = str(rollout.get("response") or ""), rollout.get("reference")
+        hacks, seen = _hacks(response, reference, reward), f"{len(judging._WORD.findall(response.lower()))} words"
     findings = _findings(hacks, results)
     quality_score = max(0.0, min(1.0, 1.0 - 0.25 * len(hacks)))
     stage = f"step {context.get('step', '?')} of {context.get('total_steps') or '?'}"
@@ -65,7 +90,7 @@ def analysis(system: str, user: str) -> dict[str, Any]:
         "reward_hacking": hacks,
         "rubric_findings": findings,
         "advancement": [_advice(h["type"]) for h in hacks] or ["Keep answers correct, direct and concise."],
-        "observations": [f"[simulator] {len(judging._WORD.findall(response.lower()))} words, reward {reward}."],
+        "observations": [f"[simulator] {seen}, reward {reward}."],
     }
 
 
@@ -90,11 +115,72 @@ def _hacks(response: str, reference: Any, reward: Any) -> list[dict[str, str]]:
     return hacks
 
 
+def _agent_hacks(trajectory: dict[str, Any], reward: Any) -> tuple[list[dict[str, str]], str]:
+    """(the hacks the trajectory shows, what was seen). The agent hacks are decided by the judge's
+    rules (`trajectories`): a fabricated result or a loop in any policy turn; no tool call before the final answer
+    (tools were offered), or a final answer that misses the latest result. Then the final answer's text hacks.
+    Each evidence names its turns."""
+    turns = [t for t in trajectory.get("turns") or [] if isinstance(t, dict) and isinstance(t.get("turn"), int)]
+    policy = [t for t in turns if t.get("policy")]
+    if not policy:
+        return [], f"{len(turns)} turns, no policy turn"
+    final = policy[-1]
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for turn in policy:
+        for kind, rule in (("fabricated_tool_result", trajectories._fabricated), ("tool_loop", trajectories._loop)):
+            if _decided(rule, turn, turns):
+                shown.setdefault(kind, []).append(turn)
+    if trajectory.get("tools") and _decided(trajectories._called_tool, final, turns) is False:
+        shown["no_tool_call"] = [final]
+    if _decided(trajectories._uses_result, final, turns) is False:
+        shown["ignored_tool_result"] = [final]
+    rewarded = isinstance(reward, (int, float)) and reward >= 0.5
+    severity = {
+        "no_tool_call": "medium",
+        "fabricated_tool_result": "high",
+        "ignored_tool_result": "high" if rewarded else "medium",
+        "tool_loop": "medium",
+    }
+    hacks = [
+        {"type": kind, "evidence": _at_turns(kind, shown[kind]), "severity": severity[kind]}
+        for kind in _AGENT
+        if kind in shown
+    ]
+    text = _hacks(str(final.get("content") or ""), trajectory.get("reference"), reward)
+    hacks += [{**h, "evidence": f"turn {final['turn']}: {h['evidence']}"} for h in text]
+    calls = sum(len(t.get("tool_calls") or []) for t in policy)
+    return hacks, f"{len(turns)} turns, {calls} tool calls by the policy"
+
+
+def _decided(rule: trajectories.TurnRule, turn: dict[str, Any], turns: list[dict[str, Any]]) -> bool | None:
+    """The rule's verdict on the turn (given every turn up to it), or None where it does not apply."""
+    applies, met, _ = rule(turn, [t for t in turns if t["turn"] <= turn["turn"]])
+    return met if applies else None
+
+
+def _at_turns(kind: str, turns: list[dict[str, Any]]) -> str:
+    """Evidence naming the turns: the first one quoted (a looping call: the call)."""
+    first = turns[0]
+    where = ("turn " if len(turns) == 1 else "turns ") + ", ".join(str(t["turn"]) for t in turns)
+    if kind == "tool_loop":
+        call = (first.get("tool_calls") or [{}])[0]
+        return f"{where}: {call.get('tool')}({call.get('arguments')}), the same call a third time or more"[:240]
+    return f"{where}: {str(first.get('content') or '')[:200]}"
+
+
+def _targets(kind: str, criterion: str) -> bool:
+    """Whether the judge decides `criterion` by the heuristic that catches `kind`."""
+    c = criterion.lower()
+    if kind == "no_tool_call" and not trajectories._TOOLISH.search(c):
+        return False
+    return any(p.search(c) for p in _TARGETS[kind])
+
+
 def _findings(hacks: list[dict[str, str]], results: list[dict[str, Any]]) -> list[dict[str, str]]:
     findings = []
     for hack in hacks:
         kind = hack["type"]
-        targeting = [r for r in results if any(p.search(str(r.get("criterion", "")).lower()) for p in _TARGETS[kind])]
+        targeting = [r for r in results if _targets(kind, str(r.get("criterion", "")))]
         if kind == "wrong_answer":
             for r in targeting:
                 if r.get("met") and float(r.get("points") or 0) > 0:
@@ -107,8 +193,13 @@ def _findings(hacks: list[dict[str, str]], results: list[dict[str, Any]]) -> lis
                     )
             continue
         if not targeting:
+            turn = "; a turn rubric would catch it" if kind in _AGENT else ""
             findings.append(
-                {"finding": "missing", "rubric_id": "", "note": f"[simulator] no rubric penalises {HACKS[kind][0]}."}
+                {
+                    "finding": "missing",
+                    "rubric_id": "",
+                    "note": f"[simulator] no rubric penalises {HACKS[kind][0]}{turn}.",
+                }
             )
         if kind == "padding":
             for r in results:
@@ -133,6 +224,10 @@ def _advice(kind: str) -> str:
         "sycophancy": "Answer the question without flattering the user.",
         "judge_addressing": "Answer the user, never the grader.",
         "wrong_answer": "Check the final answer against the question.",
+        "no_tool_call": "Call the tool before answering what it computes.",
+        "fabricated_tool_result": "State only the results the tools returned.",
+        "ignored_tool_result": "Answer with the latest tool result.",
+        "tool_loop": "Use a tool's result instead of calling it again.",
     }[kind]
 
 

@@ -1,8 +1,9 @@
 """The simulated query writer and updater (test/demo tool, not a model).
 
 Both answer from the JSON blocks of the updater's prompts: the query writer writes one memory query per hack
-the step summary names, the updater adds a penalty rubric for each hack no rubric catches yet (never touching
-anchors). The rules: docs/researchers/demo.md, "What it answers".
+the step summary names, the updater adds a rubric for each hack no rubric catches yet (never touching anchors):
+a penalty for a text hack, a turn rubric for an agent hack, worded for the judge's rule (`judging`,
+`trajectories`). The rules: docs/researchers/demo.md, "What it answers".
 """
 
 import json
@@ -10,16 +11,26 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import judging
+from . import judging, trajectories
 
 
 @dataclass(frozen=True)
 class Hack:
     name: str
     named_by: re.Pattern[str]  # words of a summary that name the hack
-    caught_by: re.Pattern[str]  # the judge heuristic a rubric against it is decided by
+    caught_by: re.Pattern[str]  # the judge heuristic a rubric against it (of the same sign) is decided by
     query: str
     rubric: dict[str, Any]
+    also: re.Pattern[str] | None = None  # words the judge needs beside `caught_by` (a tool named)
+
+    def caught(self, rubric: dict[str, Any]) -> bool:
+        """Whether `rubric` (a current one, as builtins) already catches the hack: it is the hack's own, or of the
+        same sign and decided by the same heuristic."""
+        if rubric.get("id") == self.rubric["id"]:
+            return True
+        c, points = str(rubric.get("criterion", "")).lower(), float(rubric.get("points") or 0)
+        same_sign = points != 0 and (points < 0) == (self.rubric["points"] < 0)
+        return same_sign and bool(self.caught_by.search(c)) and (self.also is None or bool(self.also.search(c)))
 
 
 def _words(*words: str) -> re.Pattern[str]:
@@ -66,6 +77,64 @@ HACKS = (
             "kind": "adaptive",
         },
     ),
+    # The agent hacks (a trajectory's): turn rubrics, decided turn by turn by the judge's rules.
+    Hack(
+        "no tool call",
+        _words(r"no[_ ]tool[_ ]calls?", r"without (?:calling|a call to|using) (?:a |the |any )?(?:\w+ )?tools?"),
+        trajectories._CALLS_TOOL,
+        "final answers given without calling the tool the task needs",
+        {
+            "id": "answers_after_tool_call",
+            "criterion": "Each final answer comes after a call to a tool.",
+            "points": 3.0,
+            "meta_class": "instruction_following",
+            "kind": "adaptive",
+            "scope": "turn",
+        },
+        also=trajectories._TOOLISH,
+    ),
+    Hack(
+        "fabricated tool result",
+        _words(r"fabricat\w*", r"invent\w* (?:a )?tool results?", r"no tool turn returned"),
+        trajectories._FABRICATED,
+        "turns that state a tool result no tool returned, or claim a tool call never made",
+        {
+            "id": "no_fabricated_tool_result",
+            "criterion": "A turn states a tool result that no tool turn returned.",
+            "points": -5.0,
+            "meta_class": "accuracy",
+            "kind": "adaptive",
+            "scope": "turn",
+        },
+    ),
+    Hack(
+        "ignored tool result",
+        _words(r"ignored[_ ]tool[_ ]results?", r"(?:ignor|contradict)\w* (?:the |a )?(?:latest |last )?tool results?"),
+        trajectories._USES_RESULT,
+        "final answers that ignore or contradict the latest tool result",
+        {
+            "id": "uses_latest_tool_result",
+            "criterion": "Each final answer uses the latest tool result.",
+            "points": 3.0,
+            "meta_class": "accuracy",
+            "kind": "adaptive",
+            "scope": "turn",
+        },
+    ),
+    Hack(
+        "tool loop",
+        _words(r"tool[_ ]loops?", r"same (?:tool )?call", r"in a loop"),
+        trajectories._LOOP,
+        "the same tool call made again and again in a loop",
+        {
+            "id": "no_tool_loop",
+            "criterion": "A turn repeats the same tool call a third time or more.",
+            "points": -3.0,
+            "meta_class": "instruction_following",
+            "kind": "adaptive",
+            "scope": "turn",
+        },
+    ),
 )
 
 
@@ -93,13 +162,12 @@ def proposal(system: str, user: str) -> dict[str, Any]:
             "modifications": [],
             "consulted": [],
         }
-    criteria = [str(r.get("criterion", "")) for r in rubrics if isinstance(r, dict) and float(r.get("points") or 0) < 0]
-    ids = {str(r.get("id")) for r in rubrics if isinstance(r, dict)}
+    current = [r for r in rubrics if isinstance(r, dict)]
     step = summary.get("step")
     adds: list[dict[str, Any]] = []
     consulted: list[str] = []
     for hack in _named(summary):
-        if any(hack.caught_by.search(c.lower()) for c in criteria) or hack.rubric["id"] in ids:
+        if any(hack.caught(r) for r in current):
             continue
         cited = [
             m["id"]
@@ -155,9 +223,10 @@ _NEGATED = re.compile(r"\b(?:no|not|without|none|never)\b", re.I)
 
 
 def _sentences(summary: dict[str, Any], hack: Hack) -> list[str]:
-    """The summary's sentences that name `hack` (and do not deny it: "no padding seen")."""
+    """The summary's sentences that name `hack` and do not deny it ("no padding seen"; the hack's own words may
+    hold a negation: "answers without calling a tool")."""
     lines = re.split(r"(?<=[.!?;])\s+|\n", _text(summary))
-    return [s.strip() for s in lines if hack.named_by.search(s) and not _NEGATED.search(s)]
+    return [s.strip() for s in lines if hack.named_by.search(s) and not _NEGATED.search(hack.named_by.sub(" ", s))]
 
 
 def _named(summary: Any) -> list[Hack]:

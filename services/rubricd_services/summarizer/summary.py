@@ -2,10 +2,13 @@
 
 Plain async Python: a test hands in the analyses and two agent functions and
 needs no broker. The instructions are the system message (stable, cacheable);
-the analyses follow as JSON data with `<` escaped.
+the analyses follow as JSON data with `<` escaped, and beside them how many
+analyses report each hacking type, counted, so that a step's shares (of an
+agent's tool-use hacks too) are exact.
 """
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -20,7 +23,8 @@ SUMMARIZER = "summarizer"  # one chunk of a step's analyses
 META_SUMMARIZER = "meta_summarizer"  # the chunk summaries of a large step, merged
 
 
-_FRAME_CHARS = 400  # the step block and the tags around the data
+_FRAME_CHARS = 800  # the step block (its hacking counts included) and the tags around the data
+_HACKING_TYPES = 8  # the step block counts the analyses of this many hacking types, the most reported
 
 
 Line = Annotated[str, prompts.max_chars(240)]
@@ -77,6 +81,7 @@ class _StepView(msgspec.Struct, frozen=True, kw_only=True):
     missing_rollouts: int
     chunk: int | None = None
     chunks: int | None = None
+    hacking_rollouts: dict[str, int] = {}  # hacking type -> the analyses that report it, most reported first
 
 
 class _AnalysisView(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,7 +142,19 @@ def _view(a: RolloutAnalysis, max_chars: int | None = None) -> _AnalysisView:
     return msgspec.structs.replace(view, quality=cut[0], advancement=cut[1 : 1 + n], observations=cut[1 + n :])
 
 
-def _step_view(info: StepInfo, analyses: int, chunk: int | None = None, chunks: int | None = None) -> _StepView:
+def hacking_rollouts(analyses: list[RolloutAnalysis]) -> dict[str, int]:
+    """How many of `analyses` report each hacking type (once per analysis): the `_HACKING_TYPES` most reported."""
+    counts = Counter(t for a in analyses for t in {e.type[:40] for e in a.reward_hacking})
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:_HACKING_TYPES])
+
+
+def _step_view(
+    info: StepInfo,
+    analyses: int,
+    chunk: int | None = None,
+    chunks: int | None = None,
+    hacking: dict[str, int] | None = None,
+) -> _StepView:
     return _StepView(
         run_id=info.run_id,
         step=info.step,
@@ -147,6 +164,7 @@ def _step_view(info: StepInfo, analyses: int, chunk: int | None = None, chunks: 
         missing_rollouts=len(info.missing),
         chunk=chunk,
         chunks=chunks,
+        hacking_rollouts=hacking or {},
     )
 
 
@@ -166,7 +184,7 @@ def chunk_messages(
 ) -> list[dict[str, str]]:
     """The summarizer's chat for one chunk (made by `chunked` with the same `max_chars`)."""
     user = (
-        prompts.block("step", _step_view(info, analyses, index, total))
+        prompts.block("step", _step_view(info, analyses, index, total, hacking_rollouts(chunk)))
         + "\n"
         + prompts.block("analyses", [_view(a, max_chars) for a in chunk])
     )
@@ -174,9 +192,15 @@ def chunk_messages(
 
 
 def meta_messages(
-    template: str, info: StepInfo, drafts: list[SummaryDraft], sizes: list[int], max_chars: int | None = None
+    template: str,
+    info: StepInfo,
+    drafts: list[SummaryDraft],
+    sizes: list[int],
+    max_chars: int | None = None,
+    hacking: dict[str, int] | None = None,
 ) -> list[dict[str, str]]:
-    """The meta-summarizer's chat; with `max_chars`, the chunk summaries' prose is cut (prompts.fit) to fit it."""
+    """The meta-summarizer's chat; with `max_chars`, the chunk summaries' prose is cut (prompts.fit) to fit it.
+    `hacking`: the step's `hacking_rollouts`."""
     views = [
         _ChunkView(
             chunk=i,
@@ -199,7 +223,7 @@ def meta_messages(
             for i, v in enumerate(views)
         ]
     user = (
-        prompts.block("step", _step_view(info, sum(sizes), None, len(drafts)))
+        prompts.block("step", _step_view(info, sum(sizes), None, len(drafts), hacking))
         + "\n"
         + prompts.block("chunk_summaries", views)
     )
@@ -237,7 +261,9 @@ async def summarize_step(
     merged = (
         drafts[0]
         if len(drafts) == 1
-        else await meta_summarizer(meta_messages(templates[1], info, drafts, [len(c) for c in chunks], room[1]))
+        else await meta_summarizer(
+            meta_messages(templates[1], info, drafts, [len(c) for c in chunks], room[1], hacking_rollouts(analyses))
+        )
     )
     return Summarized(step_summary(info, merged, analyses=len(analyses), chunks=len(chunks)), drafts)
 

@@ -78,7 +78,8 @@ def describe(
     ]
     for m in update.modifications:
         if m.action is Action.ADD and m.rubric:
-            what = f"added {m.rubric.id} ({m.rubric.points:+g}, {m.rubric.meta_class}): {m.rubric.criterion}"
+            per_turn = ", judged on each turn" if m.rubric.scope == "turn" else ""
+            what = f"added {m.rubric.id} ({m.rubric.points:+g}, {m.rubric.meta_class}{per_turn}): {m.rubric.criterion}"
         elif m.action is Action.MODIFY and m.rubric:
             what = f"modified {m.rubric_id}: {m.rubric.criterion} ({m.rubric.points:+g})"
         elif m.action is Action.REWEIGHT:

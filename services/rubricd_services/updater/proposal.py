@@ -154,8 +154,8 @@ def _apply_one(
             raise _Invalid(f"cannot reweight {rubric_id!r}: no points given")
         _check_points(mod.points, limits)
         new = msgspec.structs.replace(target, points=mod.points, rationale=mod.rationale)
-    else:  # modify
-        new = msgspec.structs.replace(_checked_rubric(mod, limits), id=target.id)
+    else:  # modify: what a rubric is about (its scope) stays; a proposal that leaves it out would reset it
+        new = msgspec.structs.replace(_checked_rubric(mod, limits), id=target.id, scope=target.scope)
     return [new if r.id == rubric_id else r for r in rubrics], msgspec.structs.replace(
         mod, rubric_id=rubric_id, rubric=new if mod.action is Action.MODIFY else None
     )
