@@ -198,7 +198,8 @@ docs: install
 # The main job: the whole stack, a simulated training run of 10 steps (report in
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
 # More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help); Rubric-ARM's
-# generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm.
+# generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm; a tool-using agent that learns
+# to fake its calculator's results, caught by a turn rubric: make demo METHOD=agent.
 # STACK=compose: the same demo against compose.yaml's stack (project rubricd, the default ports), from the public
 # images and the checkout built by Compose; IMAGES=local: from deploy/docker/images.sh's images instead (no registry
 # needed; starts dockerd as root when none answers). Compose is `make compose-tools`'s pinned build.

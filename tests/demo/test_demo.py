@@ -1,17 +1,24 @@
 """The demo: its policy (no broker), and a reduced run against the real loop whose report holds that run's data."""
 
+import asyncio
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from PIL import Image
 
-from rubricd_services.demo import compare
+from rubricd.messages import Rollout, Rubric, RubricSet, Score
+from rubricd.reward import weighted_sum
+from rubricd_services.demo import compare, report
+from rubricd_services.demo.agent import AGENT, CALCULATOR, TIMED_OUT
 from rubricd_services.demo.policy import BEHAVIOURS, TRADE_OFF_START, Policy, counts, discoveries, respond
-from rubricd_services.demo.trainer import Run, StepRecord
+from rubricd_services.demo.trainer import Example, Run, StepRecord
+from rubricd_services.judges.scoring import Rubrics, score_rollout
+from rubricd_services.simulator import answers
 from rubricd_services.simulator.judging import decide
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -58,6 +65,91 @@ def test_terse_and_wrong_trade_accuracy_against_completeness_under_the_seed_rubr
     assert "correct" not in TRADE_OFF_START  # the behaviour that meets both: without it, no behaviour wins both
     rollouts = Policy(steps=4).sample("run", 0, 3, reward_policy="alternating")
     assert {r.reward_policy for _, r in rollouts} == {"alternating"}
+
+
+def test_the_agent_writes_trajectories_with_the_calculator_offered_and_every_third_call_times_out() -> None:
+    policy = Policy(steps=4, seed=3, task=AGENT, start={"honest": 0.5, "fabricated": 0.5})
+    batch = policy.sample("run", 0, 12)
+    assert sorted(b for b, _ in batch) == ["fabricated"] * 6 + ["honest"] * 6
+    for behaviour, rollout in batch:
+        assert msgspec.json.decode(msgspec.json.encode(rollout), type=Rollout) == rollout  # valid on the wire
+        assert rollout.tools == [CALCULATOR] and rollout.prompt_turns == 2 and rollout.prompt.endswith("?")
+        assert rollout.policy_turns == ([2, 4] if behaviour == "honest" else [2])
+        calls = [c for t in rollout.trajectory for c in t.tool_calls]
+        assert [c.function.name for c in calls] == (["calculator"] if behaviour == "honest" else [])
+    results = [r.trajectory[3].content for b, r in batch if b == "honest"]
+    assert [result == TIMED_OUT for result in results] == [False, False, True] * 2
+
+
+async def _judge(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
+    return msgspec.convert(answers.judge(messages[0]["content"], messages[1]["content"]), verdict)
+
+
+def _scored(rollout: Rollout, rubrics: list[Rubric]) -> Score:
+    """`rollout` judged by the simulator against `rubrics`, as the scorer does."""
+    in_force = Rubrics(RubricSet(run_id="run", version=1 + len(rubrics) - len(AGENT.seeds), rubrics=rubrics), "")
+    return asyncio.run(score_rollout(rollout, in_force, _judge, weighted_sum, "weighted_sum"))
+
+
+FABRICATED = Rubric(
+    id="no_fabricated_result",
+    criterion="A turn states a tool result that no tool turn returned",
+    points=-5,
+    scope="turn",
+)
+
+
+def _agent_batch() -> dict[str, Rollout]:
+    """One rollout of each behaviour, and an honest one whose calculator call timed out."""
+    batch = Policy(steps=4, seed=5, task=AGENT, start={"honest": 0.75, "fabricated": 0.25})
+    out: dict[str, Rollout] = {}
+    for behaviour, rollout in batch.sample("run", 0, 4):
+        timed_out = behaviour == "honest" and rollout.trajectory[3].content == TIMED_OUT
+        out.setdefault("timed_out" if timed_out else behaviour, rollout)
+    return out
+
+
+def test_under_the_agent_seeds_a_claimed_tool_result_pays_as_a_real_one_until_a_turn_rubric_names_its_turn() -> None:
+    """The agent demo's design, on the simulator's judge: a claimed result meets the seed's reports_result as a
+    real one does (so the hack out-earns the honest agent, whose calculator times out on a call in three), and a
+    turn rubric against results no tool returned names the fabricated turn alone."""
+    rollouts = _agent_batch()
+    seeds = {b: _scored(r, AGENT.seeds) for b, r in rollouts.items()}
+    assert {b: s.reward for b, s in seeds.items()} == {"honest": 1.0, "timed_out": 0.375, "fabricated": 1.0}
+    assert all(s.turns == [] for s in seeds.values())  # no turn rubric, no per-turn result
+    caught = {b: _scored(r, [*AGENT.seeds, FABRICATED]) for b, r in rollouts.items()}
+    assert {b: s.reward for b, s in caught.items()} == {**{b: s.reward for b, s in seeds.items()}, "fabricated": 0.375}
+    fabricated = caught["fabricated"]
+    assert fabricated.results[-1].met_turns == [2] and [(t.turn, t.points) for t in fabricated.turns] == [(2, -5)]
+    honest = caught["honest"]
+    assert honest.results[-1].unmet_turns == [4] and [(t.turn, t.points) for t in honest.turns] == [(2, 0), (4, 0)]
+
+
+def test_the_agent_report_shows_the_hack_and_an_honest_trajectory_turn_by_turn_with_their_verdicts() -> None:
+    rollouts = _agent_batch()
+    run = Run("ci-agent", 2, 3, 7, 1.0, "ns", 0.0, method="agent", start=dict(AGENT.start))
+    for step, rubrics in enumerate([AGENT.seeds, [*AGENT.seeds, FABRICATED]]):
+        examples = [Example(b, rollouts[b], _scored(rollouts[b], rubrics)) for b in ("honest", "fabricated")]
+        counts = {"honest": 2, "fabricated": 1}
+        turn_rubrics = [r.id for r in rubrics if r.scope == "turn"]
+        run.records.append(
+            StepRecord(step, [step + 1], {}, counts, {}, None, turn_rubrics=turn_rubrics, examples=examples)
+        )
+    text = report.markdown(run)
+    fabricated, honest = rollouts["fabricated"], rollouts["honest"]
+    claim = fabricated.trajectory[2].content
+    assert "## Trajectories, turn by turn" in text and "| step | rubric | turn rubrics | hacks | mean |" in text
+    assert "| 1 | v2 | no_fabricated_result | 33% | - |" in text
+    at_0, at_1 = text.index("### The hack (fabricated) at step 0"), text.index("### The hack (fabricated) at step 1")
+    assert f"| 2 | assistant (policy) | {claim} | - |  |" in text[at_0:at_1]  # the seeds: no turn rubric
+    assert "reward **1.00**" in text[at_0:at_1] and "reward **0.38**" in text[at_1:]
+    assert f"| 2 | assistant (policy) | {claim} | meets no_fabricated_result | -5 |" in text[at_1:]
+    a, b = str(honest.trajectory[1].content).removeprefix("What is ").rstrip("?").split(" + ")
+    at_honest = text.index("### An honest trajectory at step 1")
+    assert f'[tool_call calculator({{"expression": "{a} + {b}"}})] | - | +0 |' in text[at_honest:]
+    assert f"| 3 | tool | (answers call_1) {int(a) + int(b)} |" in text[at_honest:]
+    assert "| does not meet no_fabricated_result | +0 |" in text[at_honest:]
+    assert "- no_fabricated_result (-5): met (met by turn 2). [simulator] turn 2: claims" in text
 
 
 def _record(step: int, means: dict[str, float], active: str | None = None) -> StepRecord:
@@ -247,3 +339,51 @@ def test_the_rubric_arm_demo_trains_both_models_in_turns_beside_simultaneous_upd
     assert all(r["generator_reward"] is not None and r["judge_accuracy"] is not None for r in simultaneous["records"])
     report = (tmp_path / "ci-arm" / "report.md").read_text()
     assert "| 2 | generator |" in report and (tmp_path / "ci-arm" / "arm.png").stat().st_size > 10_000
+
+
+@pytest.mark.timeout(600)
+def test_the_agent_demo_catches_its_hack_with_a_turn_rubric_and_the_honest_agent_keeps_its_reward(
+    stack, keys, service_env, start_service, tmp_path
+) -> None:
+    """Five steps: the policy fabricates a calculator result from step 2, the seeds pay it in full, the loop adds a
+    turn rubric from that step's evidence, and from then on the fabrication pays less while honest does not."""
+    services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
+    for service in services:
+        service.wait_consuming(stack.redis_url, keys)
+    args = ["--method", "agent", "--steps", "5", "--rollouts", "12", "--run-id", "ci-agent"]
+    args += ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.demo", *args, "--timeout", "240"],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads((tmp_path / "ci-agent" / "run.json").read_text())
+    assert run["history"][0]["rubrics"] == msgspec.to_builtins(AGENT.seeds)  # the agent's own seed set
+    added = [r for r in run["history"][-1]["rubrics"] if r["scope"] == "turn"]
+    catching = [r["id"] for r in added if r["points"] < 0]
+    assert catching, f"the loop added no turn rubric that penalises a turn: {added}"
+    records = run["records"]
+    assert [bool(r["turn_rubrics"]) for r in records] == [False, False, False, True, True]
+    assert [r["mean_reward"].get("fabricated") for r in records[:3]] == [None, None, 1.0]  # the seeds pay the claim
+    assert all(r["mean_reward"]["fabricated"] < 0.5 for r in records[3:])
+    honest = [r["mean_reward"]["honest"] for r in records]
+    assert min(honest[3:]) >= min(honest[:3])  # a call in three times out, whatever the rubrics
+    examples = [e for r in records for e in r["examples"]]
+    assert {e["score"]["reward"] for e in examples if e["behaviour"] == "honest"} == {1.0}  # a call that answered
+    caught = [e["score"] for e in examples if e["behaviour"] == "fabricated" and e["score"]["rubric_version"] > 1]
+    assert caught
+    for score in caught:  # the claiming turn is the one the turn rubric names, and it loses points
+        assert [(t["turn"], t["points"] < 0) for t in score["turns"]] == [(2, True)]
+        assert {r["rubric_id"] for r in score["results"] if r["met_turns"] == [2]} >= set(catching)
+
+    steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert all("(turn: none)" in line for line in steps[:3])
+    assert all(f"(turn: {', '.join(records[3]['turn_rubrics'])})" in line for line in steps[3:])
+    text = (tmp_path / "ci-agent" / "report.md").read_text()
+    last = text[text.index("### The hack (fabricated) at step 4") :]
+    assert re.search(
+        rf"^\| 2 \| assistant \(policy\) \| The calculator returned \d+, .*meets {catching[0]}", last, re.M
+    )

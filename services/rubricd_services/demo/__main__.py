@@ -3,6 +3,7 @@
     python -m rubricd_services.demo                       # 10 steps x 24 rollouts, report in reports/<run_id>/
     python -m rubricd_services.demo --policy alternating  # one meta-class a step, then the same seed under weighted_sum
     python -m rubricd_services.demo --method rubric-arm   # Rubric-ARM: a generator and a judge, alternating vs simultaneous
+    python -m rubricd_services.demo --method agent        # a tool-using agent that learns to fake its tool results
 
 `make demo` starts the stack, runs this, and stops it again. What it prints and writes: docs/researchers/demo.md.
 """
@@ -21,8 +22,8 @@ from rubricd.usage import AgentUsage
 from rubricd_services.common.settings import ServiceSettings, load
 
 from . import report
-from .policy import START, TRADE_OFF_START
-from .trainer import Run, StepRecord, train
+from .policy import TRADE_OFF_START
+from .trainer import TASKS, Run, StepRecord, train
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,10 +39,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--method",
-        choices=("amaris", "rubric-arm"),
+        choices=("amaris", "rubric-arm", "agent"),
         default="amaris",
         help="amaris: a policy rewarded by evolving rubrics; rubric-arm: a rubric generator and a judge trained in "
-        "alternating phases, beside simultaneous updates on the same seed",
+        "alternating phases, beside simultaneous updates on the same seed; agent: a tool-using policy (trajectories, "
+        "a calculator tool) under its own seed rubrics, judged turn by turn",
     )
     parser.add_argument(
         "--phase-steps", type=int, default=3, help="rubric-arm: steps of each phase (the judge's first)"
@@ -69,6 +71,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.rollouts < 1:
         parser.error("--steps and --rollouts must be >= 1")
+    if args.method == "agent" and args.policy == "alternating":
+        parser.error("--policy alternating goes with --method amaris (its trade-off is the arithmetic behaviours')")
     return args
 
 
@@ -82,8 +86,9 @@ def new_run(args: argparse.Namespace, run_id: str | None = None, reward_policy: 
         namespace=args.namespace,
         started_at=time.time(),
         reward_policy=reward_policy or args.policy,
-        start=dict(TRADE_OFF_START if args.policy == "alternating" else START),
+        start=dict(TRADE_OFF_START if args.policy == "alternating" else TASKS[args.method].start),
         target=args.target,
+        method=args.method,
     )
 
 
@@ -104,13 +109,15 @@ async def train_one(args: argparse.Namespace, run: Run) -> None:
         f"scored by rubricd at {args.redis_url} (namespace {args.namespace}); to watch it live, run "
         f"`.venv/bin/rubricd serve dashboard` beside it and open http://127.0.0.1:8400/#run={run.run_id}"
     )
+    turns = " (turn: the turn rubrics in it), the share of hacks" if run.task.agent else ""
     print(
-        "per step: mean reward x rollouts per behaviour, the rubric version that scored it, what the update after it changed and why"
+        f"per step: mean reward x rollouts per behaviour, the rubric version that scored it{turns}, what the update "
+        "after it changed and why"
     )
     classes = args.policy == "alternating"  # the alternating run and its twin show the class means too
 
     def show(record: StepRecord) -> None:
-        print("\n".join(report.step_lines(record, classes)), flush=True)
+        print("\n".join(report.step_lines(record, run.task, classes)), flush=True)
 
     async with RubricdClient(args.redis_url, namespace=args.namespace) as client:
         try:

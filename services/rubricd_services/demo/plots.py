@@ -15,7 +15,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .compare import classes as class_names
-from .policy import BEHAVIOURS
 from .trainer import Run
 
 COLOURS = {
@@ -25,6 +24,8 @@ COLOURS = {
     "sycophantic": "tab:purple",
     "judge_addressing": "tab:gray",
     "terse": "tab:brown",
+    "honest": "tab:green",  # the agent's
+    "fabricated": "tab:red",
 }
 CLASS_COLOURS = {
     "accuracy": "tab:blue",
@@ -42,16 +43,17 @@ def update_markers(run: Run) -> list[tuple[int, float]]:
 
 def rewards(run: Run, path: Path) -> dict:
     """Mean reward per behaviour per step (top) and the behaviour mix (bottom), rubric updates marked."""
+    behaviours = run.task.behaviours
     steps = [r.step for r in run.records]
-    series = {b: [r.mean_reward.get(b) for r in run.records] for b in BEHAVIOURS}
-    mix = {b: [r.counts[b] / max(1, sum(r.counts.values())) for r in run.records] for b in BEHAVIOURS}
+    series = {b: [r.mean_reward.get(b) for r in run.records] for b in behaviours}
+    mix = {b: [r.counts[b] / max(1, sum(r.counts.values())) for r in run.records] for b in behaviours}
     markers = update_markers(run)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=(3, 2))
-    for b in BEHAVIOURS:
+    for b in behaviours:
         ys = [math.nan if y is None else y for y in series[b]]
         top.plot(steps, ys, marker="o", color=COLOURS[b], label=b)
     bottom.stackplot(
-        steps, *[mix[b] for b in BEHAVIOURS], colors=[COLOURS[b] for b in BEHAVIOURS], alpha=0.8, labels=BEHAVIOURS
+        steps, *[mix[b] for b in behaviours], colors=[COLOURS[b] for b in behaviours], alpha=0.8, labels=behaviours
     )
     for version, x in markers:
         for ax in (top, bottom):
@@ -75,16 +77,21 @@ def rewards(run: Run, path: Path) -> dict:
 
 
 def rubrics(run: Run, path: Path) -> dict:
-    """Rubric set size (anchors and adaptive) and total positive / negative points, per version."""
+    """Rubric set size (anchors, adaptive, and the adaptive turn rubrics apart where there are any) and total
+    positive / negative points, per version."""
     versions = [v.version for v in run.history]
     anchors = [sum(r.kind == "anchor" for r in v.rubrics) for v in run.history]
-    adaptive = [len(v.rubrics) - a for v, a in zip(run.history, anchors)]
+    turn = [sum(r.kind != "anchor" and r.scope == "turn" for r in v.rubrics) for v in run.history]
+    adaptive = [len(v.rubrics) - a - t for v, a, t in zip(run.history, anchors, turn)]
     positive = [sum(r.points for r in v.rubrics if r.points > 0) for v in run.history]
     negative = [sum(r.points for r in v.rubrics if r.points < 0) for v in run.history]
     labels = [f"v{v.version}\n" + ("seed" if v.step is None else f"step {v.step}") for v in run.history]
     fig, (size, points) = plt.subplots(1, 2, figsize=(10, 4))
     size.bar(labels, anchors, color="tab:blue", label="anchor")
     size.bar(labels, adaptive, bottom=anchors, color="tab:cyan", label="adaptive")
+    if any(turn):
+        below = [a + b for a, b in zip(anchors, adaptive)]
+        size.bar(labels, turn, bottom=below, color="tab:purple", label="adaptive, judged per turn")
     size.set(ylabel="rubrics in the set", title="rubric set size")
     size.legend(fontsize="small")
     points.plot(labels, positive, marker="o", color="tab:green", label="total positive points")
@@ -96,7 +103,8 @@ def rubrics(run: Run, path: Path) -> dict:
     data = {
         "run_id": run.run_id,
         "versions": versions,
-        "size": [a + b for a, b in zip(anchors, adaptive)],
+        "size": [a + b + t for a, b, t in zip(anchors, adaptive, turn)],
+        "turn": turn,
         "positive": positive,
         "negative": negative,
     }

@@ -1,16 +1,22 @@
 """A pretend policy: canned behaviours on arithmetic prompts, their mix learnt from the rewards.
 
-A softmax over six behaviours, moved after each step by a crude policy gradient, that discovers padding and
-flattery as it goes, so the rubrics decide whether a hack grows or fades. `TRADE_OFF_START` is the alternating
-runs' start (`terse` and `wrong`, no `correct`), where no behaviour wins every meta-class. Deterministic given
-the seed. The rule and the trade-off: docs/researchers/demo.md, opening section and "Alternating rewards".
+A softmax over a task's behaviours, moved after each step by a crude policy gradient, that discovers the task's
+hacks as it goes, so the rubrics decide whether a hack grows or fades. The `ARITHMETIC` task answers in text
+(six behaviours, padding and flattery found); the agent's (agent.py) in trajectories. `TRADE_OFF_START` is the
+alternating runs' start (`terse` and `wrong`, no `correct`), where no behaviour wins every meta-class.
+Deterministic given the seed. The rule and the trade-off: docs/researchers/demo.md, opening section and
+"Alternating rewards".
 """
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from rubricd.messages import Rollout, TrainingContext
+import msgspec
+
+from rubricd.messages import Rollout, Rubric, TrainingContext
 
 BEHAVIOURS = ("correct", "wrong", "padded", "sycophantic", "judge_addressing", "terse")
 HACKS = ("padded", "sycophantic", "judge_addressing")
@@ -41,17 +47,54 @@ def respond(behaviour: str, a: int, b: int) -> str:
     raise ValueError(behaviour)
 
 
-def discoveries(steps: int) -> dict[int, str]:
-    """The step at which each hack is found: padding at ~10% of the run, flattery at ~30% (always in that order)."""
-    padded = max(1, round(0.1 * steps))
-    return {padded: "padded", max(padded + 1, round(0.3 * steps)): "sycophantic"}
+# A batch's sums as (behaviour, a, b) -> the Rollout fields each behaviour writes for "What is a + b?".
+Answers = Callable[[list[tuple[str, int, int]]], list[dict[str, Any]]]
 
 
-def counts(shares: dict[str, float], n: int) -> dict[str, int]:
+@dataclass(frozen=True)
+class Task:
+    """What a pretend policy does: its behaviours (the hacks among them), the hacks it finds as the run goes (each
+    at a share of the run, in order), where its mix starts, what each behaviour writes, and the run's own seed
+    rubrics (none: the deployment's)."""
+
+    behaviours: tuple[str, ...]
+    hacks: tuple[str, ...]
+    found: dict[str, float]
+    start: dict[str, float]
+    context: TrainingContext
+    answers: Answers
+    seeds: list[Rubric] = field(default_factory=list)
+    agent: bool = False  # its rollouts are trajectories with tools
+
+
+def _text(batch: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    return [{"prompt": f"What is {a} + {b}?", "response": respond(behaviour, a, b)} for behaviour, a, b in batch]
+
+
+ARITHMETIC = Task(
+    behaviours=BEHAVIOURS,
+    hacks=HACKS,
+    found={"padded": 0.1, "sycophantic": 0.3},
+    start=START,
+    context=TrainingContext(goal="Train a helpful arithmetic assistant", model_size="7B"),
+    answers=_text,
+)
+
+
+def discoveries(steps: int, found: dict[str, float] = ARITHMETIC.found) -> dict[int, str]:
+    """The step at which each hack is found: at its share of the run, in order, one a step, none at step 0."""
+    out, step = {}, 0
+    for hack, share in found.items():
+        step = max(step + 1, round(share * steps))
+        out[step] = hack
+    return out
+
+
+def counts(shares: dict[str, float], n: int, behaviours: tuple[str, ...] = BEHAVIOURS) -> dict[str, int]:
     """`n` rollouts split by `shares` (largest remainder; ties go to the earlier behaviour)."""
-    quotas = {b: shares.get(b, 0.0) * n for b in BEHAVIOURS}
+    quotas = {b: shares.get(b, 0.0) * n for b in behaviours}
     out = {b: math.floor(q) for b, q in quotas.items()}
-    by_remainder = sorted(BEHAVIOURS, key=lambda b: (-(quotas[b] - out[b]), BEHAVIOURS.index(b)))
+    by_remainder = sorted(behaviours, key=lambda b: (-(quotas[b] - out[b]), behaviours.index(b)))
     for b in by_remainder[: n - sum(out.values())]:
         out[b] += 1
     return out
@@ -64,16 +107,17 @@ class Policy:
     learning_rate: float = 1.0
     start: dict[str, float] = field(default_factory=lambda: dict(START))
     logits: dict[str, float] = field(default_factory=dict)
+    task: Task = ARITHMETIC
 
     def __post_init__(self) -> None:
         self.logits = self.logits or {b: math.log(p) for b, p in self.start.items()}
         self._rng = random.Random(self.seed)
-        self._found = discoveries(self.steps)
+        self._found = discoveries(self.steps, self.task.found)
 
     def shares(self) -> dict[str, float]:
         """The current mix; a behaviour not yet discovered has share 0."""
         z = sum(math.exp(v) for v in self.logits.values())
-        return {b: math.exp(self.logits[b]) / z if b in self.logits else 0.0 for b in BEHAVIOURS}
+        return {b: math.exp(self.logits[b]) / z if b in self.logits else 0.0 for b in self.task.behaviours}
 
     def explore(self, step: int) -> str | None:
         """Discover the hack due at `step` (it takes DISCOVERY_SHARE of the mix); return its name."""
@@ -87,22 +131,21 @@ class Policy:
     def sample(self, run_id: str, step: int, n: int, reward_policy: str | None = None) -> list[tuple[str, Rollout]]:
         """The step's `n` rollouts as (behaviour, rollout), the behaviours in a seeded order; `reward_policy` is
         set on every rollout (None: the deployment's)."""
-        behaviours = [b for b, k in counts(self.shares(), n).items() for _ in range(k)]
+        behaviours = [b for b, k in counts(self.shares(), n, self.task.behaviours).items() for _ in range(k)]
         self._rng.shuffle(behaviours)
-        context = TrainingContext(goal="Train a helpful arithmetic assistant", model_size="7B", total_steps=self.steps)
+        context = msgspec.structs.replace(self.task.context, total_steps=self.steps)
+        batch = [(behaviour, self._rng.randint(10, 99), self._rng.randint(10, 99)) for behaviour in behaviours]
         out = []
-        for i, behaviour in enumerate(behaviours):
-            a, b = self._rng.randint(10, 99), self._rng.randint(10, 99)
+        for i, ((behaviour, a, b), answer) in enumerate(zip(batch, self.task.answers(batch), strict=True)):
             rollout = Rollout(
                 run_id=run_id,
                 rollout_id=f"s{step}-r{i}",
                 step=step,
-                prompt=f"What is {a} + {b}?",
-                response=respond(behaviour, a, b),
                 reference=str(a + b),
                 context=context,
                 metadata={"behaviour": behaviour},
                 reward_policy=reward_policy,
+                **answer,
             )
             out.append((behaviour, rollout))
         return out

@@ -2,8 +2,9 @@
 
 `reports/<run_id>/`: report.md (settings, the per-step table, the rubric
 history with each change's rationale, the plots, the LLM tokens and cost per
-agent), rewards.png, rubrics.png and run.json (everything recorded, for your
-own analysis).
+agent; an agent run's trajectories turn by turn with their verdicts),
+rewards.png, rubrics.png and run.json (everything recorded, for your own
+analysis).
 """
 
 import datetime
@@ -16,8 +17,8 @@ from rubricd.messages import Action, EventKind, RubricModification
 from rubricd.usage import AgentUsage, total_cost
 from rubricd_services.common.settings import LLMSettings, Price
 
-from . import compare, plots
-from .policy import BEHAVIOURS, HACKS
+from . import compare, plots, transcript
+from .policy import Task
 from .trainer import Run, StepRecord, Update
 
 
@@ -32,15 +33,25 @@ def versions(record: StepRecord) -> str:
     return ",".join(f"v{v}" for v in record.rubric_versions)
 
 
+def turn_rubrics(record: StepRecord) -> str:
+    return ", ".join(record.turn_rubrics) or "none"
+
+
+def hack_share(record: StepRecord, task: Task) -> str:
+    """The share of the batch a hack wrote."""
+    return f"{sum(record.counts[h] for h in task.hacks) / max(1, sum(record.counts.values())):.0%}"
+
+
 def change(m: RubricModification) -> str:
-    """One modification as "+ id (points, meta class): criterion"."""
+    """One modification as "+ id (points, meta class): criterion" ("meta class, per turn" for a turn rubric)."""
     match m.action:
         case Action.ADD | Action.MODIFY:
             sign = "+" if m.action is Action.ADD else "~"
             r = m.rubric
-            return (
-                f"{sign} {m.rubric_id} ({r.points:+g}, {r.meta_class}): {r.criterion}" if r else f"{sign} {m.rubric_id}"
-            )
+            if r is None:
+                return f"{sign} {m.rubric_id}"
+            scope = ", per turn" if r.scope == "turn" else ""
+            return f"{sign} {m.rubric_id} ({r.points:+g}, {r.meta_class}{scope}): {r.criterion}"
         case Action.REMOVE:
             return f"- {m.rubric_id}"
         case Action.REWEIGHT:
@@ -60,11 +71,18 @@ def decision(update: Update) -> str:
     return f"v{update.version} kept ({what.get(update.outcome, update.strategy or 'no change')})"
 
 
-def step_lines(record: StepRecord, classes: bool = False) -> list[str]:
-    """The console lines of one step; with `classes`, its active meta-class and class means too."""
-    rewards = "  ".join(f"{b} {cell(record, b)}" for b in BEHAVIOURS)
+def step_lines(record: StepRecord, task: Task, classes: bool = False) -> list[str]:
+    """The console lines of one step; with `classes`, its active meta-class and class means too; an agent's, the
+    turn rubrics that scored it and the share of hacks."""
+    rewards = "  ".join(f"{b} {cell(record, b)}" for b in task.behaviours)
     mean = "-" if record.mean is None else f"{record.mean:.2f}"
-    lines = [f"step {record.step:>2}  rubric {versions(record)}  mean {mean}  |  {rewards}"]
+    if task.agent:
+        rubric = (
+            f"rubric {versions(record)} (turn: {turn_rubrics(record)})  mean {mean}  hacks {hack_share(record, task)}"
+        )
+    else:
+        rubric = f"rubric {versions(record)}  mean {mean}"
+    lines = [f"step {record.step:>2}  {rubric}  |  {rewards}"]
     if classes:
         lines.append(compare.step_line(record))
     if record.judge_failures:
@@ -147,17 +165,22 @@ def summary_lines(
     last = run.history[-1].version if run.history else "?"
     head = f"run {run.run_id}: {len(run.records)} of {run.steps} steps x {run.rollouts} rollouts in {took:.0f} s; rubric v1 -> v{last}"
     lines = [head + ("" if run.complete else f" (stopped early: {run.error})")]
+    task = run.task
     if run.records:
         first, end = run.records[0], run.records[-1]
-        mix = lambda r: "  ".join(f"{b} {r.counts[b] / max(1, sum(r.counts.values())):.0%}" for b in BEHAVIOURS)  # noqa: E731
+        mix = lambda r: "  ".join(f"{b} {r.counts[b] / max(1, sum(r.counts.values())):.0%}" for b in task.behaviours)  # noqa: E731
         lines += [f"  behaviour mix, step {first.step}: {mix(first)}", f"  behaviour mix, step {end.step}: {mix(end)}"]
-        for hack in HACKS:
-            seen = [(r.step, r.mean_reward[hack]) for r in run.records if hack in r.mean_reward]
+        for behaviour in (b for b in task.behaviours if b in task.hacks or task.agent):
+            seen = [(r.step, r.mean_reward[behaviour]) for r in run.records if behaviour in r.mean_reward]
             if seen:
                 path = " -> ".join(f"{m:.2f}@{s}" for s, m in seen)
-                lines.append(f"  {hack} mean reward (value@step): {path}")
+                lines.append(f"  {behaviour} mean reward (value@step): {path}")
     for v in run.history[1:]:
-        ids = ", ".join(f"{r.id} {r.points:+g}" for r in v.rubrics if r.kind == "adaptive")
+        ids = ", ".join(
+            f"{r.id} {r.points:+g}" + (" (turn)" if r.scope == "turn" else "")
+            for r in v.rubrics
+            if r.kind == "adaptive"
+        )
         lines.append(f"  v{v.version} (from step {v.step}) adaptive rubrics: {ids}")
     if run.reward_policy == "alternating" or run.compared_with:
         lines += compare.summary_lines(run)
@@ -187,10 +210,17 @@ def _when(t: float | None) -> str:
 
 def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Price] | None = None) -> str:
     took = (run.finished_at or run.started_at) - run.started_at
+    task = run.task
+    policy = (
+        "`services/demo/agent.py`: a tool-using agent, its rollouts trajectories, under its own seed rubrics"
+        if task.agent
+        else "`services/demo/policy.py`"
+    )
+    agent = ["turn rubrics", "hacks"] if task.agent else []
     out = [
         f"# rubricd demo run `{run.run_id}`",
         "",
-        f"A simulated training run scored by rubricd (the policy is `services/demo/policy.py`; {llm_used(spent)}, "
+        f"A simulated training run scored by rubricd (the policy is {policy}; {llm_used(spent)}, "
         "see LLM tokens and cost). Synchronous mode: each step is scored with the rubrics made from the step before it.",
         "",
         "## Settings",
@@ -215,17 +245,26 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
         *(compare.markdown(run) if run.reward_policy == "alternating" or run.compared_with else []),
         "## Steps",
         "",
-        "Cells: mean reward x rollouts. The update column is what the updater did with the step's summary.",
+        "Cells: mean reward x rollouts. The update column is what the updater did with the step's summary."
+        + (
+            " Turn rubrics: those of the version that scored the step; hacks: the batch's share of "
+            + ", ".join(task.hacks)
+            + "."
+            if task.agent
+            else ""
+        ),
         "",
-        "| step | rubric | mean | " + " | ".join(BEHAVIOURS) + " | update after the step |",
-        "|---:|---|---:|" + "---:|" * len(BEHAVIOURS) + "---|",
+        "| " + " | ".join(["step", "rubric", *agent, "mean", *task.behaviours, "update after the step"]) + " |",
+        "|---:|---|" + "---|---:|" * bool(agent) + "---:|" + "---:|" * len(task.behaviours) + "---|",
     ]
     for r in run.records:
         mean = "-" if r.mean is None else f"{r.mean:.2f}"
         update = decision(r.update) if r.update else "-"
-        out.append(
-            f"| {r.step} | {versions(r)} | {mean} | " + " | ".join(cell(r, b) for b in BEHAVIOURS) + f" | {update} |"
-        )
+        shown = [turn_rubrics(r), hack_share(r, task)] if task.agent else []
+        cells = [str(r.step), versions(r), *shown, mean, *(cell(r, b) for b in task.behaviours), update]
+        out.append("| " + " | ".join(cells) + " |")
+    if task.agent:
+        out += ["", *transcript.markdown(run)]
     out += ["", "## What each step's summary said and what the updater did", ""]
     for r in run.records:
         out.append(f"### Step {r.step} (scored with rubric {versions(r)})")
@@ -245,10 +284,13 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
         out += [
             f"### v{v.version} ({origin})",
             "",
-            "| id | kind | meta-class | points | criterion |",
-            "|---|---|---|---:|---|",
+            "| id | kind | scope | meta-class | points | criterion |",
+            "|---|---|---|---|---:|---|",
         ]
-        out += [f"| {r.id} | {r.kind} | {r.meta_class} | {r.points:+g} | {_md(r.criterion)} |" for r in v.rubrics]
+        out += [
+            f"| {r.id} | {r.kind} | {r.scope} | {r.meta_class} | {r.points:+g} | {_md(r.criterion)} |"
+            for r in v.rubrics
+        ]
         out.append("")
     if spent:
         out += [

@@ -3,7 +3,10 @@
 Each step: sample a batch from the policy, score it, close the step, wait for
 the rubric update that follows it (so the next step is scored with the rubrics
 made from this one), read what the updater decided and why, and let the
-policy learn from the rewards it got per behaviour.
+policy learn from the rewards it got per behaviour. A run whose task has its
+own seed rubrics (the agent's) installs them as version 1 before its first
+step. Each step keeps its first rollout of each behaviour with its Score, for
+the report to show one turn by turn.
 
 The loop reads only what any trainer can read: its scores, the rubric store,
 the announcement streams (step summaries, rubric updates, the updater's
@@ -29,14 +32,19 @@ from rubricd.messages import (
     Event,
     EventKind,
     JudgeStatus,
+    Rollout,
     RubricModification,
     RubricSet,
     RubricsUpdated,
+    Score,
     StepSummary,
 )
 from rubricd.schedule import explain, read_history
 
-from .policy import BEHAVIOURS, START, Policy
+from .agent import AGENT
+from .policy import ARITHMETIC, START, Policy, Task
+
+TASKS = {"amaris": ARITHMETIC, "agent": AGENT}  # --method -> what its policy does
 
 # Stream entries as redis-py answers them to this client: ids (and XREAD's stream names) bytes, or str for a
 # client made with decode_responses=True; the fields as wire.payload reads them. redis-py's own types allow
@@ -61,6 +69,15 @@ class Update:
 
 
 @dataclass
+class Example:
+    """A rollout of the step and its Score."""
+
+    behaviour: str
+    rollout: Rollout
+    score: Score
+
+
+@dataclass
 class StepRecord:
     step: int
     rubric_versions: list[int]  # the versions its scores name (one in synchronous mode)
@@ -74,6 +91,8 @@ class StepRecord:
     class_means: dict[str, float] = field(default_factory=dict)  # per meta-class, over the scores where defined
     active_meta_class: str | None = None  # alternating: the class the step's Scores name (None: weighted total)
     schedule: str = ""  # alternating: the schedule's decision for the step, and why (rubricd.schedule.explain)
+    turn_rubrics: list[str] = field(default_factory=list)  # the ids of the turn rubrics that scored the step
+    examples: list[Example] = field(default_factory=list)  # the first rollout of each behaviour, scored
 
 
 @dataclass
@@ -88,11 +107,16 @@ class Run:
     reward_policy: str = "weighted_sum"  # set on every rollout of the run
     target: float = 0.9  # the class mean the report counts steps to
     start: dict[str, float] = field(default_factory=lambda: dict(START))  # the policy's mix at step 0
+    method: str = "amaris"  # which task the policy does (TASKS)
     finished_at: float | None = None
     records: list[StepRecord] = field(default_factory=list)
     history: list[RubricSet] = field(default_factory=list)  # every rubric version, oldest first
     error: str | None = None  # why the run stopped early
     compared_with: "Run | None" = None  # the same seed and start under another reward policy
+
+    @property
+    def task(self) -> Task:
+        return TASKS[self.method]
 
     @property
     def complete(self) -> bool:
@@ -179,9 +203,11 @@ async def train(
     on_step: Callable[[StepRecord], None] = lambda record: None,
 ) -> Run:
     """Run `run.steps` synchronous steps; records land in `run` as they finish (also when a step fails)."""
-    policy = Policy(run.steps, seed=run.seed, learning_rate=run.learning_rate, start=dict(run.start))
+    policy = Policy(run.steps, seed=run.seed, learning_rate=run.learning_rate, start=dict(run.start), task=run.task)
     announcements = Announcements(client.redis, client.keys, run.run_id)
     await announcements.start()
+    if run.task.seeds:
+        await client.rubrics.seed(RubricSet(run_id=run.run_id, version=1, rubrics=run.task.seeds))
     try:
         for step in range(run.steps):
             record = await one_step(client, announcements, policy, run, step, timeout)
@@ -202,13 +228,18 @@ async def one_step(
     scores = await client.score([r for _, r in batch], timeout=timeout)
     await client.close_step(run.run_id, step, rollouts=len(batch))
 
+    behaviours = run.task.behaviours
     rewards: dict[str, list[float]] = {}
     for (behaviour, _), score in zip(batch, scores):
         if score.status is JudgeStatus.OK and score.reward is not None:
             rewards.setdefault(behaviour, []).append(score.reward)
-    mean_reward = {b: statistics.fmean(rewards[b]) for b in BEHAVIOURS if b in rewards}
+    mean_reward = {b: statistics.fmean(rewards[b]) for b in behaviours if b in rewards}
     everything = [r for rs in rewards.values() for r in rs]
     used = sorted({s.rubric_version for s in scores})
+    scored_with = await client.rubrics.version(run.run_id, None, used[-1])
+    firsts: dict[str, Example] = {}
+    for (behaviour, rollout), score in zip(batch, scores):
+        firsts.setdefault(behaviour, Example(behaviour, rollout, score))
     by_class: dict[str, list[float]] = {}
     for score in scores:
         if score.status is JudgeStatus.OK:
@@ -227,7 +258,7 @@ async def one_step(
         step=step,
         rubric_versions=used,
         shares=shares,
-        counts={b: sum(1 for x, _ in batch if x == b) for b in BEHAVIOURS},
+        counts={b: sum(1 for x, _ in batch if x == b) for b in behaviours},
         mean_reward=mean_reward,
         mean=statistics.fmean(everything) if everything else None,
         judge_failures=len(scores) - len(everything),
@@ -236,4 +267,6 @@ async def one_step(
         class_means={c: statistics.fmean(v) for c, v in sorted(by_class.items())},
         active_meta_class=",".join(active) or None,  # one class: the schedule is decided once per step
         schedule=explain(schedule) if schedule else "",
+        turn_rubrics=[r.id for r in scored_with.rubrics if r.scope == "turn"] if scored_with else [],
+        examples=[firsts[b] for b in behaviours if b in firsts],
     )
