@@ -13,6 +13,7 @@ from rubricd.messages import Rubric
 from rubricd.reward import policy
 
 SAMPLE = Path(__file__).parents[1] / "fixtures/labelled_sample.jsonl"
+SET = str(Path(__file__).parents[2] / "services/rubricd_services/judges/evaluation/data/judge-set.jsonl")
 RUBRICS = [Rubric(id="correct", criterion="c", points=5), Rubric(id="steps", criterion="s", points=2)]
 
 
@@ -76,3 +77,18 @@ def test_labelled_comparisons_go_to_the_pairwise_judge(cli):
     assert "consistency" in table.splitlines()[0] and "0.833" in table
     refused = cli("judge", "eval", str(pairs), "--probes", check=False)
     assert refused.returncode == 1 and "--probes applies to labelled rollouts" in refused.stderr
+
+
+def test_the_projects_trajectories_alone_with_the_trajectory_probe(cli):
+    """--only trajectories judges the labelled set's agent items through the trajectory prompt: the turn verdicts
+    get their table, and a tool result contradicted under a final answer lowers the simulator's reward."""
+    done = cli("judge", "eval", SET, "--only", "trajectories", "--probes", "--json")
+    [report] = json.loads(done.stdout)
+    assert report["items"] >= 20 and report["format_failures"] == 0
+    assert report["turns"]["n"] > 0 and "tool_use" in report["by_meta_class"]
+    table = cli("judge", "eval", SET, "--only", "trajectories", "--probes").stdout
+    assert "turn verdicts" in table
+    probes = {line.split()[1]: line.split()[-1] for line in table.split("probes\n")[1].splitlines()[1:]}
+    assert probes["contradicted_result"] == "ok"
+    text = json.loads(cli("judge", "eval", SET, "--only", "text", "--json").stdout)[0]
+    assert text["items"] == 66 and text["turns"] is None

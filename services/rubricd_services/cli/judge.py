@@ -16,13 +16,15 @@ from rubricd_services.judges import pairwise, verdicts
 from rubricd_services.judges.evaluation import labelled, pairs
 from rubricd_services.judges.evaluation.pairs import PairReport, evaluate_pairs
 from rubricd_services.judges.evaluation.run import Config, Report, evaluate
+from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.judges.verdicts import JUDGE
 
 from .context import Context, Failed, share, table
 
 HELP = """\
-Judges every item of a labelled JSONL file (a rollout, its rubrics, and per
-rubric whether it is met; or HealthBench's meta-evaluation data, labelled by
+Judges every item of a labelled JSONL file (a rollout, its text or its
+trajectory, its rubrics, and per rubric whether it is met, a turn rubric
+optionally turn by turn; or HealthBench's meta-evaluation data, labelled by
 its graders' majority; or labelled comparisons, for the pairwise judge, with
 position consistency besides) as the scorer (or the comparer) would, with no verdict cache, once per
 --judge configuration, and prints per configuration: agreement with the labels
@@ -31,19 +33,28 @@ met, Cohen's kappa) overall and per meta-class, the mean reward error per item
 (judge reward vs labelled reward, both the weighted sum), format failures
 (items with no usable verdict), latency p50/p95 and tokens per call, and the
 cost (RUBRICD_PRICES); with several graders per rubric, the judge's agreement
-with each grader and the graders' with each other (pairwise).
+with each grader and the graders' with each other (pairwise); with turn
+rubrics labelled turn by turn, the agreement per rubric and policy turn.
+--only judges the items of one kind: text or trajectories.
 
 With --probes, each item is judged again with a note to the grader asking for
 full marks (must never raise the reward), with filler padding (must not raise
 it), with its rubrics reordered (must not change a verdict) and unchanged
-(consistency): the share of items each moved, raised or changed, the
-distribution of the moves, and whether the probe passed.
+(consistency); and each trajectory whose final answer states its last tool
+result's numbers, with those numbers changed (the reward must fall): the share
+of items each moved, raised or changed, the distribution of the moves, and
+whether the probe passed.
 
 Without --judge: the judge the scorer's settings give (RUBRICD_LLM__*,
-RUBRICD_AGENTS__JUDGE__*, RUBRICD_JUDGE_PROMPT).
+RUBRICD_AGENTS__JUDGE__*, RUBRICD_JUDGE_PROMPT, RUBRICD_JUDGE_TRAJECTORY_PROMPT,
+RUBRICD_JUDGE_REASONING).
 """
 
-SPEC = "name=NAME,model=M,base_url=URL,output_mode=MODE,temperature=T,prompt=FILE,... (any judge LLM setting)"
+SPEC = (
+    "name=NAME,model=M,base_url=URL,output_mode=MODE,temperature=T,prompt=FILE,trajectory_prompt=FILE,... "
+    "(any judge LLM setting)"
+)
+KINDS = {"text": False, "trajectories": True}  # --only: whether the items judged carry a trajectory
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -60,8 +71,10 @@ def add(commands: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--probes",
         action="store_true",
-        help="judge every item again under each probe (grader note, padding, rubrics reordered, repeated): 4x calls",
+        help="judge every item again under each probe (grader note, padding, rubrics reordered, repeated, a "
+        "trajectory's tool result contradicted): about 5x calls",
     )
+    e.add_argument("--only", choices=list(KINDS), help="judge only the items of this kind (text or trajectories)")
     e.add_argument("--png", type=Path, metavar="PATH", help="write a plot: agreement against cost per call")
     e.add_argument("--json", action="store_true", help="one JSON object: every configuration's figures and verdicts")
     e.set_defaults(handler=run)
@@ -113,16 +126,20 @@ def configs(
     package: str,
     agent: str,
     style: verdicts.Style = verdicts.ALL_AT_ONCE,
+    trajectory_template: str | None = None,
+    reasoning: bool = False,
 ) -> list[Config]:
     """The configurations `specs` name, each over `base` (the agent's settings), `template` (its prompt; a
-    `prompt=` file replaces it) and `style` (`calls=`, `explain=` replace it); a bad one fails naming its field."""
+    `prompt=` file replaces it), `trajectory_template` (`trajectory_prompt=`), `reasoning` and `style`
+    (`calls=`, `explain=` replace it); a bad one fails naming its field."""
     if not specs:
-        return [Config(agent, base, template, style)]
+        return [Config(agent, base, template, style, trajectory_template, reasoning)]
     found = []
     for n, spec in enumerate(specs, 1):
         fields = {k.strip(): v.strip() for k, _, v in (part.partition("=") for part in spec.split(",") if part)}
         name = fields.pop("name", f"judge-{n}")
         prompt = fields.pop("prompt", None)
+        trajectory_prompt = fields.pop("trajectory_prompt", None)
         asked = {k: fields.pop(k) for k in ("calls", "explain") if k in fields}
         try:
             llm = LLMSettings.model_validate({**base.model_dump(), **fields})
@@ -131,7 +148,11 @@ def configs(
             problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
             raise Failed(f"--judge {spec!r}: {problems}") from None
         template_ = load_prompt(package, agent, Path(prompt)) if prompt else template
-        found.append(Config(name, llm, template_, verdicts.Style(how.calls, how.explain)))
+        for_trajectories = (
+            load_prompt(package, TRAJECTORY, Path(trajectory_prompt)) if trajectory_prompt else trajectory_template
+        )
+        style_ = verdicts.Style(how.calls, how.explain)
+        found.append(Config(name, llm, template_, style_, for_trajectories, reasoning))
     if len({c.name for c in found}) != len(found):
         raise Failed(f"--judge names repeat: {[c.name for c in found]}")
     return found
@@ -160,14 +181,19 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
         items = labelled.read(args.labelled)
     except (OSError, labelled.Invalid) as e:
         raise Failed(str(e)) from None
+    if args.only:
+        items = [i for i in items if bool(i.trajectory) == KINDS[args.only]]
     if not items:
-        raise Failed(f"{args.labelled}: no labelled item")
+        raise Failed(f"{args.labelled}: no labelled item{f' of {args.only}' if args.only else ''}")
     settings = load(EvalSettings)
-    template = load_prompt(verdicts.__package__, JUDGE, settings.judge_prompt)
+    package = verdicts.__package__
+    template = load_prompt(package, JUDGE, settings.judge_prompt)
+    for_trajectories = load_prompt(package, TRAJECTORY, settings.judge_trajectory_prompt)
+    style, reasoning = settings.judge_style(), settings.judge_reasoning
     reports = []
     async with ctx.redis() as redis:
         for config in configs(
-            args.judge, settings.agent(JUDGE), template, verdicts.__package__, JUDGE, settings.judge_style()
+            args.judge, settings.agent(JUDGE), template, package, JUDGE, style, for_trajectories, reasoning
         ):
             reports.append(
                 await evaluate(
@@ -184,8 +210,10 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
 
 async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pair]) -> int:
     """Labelled comparisons, judged by the pairwise judge (the comparer's settings and prompt)."""
-    if args.probes:
-        raise Failed("--probes applies to labelled rollouts, not to labelled comparisons")
+    if args.probes or args.only:
+        raise Failed(
+            f"{'--probes' if args.probes else '--only'} applies to labelled rollouts, not to labelled comparisons"
+        )
     if styled := [spec for spec in args.judge if "calls=" in spec or "explain=" in spec]:
         raise Failed(f"calls= and explain= apply to the rollout judge, not to the pairwise judge: {styled}")
     if not items:
@@ -264,6 +292,13 @@ def render(reports: list[Report]) -> str:
         for label, a in (("judge vs each grader", r.pairwise), ("graders vs each other", r.graders_pairwise))
         if a is not None
     ]
+    turns = [
+        [r.name, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
+        for r in reports
+        if (a := r.turns) is not None
+    ]
+    if turns:
+        text += f"\n\nturn verdicts (turn rubrics labelled turn by turn)\n{table(turns, ['judge', 'verdicts', 'acc', 'bal_acc', 'macro_f1', 'kappa'])}"
     if graded:
         text += f"\n\nseveral graders (pairwise)\n{table(graded, ['judge', 'pairs', 'n', 'acc', 'bal_acc', 'macro_f1', 'kappa'])}"
     if probed:

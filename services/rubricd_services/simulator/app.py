@@ -225,11 +225,15 @@ def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, A
 
 
 def _flipped(content: str, sim: Simulator) -> str:
-    """A judge verdict with each `met` inverted at `flip_rate` (its explanation says so)."""
+    """A judge verdict with each `met` inverted at `flip_rate` (a turn verdict's met and unmet turns swapped; its
+    explanation says so)."""
     verdicts = json.loads(content)
     for verdict in verdicts.values():
         if sim.flips.random() < sim.config.flip_rate:
-            verdict["met"] = not verdict["met"]
+            if "met" in verdict:
+                verdict["met"] = not verdict["met"]
+            else:
+                verdict["met_turns"], verdict["unmet_turns"] = verdict["unmet_turns"], verdict["met_turns"]
             verdict["explanation"] += " [flipped]"
             sim.outcomes["flipped_verdicts"] += 1
     return json.dumps(verdicts)

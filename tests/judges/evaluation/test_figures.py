@@ -101,3 +101,22 @@ def test_with_several_graders_the_judge_is_compared_with_each_and_the_graders_wi
     # ordered pairs of graders: x has 6 (agreeing: the two True ones, both orders: 2), y has 2 (none agree)
     assert r.graders_pairwise.n == 8 and r.graders_pairwise.accuracy == pytest.approx(2 / 8)
     assert report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [], {}).pairwise is None
+
+
+def test_turn_rubrics_labelled_turn_by_turn_are_compared_turn_by_turn():
+    """One verdict per rubric and policy turn: met where the judge names the turn met, as labelled."""
+    one = Judged(
+        item_id="a",
+        labels={"args": False, "correct": True},
+        meta_classes={"args": "tool_use", "correct": "accuracy"},
+        verdicts={"args": True, "correct": True},
+        reward=1.0,
+        turn_labels={"args": [4]},  # turn 2's call is bad, turn 4's good, turn 6 makes none
+        met_turns={"args": [2, 4]},
+        policy_turns=[2, 4, 6],
+    )
+    r = report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [one], {})
+    assert r.turns is not None and r.turns.n == 3
+    assert (r.turns.true_met, r.turns.false_met, r.turns.true_unmet, r.turns.false_unmet) == (1, 1, 1, 0)
+    assert r.overall.n == 2  # the trajectory-level verdicts, as reward reads them
+    assert report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [], {}).turns is None

@@ -43,7 +43,7 @@ def test_items_are_read_in_order_and_blank_lines_skipped():
         ({**GOOD, "rubrics": []}, "`$.rubrics`: no rubric"),
         ({**GOOD, "rubrics": GOOD["rubrics"] * 2}, "rubric ids repeat"),
         ({**GOOD, "extra": 1}, "unknown field `extra`"),
-        ({k: v for k, v in GOOD.items() if k != "response"}, "missing required field `response`"),
+        ({k: v for k, v in GOOD.items() if k != "response"}, "f:2: `$.response`: no response, and no trajectory"),
         (GOOD, "f:2: `$.id`: 'add-1' repeats an earlier line's"),
     ],
 )
@@ -77,14 +77,105 @@ def test_a_bad_meta_evaluation_line_is_refused_with_its_number_and_field(tmp_pat
         labelled.read(path)
 
 
+CALC = {"function": {"name": "calculator", "parameters": {"type": "object"}}}
+AGENT = {
+    "id": "agent-1",
+    "trajectory": [
+        {"role": "user", "content": "What is 17 * 23?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "calculator"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "391"},
+        {"role": "assistant", "content": "391."},
+    ],
+    "tools": [CALC],
+    "prompt_turns": 1,
+    "reference": "391",
+    "rubrics": [
+        {"id": "correct", "criterion": "The final answer is 391.", "points": 5},
+        {"id": "args", "criterion": "Each call passes valid JSON arguments.", "points": 2, "scope": "turn"},
+        {"id": "invents", "criterion": "The turn invents a tool result.", "points": -5, "scope": "turn"},
+    ],
+    "labels": {"correct": True, "args": False, "invents": False},
+    "turn_labels": {"args": {"unmet_turns": [1]}, "invents": {"unmet_turns": [3]}},
+}
+
+
+def test_an_item_may_carry_a_trajectory_judged_as_the_rollout_it_makes():
+    [item] = labelled.items(lines(AGENT))
+    assert item.prompt == item.response == "" and item.turn_labels["args"].unmet_turns == [1]
+    rollout = item.rollout("run")
+    assert rollout.policy_turns == [1, 3] and rollout.tools[0].function.name == "calculator"
+    assert rollout.response.endswith("391.")  # the turns' text, as on the wire
+
+
+def turns_with(k: int, **turn) -> list[dict]:
+    return [t if i != k else turn for i, t in enumerate(AGENT["trajectory"])]
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        (
+            {**AGENT, "trajectory": turns_with(2, role="tool", tool_call_id="c9", content="391")},
+            "trajectory[2].tool_call_id",
+        ),
+        ({**AGENT, "trajectory": turns_with(0, role="narrator", content="hi")}, "`$.trajectory[0].role`"),
+        ({**AGENT, "prompt_turns": 4}, "`$.prompt_turns`: no assistant turn after the first 4"),
+        (
+            {**AGENT, "turn_labels": {"correct": {"met_turns": [3]}}},
+            "`$.turn_labels.correct`: turn labels go with a turn",
+        ),
+        (
+            {**AGENT, "turn_labels": {"args": {"met_turns": [2]}}},
+            "`$.turn_labels.args`: turn(s) [2] are not the policy's",
+        ),
+        ({**AGENT, "turn_labels": {"args": {"met_turns": [1], "unmet_turns": [1]}}}, "turn(s) [1] both met and unmet"),
+        (
+            {**AGENT, "turn_labels": {"invents": {"met_turns": [3]}}},
+            "`$.labels.invents`: false, but its turn labels make it true",
+        ),
+        ({**GOOD, "turn_labels": {"correct": {"met_turns": [0]}}}, "`$.turn_labels.correct`: turn labels go with"),
+        ({**GOOD, "tools": [CALC]}, "tools and prompt_turns go with a trajectory"),
+    ],
+    ids=[
+        "tool turn answers no call",
+        "unknown role",
+        "no policy turn",
+        "turn labels of a trajectory rubric",
+        "a turn not the policy's",
+        "a turn both ways",
+        "turn labels against the label",
+        "turn labels on a text item",
+        "tools without a trajectory",
+    ],
+)
+def test_a_bad_trajectory_item_is_refused_with_its_line_and_field(bad, says):
+    with pytest.raises(labelled.Invalid) as e:
+        list(labelled.items(lines(GOOD, bad), "f"))
+    assert str(e.value).startswith("f:2: ") and says in str(e.value)
+
+
 def test_the_projects_labelled_set_reads_and_covers_what_it_says():
     from importlib import resources
 
     data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
-    items = list(labelled.items(data.splitlines(), "judge-set.jsonl"))
-    assert len(items) >= 60 and sum(len(i.labels) for i in items) == 210
+    every = list(labelled.items(data.splitlines(), "judge-set.jsonl"))
+    items = [i for i in every if not i.trajectory]
+    assert len(items) == 66 and sum(len(i.labels) for i in items) == 210  # the text items, as measured before
     behaviours = {i.id.split("-", 3)[3] for i in items if i.id.startswith("add-")}
     assert behaviours == {"correct", "wrong", "padded", "sycophantic", "judge_addressing", "terse"}
     open_answers = [i for i in items if i.reference is None]
     assert len(open_answers) == 12 and all(len(i.rubrics) >= 4 for i in open_answers)
     assert any(r.points < 0 for i in open_answers for r in i.rubrics)  # negative rubrics too
+
+
+def test_the_projects_labelled_trajectories_cover_every_way_a_tool_is_misused():
+    from importlib import resources
+
+    data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
+    agents = [i for i in labelled.items(data.splitlines(), "judge-set.jsonl") if i.trajectory]
+    assert len(agents) >= 20 and all(i.id.startswith("traj-") for i in agents)
+    kinds = {i.id.split("-")[1] for i in agents}
+    assert kinds == {"calc", "lookup", "two", "retry", "fabricated", "args", "loop", "no"}
+    assert {"traj-args-not-json", "traj-args-tool-not-offered", "traj-calc-contradicted"} <= {i.id for i in agents}
+    scopes = {r.scope for i in agents for r in i.rubrics}
+    assert scopes == {"trajectory", "turn"} and any(i.turn_labels for i in agents)

@@ -10,7 +10,7 @@ from rubricd.messages import Rubric
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import pairwise, verdicts
-from rubricd_services.judges.evaluation import labelled, pairs
+from rubricd_services.judges.evaluation import labelled, pairs, probes
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.pairs import evaluate_pairs
 from rubricd_services.judges.evaluation.probes import PROBES, result
@@ -61,11 +61,12 @@ def test_agreement_falls_with_the_rate_at_which_the_judge_flips_verdicts():
 def test_probes_pass_where_the_judge_is_robust_and_fail_where_it_is_built_to_fail():
     """The simulator counts sentences for reasoning, so filler or a note to the grader turns a bare answer's
     `steps` rubric met (2 of the 6 items, each up by its 2 of 7 points); it judges each rubric on its own
-    content, deterministically, so reordering or repeating changes nothing."""
+    content, deterministically, so reordering or repeating changes nothing. The sample has no trajectory, so the
+    trajectory probe applies to nothing and is left out."""
     with serve_in_background(SimConfig()) as (url, _):
         report = asyncio.run(evaluate(config(url), labelled.read(SAMPLE), {}, probe=True))
     probes = {p.name: p for p in report.probes}
-    assert list(probes) == [p.name for p in PROBES]
+    assert list(probes) == [p.name for p in PROBES if p.name != "contradicted_result"]
     for name in ("grader_note", "padding"):
         assert not probes[name].passed and probes[name].items == 6
         assert probes[name].raised == pytest.approx(2 / 6) and probes[name].max_move == pytest.approx(2 / 7)
@@ -142,3 +143,67 @@ def test_the_judges_variants_are_measured_one_way_with_every_call_counted():
     # Every rubric's call repeats the instructions: more prompt tokens per item than one call for all of them.
     assert each.prompt_tokens_per_call is not None and one.prompt_tokens_per_call is not None
     assert each.prompt_tokens_per_call > one.prompt_tokens_per_call
+
+
+def trajectories() -> list[Item]:
+    from importlib import resources
+
+    data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
+    return [i for i in labelled.items(data.splitlines()) if i.trajectory]
+
+
+# Where the simulator's content rules (simulator/trajectories.py) part from the labels on the project's
+# trajectories, and why: each a rule's known blind spot.
+SIMULATOR_MISSES = {
+    ("traj-calc-used-right-formatted", "correct"): "6,912 reads as the numbers 6 and 912",
+    ("traj-calc-used-right-formatted", "uses_result"): "the same",
+    ("traj-lookup-used-right", "uses_result"): "a text result counts as used only if quoted whole",
+    ("traj-loop-no-results", "uses_result"): "the same",
+    ("traj-calc-trl-shape", "uses_result"): "12 is not the tool's 12.0 to it",
+    ("traj-calc-contradicted", "correct"): "the reference appears (in the reported result), the final answer is 1500",
+    ("traj-calc-contradicted", "uses_result"): "the result's number appears, so it is taken as used",
+    ("traj-calc-contradicted", "ignores_result"): "the same",
+    ("traj-calc-contradicted", "fabricates"): "its own 1500 beside a tool claim reads as an invented result",
+    ("traj-calc-contradicted-wrong-call", "uses_result"): "the result's number appears",
+    ("traj-calc-contradicted-wrong-call", "ignores_result"): "the same",
+    ("traj-fabricated-lookup", "fabricates"): "'according to my lookup' claims no result in its words",
+    ("traj-args-tool-not-offered", "calls_tool"): "any call counts, to the calculator or not",
+    ("traj-args-wrong-parameter", "valid_call"): "it checks JSON and the tool's name, not the parameters",
+    ("traj-no-call-needed", "no_needless_call"): "it reads 'does not call a tool' as 'calls a tool'",
+}
+
+
+def test_the_simulator_judges_the_labelled_trajectories_by_its_content_rules():
+    """Every verdict on the project's trajectories is the label, but for the rules' known blind spots: which
+    only the trajectory path gives (on the flattened text, `calls_tool` and `valid_call` would be read by word
+    overlap, and no turn verdict named); its turn verdicts name the turns, and its probes behave as its rules say."""
+    items = trajectories()
+    with serve_in_background(SimConfig()) as (url, _):
+        report = asyncio.run(evaluate(config(url), items, {}, probe=True))
+    assert report.format_failures == 0 and report.items == len(items)
+    misses = {(j.item_id, r) for j in report.judged for r, label in j.labels.items() if j.verdicts[r] != label}
+    assert misses == set(SIMULATOR_MISSES)
+    verdicts = sum(len(i.labels) for i in items)
+    assert report.overall.n == verdicts and report.overall.accuracy == pytest.approx(1 - len(misses) / verdicts)
+    # turn by turn: the fabricated lookup's turn 2 missed, the contradiction's turn 4 and the wrong parameter's
+    # turn 2 named met: one verdict per turn rubric labelled turn by turn and policy turn
+    turns = sum(len(j.policy_turns) * len(j.turn_labels) for j in report.judged)
+    assert report.turns is not None and report.turns.n == turns
+    assert (report.turns.false_unmet, report.turns.false_met) == (1, 2)
+    probes = {p.name: p for p in report.probes}
+    # Its trajectory rules have no grader rubric to fool and read no sentence counts: nothing moves them ...
+    assert all(probes[n].passed and probes[n].moved == 0.0 for n in ("grader_note", "padding", "reorder", "repeat"))
+    # ... but a tool result changed under a final answer that used it lowers every reward (`uses_result` flips).
+    flipped = probes["contradicted_result"]
+    assert flipped.passed and flipped.items == 8 and flipped.max_move is not None and flipped.max_move < 0
+
+
+def test_the_trajectory_probe_fails_a_judge_that_does_not_read_tool_results():
+    """The simulator at a flip rate of 1 turns every verdict, base and probed alike: a result contradicted
+    raises rewards or leaves them (at the floor of 0), lowers none, and the probe says so."""
+    items = [i for i in trajectories() if probes.contradicted(i) is not None]
+    with serve_in_background(SimConfig(flip_rate=1.0)) as (url, _):
+        report = asyncio.run(evaluate(config(url), items, {}, probe=True))
+    flipped = {p.name: p for p in report.probes}["contradicted_result"]
+    assert flipped.items == 8 and not flipped.passed
+    assert flipped.min_move == 0.0 and flipped.raised is not None and flipped.raised > 0

@@ -1,30 +1,62 @@
-"""Labelled verdicts in: rubricd's own JSONL, one rollout a line with its rubric set and, per rubric, whether it
-is met; or HealthBench's meta-evaluation JSONL (one completion and criterion a line, with several graders'
-labels), read as items whose label is the graders' majority. A line that cannot be read is refused with its
-number and field. The formats: docs/researchers/judges.md.
+"""Labelled verdicts in: rubricd's own JSONL, one rollout a line (its text, or its trajectory) with its rubric set
+and, per rubric, whether it is met (a turn rubric also turn by turn, where labelled); or HealthBench's
+meta-evaluation JSONL (one completion and criterion a line, with several graders' labels), read as items whose
+label is the graders' majority. A line that cannot be read is refused with its number and field. The formats:
+docs/researchers/judges.md.
 """
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from rubricd.messages import Rubric, RubricKind
+from rubricd.messages import Rollout, Rubric, RubricKind
+from rubricd.messages.trajectories import MAX_TURNS, Tools, Turns
+from rubricd_services.judges import verdicts
+
+
+class TurnLabels(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A turn rubric labelled turn by turn: the policy turns that meet its criterion and those that do not (the
+    others it does not apply to), as the judge's turn verdict names them."""
+
+    met_turns: list[int] = []
+    unmet_turns: list[int] = []
 
 
 class Item(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One labelled rollout: the judge reads `prompt`, `response` and `reference` against `rubrics`; `labels`
-    says, per rubric id, whether the rubric is met; `note`: why, where the label is not obvious."""
+    """One labelled rollout: the judge reads `prompt`, `response` and `reference` against `rubrics`, or, for an
+    agent, its `trajectory` with the `tools` offered and `prompt_turns` (as on the Rollout); `labels` says, per
+    rubric id, whether the rubric is met (for a turn rubric, by the rule reward uses: verdicts.Decided);
+    `turn_labels`, optionally, which policy turns meet a turn rubric; `note`: why, where a label is not
+    obvious."""
 
     id: str
-    prompt: str
-    response: str
+    prompt: str = ""
+    response: str = ""
     reference: str | None = None
+    trajectory: Turns = []
+    tools: Tools = []
+    prompt_turns: Annotated[int, msgspec.Meta(ge=0, le=MAX_TURNS)] = 0
     rubrics: list[Rubric]
     labels: dict[str, bool]
+    turn_labels: dict[str, TurnLabels] = {}
     note: str = ""
     graders: dict[str, list[bool]] = {}  # per rubric id, each grader's label, where several graded it
+
+    def rollout(self, run_id: str) -> Rollout:
+        """The rollout the judge reads (raises ValueError, naming the turn and field, on a malformed trajectory)."""
+        return Rollout(
+            run_id=run_id,
+            rollout_id="item",
+            step=0,
+            prompt=self.prompt,
+            response=self.response,
+            reference=self.reference,
+            trajectory=self.trajectory,
+            tools=self.tools,
+            prompt_turns=self.prompt_turns,
+        )
 
 
 T = TypeVar("T")
@@ -74,10 +106,56 @@ def items(lines: list[str], source: str = "<labelled>") -> Iterator[Item]:
             raise Invalid(f"{source}:{number}: `$.labels`: no label for rubric(s) {missing}")
         if unknown := [i for i in item.labels if i not in ids]:
             raise Invalid(f"{source}:{number}: `$.labels`: label(s) for no rubric: {unknown}")
+        if why := _unjudgeable(item) or _mislabelled(item):
+            raise Invalid(f"{source}:{number}: {why}")
         if item.id in seen:
             raise Invalid(f"{source}:{number}: `$.id`: {item.id!r} repeats an earlier line's")
         seen.add(item.id)
         yield item
+
+
+def _unjudgeable(item: Item) -> str | None:
+    """Why the judge cannot read `item` as a rollout (its turn and field named), or None."""
+    if not (item.trajectory or item.response):
+        return "`$.response`: no response, and no trajectory"
+    try:
+        rollout = item.rollout("labelled")
+    except ValueError as e:
+        return str(e)
+    if item.trajectory and not rollout.policy_turns:
+        return f"`$.prompt_turns`: no assistant turn after the first {item.prompt_turns}: nothing the policy wrote"
+    return None
+
+
+def _mislabelled(item: Item) -> str | None:
+    """Why `item`'s turn labels cannot be read (a rubric that is not a turn rubric, a turn the policy did not
+    write, a turn both ways), or disagree with its label by the rule reward uses; None when they are fine."""
+    scopes = {r.id: r for r in item.rubrics}
+    policy = set(item.rollout("labelled").policy_turns) if item.trajectory else set()
+    for rubric_id, turns in item.turn_labels.items():
+        where = f"`$.turn_labels.{rubric_id}`"
+        rubric = scopes.get(rubric_id)
+        if rubric is None or rubric.scope != "turn" or not item.trajectory:
+            return f"{where}: turn labels go with a turn rubric of a trajectory"
+        if others := sorted(set(turns.met_turns + turns.unmet_turns) - policy):
+            return f"{where}: turn(s) {others} are not the policy's ({sorted(policy)})"
+        if both := sorted(set(turns.met_turns) & set(turns.unmet_turns)):
+            return f"{where}: turn(s) {both} both met and unmet"
+        if (met := _turns_met(rubric_id, rubric.points, turns, policy)) != item.labels[rubric_id]:
+            return (
+                f"`$.labels.{rubric_id}`: {str(item.labels[rubric_id]).lower()}, but its turn labels make it "
+                f"{str(met).lower()} (a turn rubric is met where some turn meets it and, for positive points, none "
+                "fails it)"
+            )
+    return None
+
+
+def _turns_met(rubric_id: str, points: float, turns: TurnLabels, policy: set[int]) -> bool:
+    """Whether turn labels make the rubric met, read as the scorer reads the judge's turn verdict."""
+    answer = verdicts.verdict_type((rubric_id,), False, frozenset({rubric_id}))(
+        r0=verdicts.BareTurnVerdict(met_turns=turns.met_turns, unmet_turns=turns.unmet_turns)
+    )
+    return verdicts.read(answer, (rubric_id,), {rubric_id: points}, policy)[rubric_id].met
 
 
 class MetaExample(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,8 @@
 """Judging a labelled set with one judge configuration, and what came of it.
 
-The judge is the scorer's (judges.scoring): its prompt, verdict schema, context fitting and reward policy, called
-through the LLM client (dialects, retries, rate limits) with no verdict cache, since a cached verdict agrees with itself.
+The judge is the scorer's (judges.scoring): its prompts (a text rollout's, a trajectory's), verdict schema,
+context fitting and reward policy, called through the LLM client (dialects, retries, rate limits) with no verdict
+cache, since a cached verdict agrees with itself.
 """
 
 import asyncio
@@ -11,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rubricd.messages import Rollout, RubricSet
+from rubricd.messages import RubricSet
 from rubricd.reward import policy
 from rubricd_services.common.llm import LLMClient
 from rubricd_services.common.settings import LLMSettings, Price
@@ -32,13 +33,16 @@ POLICY = "weighted_sum"  # the labelled reward and the judge's: the weighted sum
 
 @dataclass(frozen=True)
 class Config:
-    """One judge configuration: a name for the table, the judge's LLM settings, its prompt template, and how it is
-    asked (every rubric in one call or one call per rubric; with explanations or not)."""
+    """One judge configuration: a name for the table, the judge's LLM settings, its prompt template, how it is
+    asked (every rubric in one call or one call per rubric; with explanations or not), and for trajectories its
+    template (None: prompts/judge-trajectory.md) and whether it reads their reasoning."""
 
     name: str
     llm: LLMSettings
     template: str
     style: verdicts.Style = verdicts.ALL_AT_ONCE
+    trajectory_template: str | None = None
+    reasoning: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,11 @@ class Judged:
     prompt_tokens: int = 0  # of all its calls
     completion_tokens: int = 0
     graders: dict[str, list[bool]] = field(default_factory=dict)  # several graders' labels, where given
+    # A trajectory's turn rubrics labelled turn by turn: per rubric id, the policy turns labelled met and those
+    # the judge named met; and the policy turns.
+    turn_labels: dict[str, list[int]] = field(default_factory=dict)
+    met_turns: dict[str, list[int]] = field(default_factory=dict)
+    policy_turns: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -85,16 +94,17 @@ class Report:
     # the graders against each other (every ordered pair of two graders of a rubric), as HealthBench reports them.
     pairwise: Agreement | None = None
     graders_pairwise: Agreement | None = None
+    # Turn rubrics labelled turn by turn: one verdict per rubric and policy turn, met where the turn is named met.
+    turns: Agreement | None = None
 
 
 async def judge_item(llm: LLMClient, config: Config, item: Item) -> Judged:
     """Judge one item as the scorer would judge a rollout with these rubrics."""
-    rubrics = preparer(config.template, config.llm.prompt_chars(), config.style)(
-        InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics))
+    prepare = preparer(
+        config.template, config.llm.prompt_chars(), config.style, config.trajectory_template, config.reasoning
     )
-    rollout = Rollout(
-        run_id=RUN, rollout_id="item", step=0, prompt=item.prompt, response=item.response, reference=item.reference
-    )
+    rubrics = prepare(InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics)))
+    rollout = item.rollout(RUN)
     tally = Tally(JUDGE)
     started = time.perf_counter()
     score = await score_rollout(rollout, rubrics, judge_by(caller(llm, tally)), policy(POLICY), POLICY)
@@ -113,6 +123,9 @@ async def judge_item(llm: LLMClient, config: Config, item: Item) -> Judged:
         prompt_tokens=sum(c.prompt_tokens for c in calls),
         completion_tokens=sum(c.completion_tokens for c in calls),
         graders=dict(item.graders),
+        turn_labels={k: list(v.met_turns) for k, v in item.turn_labels.items()},
+        met_turns={r.rubric_id: list(r.met_turns) for r in score.results if r.rubric_id in item.turn_labels},
+        policy_turns=rollout.policy_turns,
     )
 
 
@@ -120,8 +133,8 @@ async def evaluate(
     config: Config, items: Sequence[Item], prices: Mapping[str, Price], *, probe: bool = False, **llm: object
 ) -> Report:
     """Judge every item with `config` (at most the judge's `concurrency` at once) and report the figures; with
-    `probe`, judge them again under each of `probes.PROBES`. `llm`: passed to LLMClient (its Redis, for
-    shared rate limits)."""
+    `probe`, judge them again under each of `probes.PROBES` (the items each applies to; a probe that applies to
+    none is left out). `llm`: passed to LLMClient (its Redis, for shared rate limits)."""
     async with LLMClient({JUDGE: config.llm}, **llm) as client:  # type: ignore[arg-type]
         if config.llm.output_mode == "auto":
             await client.detect([JUDGE])
@@ -129,8 +142,10 @@ async def evaluate(
         judged = await asyncio.gather(*(judge_item(client, config, item) for item in items))
         probed = []
         for p in probes.PROBES if probe else ():
-            again = await asyncio.gather(*(judge_item(client, config, p.change(item)) for item in items))
-            probed.append(probes.result(p, judged, again))
+            changed = [(j, c) for j, item in zip(judged, items, strict=True) if (c := p.change(item)) is not None]
+            if changed:
+                again = await asyncio.gather(*(judge_item(client, config, c) for _, c in changed))
+                probed.append(probes.result(p, [j for j, _ in changed], again))
     return dataclasses.replace(report(config, output_mode, judged, prices), probes=probed)
 
 
@@ -153,6 +168,12 @@ def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: M
         for i, label in enumerate(labels)
         for k, other in enumerate(labels)
         if i != k
+    ]
+    turns = [
+        (t in labelled, t in j.met_turns.get(r, ()))
+        for j in answered
+        for r, labelled in j.turn_labels.items()
+        for t in j.policy_turns
     ]
     price = prices.get(config.llm.model)
     prompt_tokens, completion_tokens = sum(j.prompt_tokens for j in judged), sum(j.completion_tokens for j in judged)
@@ -177,4 +198,5 @@ def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: M
         judged=list(judged),
         pairwise=figures.agreement(pairwise) if pairwise else None,
         graders_pairwise=figures.agreement(among) if among else None,
+        turns=figures.agreement(turns) if turns else None,
     )
