@@ -186,9 +186,12 @@ async def test_a_run_names_its_own_canary_set_and_a_bad_one_is_refused_with_its_
         return subprocess.run(command, env=service_env, capture_output=True, text=True, timeout=60)
 
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(msgspec.json.encode(item(0, True)).decode() + '\n{"id": "x", "prompt": "p"}\n')
+    bad.write_text(
+        msgspec.json.encode(item(0, True)).decode()
+        + '\n{"id": "x", "prompt": "p", "rubrics": [{"id": "c", "criterion": "c", "points": 1}], "labels": {"c": true}}\n'
+    )
     refused = rubricd("own", str(bad))
-    assert refused.returncode == 1 and f"{bad}:2: " in refused.stderr and "`response`" in refused.stderr, refused
+    assert refused.returncode == 1 and f"{bad}:2: " in refused.stderr and "`$.response`" in refused.stderr, refused
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     refused = rubricd("own", str(empty))
