@@ -150,7 +150,14 @@ class Scorer:
         self.canaries = Canaries(
             settings,
             clients,
-            Config(CANARY, self.judge_settings, template, settings.judge_style()),
+            Config(
+                CANARY,
+                self.judge_settings,
+                template,
+                settings.judge_style(),
+                for_trajectories,
+                settings.judge_reasoning,
+            ),
             service=SERVICE,
             ttl_s=settings.kept_ttl_s,
             maxlen=settings.stream_maxlen,
