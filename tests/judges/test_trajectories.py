@@ -216,3 +216,15 @@ def test_the_verdict_cache_key_covers_the_whole_trajectory_even_where_the_judge_
     assert seen_a == seen_b  # both cut to the same prompt
     assert cache.digest(SET, judge, seen_a, a) != cache.digest(SET, judge, seen_b, b)
     assert cache.digest(SET, judge, seen_a, a) == cache.digest(SET, judge, seen_a, long_trajectory(last="A"))
+
+
+def test_before_the_question_goes_the_tools_are_shown_by_name_only():
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 40} for i in range(20)}}
+    big = Tool(function=FunctionSpec(name="calc", description="evaluates arithmetic " * 10, parameters=schema))
+    rollout = msgspec.structs.replace(long_trajectory(), tools=[big])
+    final = rollout.trajectory[-1].text
+    view = json.loads(trajectories.user_message(rollout, len(final) + 700).split("\n")[1])
+    assert view["tools"] == [{"name": "calc"}]
+    assert view["turns"][0] == {"cut": trajectories.TOOLS_CUT}
+    assert [t.get("content") for t in view["turns"] if t.get("turn") == 1] == ["What is 17*23?"]  # the question
+    assert view["turns"][-1]["content"] == final

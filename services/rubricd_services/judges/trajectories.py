@@ -6,8 +6,9 @@ label of the call it answers; the offered tools are listed once. What the policy
 never rejected: arguments that are not JSON, a tool that was not offered, a call no tool turn answers. Reasoning
 is shown only when asked. It all goes in one `<trajectory>` block, escaped as rollout data is (prompts.block).
 
-Fitting a prompt budget cuts tool outputs first, then drops the earliest turns (the first user turn last),
-then cuts the remaining texts; each cut is marked; the policy's final answer is never cut.
+Fitting a prompt budget cuts tool outputs first, then drops the earliest turns (before the first user turn, the
+tools' descriptions and parameters), then cuts the remaining texts; each cut is marked; the policy's final
+answer is never cut.
 """
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from rubricd_services.common import prompts
 
 _FRAME_CHARS = 40  # the block's tags and the object's keys around the turns
 MIN_TOOL_OUTPUT = 200  # what is left of a tool output cut to fit, before turns are dropped
+TOOLS_CUT = "the tools' descriptions and parameters left out to fit the judge's prompt"
 
 
 class _RubricView(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -136,8 +138,9 @@ def _size(obj: object) -> int:
 
 def _fit(view: _TrajectoryView, budget: int) -> _TrajectoryView:
     """`view` cut to take at most `budget` characters, in order: tool outputs (to MIN_TOOL_OUTPUT each), the
-    earliest turns (all but the policy's final answer; the first user turn last), the remaining texts. What
-    cannot be cut (the final answer) is kept whole even where it alone is over the budget."""
+    earliest turns (all but the policy's final answer and the first user turn), the offered tools' descriptions
+    and parameters (their names stay), the first user turn, the remaining texts. What cannot be cut (the final
+    answer) is kept whole even where it alone is over the budget."""
     turns = [t for t in view.turns if isinstance(t, _TurnView)]
     fixed = _size(msgspec.structs.replace(view, turns=[])) + 2
     sizes = [_size(t) + 1 for t in turns]
@@ -152,25 +155,34 @@ def _fit(view: _TrajectoryView, budget: int) -> _TrajectoryView:
     for k, text in zip(tools, prompts.fit([turns[k].content for k in tools], room), strict=True):
         turns[k] = msgspec.structs.replace(turns[k], content=text)
         sizes[k] = _size(turns[k]) + 1
-    # 2. The earliest turns, dropped whole; the first user turn last, the final answer never.
+    # 2. The earliest turns, dropped whole; the first user turn last (before it, the tools' descriptions and
+    # parameters: the question matters more), the final answer never.
     first_user = next((k for k, t in enumerate(turns) if t.role == "user"), None)
     order = [k for k in range(len(turns)) if k not in (final, first_user)] + (
         [first_user] if first_user is not None and first_user != final else []
     )
     dropped: set[int] = set()
     marker = _size(_Cut("turns 0000-0000 left out to fit the judge's prompt")) + 1
+    bare = False  # the tools shown by name only
+
+    def used() -> int:
+        shown = sum(sizes[j] for j in range(len(turns)) if j not in dropped)
+        return fixed + shown + (marker if dropped else 0) + (_size(_Cut(TOOLS_CUT)) + 1 if bare else 0)
+
     for k in order:
-        if fixed + sum(sizes[j] for j in range(len(turns)) if j not in dropped) + (marker if dropped else 0) <= budget:
+        if used() <= budget:
             break
+        if k == first_user and not bare and any(t.description or t.parameters for t in view.tools):
+            view = msgspec.structs.replace(view, tools=[_ToolView(t.name) for t in view.tools])
+            fixed, bare = _size(msgspec.structs.replace(view, turns=[])) + 2, True
+            if used() <= budget:
+                break
         dropped.add(k)
     kept = [t for k, t in enumerate(turns) if k not in dropped]
     # 3. What is left (not the final answer) cut to share what room remains.
-    used = fixed + sum(sizes[k] for k in range(len(turns)) if k not in dropped) + (marker if dropped else 0)
-    if used > budget:
+    if (over := used() - budget) > 0:
         others = [t for t in kept if t.turn != turns[final].turn]
-        texts = prompts.fit(
-            [t.content for t in others], max(0, sum(prompts.size(t.content) for t in others) - (used - budget))
-        )
+        texts = prompts.fit([t.content for t in others], max(0, sum(prompts.size(t.content) for t in others) - over))
         cut_texts = {t.turn: text for t, text in zip(others, texts, strict=True)}
         kept = [msgspec.structs.replace(t, content=cut_texts.get(t.turn, t.content)) for t in kept]
     shown: list[_TurnView | _Cut] = list(kept)
@@ -178,6 +190,8 @@ def _fit(view: _TrajectoryView, budget: int) -> _TrajectoryView:
         gone = sorted(turns[k].turn for k in dropped)
         at = next((n for n, t in enumerate(kept) if t.turn > gone[0]), len(kept))
         shown.insert(at, _Cut(f"{_ranges(gone)} left out to fit the judge's prompt"))
+    if bare:
+        shown.insert(0, _Cut(TOOLS_CUT))
     return msgspec.structs.replace(view, turns=shown)
 
 
