@@ -215,10 +215,10 @@ async def compare(label: str, n: int, concurrency: int, latency_ms: float, score
     print(f"scorer peak RSS: {rss.peak / 2**20:.0f} MB")
 
 
-async def kinds(n: int, concurrency: int, latency_ms: float) -> None:
+async def kinds(n: int, many: int, concurrency: int, latency_ms: float, rounds: int = 3) -> None:
     """Trajectories beside text rollouts of the same content, each against the direct call of its own judge
     prompt: the added time per rollout (C=1, L=0; paired: each content's four calls made one after another, so
-    a busy machine weighs on all four alike) and the wall-time ratio at C."""
+    a busy machine weighs on all four alike) and the wall-time ratio of `many` rollouts at C."""
     added: dict[str, list[float]] = {"text": [], "trajectory": []}
     batch = agents("kinds", n)
     async with judging_directly(1) as call, RubricdClient(REDIS_URL, namespace=NAMESPACE) as client:
@@ -235,16 +235,17 @@ async def kinds(n: int, concurrency: int, latency_ms: float) -> None:
     print(
         f"per-rollout overhead, median: text {text:.2f} ms, trajectory {trajectory:.2f} ms, added {trajectory - text:+.2f} ms"
     )
-    ratios = {}
-    for kind, rollouts_ in (
-        ("text", as_text(agents("kinds-c", 2 * n, latency_ms))),
-        ("trajectory", agents("kinds-c", 2 * n, latency_ms)),
-    ):
-        d_wall, _ = await direct(rollouts_, concurrency)
-        r_wall, _ = await through_rubricd(rollouts_, concurrency)
-        ratios[kind] = r_wall / d_wall
+    ratios: dict[str, list[float]] = {"text": [], "trajectory": []}
+    for k in range(rounds):  # alternating, so that a busy spell weighs on both kinds
+        batch = agents(f"kinds-c{k}", many, latency_ms)
+        for kind, rollouts_ in (("text", as_text(batch)), ("trajectory", batch)):
+            d_wall, _ = await direct(rollouts_, concurrency)
+            r_wall, _ = await through_rubricd(rollouts_, concurrency)
+            ratios[kind].append(r_wall / d_wall)
+    text_ratio, trajectory_ratio = (statistics.median(ratios[kind]) for kind in ("text", "trajectory"))
     print(
-        f"ratio rubricd/direct at C={concurrency} L={latency_ms / 1000:g} s: text {ratios['text']:.3f}, trajectory {ratios['trajectory']:.3f}"
+        f"ratio rubricd/direct at R={many} C={concurrency} L={latency_ms / 1000:g} s, median of {rounds}: "
+        f"text {text_ratio:.3f}, trajectory {trajectory_ratio:.3f}"
     )
 
 
@@ -320,7 +321,7 @@ async def main(args: argparse.Namespace) -> None:
         await compare("L", args.rollouts, args.concurrency, args.latency_ms, proc)
         await compare("zero", args.rollouts, args.concurrency, 0, proc)
         await compare("zero-serial", min(args.rollouts, 300), 1, 0, proc)
-        await kinds(min(args.rollouts, 300), args.concurrency, args.latency_ms)
+        await kinds(min(args.rollouts, 300), args.rollouts, args.concurrency, args.latency_ms)
         await cached(min(args.rollouts, 1000), args.repeats, args.concurrency, args.latency_ms)
         await long_run(args.rounds, args.rollouts, args.concurrency)
     finally:
