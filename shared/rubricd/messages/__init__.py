@@ -25,7 +25,7 @@ from .comparisons import (
     Winner,
 )
 from .events import RENAMED_KINDS, UPDATE_OUTCOMES, DeadLetter, Event, EventKind
-from .rollouts import Rollout, StepClosed, TrainingContext, instance_key
+from .rollouts import AnalysisSample, JudgeMode, Rollout, StepClosed, TrainingContext, instance_key
 from .rubrics import (
     HEALTHBENCH_AXES,
     Action,
@@ -38,7 +38,7 @@ from .rubrics import (
     Scope,
     Strategy,
 )
-from .scores import JudgeStatus, RubricResult, Score, ScoredRollout, TurnResult
+from .scores import GroupJudged, JudgeStatus, RubricResult, Score, ScoredRollout, TurnResult
 from .trajectories import Function, FunctionSpec, Part, Tool, ToolCall, Turn
 
 # Every top-level message type, for schema export and docs.
@@ -67,6 +67,9 @@ __all__ = [
     "RENAMED_KINDS",
     "UPDATE_OUTCOMES",
     "Action",
+    "AnalysisSample",
+    "GroupJudged",
+    "JudgeMode",
     "Function",
     "FunctionSpec",
     "Part",

@@ -11,10 +11,13 @@ import msgspec
 RunId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(?!\n)$")]
 RolloutId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_./-]{1,200}(?!\n)$")]
 InstanceKey = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,128}(?!\n)$")]
+GroupId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_./-]{1,200}(?!\n)$")]
 # Steps and counts are bounded so every one stays exact and filterable wherever it is stored
 # (Redis scores, Weaviate int properties, JSON readers with 53-bit numbers).
 MAX_STEP = 1_000_000_000
 MAX_ROLLOUTS_PER_STEP = 1_000_000
+MAX_GROUP = 1024  # responses of one sample group (Rollout.group_size)
+MAX_VOTES = 9  # judge calls a verdict is the majority of (Rollout.judge_votes)
 MAX_PARTS = 4096  # closures of one step (StepClosed.parts: a trainer's processes)
 Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
 RolloutCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_ROLLOUTS_PER_STEP)]

@@ -1,13 +1,16 @@
 """What the trainer publishes: rollouts, and the end of a step."""
 
 import hashlib
-from typing import Annotated, Protocol
+from typing import Annotated, Literal, Protocol
 
 import msgspec
 
 from .. import chat
 from ._base import (
+    MAX_GROUP,
     MAX_PARTS,
+    MAX_VOTES,
+    GroupId,
     MAX_ROLLOUTS_PER_STEP,
     MAX_STEP,
     InstanceKey,
@@ -18,6 +21,11 @@ from ._base import (
     Step,
 )
 from .trajectories import MAX_TURNS, Tools, Turns, malformed
+
+
+JudgeMode = Literal["single", "group"]
+# Which scored rollouts of a group the analyzers read: every one, each group's best and worst, or k per group.
+AnalysisSample = Literal["all", "extremes"] | Annotated[int, msgspec.Meta(ge=1, le=MAX_GROUP)]
 
 
 class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,6 +52,13 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
     no summary or rubric update comes of it) unless the scorers'
     RUBRICD_ANALYZE_EVALUATION is on. Its Score says `evaluation` too.
 
+    `group` names the rollout's sample group: the responses sampled for one prompt in one step (GRPO's G, TRL's
+    num_generations, verl's uid), unique within the run's step; `group_size` how many it has (group judging
+    judges a complete group at once; without it, at the deadline). `judge_mode` (`single`, `group`),
+    `judge_votes` and `analysis_sample` override the services' RUBRICD_JUDGE_MODE, RUBRICD_JUDGE_VOTES and
+    RUBRICD_ANALYSIS_SAMPLE for this rollout, like `reward_policy`: set them on every rollout of a run to choose
+    the run's. What each does: docs/researchers/groups.md.
+
     A rollout of an agent carries its `trajectory` (turns in OpenAI's chat format, messages.trajectories), the
     `tools` it was offered, and `prompt_turns`, how many leading turns were its input: the assistant turns after
     them are the policy's. Its `prompt` and `response` are then optional, and filled with the turns' text
@@ -66,8 +81,15 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
     trajectory: Turns = []
     tools: Tools = []
     prompt_turns: Annotated[int, msgspec.Meta(ge=0, le=MAX_TURNS)] = 0
+    group: GroupId | None = None
+    group_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_GROUP)] | None = None
+    judge_mode: JudgeMode | None = None
+    judge_votes: Annotated[int, msgspec.Meta(ge=1, le=MAX_VOTES)] | None = None
+    analysis_sample: AnalysisSample | None = None
 
     def __post_init__(self) -> None:
+        if self.group_size is not None and self.group is None:
+            raise ValueError("group_size goes with a group: the sample group it is the size of")
         if not self.trajectory:
             if self.tools or self.prompt_turns:
                 raise ValueError("tools and prompt_turns go with a trajectory")

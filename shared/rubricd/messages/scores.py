@@ -5,7 +5,7 @@ from typing import Literal
 
 import msgspec
 
-from ._base import InstanceKey, Message, RolloutId, RunId, Step, Version
+from ._base import GroupId, InstanceKey, Message, RolloutId, RunId, Step, UnitInterval, Version
 from .rollouts import Rollout
 
 
@@ -31,6 +31,7 @@ class RubricResult(msgspec.Struct, frozen=True, kw_only=True):
     explanation: str = ""
     met_turns: list[int] = []
     unmet_turns: list[int] = []
+    agreement: UnitInterval | None = None  # judged by votes: the share of them that gave this verdict
 
 
 class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +43,16 @@ class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
     points: float
     met: list[str] = []
     unmet: list[str] = []
+
+
+class GroupJudged(msgspec.Struct, frozen=True, kw_only=True):
+    """How a response was judged with its group: `members` responses in one call (a sub-group when the group
+    was larger than the judge's budget), this one shown as `label`, at `positions` (0 first: one per vote, each
+    vote shuffling the order)."""
+
+    members: int
+    label: str
+    positions: list[int] = []
 
 
 class Score(Message, tag="score", frozen=True, kw_only=True):
@@ -65,6 +76,10 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
     made).
     `evaluation`: the rollout was an evaluation rollout (Rollout.evaluation).
     `turns` (a trajectory's Score): one result per policy turn, in order, when the set has turn rubrics.
+    `group`: the rollout's sample group (Rollout.group); `grouping` says how it was judged with it (group
+    judging), None when it was judged alone. `votes`: the judge calls whose majority decided each rubric;
+    `agreement`, with more than one, the mean over rubrics of the share of votes that gave the verdict (1:
+    unanimous).
     """
 
     run_id: RunId
@@ -89,6 +104,10 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
     rubrics_generation_error: str | None = None
     evaluation: bool = False
     turns: list[TurnResult] = []
+    group: GroupId | None = None
+    grouping: GroupJudged | None = None
+    votes: int = 1
+    agreement: UnitInterval | None = None
 
 
 class ScoredRollout(Message, tag="scored_rollout", frozen=True, kw_only=True):
