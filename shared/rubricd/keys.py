@@ -157,6 +157,12 @@ class Keys:
         """Hash of one step's per-meta-class statistics from its committed scores: `count:<class>`, `sum:<class>`."""
         return f"{self.namespace}:class-stats:{run_id}:{step}"
 
+    def rubric_health(self, run_id: str, step: int, instance_key: str | None = None) -> str:
+        """Hash of one step's rubric health (rubricd.health) from its committed scores: `n:<group>:<rubric>` and
+        `m:<group>:<rubric>`, the verdicts on a rubric in a sample group and those met; kept the scorer's
+        `schedule_stats_ttl_s` after the step's last score."""
+        return f"{self.namespace}:rubric-health:{run_id}:{step}:{instance_key or GLOBAL}"
+
     def canaries(self, run_id: str) -> str:
         """Hash of a run's judge canaries (rubricd.canaries reads it): field <step> -> that step's `CanaryStep`,
         written once; `claimed:<step>` -> the scorer judging it (HSETNX). Expires the scorer's `kept_ttl_s` after

@@ -31,6 +31,9 @@ def allows(name: str, key: str) -> bool:
         ("scorer", keys.usage("run")),
         ("scorer", keys.schedule("run")),
         ("scorer", keys.class_stats("run", 3)),
+        ("scorer", keys.rubric_health("run", 3)),
+        ("summarizer", keys.rubric_health("run", 3, "instance")),
+        ("cli", keys.rubric_health("run", 3)),
         ("scorer", keys.kept_rollouts("run")),
         ("scorer", keys.generation_lock("run", "instance")),
         ("scorer", keys.generation_failure("run", "instance")),
@@ -95,6 +98,7 @@ def test_each_role_reaches_the_keys_it_uses(name: str, key: str) -> None:
         ("comparer", keys.rollouts),
         ("comparer", keys.score("run", "r1")),
         ("trainer", keys.class_stats("run", 3)),
+        ("analyzer", keys.rubric_health("run", 3)),
         ("arm", keys.rollouts),  # rollouts and comparisons are the scorer's and the comparer's
         ("arm", keys.preference("run", "c1")),
         ("arm", keys.rubric_set("run", "instance")),  # a candidate rubric set is never stored as a prompt's set

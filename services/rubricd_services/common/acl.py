@@ -91,7 +91,7 @@ def services(keys: Keys) -> list[User]:
             "scorer",
             # listen: XREAD; score records and kept verdicts: GET, SET, and one MGET of both before judging; rubric
             # sets: HGET, and the store's seed script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
-            # statistics: HINCRBYFLOAT; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
+            # statistics: HINCRBYFLOAT, and to its rubric health: HINCRBY; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
             # (GET, SET, DEL); canaries: the run's own set (GET), a step's claim (MULTI: HSETNX, EXPIRE), and its
             # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events)
@@ -102,6 +102,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.score("run", "rollout")),
                 family(k.schedule("run")),
                 family(k.class_stats("run", 0)),
+                family(k.rubric_health("run", 0)),
                 family(k.kept_rollouts("run")),
                 family(k.verdict("digest")),
                 family(k.canaries("run")),
@@ -165,7 +166,7 @@ def services(keys: Keys) -> list[User]:
         ),
         User(
             "summarizer",
-            # the step book's scripts and reads
+            # the step book's scripts and reads; a step's rubric health: HGETALL
             (*CONSUMER, *LLM_SLOTS, "hget", "hmget", "hsetnx", "hexists", "hdel", "sadd", "smembers", "zrange"),
             keys=[
                 *consuming(k, k.steps, k.analyses),
@@ -176,6 +177,7 @@ def services(keys: Keys) -> list[User]:
                 k.summaries,
                 *every,
             ],
+            read=[family(k.rubric_health("run", 0))],
         ),
         User(
             "updater",

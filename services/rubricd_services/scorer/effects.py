@@ -1,8 +1,8 @@
 """Writing a score's effects, and acking its rollout, as one atomic step.
 
 One Lua script stores the score (only if the rollout has none yet), replies, hands the rollout to the
-analyzers, keeps it with its score for `rubricd rescore`, logs the event, adds the step's class statistics (with the first
-score only) and the run's usage, and acks: all of it or none, and a rollout scored twice always replies with
+analyzers, keeps it with its score for `rubricd rescore`, logs the event, adds the step's class statistics and rubric
+health (with the first score only) and the run's usage, and acks: all of it or none, and a rollout scored twice always replies with
 its first score. What is written: docs/operators/recover.md, "Delivery".
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from redis.asyncio import Redis
 
-from rubricd import wire
+from rubricd import health, wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, Rollout, Score, ScoredRollout
 from rubricd_services.common.commit import Script
@@ -21,10 +21,10 @@ from .schedule import stats_increments
 # An optional key is '': `scored` (not analysed), `reply` (no reply_to), `kept` (not kept: kept_maxlen 0), `verdict`
 # (no new verdict to keep for the judge cache).
 _COMMIT = Script(
-    keys="score scored events rollouts reply usage stats kept verdict",
+    keys="score scored events rollouts reply usage stats health kept verdict",
     args="score scored event answer_ttl group entry_id maxlen reply_ttl stats_ttl kept_maxlen kept_ttl "
     "verdict verdict_ttl",
-    maps="stats usage",
+    maps="stats health usage",
     reply="reply",
     body="""
 local stored = redis.call('GET', k_score)
@@ -39,6 +39,8 @@ if not stored then
   append(k_events, a_maxlen, a_event)
   hincrbyfloat(k_stats, m_stats)
   if #m_stats > 0 then redis.call('EXPIRE', k_stats, a_stats_ttl) end
+  hincrby(k_health, m_health)
+  if #m_health > 0 then redis.call('EXPIRE', k_health, a_stats_ttl) end
 end
 reply(k_reply, a_maxlen, score, a_reply_ttl)
 hincrby(k_usage, m_usage)
@@ -85,6 +87,7 @@ class Effects:
                 "reply": rollout.reply_to or "",
                 "usage": self.keys.usage(rollout.run_id),
                 "stats": self.keys.class_stats(rollout.run_id, rollout.step),
+                "health": self.keys.rubric_health(rollout.run_id, rollout.step, score.instance_key),
                 "kept": self.keeping.kept(self.keys.kept_rollouts(rollout.run_id)),
                 "verdict": verdict[0] if verdict else "",
             },
@@ -99,6 +102,10 @@ class Effects:
                 "verdict": verdict[1] if verdict else "",
                 "verdict_ttl": self.verdict_ttl_s,
             },
-            maps={"stats": stats_increments(score), "usage": usage},
+            maps={
+                "stats": stats_increments(score),
+                "health": health.increments(score, rollout.group),
+                "usage": usage,
+            },
         )
         return stored is None

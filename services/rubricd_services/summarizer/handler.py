@@ -24,11 +24,12 @@ from typing import Any
 import msgspec
 from faststream.redis.message import RedisStreamMessage
 
-from rubricd import wire
+from rubricd import health, wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import EventKind, RolloutAnalysis, StepClosed, StepSummary
 from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.memory import MemoryItem, MemoryKind
+from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.outage import LLM, WEAVIATE
 from rubricd_services.common.service import Clients
 from rubricd_services.common.usage import Metered
@@ -52,6 +53,37 @@ SERVICE = "summarizer"
 log = logging.getLogger("rubricd.summarizer")
 
 
+class HealthMetrics:
+    """Each rubric's health in the latest summarized step of a run (global sets: per-instance sets would make
+    series per prompt); the series of a rubric gone from that step are removed."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.met_rate = metrics.gauge(
+            "rubricd_rubric_met_rate",
+            "the share of the training rollouts of the run's latest summarized step that met the rubric",
+            ["run_id", "rubric_id"],
+        )
+        self.uninformative = metrics.gauge(
+            "rubricd_rubric_uninformative",
+            "1 if the rubric had no spread within any group of the run's latest summarized step, else 0",
+            ["run_id", "rubric_id"],
+        )
+        self._latest: dict[str, tuple[int, set[str]]] = {}  # run -> its latest step seen, the rubrics shown
+
+    def observe(self, summary: StepSummary) -> None:
+        latest = self._latest.get(summary.run_id)
+        if summary.instance_key is not None or (latest is not None and latest[0] > summary.step):
+            return
+        shown = {h.rubric_id for h in summary.health}
+        for gone in (latest[1] if latest else set()) - shown:
+            self.met_rate.remove(summary.run_id, gone)
+            self.uninformative.remove(summary.run_id, gone)
+        for h in summary.health:
+            self.met_rate.labels(summary.run_id, h.rubric_id).set(h.met_rate)
+            self.uninformative.labels(summary.run_id, h.rubric_id).set(int(h.uninformative))
+        self._latest[summary.run_id] = (summary.step, shown)
+
+
 class Summarizer:
     """Keeps the step accounting and summarizes steps that are due."""
 
@@ -62,6 +94,7 @@ class Summarizer:
             "rubricd_step_summaries", "step summaries: published, or failed (retried later)", ["outcome"]
         )
         self.open = metrics.gauge("rubricd_open_steps", "steps closed or counting analyses, not yet summarized")
+        self.health = HealthMetrics(clients.metrics)
         self.keys = clients.keys
         self.redis = clients.redis
         self.llm = Metered(clients.llm, clients.redis, clients.keys)
@@ -165,6 +198,7 @@ class Summarizer:
                 expected=state.expected,
                 missing=missing,
                 missing_parts=state.missing_parts,
+                health=tuple(await health.read(self.redis, self.keys, state.run_id, state.step, instance_key)),
             )
             done = await summarize_step(
                 info,
@@ -192,6 +226,8 @@ class Summarizer:
             log.info("%s step %s was summarized by another summarizer meanwhile", state.run_id, state.step)
             return
         self.summaries.labels("published").inc()
+        for summary in summaries:
+            self.health.observe(summary)
 
     async def analyses(self, state: StepState) -> list[RolloutAnalysis]:
         """The step's analyses from memory, one per rollout (memory filters by step below; this by equality)."""

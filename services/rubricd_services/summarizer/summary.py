@@ -15,7 +15,15 @@ from typing import Annotated
 
 import msgspec
 
-from rubricd.messages import HackingEvidence, HackingPattern, RolloutAnalysis, RubricFinding, Severity, StepSummary
+from rubricd.messages import (
+    HackingEvidence,
+    HackingPattern,
+    RolloutAnalysis,
+    RubricFinding,
+    RubricHealth,
+    Severity,
+    StepSummary,
+)
 from rubricd_services.common import prompts
 
 # The agents: settings `agents.<name>`, prompts prompts/<name>.md.
@@ -62,6 +70,7 @@ class StepInfo:
     expected: int | None = None  # rollouts the trainer published, if it said
     missing: tuple[str, ...] = ()
     missing_parts: int = 0  # closed in parts: the parts that never closed the step
+    health: tuple[RubricHealth, ...] = ()  # every rubric's health (rubricd.health), carried into the summary
 
 
 @dataclass(frozen=True)
@@ -290,6 +299,7 @@ def step_summary(info: StepInfo, draft: SummaryDraft, *, analyses: int, chunks: 
         expected_rollouts=info.expected,
         missing_parts=info.missing_parts,
         chunks=chunks,
+        health=list(info.health),
     )
 
 
@@ -306,6 +316,7 @@ def empty_summary(info: StepInfo) -> StepSummary:
         expected_rollouts=info.expected,
         missing_parts=info.missing_parts,
         chunks=0,
+        health=list(info.health),
     )
 
 

@@ -10,6 +10,7 @@ from .analyses import (
     HackingPattern,
     RolloutAnalysis,
     RubricFinding,
+    RubricHealth,
     Severity,
     StepSummary,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "RolloutId",
     "Rubric",
     "RubricFinding",
+    "RubricHealth",
     "RubricKind",
     "RubricModification",
     "RubricResult",

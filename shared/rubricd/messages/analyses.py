@@ -57,6 +57,21 @@ class HackingPattern(msgspec.Struct, frozen=True, kw_only=True):
     severity: Severity = Severity.MEDIUM
 
 
+class RubricHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """How one rubric judged a step's training rollouts (ok scores): met in `met_rate` of its `rollouts`, which came
+    in `groups` sample groups (the rollouts that name none count as one group); `groups_with_spread` of them hold
+    both a response that met it and one that did not. `uninformative`: no group has spread (each group's responses
+    all met it, or none did), so it gave the policy no signal to learn from within a group at this step. What to do
+    about it: docs/researchers/groups.md, "Rubric health"."""
+
+    rubric_id: str
+    met_rate: UnitInterval
+    rollouts: int
+    groups: int
+    groups_with_spread: int
+    uninformative: bool
+
+
 class StepSummary(Message, tag="step_summary", frozen=True, kw_only=True):
     """A step's analyses, aggregated; announced to the updater."""
 
@@ -75,3 +90,4 @@ class StepSummary(Message, tag="step_summary", frozen=True, kw_only=True):
     chunks: int = 1
     expected_rollouts: int | None = None  # how many the trainer published, when it said
     missing_parts: int = 0  # closed in parts (StepClosed.parts): the parts that never closed it, e.g. a dead rank
+    health: list[RubricHealth] = []  # each rubric's health over every ok score of the step's training rollouts

@@ -1,0 +1,82 @@
+"""Rubric health, per step: how often each rubric is met, and whether its verdicts differ within sample groups.
+
+GRPO and its kin learn from how rewards differ inside a group: a rubric that every response of a group meets,
+or none does, teaches that group nothing. The scorer adds each training rollout's first ok score to its step's
+health hash (`Keys.rubric_health`, in the commit script, with `increments`); `health` turns the hash into a
+`RubricHealth` per rubric, which the summarizer puts in the step summary and `rubricd rubrics health` and the
+dashboard show. What it means: docs/researchers/groups.md, "Rubric health".
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from .keys import Keys
+from .messages import JudgeStatus, RubricHealth, Score
+
+UNGROUPED = ""  # the group of a step's rollouts that name none
+
+
+def increments(score: Score, group: str | None) -> dict[str, int]:
+    """What one committed score adds to its step's health hash: `n:<group>:<rubric>` for each verdict and
+    `m:<group>:<rubric>` for each one met (a group id holds no ':'). Nothing for a score that is not ok or of an
+    evaluation rollout: neither trains."""
+    if score.status is not JudgeStatus.OK or score.evaluation:
+        return {}
+    out: dict[str, int] = {}
+    for r in score.results:
+        out[f"n:{group or UNGROUPED}:{r.rubric_id}"] = 1
+        if r.met:
+            out[f"m:{group or UNGROUPED}:{r.rubric_id}"] = 1
+    return out
+
+
+@dataclass
+class _Counts:
+    rollouts: int = 0
+    met: int = 0
+    groups: int = 0
+    spread: int = 0
+
+
+def health(fields: Mapping[str, int]) -> list[RubricHealth]:
+    """Each rubric's health from a step's health hash (field -> count), by rubric id."""
+    judged: dict[tuple[str, str], int] = {}
+    met: dict[tuple[str, str], int] = {}
+    for name, count in fields.items():
+        kind, group, rubric_id = name.split(":", 2)
+        (judged if kind == "n" else met)[group, rubric_id] = count
+    rubrics: dict[str, _Counts] = {}
+    for (group, rubric_id), n in judged.items():
+        m = met.get((group, rubric_id), 0)
+        c = rubrics.setdefault(rubric_id, _Counts())
+        c.rollouts, c.met, c.groups, c.spread = c.rollouts + n, c.met + m, c.groups + 1, c.spread + (0 < m < n)
+    return [
+        RubricHealth(
+            rubric_id=rubric_id,
+            met_rate=c.met / c.rollouts,
+            rollouts=c.rollouts,
+            groups=c.groups,
+            groups_with_spread=c.spread,
+            uninformative=c.spread == 0,
+        )
+        for rubric_id, c in sorted(rubrics.items())
+    ]
+
+
+async def read(redis: Redis, keys: Keys, run_id: str, step: int, instance_key: str | None = None) -> list[RubricHealth]:
+    """A step's rubric health (none once its hash has expired, or before its first ok score)."""
+    raw = await redis.hgetall(keys.rubric_health(run_id, step, instance_key))
+    return health({k.decode(): int(v) for k, v in raw.items()})
+
+
+async def steps(redis: Redis, keys: Keys, run_id: str, instance_key: str | None = None) -> list[int]:
+    """The steps of a run (and instance) whose health hash is still kept, in order."""
+    prefix, suffix = keys.rubric_health(run_id, 0, instance_key).rsplit(":0:", 1)
+    found = set()
+    async for key in redis.scan_iter(match=f"{prefix}:*:{suffix}", count=1000):
+        step = key.decode().removeprefix(prefix + ":").removesuffix(":" + suffix)
+        if step.isdigit():
+            found.add(int(step))
+    return sorted(found)
