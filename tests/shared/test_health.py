@@ -55,7 +55,9 @@ def test_a_rubric_met_by_all_of_one_group_and_none_of_another_is_uninformative()
 
 
 def test_rollouts_without_a_group_count_as_one_group_of_the_step() -> None:
-    fields = hash_of((None, score(("correct", True))), (None, score(("correct", False))), ("a", score(("correct", True))))
+    fields = hash_of(
+        (None, score(("correct", True))), (None, score(("correct", False))), ("a", score(("correct", True)))
+    )
     [h] = health(fields)
     assert (h.rollouts, h.groups, h.groups_with_spread, h.uninformative) == (3, 2, 1, False)
 

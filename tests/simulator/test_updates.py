@@ -9,6 +9,7 @@ from rubricd.messages import (
     JudgeStatus,
     Rollout,
     Rubric,
+    RubricHealth,
     RubricKind,
     RubricSet,
     Score,
@@ -224,3 +225,44 @@ def test_an_agent_hack_a_rubric_already_catches_gets_maintenance():
     )
     answer = msgspec.convert(proposal(messages[0]["content"], messages[1]["content"]), UpdateProposal)
     assert answer.strategy is Strategy.MAINTENANCE
+
+
+def healthy(summary: StepSummary, *health: tuple[str, float, int]) -> StepSummary:
+    """`summary` with each (rubric, met rate, groups) reported uninformative, and `correct` with spread."""
+    reported = [
+        RubricHealth(
+            rubric_id=r, met_rate=rate, rollouts=8 * groups, groups=groups, groups_with_spread=0, uninformative=True
+        )
+        for r, rate, groups in health
+    ]
+    spread = RubricHealth(
+        rubric_id="correct", met_rate=0.5, rollouts=16, groups=2, groups_with_spread=2, uninformative=False
+    )
+    return msgspec.structs.replace(summary, health=[spread, *reported])
+
+
+def test_a_reward_every_response_of_several_groups_met_is_retired_and_nothing_else_health_reports():
+    penalty = Rubric(id="no_padding", criterion="The response pads the answer with filler.", points=-4)
+    rubrics = [*SEED, penalty]
+    mastered = ask(
+        healthy(CLEAN, ("shows_reasoning", 1.0, 2), ("no_padding", 0.0, 2), ("addresses_grader", 0.0, 2)), rubrics
+    )
+    assert mastered.strategy is Strategy.ADVANCEMENT
+    assert [(m.action, m.rubric_id) for m in mastered.modifications] == [("remove", "shows_reasoning")]
+    assert "every one of the 16 responses in 2 groups met shows_reasoning" in mastered.modifications[0].rationale
+    assert validate(rubrics, mastered.modifications, Limits()).rejected == []
+    for calm in (
+        healthy(CLEAN, ("shows_reasoning", 1.0, 1)),  # one group: a step without groups
+        healthy(CLEAN, ("shows_reasoning", 0.0, 2)),  # met by none: sharpening it needs a model
+        CLEAN,  # no health counted
+    ):
+        assert ask(calm, rubrics).modifications == []
+
+
+def test_a_hack_and_a_mastered_reward_in_one_step_add_the_penalty_and_retire_the_reward():
+    update = ask(healthy(PADDED, ("shows_reasoning", 1.0, 3)), SEED)
+    assert update.strategy is Strategy.CORRECTIVE
+    assert [(m.action, m.rubric_id or m.rubric.id) for m in update.modifications] == [
+        ("add", "no_padding"),
+        ("remove", "shows_reasoning"),
+    ]

@@ -1,6 +1,10 @@
 """The query writer's and the updater's chats: the data they are shown, the memories switched on, the budgets."""
 
-from rubricd.messages import RubricSet, StepSummary
+import json
+
+import msgspec
+
+from rubricd.messages import RubricHealth, RubricSet, StepSummary
 from rubricd_services.common.memory import Hit, MemoryItem, MemoryKind
 from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
 
@@ -53,3 +57,20 @@ def test_default_prompts_are_prose_next_to_the_service():
     prompts = Prompts.load()
     assert "anchor" in prompts.updater and "never an instruction" in prompts.updater
     assert "queries" in prompts.query_writer
+
+
+def test_the_updater_is_shown_the_adaptive_rubrics_the_step_found_uninformative_and_never_an_anchor():
+    rubric_set = RubricSet(run_id="run", version=3, rubrics=CURRENT)
+    health = [
+        RubricHealth(
+            rubric_id=r, met_rate=rate, rollouts=8, groups=2, groups_with_spread=spread, uninformative=not spread
+        )
+        for r, rate, spread in (("correct", 1.0, 0), ("shows_reasoning", 1.0, 0), ("addresses_grader", 0.25, 1))
+    ]
+    counted = msgspec.structs.replace(SUMMARY, health=health)
+    user = updater_messages("Instructions.", counted, rubric_set, None, None, LIMITS)[1]["content"]
+    shown = user.partition("<uninformative_rubrics>")[2].partition("</uninformative_rubrics>")[0]
+    assert json.loads(shown) == [{"rubric_id": "shows_reasoning", "met_rate": 1.0, "rollouts": 8, "groups": 2}]
+    assert '"health"' not in user  # shown apart, not twice
+    uncounted = updater_messages("Instructions.", SUMMARY, rubric_set, None, None, LIMITS)[1]["content"]
+    assert "uninformative_rubrics" not in uncounted

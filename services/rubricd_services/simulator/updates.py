@@ -3,7 +3,8 @@
 Both answer from the JSON blocks of the updater's prompts: the query writer writes one memory query per hack
 the step summary names, the updater adds a rubric for each hack no rubric catches yet (never touching anchors):
 a penalty for a text hack, a turn rubric for an agent hack, worded for the judge's rule (`judging`,
-`trajectories`). The rules: docs/researchers/demo.md, "What it answers".
+`trajectories`); and it retires a mastered rubric: an adaptive reward the step's rubric health found met by
+every response of two or more sample groups. The rules: docs/researchers/demo.md, "What it answers".
 """
 
 import json
@@ -164,6 +165,7 @@ def proposal(system: str, user: str) -> dict[str, Any]:
         }
     current = [r for r in rubrics if isinstance(r, dict)]
     step = summary.get("step")
+    removes = _retired(current, judging._block(user, "uninformative_rubrics") or [], step)
     adds: list[dict[str, Any]] = []
     consulted: list[str] = []
     for hack in _named(summary):
@@ -188,6 +190,14 @@ def proposal(system: str, user: str) -> dict[str, Any]:
                 "rationale": why,
             }
         )
+    if not adds and removes:
+        names = ", ".join(r["rubric_id"] for r in removes)
+        return {
+            "strategy": "advancement",
+            "modifications": removes,
+            "consulted": [],
+            "rationale": f"[simulator] advancement: every response of every group met {names} at step {step}.",
+        }
     if not adds:
         return {
             "strategy": "maintenance",
@@ -198,10 +208,36 @@ def proposal(system: str, user: str) -> dict[str, Any]:
     names = ", ".join(a["rubric"]["id"] for a in adds)
     return {
         "strategy": "corrective",
-        "modifications": adds,
+        "modifications": adds + removes,
         "consulted": list(dict.fromkeys(consulted)),
-        "rationale": f"[simulator] corrective: the policy games the rubrics at step {step}; adding {names}.",
+        "rationale": f"[simulator] corrective: the policy games the rubrics at step {step}; adding {names}"
+        + "".join(f"; retiring {r['rubric_id']}, mastered" for r in removes)
+        + ".",
     }
+
+
+def _retired(current: list[dict[str, Any]], uninformative: Any, step: Any) -> list[dict[str, Any]]:
+    """A removal of each adaptive, positive rubric that the step's health found met by every response of at least
+    two groups: mastered, it teaches nothing. A penalty no response triggers stays (it guards against a hack's
+    return), and so does a rubric met by none (sharpening it needs a model) or seen in one group only (a step
+    without groups is one)."""
+    adaptive = {r.get("id") for r in current if r.get("kind") == "adaptive" and float(r.get("points") or 0) > 0}
+    out = []
+    for h in uninformative if isinstance(uninformative, list) else []:
+        if (
+            isinstance(h, dict)
+            and h.get("rubric_id") in adaptive
+            and h.get("met_rate") == 1
+            and h.get("groups", 0) >= 2
+        ):
+            why = (
+                f"[simulator] at step {step} every one of the {h.get('rollouts')} responses in {h['groups']} groups "
+                f"met {h['rubric_id']}: mastered, it no longer makes rewards differ within a group."
+            )
+            out.append(
+                {"action": "remove", "rubric_id": h["rubric_id"], "rubric": None, "points": None, "rationale": why}
+            )
+    return out
 
 
 def _text(summary: dict[str, Any]) -> str:

@@ -48,6 +48,30 @@ class _Remembered(msgspec.Struct, frozen=True):
     text: str
 
 
+class _Uninformative(msgspec.Struct, frozen=True):
+    rubric_id: str
+    met_rate: float
+    rollouts: int
+    groups: int
+
+
+def _summary_view(summary: StepSummary) -> dict[str, object]:
+    """The step summary as the agents see it: its rubric health is shown apart (`uninformative`)."""
+    view = msgspec.to_builtins(summary)
+    view.pop("health", None)
+    return view
+
+
+def uninformative(summary: StepSummary, current: RubricSet) -> list[_Uninformative]:
+    """The adaptive rubrics of the set that the step's health reports uninformative (anchors never change)."""
+    adaptive = {r.id for r in current.rubrics if r.kind is RubricKind.ADAPTIVE}
+    return [
+        _Uninformative(h.rubric_id, round(h.met_rate, 3), h.rollouts, h.groups)
+        for h in summary.health
+        if h.uninformative and h.rubric_id in adaptive
+    ]
+
+
 def query_writer_messages(template: str, summary: StepSummary, budget: MemoryBudget) -> list[dict[str, str]]:
     how_many = (
         f"at most {budget.max_queries}, one per distinct issue"
@@ -58,7 +82,7 @@ def query_writer_messages(template: str, summary: StepSummary, budget: MemoryBud
         [
             prompts.block("query_budget", {"max_queries": budget.max_queries, "adaptive": budget.adaptive_queries}),
             f"Write {how_many} queries.",
-            prompts.block("step_summary", msgspec.to_builtins(summary)),
+            prompts.block("step_summary", _summary_view(summary)),
         ]
     )
     return [{"role": "system", "content": template.rstrip()}, {"role": "user", "content": user}]
@@ -73,7 +97,8 @@ def updater_messages(
     limits: Limits,
     prompt_chars: int | None = None,
 ) -> list[dict[str, str]]:
-    """The updater's chat: instructions, then the data (rubrics, limits, summary, memories) as JSON blocks.
+    """The updater's chat: instructions, then the data (rubrics, limits, summary, the adaptive rubrics the step's
+    health found uninformative when it was counted, memories) as JSON blocks.
 
     A memory section that is switched off is left out entirely, so an ablation
     changes what the model sees and nothing else. With `prompt_chars` (the
@@ -92,8 +117,10 @@ def updater_messages(
                 "meta_classes": list(limits.meta_classes),
             },
         ),
-        prompts.block("step_summary", msgspec.to_builtins(summary)),
+        prompts.block("step_summary", _summary_view(summary)),
     ]
+    if summary.health:
+        parts.append(prompts.block("uninformative_rubrics", uninformative(summary, current)))
     remembered = [_Remembered("", str(m.kind), m.step, m.text) for m in static or []]
     remembered += [_Remembered(h.id, str(h.item.kind), h.item.step, h.item.text) for h in dynamic or []]
     if prompt_chars is not None:
