@@ -1,20 +1,24 @@
-"""`rubricd rubrics show | history | diff`: versions written by the store, explained by their announcements or memory."""
+"""`rubricd rubrics show | history | diff | health`: versions written by the store, explained by their announcements or
+memory; each step's rubric health from its health hash."""
 
 import json
 import time
 
 import msgspec
 
-from rubricd import wire
+from rubricd import health, wire
 from rubricd.messages import (
     Action,
     GeneratedBy,
     HackingPattern,
+    JudgeStatus,
     Rubric,
     RubricKind,
     RubricModification,
+    RubricResult,
     RubricSet,
     RubricsUpdated,
+    Score,
     StepSummary,
     Strategy,
 )
@@ -204,3 +208,45 @@ async def test_diff_shows_a_change_the_updater_made_with_its_rationale(
     assert "why: " in added and "summary reports padding" in added.splitlines()[1]
     history = cli("rubrics", "history", "run").stdout
     assert "corrective" in history and "+no_padding" in history
+
+
+async def count_health(redis, keys, run: str, step: int, scored: list[tuple[str | None, dict[str, bool]]]) -> None:
+    """What the scorer's commit adds for each (group, verdicts) of a step."""
+    for group, verdicts in scored:
+        results = [RubricResult(rubric_id=r, met=m, points=1) for r, m in verdicts.items()]
+        score = Score(
+            run_id=run, rollout_id="r", step=step, status=JudgeStatus.OK, reward=1.0, rubric_version=1, results=results
+        )
+        for field, n in health.increments(score, group).items():
+            await redis.hincrby(keys.rubric_health(run, step), field, n)
+
+
+async def test_health_shows_each_step_s_rubrics_marking_the_uninformative_ones(stack, redis, keys, cli):
+    await count_health(
+        redis,
+        keys,
+        "run",
+        2,
+        [("a", {"correct": True, "concise": True}), ("a", {"correct": False, "concise": True})]
+        + [("b", {"correct": True, "concise": True})] * 2,
+    )
+    await count_health(redis, keys, "run", 5, [(None, {"correct": True}), (None, {"correct": False})])
+    text = cli("rubrics", "health", "run").stdout
+    assert text.index("step 2: 2 rubrics, 1 uninformative") < text.index("step 5: 1 rubrics, 0 uninformative")
+    rows = [ln.split() for ln in text.splitlines()]
+    assert ["RUBRIC", "MET", "ROLLOUTS", "SPREAD", "UNINFORMATIVE"] in rows
+    assert ["concise", "1.00", "4", "0/2", "yes"] in rows and ["correct", "0.75", "4", "1/2", "-"] in rows
+    lines = [json.loads(ln) for ln in cli("rubrics", "health", "run", "--step", "5", "--json").stdout.splitlines()]
+    assert lines == [
+        {
+            "step": 5,
+            "rubric_id": "correct",
+            "met_rate": 0.5,
+            "rollouts": 2,
+            "groups": 1,
+            "groups_with_spread": 1,
+            "uninformative": False,
+        }
+    ]
+    missing = cli("rubrics", "health", "run", "--step", "3", check=False)
+    assert missing.returncode == 1 and "no rubric health" in missing.stderr

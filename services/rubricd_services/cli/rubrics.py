@@ -1,9 +1,10 @@
-"""`rubricd rubrics show | history | diff`: a run's rubric set, its versions, and what changed between two
-(`import` and `report`, HealthBench's format in and out: cli.healthbench).
+"""`rubricd rubrics show | history | diff | health`: a run's rubric set, its versions, what changed between two,
+and each step's rubric health (`import` and `report`, HealthBench's format in and out: cli.healthbench).
 
 Versions come from the rubric store; what produced each (step, strategy, each
 modification's rationale) from the RubricsUpdated announcements, or, once the
-announcements stream has been trimmed, from the memory's rubric_update records.
+announcements stream has been trimmed, from the memory's rubric_update records. Rubric health comes from the
+steps' health hashes (rubricd.health), kept as long as the scorer keeps a step's statistics.
 """
 
 import argparse
@@ -11,7 +12,7 @@ from typing import TypedDict
 
 import msgspec
 
-from rubricd import wire
+from rubricd import health, wire
 from rubricd.history import changes, render_change, summary
 from rubricd.messages import RubricSet
 from rubricd.store import RubricStore
@@ -30,6 +31,10 @@ def add(commands: argparse._SubParsersAction) -> None:
     diff = _action(sub, "diff", "rubrics added, removed and modified from version A to B, with why", run_diff)
     diff.add_argument("a", type=int, metavar="A")
     diff.add_argument("b", type=int, metavar="B")
+    checked = _action(
+        sub, "health", "each step's rubric health: met rate, spread within groups, uninformative", run_health
+    )
+    checked.add_argument("--step", type=int, help="this step only (default: every step still kept)")
     healthbench.add(sub)
 
 
@@ -134,6 +139,44 @@ async def run_diff(args: argparse.Namespace, ctx: Context) -> int:
         print(render_change(c))
     if not found:
         print("no difference")
+    return 0
+
+
+async def run_health(args: argparse.Namespace, ctx: Context) -> int:
+    async with ctx.redis() as redis:
+        steps = (
+            [args.step]
+            if args.step is not None
+            else await health.steps(redis, ctx.keys, args.run_id, args.instance_key)
+        )
+        found = {s: await health.read(redis, ctx.keys, args.run_id, s, args.instance_key) for s in steps}
+    found = {s: h for s, h in found.items() if h}
+    if not found:
+        where = f" step {args.step}" if args.step is not None else ""
+        raise Failed(f"run {args.run_id!r}{_of(args.instance_key)}{where} has no rubric health (no ok score kept)")
+    if args.json:
+        print(
+            "\n".join(
+                msgspec.json.encode({"step": s, **msgspec.to_builtins(h)}).decode()
+                for s, hs in found.items()
+                for h in hs
+            )
+        )
+        return 0
+    for s, hs in found.items():
+        uninformative = sum(h.uninformative for h in hs)
+        print(f"step {s}: {len(hs)} rubrics, {uninformative} uninformative")
+        rows = [
+            [
+                h.rubric_id,
+                f"{h.met_rate:.2f}",
+                h.rollouts,
+                f"{h.groups_with_spread}/{h.groups}",
+                "yes" if h.uninformative else "-",
+            ]
+            for h in hs
+        ]
+        print(table(rows, ["RUBRIC", "MET", "ROLLOUTS", "SPREAD", "UNINFORMATIVE"]) + "\n")
     return 0
 
 
