@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from rubricd import RubricdClient, wire
+from rubricd import RubricdClient, health, wire
 from rubricd.arm import PhaseDecision, Plan
 from rubricd.canaries import CanaryStep
 from rubricd.messages import (
@@ -440,3 +440,41 @@ async def test_a_scored_trajectory_is_shown_turn_by_turn_with_the_verdicts_namin
     assert browser.execute_script("return document.body.dataset.injected ?? null") is None
     errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert not errors, errors
+
+
+async def test_the_health_panel_shows_the_latest_step_marking_its_uninformative_rubrics(
+    keys, redis, dashboard, browser
+):
+    """What the scorers count of a step's rubric health (tests/summarizer/test_service.py counts it for real), drawn
+    for the run's latest step with kept rollouts: the rubrics no group's responses differ on marked."""
+    for step in (0, 1):
+        verdicts = [("a", True, True), ("a", False, True), ("b", True, True), ("b", True, True)]
+        for i, (group, correct, reasons) in enumerate(verdicts):
+            results = [
+                RubricResult(rubric_id="correct", met=correct, points=5),
+                RubricResult(rubric_id="shows_reasoning", met=reasons, points=2),
+            ]
+            kept = ScoredRollout(
+                rollout=Rollout(
+                    run_id="healthy", rollout_id=f"s{step}-{i}", step=step, prompt="p", response="a", group=group
+                ),
+                score=Score(
+                    run_id="healthy",
+                    rollout_id=f"s{step}-{i}",
+                    step=step,
+                    status=JudgeStatus.OK,
+                    reward=1.0,
+                    rubric_version=1,
+                    results=results,
+                ),
+            )
+            await redis.xadd(keys.kept_rollouts("healthy"), wire.entry(kept))
+            if step == 1:  # the step before has expired: only the latest is shown
+                for field, n in health.increments(kept.score, group).items():
+                    await redis.hincrby(keys.rubric_health("healthy", step), field, n)
+    browser.get(dashboard + "#run=healthy")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#health tr[data-rubric]"))
+    assert texts(browser, "#health .note") == ["step 1: 1 of 2 rubrics uninformative"]
+    rows = {r.split("\t")[0]: r.split("\t")[1:] for r in texts(browser, "#health tr[data-rubric]")}
+    assert rows == {"correct": ["0.75", "4", "1 of 2", ""], "shows_reasoning": ["1.00", "4", "0 of 2", "uninformative"]}
+    assert attributes(browser, "#health tr.uninformative", "data-rubric") == ["shows_reasoning"]

@@ -1,6 +1,6 @@
 """What the dashboard's routes read: each run's steps tallied from its kept rollouts, one kept rollout with its
-verdicts (rollouts.py), its rubric versions and schedule, the consumer groups and the event tail; and what is kept
-between polls."""
+verdicts (rollouts.py), its rubric versions, schedule and latest step's rubric health, the consumer groups and the
+event tail; and what is kept between polls."""
 
 import asyncio
 import contextlib
@@ -11,7 +11,7 @@ from typing import Any, TypeVar, cast
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import arm, canaries, wire
+from rubricd import arm, canaries, health, wire
 from rubricd.events import matches
 from rubricd.history import changes, render_change, rubric_versions
 from rubricd.keys import Keys
@@ -318,6 +318,7 @@ class Reader:
             "run_id": run_id,
             "steps": tally.rows() if tally is not None else [],
             "versions": await self.versions(run_id),
+            "health": await self.health(run_id, max(tally.steps) if tally and tally.steps else None),
             "schedule": [
                 {"step": d.step, "meta_class": d.meta_class, "reason": d.reason, "strategy": d.strategy}
                 for d in schedule.values()
@@ -339,6 +340,14 @@ class Reader:
             "arm": [t.row(step) for step, t in sorted(arm_tally.steps.items())] if arm_tally else [],
             "arm_phases": [{"step": d.step, "training": d.training, "phase": arm.explain(d)} for d in phases.values()],
         }
+
+    async def health(self, run_id: str, step: int | None) -> dict[str, Any] | None:
+        """The rubric health of the run's latest step with kept rollouts (global sets), counted so far; None
+        before any."""
+        if step is None:
+            return None
+        found = await health.read(self.redis, self.keys, run_id, step)
+        return {"step": step, "rubrics": [msgspec.to_builtins(h) for h in found]} if found else None
 
     async def versions(self, run_id: str) -> list[dict[str, Any]]:
         """The global set's versions, each with the update that made it: step, strategy, changes and why."""

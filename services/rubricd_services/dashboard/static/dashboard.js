@@ -240,6 +240,23 @@ function drawRubrics(steps) {
     ...(more > 0 ? [el("p", { class: "note" }, `and ${more} less judged rubrics`)] : []));
 }
 
+// A rubric no group's responses differ on (all met it, or none) teaches the policy nothing at that step.
+function drawHealth(health) {
+  const box = document.querySelector("#health .table");
+  if (!health) {
+    box.replaceChildren(el("p", { class: "note empty" }, "no rubric health counted yet (ok scores of training rollouts)"));
+    return;
+  }
+  const uninformative = health.rubrics.filter((h) => h.uninformative).length;
+  const head = el("tr", {}, el("th", {}, "rubric"), ["met rate", "rollouts", "groups with spread"].map((h) => el("th", { class: "num" }, h)), el("th", {}, ""));
+  const rows = health.rubrics.map((h) =>
+    el("tr", { "data-rubric": h.rubric_id, class: h.uninformative ? "uninformative" : "" }, el("td", {}, h.rubric_id),
+      el("td", { class: "num" }, fmt(h.met_rate, 2)), el("td", { class: "num" }, h.rollouts),
+      el("td", { class: "num" }, `${h.groups_with_spread} of ${h.groups}`), el("td", {}, h.uninformative ? "uninformative" : "")));
+  box.replaceChildren(el("p", { class: "note" }, `step ${health.step}: ${uninformative} of ${health.rubrics.length} rubrics uninformative`),
+    el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
 function drawVersions(versions) {
   const list = document.querySelector("#versions ol");
   list.replaceChildren(
@@ -442,6 +459,7 @@ async function refresh(mine) {
       drawCanaries(run.canaries, run.canary_drift_since);
       drawArm(run.arm, run.arm_phases);
       drawRubrics(run.steps);
+      drawHealth(run.health);
       drawVersions(run.versions);
       drawRolloutPicker(run.steps, picked.listing);
       drawRollout(picked.view);
