@@ -1,8 +1,7 @@
 """`rubricd serve dashboard`: a live web page of a deployment, for watching a run while it trains.
 
 Per run: each step's mean reward (total, meta-classes, rubrics' met rates), the latest step's rubric health, judge
-failures, rubric versions and
-why they changed, the active meta-class, and any kept rollout with its verdicts (a trajectory turn by turn, beside
+failures, rubric versions and why they changed, the active meta-class, and any kept rollout with its verdicts (a trajectory turn by turn, beside
 each turn the verdicts naming it); for the deployment: consumer groups' pending and lag, and the event tail. It reads only what the services write (rewards from the runs' kept rollouts) and writes nothing, so
 the `cli` Redis user is enough. Served on 127.0.0.1 by default: it has no authentication of its own.
 """
