@@ -4,9 +4,11 @@ import asyncio
 import time
 from collections import Counter
 
+import httpx
+import msgspec
 import pytest
 
-from rubricd import wire
+from rubricd import RubricdClient, health, wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import (
     DeadLetter,
@@ -16,6 +18,7 @@ from rubricd.messages import (
     Rollout,
     RolloutAnalysis,
     Rubric,
+    RubricHealth,
     RubricResult,
     RubricSet,
     Score,
@@ -293,3 +296,52 @@ async def test_a_failed_summary_is_retried_and_then_published_once(
     await drained(redis, keys.steps, SUMMARIZERS, closed)  # and every entry of the step handled: no second summary
     assert await redis.zcard(keys.open_steps) == 0  # left with the summary's commit: the sweep has nothing to retry
     assert await redis.xlen(keys.summaries) == 1
+
+
+async def test_a_step_summary_holds_the_rubric_health_of_every_first_ok_score_of_its_training_rollouts(
+    stack, redis, keys, start_service, start_analyzer, start_summarizer, fresh_ports, metric
+):
+    """Through the real scorer: each rollout's first score is counted in its step's health hash with the score;
+    the summarizer puts each rubric's health in the step summary and on its /metrics."""
+    port = fresh_ports["RUBRICD_METRICS_BASE_PORT"] + 2
+    start_service("scorer")
+    start_analyzer().wait_consuming(stack.redis_url, keys)
+    start_summarizer(metrics_port=port).wait_consuming(stack.redis_url, keys)
+    answers = {"a": ["42", "42", "41", "41"], "b": ["42", "42", "42", "42"]}  # `correct` differs within a only
+    batch = [
+        Rollout(
+            run_id="grp",
+            rollout_id=f"{group}{i}",
+            step=0,
+            prompt="What is 17 + 25?",
+            response=f"The sum is {answer}.",
+            reference="42",
+            group=group,
+            group_size=4,
+        )
+        for group, given in answers.items()
+        for i, answer in enumerate(given)
+    ]
+    evaluation = Rollout(
+        run_id="grp", rollout_id="eval", step=0, prompt="What is 1 + 1?", response="3", evaluation=True
+    )
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        scores = await client.score([*batch, evaluation], timeout=60)
+        again = await client.score_one(msgspec.structs.replace(batch[2], response="The sum is 42."), timeout=30)
+        await client.close_step("grp", 0, rollouts=len(batch))
+    assert again == scores[2]  # its first score, counted once
+    [summary] = await summaries(redis, keys, 1)
+    by_id = {h.rubric_id: h for h in summary.health}
+    expected = health.health(
+        Counter(f for rollout, s in zip(batch, scores) for f in health.increments(s, rollout.group))
+    )
+    assert summary.health == expected and set(by_id) >= {"correct", "addresses_grader"}
+    assert by_id["correct"] == RubricHealth(
+        rubric_id="correct", met_rate=0.75, rollouts=8, groups=2, groups_with_spread=1, uninformative=False
+    )
+    assert by_id["addresses_grader"].met_rate == 0 and by_id["addresses_grader"].uninformative
+    async with httpx.AsyncClient() as http:
+        page = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert metric(page, "rubricd_rubric_met_rate", run_id="grp", rubric_id="correct") == 0.75
+    assert metric(page, "rubricd_rubric_uninformative", run_id="grp", rubric_id="correct") == 0
+    assert metric(page, "rubricd_rubric_uninformative", run_id="grp", rubric_id="addresses_grader") == 1
