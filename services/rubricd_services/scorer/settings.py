@@ -51,8 +51,9 @@ class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSet
     schedule_stats_ttl_s: int = Field(
         7 * 24 * 3600,
         ge=60,
-        description="alternating: a step's per-class statistics (what the schedule reads, `rubricd schedule` shows) "
-        "are kept this long after its last score; about 0.5 KB per step",
+        description="a step's per-class statistics (alternating: what the schedule reads, `rubricd schedule` shows) "
+        "and its rubric health (`rubricd rubrics health`) are kept this long after its last score; about 0.5 KB "
+        "per step, and about 60 bytes per sample group and rubric",
     )
     kept_maxlen: KeptMaxlen = Field(
         20_000,
