@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from . import wire
 from .keys import Keys
 from .messages import JudgeStatus, RubricHealth, Score
 
@@ -68,7 +69,7 @@ def health(fields: Mapping[str, int]) -> list[RubricHealth]:
 async def read(redis: Redis, keys: Keys, run_id: str, step: int, instance_key: str | None = None) -> list[RubricHealth]:
     """A step's rubric health (none once its hash has expired, or before its first ok score)."""
     raw = await redis.hgetall(keys.rubric_health(run_id, step, instance_key))
-    return health({k.decode(): int(v) for k, v in raw.items()})
+    return health({wire.string(k): int(v) for k, v in raw.items()})
 
 
 async def steps(redis: Redis, keys: Keys, run_id: str, instance_key: str | None = None) -> list[int]:
@@ -76,7 +77,7 @@ async def steps(redis: Redis, keys: Keys, run_id: str, instance_key: str | None 
     prefix, suffix = keys.rubric_health(run_id, 0, instance_key).rsplit(":0:", 1)
     found = set()
     async for key in redis.scan_iter(match=f"{prefix}:*:{suffix}", count=1000):
-        step = key.decode().removeprefix(prefix + ":").removesuffix(":" + suffix)
+        step = wire.string(key).removeprefix(prefix + ":").removesuffix(":" + suffix)
         if step.isdigit():
             found.add(int(step))
     return sorted(found)
