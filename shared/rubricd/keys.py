@@ -51,6 +51,9 @@ class Keys:
         self.rubrics_updated = f"{ns}:rubrics-updated"  # RubricsUpdated, updater -> all
         self.events = f"{ns}:events"  # Event, every service -> `tail`
         self.dead_letters = f"{ns}:dead-letters"  # DeadLetter
+        # Sorted set of the sample groups gathering for group judging (their `group` keys), each by when it is
+        # due: its deadline, at once when complete, or when a claim on it runs out (scorer.groups).
+        self.groups_due = f"{ns}:groups-due"
         self._replies = f"{ns}:replies:"
 
     def replies(self, client_id: str) -> str:
@@ -117,6 +120,12 @@ class Keys:
     def score(self, run_id: str, rollout_id: str) -> str:
         """The Score given to a rollout; makes redelivery idempotent (kept the scorer's `answer_ttl_s`)."""
         return f"{self.namespace}:score:{run_id}:{rollout_id}"
+
+    def group(self, run_id: str, step: int, group: str) -> str:
+        """Hash of a sample group gathering for group judging: `m:<rollout id>` -> the member's rollout (wire
+        bytes), `~n` members, `~opened` when the first arrived, `~claimed` once its judging started (a member that
+        arrives later is judged alone), `~claimer` (the consumer of the latest claim), `~claims`; expires with the scores (`answer_ttl_s`)."""
+        return f"{self.namespace}:group:{run_id}:{step}:{group}"
 
     def preference(self, run_id: str, comparison_id: str) -> str:
         """The Preference given to a comparison; makes redelivery idempotent (kept the comparer's `answer_ttl_s`)."""

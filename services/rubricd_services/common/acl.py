@@ -94,9 +94,11 @@ def services(keys: Keys) -> list[User]:
             # statistics: HINCRBYFLOAT; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
             # (GET, SET, DEL); canaries: the run's own set (GET), a step's claim (MULTI: HSETNX, EXPIRE), and its
-            # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events)
+            # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events); group judging's
+            # scripts (scorer.groups: HEXISTS, HGET, HSETNX, HINCRBY, EXPIRE, ZADD, XACK; ZSCORE, EXISTS, ZREM,
+            # HGETALL; HKEYS, HDEL) and its sweep (ZRANGEBYSCORE)
             (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx")
-            + ("watch", "unwatch"),
+            + ("watch", "unwatch", "hexists", "zscore", "exists", "hkeys", "hdel", "zrangebyscore"),
             keys=[
                 *consuming(k, k.rollouts),
                 family(k.score("run", "rollout")),
@@ -105,6 +107,8 @@ def services(keys: Keys) -> list[User]:
                 family(k.kept_rollouts("run")),
                 family(k.verdict("digest")),
                 family(k.canaries("run")),
+                family(k.group("run", 0, "group")),
+                k.groups_due,
                 *generating,
                 rubric_sets,
                 family(k.replies("c")),
