@@ -201,12 +201,14 @@ docs: install
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
 # More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help); Rubric-ARM's
 # generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm; a tool-using agent that learns
-# to fake its calculator's results, caught by a turn rubric: make demo METHOD=agent.
+# to fake its calculator's results, caught by a turn rubric: make demo METHOD=agent. GRPO-style groups of 8
+# responses per prompt, each judged in one call, then the same seed judged one rollout at a time: make demo JUDGE=group.
 # STACK=compose: the same demo against compose.yaml's stack (project rubricd, the default ports), from the public
 # images and the checkout built by Compose; IMAGES=local: from deploy/docker/images.sh's images instead (no registry
 # needed; starts dockerd as root when none answers). Compose is `make compose-tools`'s pinned build.
 STACK := local
-DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
+JUDGE ?= single
+DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) --judge $(JUDGE) $(DEMO_SIZE) $(DEMO_ARGS)
 ifeq ($(filter local compose,$(STACK)),)
 $(error STACK is local or compose, not $(STACK))
 endif
