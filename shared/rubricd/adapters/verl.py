@@ -102,7 +102,7 @@ class VerlReward:
 
         `output`: the AgentLoopOutput `run` returns, its extra fields holding the conversation (messages_field,
         tools_field); `sample`: the dataset fields `run` was called with (data_source, reward_model, extra_info,
-        raw_prompt)."""
+        raw_prompt, and uid: the rollout's group)."""
         info = {
             **(sample.get("extra_info") or {}),
             "uid": sample.get("uid"),  # verl's group of the prompt's rollout.n responses
