@@ -72,19 +72,20 @@ def rows(run: Run) -> list[list[str]]:
     return out
 
 
-def ratio(run: Run) -> str:
-    """Judge prompt tokens per rollout, alone over grouped: how many times fewer group judging sends."""
+def ratio(run: Run, figure: str = "prompt_tokens") -> str:
+    """The judge's `figure` per rollout, grouped and alone, and how many times fewer group judging spends."""
     twin = run.judged_alone
-    grouped, alone = per_rollout(run, "prompt_tokens"), per_rollout(twin, "prompt_tokens") if twin else None
+    grouped, alone = per_rollout(run, figure), per_rollout(twin, figure) if twin else None
     if not grouped or alone is None:
         return "-"
-    return f"{grouped:.0f} vs {alone:.0f} judge prompt tokens per rollout: {alone / grouped:.1f}x fewer"
+    return f"{grouped:.0f} vs {alone:.0f} judge {figure.replace('_', ' ')} per rollout ({alone / grouped:.1f}x fewer)"
 
 
 def summary_lines(run: Run) -> list[str]:
     if run.judged_alone is None:
         return []
-    return [f"  judged in groups of {run.group_size} vs alone ({run.judged_alone.run_id}, same seed): {ratio(run)}"]
+    both = f"{ratio(run)}; {ratio(run, 'completion_tokens')}"
+    return [f"  judged in groups of {run.group_size} vs alone ({run.judged_alone.run_id}, same seed): {both}"]
 
 
 def markdown(run: Run) -> list[str]:
@@ -96,8 +97,10 @@ def markdown(run: Run) -> list[str]:
         "",
         f"The policy samples {run.group_size} responses per prompt; this run judges each group in one call "
         f"(`judge_mode` group), run `{twin.run_id}` (its report beside this one) the same seed one rollout at a "
-        f"time. {ratio(run)}. Per step: the judge's prompt tokens and calls per rollout, the analyst's calls, and "
-        "the hacks' mean reward (the loop still catches a hack when it falls after the update that follows it).",
+        f"time: {ratio(run)}; {ratio(run, 'completion_tokens')}. Judged alone, a response seen before reuses its "
+        "verdict (the judge cache), which a group's call does not. Per step: the judge's prompt tokens and calls per "
+        "rollout, the analyst's calls, and the hacks' mean reward (the loop still catches a hack when it falls after "
+        "the update that follows it).",
         "",
         "| " + " | ".join(headers()) + " |",
         "|---:|" + "---:|" * (len(headers()) - 1),

@@ -95,9 +95,10 @@ class StepRecord:
     turn_rubrics: list[str] = field(default_factory=list)  # the ids of the turn rubrics that scored the step
     examples: list[Example] = field(default_factory=list)  # the first rollout of each behaviour, scored
     # The run's LLM use once the step's update is in (its analyses, summary and update done): per agent, calls
-    # and prompt tokens so far; the report reads each step's share as the difference with the step before.
+    # and tokens so far; the report reads each step's share as the difference with the step before.
     calls: dict[str, int] = field(default_factory=dict)
     prompt_tokens: dict[str, int] = field(default_factory=dict)
+    completion_tokens: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -282,4 +283,5 @@ async def one_step(
         examples=[firsts[b] for b in behaviours if b in firsts],
         calls={u.agent: u.calls for u in spent},
         prompt_tokens={u.agent: u.prompt_tokens for u in spent},
+        completion_tokens={u.agent: u.completion_tokens for u in spent},
     )
