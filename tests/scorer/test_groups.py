@@ -83,10 +83,10 @@ async def test_a_group_split_across_two_scorers_one_killed_holding_members_is_ju
         assert wire.decode(await redis.get(keys.score("run", score.rollout_id)), Score) == score
 
 
-async def test_a_scorer_killed_while_judging_a_group_leaves_it_to_another_once_its_claim_runs_out(
+async def test_a_scorer_killed_while_judging_a_group_leaves_it_to_another_once_its_claim_runs_out(  # its lease: 2 s
     stack, redis, keys, start_scorer, eventually
 ):
-    settings = {"judge_mode": "group", "handler_deadline_s": 5, "judge_cache_ttl_s": 0}
+    settings = {"judge_mode": "group", "reclaim_idle_ms": 2000, "judge_cache_ttl_s": 0}
     scorers = {name: start_scorer(consumer=name, **settings) for name in ("scorer-a", "scorer-b")}
     group = [member(i, extra=SLOW if i == 0 else "") for i in range(8)]
     key = keys.group("run", 0, "g1")

@@ -3,12 +3,17 @@
 A member joins its group's hash (`join`), and its rollouts entry is acked in the same script: from then on the
 hash holds it, whichever process dies. The group is due at its deadline (`group_deadline_s` after its first
 member), or at once when its `group_size` members are in; the process that `claim`s a due group (the one whose
-member completed it, or any scorer's sweep) judges the members it took, and `finish`es it. A claim is a lease:
-if its process dies, the group falls due again when the lease runs out and another scorer claims it, judging
-only the members still without a score. A member that arrives once a claim was made is judged alone.
+member completed it, or any scorer's sweep) judges the members it took, and `finish`es it. A claim is a lease,
+renewed while its process judges (`held`), as the entries in hand are kept from going idle: if the process dies,
+the group falls due again when the lease runs out and another scorer claims it, judging only the members still
+without a score. A member that arrives once a claim was made is judged alone.
 The details: docs/researchers/groups.md, "Group judging"; docs/operators/recover.md, "Delivery".
 """
 
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -59,6 +64,13 @@ end
 return taken
 """
 
+# KEYS: group, due. ARGV: the lease's end, consumer. The claim is renewed if the consumer still holds it.
+_KEEP = """
+if redis.call('HGET', KEYS[1], '~claimer') == ARGV[2] then
+  redis.call('ZADD', KEYS[2], 'XX', ARGV[1], KEYS[1])
+end
+"""
+
 # KEYS: group, due. The members' rollouts are dropped; the hash stays (with `~claimed`) until it expires.
 _FINISH = """
 redis.call('ZREM', KEYS[2], KEYS[1])
@@ -89,6 +101,7 @@ class Gathering:
         self._join = redis.register_script(_JOIN)
         self._claim = redis.register_script(_CLAIM)
         self._finish = redis.register_script(_FINISH)
+        self._keep = redis.register_script(_KEEP)
 
     def key(self, rollout: Rollout) -> str:
         assert rollout.group is not None
@@ -124,6 +137,22 @@ class Gathering:
             return None
         members = sorted((wire.decode(body, Rollout) for body in taken[1:]), key=lambda r: r.rollout_id)
         return Claimed(key, members, int(taken[0]))
+
+    @contextlib.asynccontextmanager
+    async def held(self, key: str) -> AsyncIterator[None]:
+        """While the body judges the group claimed at `key`, its lease is renewed every quarter of it."""
+
+        async def keep() -> None:
+            while True:
+                await asyncio.sleep(self.lease_s / 4)
+                with contextlib.suppress(Exception):  # a missed renewal lets the lease run out: another judges
+                    await self._keep(keys=[key, self.keys.groups_due], args=[time.time() + self.lease_s, self.consumer])
+
+        task = asyncio.create_task(keep())
+        try:
+            yield
+        finally:
+            task.cancel()
 
     async def finish(self, key: str) -> None:
         """The group is judged: no longer due, its rollouts dropped."""

@@ -208,7 +208,7 @@ class Scorer:
             SCORERS,
             clients.consumer,
             deadline_s=settings.group_deadline_s,
-            lease_s=settings.handler_deadline([JUDGE]),
+            lease_s=settings.reclaim_idle_ms / 1000,
             ttl_s=settings.answer_ttl_s,
         )
 
@@ -307,12 +307,13 @@ class Scorer:
         claimed = await self.gathering.claim(key, time.time())
         if claimed is None:
             return
-        keys = [self.keys.score(m.run_id, m.rollout_id) for m in claimed.members]
-        scored = await self.redis.mget(keys) if keys else []
-        todo = [m for m, first in zip(claimed.members, scored, strict=True) if first is None]
-        for part in _parts(todo):
-            await self.judge_group(part, claimed)
-        await self.gathering.finish(key)
+        async with self.gathering.held(key):
+            keys = [self.keys.score(m.run_id, m.rollout_id) for m in claimed.members]
+            scored = await self.redis.mget(keys) if keys else []
+            todo = [m for m, first in zip(claimed.members, scored, strict=True) if first is None]
+            for part in _parts(todo):
+                await self.judge_group(part, claimed)
+            await self.gathering.finish(key)
 
     async def judge_group(self, members: list[Rollout], claimed: Claimed) -> None:
         """Judge members of one group that share their prompt together, and commit each one's score."""
