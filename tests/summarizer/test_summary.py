@@ -199,4 +199,7 @@ def test_a_sampled_step_tells_the_summarizer_what_the_analyses_are_a_sample_of()
     assert '"sample":{"rule":"extremes","analyzed":2,"scored":8}' in user["content"]
     [_, plain] = summary.chunk_messages("i", StepInfo(run_id="r", step=4), [a(1)], 0, 1, 1)
     assert '"sample"' not in plain["content"]
-    assert summary.step_summary(StepInfo(run_id="r", step=4, sampled=sampled), draft("x"), analyses=2, chunks=1).sampled == sampled
+    assert (
+        summary.step_summary(StepInfo(run_id="r", step=4, sampled=sampled), draft("x"), analyses=2, chunks=1).sampled
+        == sampled
+    )

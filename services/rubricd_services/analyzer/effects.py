@@ -276,7 +276,7 @@ class Effects:
     async def due_groups(self, now: float, limit: int = 100) -> list[GroupRef]:
         """Undecided groups that are complete, past their deadline, or whose claim lapsed."""
         members = await self.redis.zrangebyscore(self.keys.analysis_groups, "-inf", now, start=0, num=limit)
-        return [GroupRef.parse(m) for m in members]
+        return [GroupRef.parse(m) for m in cast(list[bytes], members)]
 
     async def claim(self, group: GroupRef, now: float, until: float) -> bool:
         """Take a due group until `until`; False if it is not due, held, decided or gone."""

@@ -27,9 +27,9 @@ from rubricd.keys import ANALYZERS
 from rubricd.messages import Event, EventKind, RolloutAnalysis, Rubric, ScoredRollout
 from rubricd.store import RubricStore
 from rubricd_services.common import events, intake, prompts
+from rubricd_services.common.embedder import EMBEDDER
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.memory import MemoryItem, MemoryKind
-from rubricd_services.common.embedder import EMBEDDER
 from rubricd_services.common.outage import LLM, WEAVIATE
 from rubricd_services.common.service import Clients
 from rubricd_services.common.usage import Metered

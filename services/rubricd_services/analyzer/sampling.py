@@ -6,11 +6,12 @@ always analyzed. How the analyzers gather a group in Redis: `effects`; the docs:
 """
 
 from collections.abc import Mapping
+from typing import Final, Literal
 
 from rubricd.messages import AnalysisSample, Rollout
 
-ALL = "all"
-EXTREMES = "extremes"
+ALL: Final[Literal["all"]] = "all"
+EXTREMES: Final[Literal["extremes"]] = "extremes"
 
 
 def rule(rollout: Rollout, default: AnalysisSample) -> AnalysisSample:

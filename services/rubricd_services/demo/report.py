@@ -278,6 +278,10 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
         out.append("")
         if r.discovered:
             out.append(f"- The policy found a new hack: **{r.discovered}**.")
+        if r.analysis_calls is not None:
+            out.append(
+                f"- Analysis calls: {r.analysis_calls} (the analyzer's, for the step's {sum(r.counts.values())} rollouts)."
+            )
         if r.update:
             u = r.update
             out.append(f"- Step summary: {_md(u.summary) or '(not seen)'}")

@@ -93,6 +93,7 @@ class StepRecord:
     active_meta_class: str | None = None  # alternating: the class the step's Scores name (None: weighted total)
     schedule: str = ""  # alternating: the schedule's decision for the step, and why (rubricd.schedule.explain)
     turn_rubrics: list[str] = field(default_factory=list)  # the ids of the turn rubrics that scored the step
+    analysis_calls: int | None = None  # the analyzer's LLM calls for the step (the run's usage before and after it)
     examples: list[Example] = field(default_factory=list)  # the first rollout of each behaviour, scored
     # The run's LLM use once the step's update is in (its analyses, summary and update done): per agent, calls
     # and prompt tokens so far; the report reads each step's share as the difference with the step before.
@@ -231,6 +232,7 @@ async def train(
 async def one_step(
     client: RubricdClient, announcements: Announcements, policy: Policy, run: Run, step: int, timeout: float
 ) -> StepRecord:
+    calls_before = await analysis_calls(client, run.run_id)
     discovered = policy.explore(step)
     shares = policy.shares()
     mode = run.judge_mode if run.group_size else None
@@ -279,7 +281,14 @@ async def one_step(
         active_meta_class=",".join(active) or None,  # one class: the schedule is decided once per step
         schedule=explain(schedule) if schedule else "",
         turn_rubrics=[r.id for r in scored_with.rubrics if r.scope == "turn"] if scored_with else [],
+        analysis_calls=await analysis_calls(client, run.run_id) - calls_before,
         examples=[firsts[b] for b in behaviours if b in firsts],
         calls={u.agent: u.calls for u in spent},
         prompt_tokens={u.agent: u.prompt_tokens for u in spent},
     )
+
+
+async def analysis_calls(client: RubricdClient, run_id: str) -> int:
+    """The analyzer's LLM calls for the run so far: a step's are all made before its rubric update, which the
+    synchronous loop waits for."""
+    return sum(u.calls for u in await usage.read(client.redis, client.keys, run_id) if u.agent == "analyzer")

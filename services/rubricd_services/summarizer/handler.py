@@ -187,7 +187,9 @@ class Summarizer:
             run_id=state.run_id,
             step=state.step,
             analyses=len(analyses),
-            missing=len(missing) if state.rollout_ids else max(0, (state.expected or 0) - len(analyzed) - len(state.unsampled)),
+            missing=len(missing)
+            if state.rollout_ids
+            else max(0, (state.expected or 0) - len(analyzed) - len(state.unsampled)),
             **({"sampled": f"{sampled.analyzed}/{sampled.scored} ({sampled.rule})"} if sampled else {}),
             hacking=",".join(sorted({p.type for s in summaries for p in s.reward_hacking})),
             **({"parts": state.parts, "missing_parts": state.missing_parts} if state.parts else {}),
