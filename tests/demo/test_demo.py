@@ -226,8 +226,6 @@ def test_a_reduced_demo_run_writes_a_report_of_that_run(stack, keys, service_env
     for agent in ("judge", "analyzer", "summarizer", "query_writer", "updater"):  # every agent's calls and time
         assert re.search(rf"\| {agent} \| rubricd-simulator \| [1-9]\d* \| \d+\.\d s \|", report), agent
     assert "LLM usage (the LLM: rubricd's simulator" in out and "cost of the run: no price" in out
-    calls = re.findall(r"- Analysis calls: (\d+) \(the analyzer's, for the step's 8 rollouts\)", report)
-    assert len(calls) == 3 and all(int(n) >= 8 for n in calls), calls  # every rollout analysed: no groups here
 
     for name in ("rewards.png", "rubrics.png"):
         raw = (folder / name).read_bytes()

@@ -29,6 +29,7 @@ from rubricd import RubricdClient, usage, wire
 from rubricd.keys import Keys
 from rubricd.messages import (
     UPDATE_OUTCOMES,
+    AnalysisSample,
     Event,
     EventKind,
     JudgeMode,
@@ -93,12 +94,12 @@ class StepRecord:
     active_meta_class: str | None = None  # alternating: the class the step's Scores name (None: weighted total)
     schedule: str = ""  # alternating: the schedule's decision for the step, and why (rubricd.schedule.explain)
     turn_rubrics: list[str] = field(default_factory=list)  # the ids of the turn rubrics that scored the step
-    analysis_calls: int | None = None  # the analyzer's LLM calls for the step (the run's usage before and after it)
     examples: list[Example] = field(default_factory=list)  # the first rollout of each behaviour, scored
     # The run's LLM use once the step's update is in (its analyses, summary and update done): per agent, calls
-    # and prompt tokens so far; the report reads each step's share as the difference with the step before.
+    # and tokens so far; the report reads each step's share as the difference with the step before.
     calls: dict[str, int] = field(default_factory=dict)
     prompt_tokens: dict[str, int] = field(default_factory=dict)
+    completion_tokens: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,6 +117,7 @@ class Run:
     method: str = "amaris"  # which task the policy does (TASKS)
     judge_mode: JudgeMode = "single"  # set on every rollout of a grouped run
     group_size: int | None = None  # G responses sampled per prompt (None: one per prompt)
+    analysis_sample: AnalysisSample | None = None  # set on every rollout of a grouped run (None: the analyzers')
     finished_at: float | None = None
     records: list[StepRecord] = field(default_factory=list)
     history: list[RubricSet] = field(default_factory=list)  # every rubric version, oldest first
@@ -232,11 +234,11 @@ async def train(
 async def one_step(
     client: RubricdClient, announcements: Announcements, policy: Policy, run: Run, step: int, timeout: float
 ) -> StepRecord:
-    calls_before = await analysis_calls(client, run.run_id)
     discovered = policy.explore(step)
     shares = policy.shares()
     mode = run.judge_mode if run.group_size else None
-    batch = policy.sample(run.run_id, step, run.rollouts, run.reward_policy, run.group_size, mode)
+    sample = run.analysis_sample if run.group_size else None
+    batch = policy.sample(run.run_id, step, run.rollouts, run.reward_policy, run.group_size, mode, sample)
     scores = await client.score([r for _, r in batch], timeout=timeout)
     await client.close_step(run.run_id, step, rollouts=len(batch))
 
@@ -281,14 +283,8 @@ async def one_step(
         active_meta_class=",".join(active) or None,  # one class: the schedule is decided once per step
         schedule=explain(schedule) if schedule else "",
         turn_rubrics=[r.id for r in scored_with.rubrics if r.scope == "turn"] if scored_with else [],
-        analysis_calls=await analysis_calls(client, run.run_id) - calls_before,
         examples=[firsts[b] for b in behaviours if b in firsts],
         calls={u.agent: u.calls for u in spent},
         prompt_tokens={u.agent: u.prompt_tokens for u in spent},
+        completion_tokens={u.agent: u.completion_tokens for u in spent},
     )
-
-
-async def analysis_calls(client: RubricdClient, run_id: str) -> int:
-    """The analyzer's LLM calls for the run so far: a step's are all made before its rubric update, which the
-    synchronous loop waits for."""
-    return sum(u.calls for u in await usage.read(client.redis, client.keys, run_id) if u.agent == "analyzer")
