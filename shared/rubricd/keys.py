@@ -98,6 +98,23 @@ class Keys:
         """Set of the rollout ids of a step whose analysis was given up on (dead-lettered): not waited for."""
         return f"{self.namespace}:step-given-up:{run_id}:{step}"
 
+    def step_unsampled(self, run_id: str, step: int) -> str:
+        """Hash of the rollout ids of a step that the analysis sample left out (field) and the rule that did
+        (value, e.g. `extremes`): scored, not analyzed, not waited for."""
+        return f"{self.namespace}:step-unsampled:{run_id}:{step}"
+
+    def analysis_group(self, run_id: str, step: int, group: str) -> str:
+        """Hash of one sample group as the analysis sample sees it: under `extremes`, `r:<rollout id>` its reward
+        ('' for none) and `b:<rollout id>` its ScoredRollout (dropped once decided), `n` members arrived,
+        `decided`, `attempts`; under k per group, `p:<rollout id>` 1 if picked, else 0."""
+        return f"{self.namespace}:analysis-group:{run_id}:{step}:{group}"
+
+    @property
+    def analysis_groups(self) -> str:
+        """Sorted set of the sample groups the analyzers have yet to decide (JSON [run_id, step, group]), scored
+        by when one may: the group's deadline, now once it is complete, or when a claim on it ends."""
+        return f"{self.namespace}:analysis-groups"
+
     @property
     def open_steps(self) -> str:
         """Sorted set of open steps ('run_id|step'), scored by their summary deadline."""

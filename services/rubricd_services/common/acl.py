@@ -157,11 +157,16 @@ def services(keys: Keys) -> list[User]:
         ),
         User(
             "analyzer",
-            (*CONSUMER, *LLM_SLOTS, "sadd", "hget"),  # the announce script's SADD; the rollout's rubric set version
+            # the announce script's SADD; the rollout's rubric set version (HGET); the analysis sample's scripts
+            # (HGET, HSETNX, HEXISTS, HKEYS, HDEL, ZSCORE, ZADD, ZREM) and reads (ZRANGEBYSCORE, HGETALL)
+            (*CONSUMER, *LLM_SLOTS, "sadd", "hget", "hsetnx", "hexists", "hkeys", "hdel", "zscore", "zrangebyscore"),
             keys=[
                 *consuming(k, k.scored),
                 family(k.step_analyses("run", 0)),
                 family(k.step_given_up("run", 0)),  # given_up: SADD, EXPIRE
+                family(k.step_unsampled("run", 0)),
+                family(k.analysis_group("run", 0, "group")),
+                k.analysis_groups,
                 k.analyses,
                 *every,
             ],
@@ -176,6 +181,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.step("run", 0)),
                 family(k.step_analyses("run", 0)),
                 family(k.step_given_up("run", 0)),
+                family(k.step_unsampled("run", 0)),  # read: HGETALL
                 k.open_steps,
                 k.summaries,
                 *every,

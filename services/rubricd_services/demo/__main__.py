@@ -70,6 +70,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "per prompt)",
     )
     parser.add_argument(
+        "--analysis-sample",
+        type=lambda v: int(v) if v.isdigit() else v,
+        choices=("all", "extremes", *range(1, 65)),
+        metavar="{all,extremes,K}",
+        help="with --group-size: which responses of each group the analyzers read (set on every rollout): all, "
+        "extremes (each group's best and worst), or K per group; default: the analyzers' RUBRICD_ANALYSIS_SAMPLE",
+    )
+    parser.add_argument(
         "--target", type=float, default=0.9, help="alternating: the report counts steps until a class mean reaches this"
     )
     parser.add_argument(
@@ -119,6 +127,7 @@ def new_run(
         method=args.method,
         judge_mode=judge_mode or args.judge,
         group_size=args.group_size,
+        analysis_sample=args.analysis_sample,
     )
 
 
@@ -139,7 +148,8 @@ async def run_demo(args: argparse.Namespace, run: Run) -> Run:
 
 
 async def train_one(args: argparse.Namespace, run: Run) -> None:
-    groups = f", {run.group_size} per prompt, judge mode {run.judge_mode}" if run.group_size else ""
+    sample = f", analysis sample {run.analysis_sample}" if run.analysis_sample is not None else ""
+    groups = f", {run.group_size} per prompt, judge mode {run.judge_mode}{sample}" if run.group_size else ""
     print(
         f"run {run.run_id} (reward policy {run.reward_policy}{groups}): {run.steps} steps x {run.rollouts} rollouts, "
         f"scored by rubricd at {args.redis_url} (namespace {args.namespace}); to watch it live, run "

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from rubricd.messages import JudgeMode, Rollout, Rubric, TrainingContext
+from rubricd.messages import AnalysisSample, JudgeMode, Rollout, Rubric, TrainingContext
 
 BEHAVIOURS = ("correct", "wrong", "padded", "sycophantic", "judge_addressing", "terse")
 HACKS = ("padded", "sycophantic", "judge_addressing")
@@ -136,9 +136,10 @@ class Policy:
         reward_policy: str | None = None,
         group_size: int | None = None,
         judge_mode: JudgeMode | None = None,
+        analysis_sample: AnalysisSample | None = None,
     ) -> list[tuple[str, Rollout]]:
-        """The step's `n` rollouts as (behaviour, rollout), the behaviours in a seeded order; `reward_policy` and
-        `judge_mode` are set on every rollout (None: the deployment's). With `group_size` G, as GRPO samples: G
+        """The step's `n` rollouts as (behaviour, rollout), the behaviours in a seeded order; `reward_policy`,
+        `judge_mode` and `analysis_sample` are set on every rollout (None: the deployment's). With `group_size` G, as GRPO samples: G
         responses per prompt, each group named on its rollouts (the last one smaller if G does not divide n)."""
         behaviours = [b for b, k in counts(self.shares(), n, self.task.behaviours).items() for _ in range(k)]
         self._rng.shuffle(behaviours)
@@ -160,6 +161,7 @@ class Policy:
                 metadata={"behaviour": behaviour},
                 reward_policy=reward_policy,
                 judge_mode=judge_mode,
+                analysis_sample=analysis_sample,
                 group=None if g is None else f"s{step}-p{g}",
                 group_size=None if g is None or not group_size else min(group_size, n - g * group_size),
                 **answer,

@@ -15,6 +15,7 @@ import msgspec
 
 from rubricd.messages import Action, EventKind, RubricModification
 from rubricd.usage import AgentUsage, total_cost
+from rubricd_services.analyzer.analysis import ANALYZER
 from rubricd_services.common.settings import LLMSettings, Price
 
 from . import compare, judging, plots, transcript
@@ -230,7 +231,10 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
         f"- rollouts per step: {run.rollouts}",
         f"- seed: {run.seed}, policy learning rate: {run.learning_rate}",
         *(
-            [f"- {run.group_size} responses per prompt (a sample group each), judge mode `{run.judge_mode}`"]
+            [
+                f"- {run.group_size} responses per prompt (a sample group each), judge mode `{run.judge_mode}`, "
+                f"analysis sample `{'default' if run.analysis_sample is None else run.analysis_sample}`"
+            ]
             if run.group_size
             else []
         ),
@@ -273,11 +277,14 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
     if task.agent:
         out += ["", *transcript.markdown(run)]
     out += ["", "## What each step's summary said and what the updater did", ""]
-    for r in run.records:
+    analysis_calls = judging.spent(run, ANALYZER, "calls")
+    for i, r in enumerate(run.records):
         out.append(f"### Step {r.step} (scored with rubric {versions(r)})")
         out.append("")
         if r.discovered:
             out.append(f"- The policy found a new hack: **{r.discovered}**.")
+        if r.calls:
+            out.append(f"- Analysis calls: {analysis_calls[i]} for {sum(r.counts.values())} rollouts.")
         if r.update:
             u = r.update
             out.append(f"- Step summary: {_md(u.summary) or '(not seen)'}")

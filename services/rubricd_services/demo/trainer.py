@@ -29,6 +29,7 @@ from rubricd import RubricdClient, usage, wire
 from rubricd.keys import Keys
 from rubricd.messages import (
     UPDATE_OUTCOMES,
+    AnalysisSample,
     Event,
     EventKind,
     JudgeMode,
@@ -116,6 +117,7 @@ class Run:
     method: str = "amaris"  # which task the policy does (TASKS)
     judge_mode: JudgeMode = "single"  # set on every rollout of a grouped run
     group_size: int | None = None  # G responses sampled per prompt (None: one per prompt)
+    analysis_sample: AnalysisSample | None = None  # set on every rollout of a grouped run (None: the analyzers')
     finished_at: float | None = None
     records: list[StepRecord] = field(default_factory=list)
     history: list[RubricSet] = field(default_factory=list)  # every rubric version, oldest first
@@ -235,7 +237,8 @@ async def one_step(
     discovered = policy.explore(step)
     shares = policy.shares()
     mode = run.judge_mode if run.group_size else None
-    batch = policy.sample(run.run_id, step, run.rollouts, run.reward_policy, run.group_size, mode)
+    sample = run.analysis_sample if run.group_size else None
+    batch = policy.sample(run.run_id, step, run.rollouts, run.reward_policy, run.group_size, mode, sample)
     scores = await client.score([r for _, r in batch], timeout=timeout)
     await client.close_step(run.run_id, step, rollouts=len(batch))
 

@@ -15,7 +15,15 @@ from typing import Annotated
 
 import msgspec
 
-from rubricd.messages import HackingEvidence, HackingPattern, RolloutAnalysis, RubricFinding, Severity, StepSummary
+from rubricd.messages import (
+    HackingEvidence,
+    HackingPattern,
+    RolloutAnalysis,
+    RubricFinding,
+    Severity,
+    StepSample,
+    StepSummary,
+)
 from rubricd_services.common import prompts
 
 # The agents: settings `agents.<name>`, prompts prompts/<name>.md.
@@ -62,6 +70,7 @@ class StepInfo:
     expected: int | None = None  # rollouts the trainer published, if it said
     missing: tuple[str, ...] = ()
     missing_parts: int = 0  # closed in parts: the parts that never closed the step
+    sampled: StepSample | None = None  # the analyses are a sample of the step's scored rollouts: which
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,12 @@ class _StepView(msgspec.Struct, frozen=True, kw_only=True):
     chunk: int | None = None
     chunks: int | None = None
     hacking_rollouts: dict[str, int] = {}  # hacking type -> the analyses that report it, most reported first
+
+
+class _SampledStepView(_StepView, frozen=True, kw_only=True):
+    """A step whose analyses are a sample of its scored rollouts (StepSample: the rule, analyzed of scored)."""
+
+    sample: StepSample
 
 
 class _AnalysisView(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,7 +170,7 @@ def _step_view(
     chunks: int | None = None,
     hacking: dict[str, int] | None = None,
 ) -> _StepView:
-    return _StepView(
+    view = _StepView(
         run_id=info.run_id,
         step=info.step,
         instance_key=info.instance_key,
@@ -166,6 +181,9 @@ def _step_view(
         chunks=chunks,
         hacking_rollouts=hacking or {},
     )
+    if info.sampled is None:
+        return view
+    return _SampledStepView(**msgspec.structs.asdict(view), sample=info.sampled)
 
 
 def data_chars(template: str, prompt_chars: int | None) -> int | None:
@@ -286,6 +304,7 @@ def step_summary(info: StepInfo, draft: SummaryDraft, *, analyses: int, chunks: 
         evolution_plan=list(draft.evolution_plan),
         memory_entry=draft.memory_entry,
         analyses=analyses,
+        sampled=info.sampled,
         missing_rollouts=list(info.missing),
         expected_rollouts=info.expected,
         missing_parts=info.missing_parts,
@@ -302,6 +321,7 @@ def empty_summary(info: StepInfo) -> StepSummary:
         executive_summary=text,
         memory_entry=text,
         analyses=0,
+        sampled=info.sampled,
         missing_rollouts=list(info.missing),
         expected_rollouts=info.expected,
         missing_parts=info.missing_parts,

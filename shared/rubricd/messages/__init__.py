@@ -11,6 +11,7 @@ from .analyses import (
     RolloutAnalysis,
     RubricFinding,
     Severity,
+    StepSample,
     StepSummary,
 )
 from .arm import ArmReward, ArmRollout, ModelName, PairOutcome, Phase, RewardedArmRollout
@@ -115,6 +116,7 @@ __all__ = [
     "ScoredRollout",
     "Severity",
     "StepClosed",
+    "StepSample",
     "StepSummary",
     "Strategy",
     "TrainingContext",
