@@ -22,7 +22,7 @@ class AnalyzerSettings(ServiceSettings):
         "rollouts without a group are all analyzed",
     )
     group_deadline_s: float = Field(
-        60.0,
+        30.0,
         gt=0,
         description="extremes: a group not complete this long after its first member arrived (no group_size, or "
         "members lost) is decided with the members that did; keep it well under the summarizer's step_deadline_s",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
-from rubricd.messages import JudgeMode
+from rubricd.messages import AnalysisSample, JudgeMode
 from rubricd.usage import AgentUsage
 from rubricd_services.common.settings import ServiceSettings, load
 
@@ -75,7 +75,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("all", "extremes", *range(1, 65)),
         metavar="{all,extremes,K}",
         help="with --group-size: which responses of each group the analyzers read (set on every rollout): all, "
-        "extremes (each group's best and worst), or K per group; default: the analyzers' RUBRICD_ANALYSIS_SAMPLE",
+        "extremes (each group's best and worst), or K per group; default: extremes with --judge group (its twin "
+        "judged alone analyses all), else the analyzers' RUBRICD_ANALYSIS_SAMPLE",
     )
     parser.add_argument(
         "--target", type=float, default=0.9, help="alternating: the report counts steps until a class mean reaches this"
@@ -100,8 +101,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--judge group goes with --method amaris or agent (Rubric-ARM judges pairs)")
     if args.judge == "group" and args.policy == "alternating":
         parser.error("--judge group compares with single judging on the same seed; run it with --policy weighted_sum")
-    if args.group_size is None and args.judge == "group":
-        args.group_size = 8
+    if args.judge == "group":
+        args.group_size = args.group_size or 8
+        args.analysis_sample = args.analysis_sample or "extremes"
     if args.group_size is not None and args.group_size < 1:
         parser.error("--group-size must be >= 1")
     return args
@@ -112,6 +114,7 @@ def new_run(
     run_id: str | None = None,
     reward_policy: str | None = None,
     judge_mode: JudgeMode | None = None,
+    analysis_sample: AnalysisSample | None = None,
 ) -> Run:
     return Run(
         run_id=run_id or args.run_id or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime()),
@@ -127,7 +130,7 @@ def new_run(
         method=args.method,
         judge_mode=judge_mode or args.judge,
         group_size=args.group_size,
-        analysis_sample=args.analysis_sample,
+        analysis_sample=analysis_sample or args.analysis_sample,
     )
 
 
@@ -141,7 +144,8 @@ async def run_demo(args: argparse.Namespace, run: Run) -> Run:
         print()
         await train_one(args, run.compared_with)
     if run.judge_mode == "group" and run.error is None:
-        run.judged_alone = new_run(args, run_id=f"{run.run_id}-single", judge_mode="single")
+        # The defaults beside the group-aware choices: each rollout judged alone, and analysed.
+        run.judged_alone = new_run(args, run_id=f"{run.run_id}-single", judge_mode="single", analysis_sample="all")
         print()
         await train_one(args, run.judged_alone)
     return run

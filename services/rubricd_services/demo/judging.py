@@ -96,8 +96,9 @@ def markdown(run: Run) -> list[str]:
         "## Judged as groups, beside judged alone",
         "",
         f"The policy samples {run.group_size} responses per prompt; this run judges each group in one call "
-        f"(`judge_mode` group), run `{twin.run_id}` (its report beside this one) the same seed one rollout at a "
-        f"time: {ratio(run)}; {ratio(run, 'completion_tokens')}. Judged alone, a response seen before reuses its "
+        f"(`judge_mode` group) and analyses the sample `{run.analysis_sample}` of each group, run `{twin.run_id}` "
+        f"(its report beside this one) the same seed with the defaults: one rollout judged at a time, and "
+        f"`{twin.analysis_sample}` analysed: {ratio(run)}; {ratio(run, 'completion_tokens')}. Judged alone, a response seen before reuses its "
         "verdict (the judge cache), which a group's call does not. Per step: the judge's prompt tokens and calls per "
         "rollout, the analyst's calls, and the hacks' mean reward (the loop still catches a hack when it falls after "
         "the update that follows it).",
