@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import cast
 
 from redis.asyncio import Redis
 
@@ -127,8 +128,8 @@ class Gathering:
 
     async def due(self, now: float, limit: int) -> list[str]:
         """The keys of the groups due at `now` (claimed by no one, or their claim ran out), oldest first."""
-        found = await self.redis.zrangebyscore(self.keys.groups_due, "-inf", now, start=0, num=limit)
-        return [k.decode() if isinstance(k, bytes) else k for k in found]
+        found = cast(list[bytes], await self.redis.zrangebyscore(self.keys.groups_due, "-inf", now, start=0, num=limit))
+        return [k.decode() for k in found]
 
     async def claim(self, key: str, now: float) -> Claimed | None:
         """The group at `key` with its members, claimed for `lease_s`; None if it is not due (or is gone)."""

@@ -4,7 +4,7 @@ All are frozen msgspec Structs tagged by a `type` field; schemas evolve only
 additively (new fields have defaults).
 """
 
-from ._base import InstanceKey, Message, RolloutId, RunId
+from ._base import GroupId, InstanceKey, Message, RolloutId, RunId
 from .analyses import (
     HackingEvidence,
     HackingPattern,
@@ -69,6 +69,7 @@ __all__ = [
     "UPDATE_OUTCOMES",
     "Action",
     "AnalysisSample",
+    "GroupId",
     "GroupJudged",
     "JudgeMode",
     "Function",
