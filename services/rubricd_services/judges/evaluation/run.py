@@ -85,7 +85,7 @@ class Config:
 @dataclass(frozen=True)
 class Judged:
     """One item as the judge saw it: its verdicts (empty: the call failed, `error` says why) and rewards. Judged
-    with its group, the item's calls and tokens are its share: the group's divided by its members."""
+    with its group, its calls and tokens are the group's, made for `share` items."""
 
     item_id: str
     labels: dict[str, bool]
@@ -95,9 +95,10 @@ class Judged:
     reward: float | None = None
     error: str | None = None
     seconds: float = 0.0  # judging the item (its group): its one call, or its calls made at once
-    calls: float = 0.0
-    prompt_tokens: float = 0  # of all its calls
-    completion_tokens: float = 0
+    calls: int = 0
+    prompt_tokens: int = 0  # of all its calls
+    completion_tokens: int = 0
+    share: int = 1  # the items its calls judged: its group's members, or itself
     graders: dict[str, list[bool]] = field(default_factory=dict)  # several graders' labels, where given
     # A trajectory's turn rubrics labelled turn by turn: per rubric id, the policy turns labelled met and those
     # the judge named met; and the policy turns.
@@ -209,8 +210,7 @@ async def judge_all(llm: LLMClient, config: Config, items: Sequence[Item]) -> li
 def judged(
     item: Item, rollout: Rollout, score: Score, seconds: float, calls: Sequence[Completion[object]], share: int = 1
 ) -> Judged:
-    """The item as judged: the score's verdicts against the labels, and its share of `calls` (made for `share`
-    items)."""
+    """The item as judged: the score's verdicts against the labels, and `calls` (made for `share` items)."""
     labelled_reward = policy(POLICY)(item.rubrics, item.labels).total
     return Judged(
         item_id=item.id,
@@ -221,9 +221,10 @@ def judged(
         reward=score.reward,
         error=score.error,
         seconds=seconds,
-        calls=len(calls) / share,
-        prompt_tokens=sum(c.prompt_tokens for c in calls) / share,
-        completion_tokens=sum(c.completion_tokens for c in calls) / share,
+        calls=len(calls),
+        prompt_tokens=sum(c.prompt_tokens for c in calls),
+        completion_tokens=sum(c.completion_tokens for c in calls),
+        share=share,
         graders=dict(item.graders),
         turn_labels={k: list(v.met_turns) for k, v in item.turn_labels.items()},
         met_turns={r.rubric_id: list(r.met_turns) for r in score.results if r.rubric_id in item.turn_labels},
@@ -287,7 +288,8 @@ def report(
         for t in j.policy_turns
     ]
     price = prices.get(config.llm.model)
-    prompt_tokens, completion_tokens = sum(j.prompt_tokens for j in judged), sum(j.completion_tokens for j in judged)
+    prompt_tokens = sum(j.prompt_tokens / j.share for j in judged)
+    completion_tokens = sum(j.completion_tokens / j.share for j in judged)
     return Report(
         name=config.name,
         model=config.llm.model,
@@ -304,14 +306,14 @@ def report(
         reward_error=figures.mean([abs(j.reward - j.labelled_reward) for j in answered if j.reward is not None]),
         latency_p50_s=figures.percentile([j.seconds for j in judged], 50),
         latency_p95_s=figures.percentile([j.seconds for j in judged], 95),
-        prompt_tokens_per_call=figures.mean([j.prompt_tokens for j in calls]),
-        completion_tokens_per_call=figures.mean([j.completion_tokens for j in calls]),
+        prompt_tokens_per_call=figures.mean([j.prompt_tokens / j.share for j in calls]),
+        completion_tokens_per_call=figures.mean([j.completion_tokens / j.share for j in calls]),
         cost=None if price is None else price.cost(round(prompt_tokens), round(completion_tokens)),
         judged=list(judged),
         pairwise=figures.agreement(pairwise) if pairwise else None,
         graders_pairwise=figures.agreement(among) if among else None,
         turns=figures.agreement(turns) if turns else None,
-        calls_per_rollout=figures.mean([j.calls for j in judged]),
-        prompt_tokens_per_rollout=figures.mean([j.prompt_tokens for j in judged]),
+        calls_per_rollout=figures.mean([j.calls / j.share for j in judged]),
+        prompt_tokens_per_rollout=figures.mean([j.prompt_tokens / j.share for j in judged]),
         wall_s=wall_s,
     )
