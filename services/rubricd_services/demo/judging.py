@@ -78,7 +78,8 @@ def ratio(run: Run, figure: str = "prompt_tokens") -> str:
     grouped, alone = per_rollout(run, figure), per_rollout(twin, figure) if twin else None
     if not grouped or alone is None:
         return "-"
-    return f"{grouped:.0f} vs {alone:.0f} judge {figure.replace('_', ' ')} per rollout ({alone / grouped:.1f}x fewer)"
+    times = f"{alone / grouped:.1f}x fewer" if alone >= grouped else f"{grouped / alone:.1f}x more"
+    return f"{grouped:.0f} vs {alone:.0f} judge {figure.replace('_', ' ')} per rollout ({times})"
 
 
 def summary_lines(run: Run) -> list[str]:
