@@ -172,9 +172,11 @@ MODEL ?= simulator
 LABELLED ?= services/rubricd_services/judges/evaluation/data/judge-set.jsonl
 JUDGE_EVAL_ENV := RUBRICD_STACK_DIR=$(CURDIR)/.stack/judge-eval RUBRICD_SIMULATOR_PORT=8096 RUBRICD_MODEL_PORT=8095
 # JUDGES: more --judge options, each a variant of MODEL's judge (e.g. JUDGES="calls=per_rubric explain=false");
-# ONLY: text or trajectories, the items of that kind alone.
+# ONLY: text, trajectories or groups, the items of that kind alone; MODES: judge modes side by side (e.g.
+# MODES=single,group,votes: each item alone, each sample group in one call, 3 votes a rollout).
 JUDGES ?=
 ONLY ?=
+MODES ?=
 judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	@local="base_url=http://127.0.0.1:8095/v1,output_mode=json_schema,strict=false,context_tokens=8192,max_retries=2,concurrency=2"; \
 	case "$(MODEL)" in \
@@ -187,7 +189,7 @@ judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	trap '$(JUDGE_EVAL_ENV) $(STACK_SH) down' EXIT; \
 	$(JUDGE_EVAL_ENV) RUBRICD_LOCAL_MODEL=$$([ $(MODEL) = qwen ] && echo qwen || echo smollm2) \
 	  RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK_SH) up $$component && \
-	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) $(if $(ONLY),--only $(ONLY)) --png build/judge-eval.png
+	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) $(if $(ONLY),--only $(ONLY)) $(if $(MODES),--modes $(MODES)) --png build/judge-eval.png
 
 schemas: install
 	$(PY) -m rubricd.schema shared/schemas/rubricd.schema.json
@@ -201,12 +203,14 @@ docs: install
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
 # More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help); Rubric-ARM's
 # generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm; a tool-using agent that learns
-# to fake its calculator's results, caught by a turn rubric: make demo METHOD=agent.
+# to fake its calculator's results, caught by a turn rubric: make demo METHOD=agent. GRPO-style groups of 8
+# responses per prompt, each judged in one call, then the same seed judged one rollout at a time: make demo JUDGE=group.
 # STACK=compose: the same demo against compose.yaml's stack (project rubricd, the default ports), from the public
 # images and the checkout built by Compose; IMAGES=local: from deploy/docker/images.sh's images instead (no registry
 # needed; starts dockerd as root when none answers). Compose is `make compose-tools`'s pinned build.
 STACK := local
-DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) $(DEMO_SIZE) $(DEMO_ARGS)
+JUDGE ?= single
+DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) --judge $(JUDGE) $(DEMO_SIZE) $(DEMO_ARGS)
 ifeq ($(filter local compose,$(STACK)),)
 $(error STACK is local or compose, not $(STACK))
 endif

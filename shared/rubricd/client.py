@@ -105,6 +105,23 @@ def checked(message: Request) -> bytes:
     return data
 
 
+def grouped(rollouts: Sequence[Rollout]) -> None:
+    """Raise InvalidRollout if the rollouts of one sample group (run, step, group) disagree on its size, or are more
+    than it (a rollout id counted once): a batch the scorer could not judge as the trainer meant."""
+    members: dict[tuple[str, int, str], dict[str, int | None]] = {}
+    for r in rollouts:
+        if r.group is not None:
+            members.setdefault((r.run_id, r.step, r.group), {})[r.rollout_id] = r.group_size
+    for (run, step, group), sizes in members.items():
+        given = sorted({s for s in sizes.values() if s is not None})
+        if len(given) > 1:
+            raise InvalidRollout(f"group {group!r} of run {run!r} step {step}: its rollouts give sizes {given}")
+        if given and len(sizes) > given[0]:
+            raise InvalidRollout(
+                f"group {group!r} of run {run!r} step {step}: {len(sizes)} rollouts, more than its size {given[0]}"
+            )
+
+
 def _awaited(message: Request) -> _Key:
     """What answers `message`: its reply's kind, run and id."""
     match message:
@@ -188,9 +205,10 @@ class RubricdClient:
         """Publish every rollout at once and return their scores, in order.
 
         Raises InvalidRollout, before publishing any, if one breaks the schema
-        (an id outside its alphabet, a negative step, ...); ScoreTimeout if some get no score within `timeout`
-        (default: the client's).
+        (an id outside its alphabet, a negative step, ...) or a sample group's rollouts disagree on its size or
+        outnumber it; ScoreTimeout if some get no score within `timeout` (default: the client's).
         """
+        grouped(rollouts)
         return await self._request(rollouts, self.keys.rollouts, "rollout", ScoreTimeout, timeout)
 
     async def compare(self, comparisons: Sequence[Comparison], *, timeout: float | None = None) -> list[Preference]:

@@ -51,6 +51,9 @@ class Keys:
         self.rubrics_updated = f"{ns}:rubrics-updated"  # RubricsUpdated, updater -> all
         self.events = f"{ns}:events"  # Event, every service -> `tail`
         self.dead_letters = f"{ns}:dead-letters"  # DeadLetter
+        # Sorted set of the sample groups gathering for group judging (their `group` keys), each by when it is
+        # due: its deadline, at once when complete, or when a claim on it runs out (scorer.groups).
+        self.groups_due = f"{ns}:groups-due"
         self._replies = f"{ns}:replies:"
 
     def replies(self, client_id: str) -> str:
@@ -95,6 +98,23 @@ class Keys:
         """Set of the rollout ids of a step whose analysis was given up on (dead-lettered): not waited for."""
         return f"{self.namespace}:step-given-up:{run_id}:{step}"
 
+    def step_unsampled(self, run_id: str, step: int) -> str:
+        """Hash of the rollout ids of a step that the analysis sample left out (field) and the rule that did
+        (value, e.g. `extremes`): scored, not analyzed, not waited for."""
+        return f"{self.namespace}:step-unsampled:{run_id}:{step}"
+
+    def analysis_group(self, run_id: str, step: int, group: str) -> str:
+        """Hash of one sample group as the analysis sample sees it: under `extremes`, `r:<rollout id>` its reward
+        ('' for none) and `b:<rollout id>` its ScoredRollout (dropped once decided), `n` members arrived,
+        `decided`, `attempts`; under k per group, `p:<rollout id>` 1 if picked, else 0."""
+        return f"{self.namespace}:analysis-group:{run_id}:{step}:{group}"
+
+    @property
+    def analysis_groups(self) -> str:
+        """Sorted set of the sample groups the analyzers have yet to decide (JSON [run_id, step, group]), scored
+        by when one may: the group's deadline, now once it is complete, or when a claim on it ends."""
+        return f"{self.namespace}:analysis-groups"
+
     @property
     def open_steps(self) -> str:
         """Sorted set of open steps ('run_id|step'), scored by their summary deadline."""
@@ -117,6 +137,12 @@ class Keys:
     def score(self, run_id: str, rollout_id: str) -> str:
         """The Score given to a rollout; makes redelivery idempotent (kept the scorer's `answer_ttl_s`)."""
         return f"{self.namespace}:score:{run_id}:{rollout_id}"
+
+    def group(self, run_id: str, step: int, group: str) -> str:
+        """Hash of a sample group gathering for group judging: `m:<rollout id>` -> the member's rollout (wire
+        bytes), `~n` members, `~opened` when the first arrived, `~claimed` once its judging started (a member that
+        arrives later is judged alone), `~claimer` (the consumer of the latest claim), `~claims`; expires with the scores (`answer_ttl_s`)."""
+        return f"{self.namespace}:group:{run_id}:{step}:{group}"
 
     def preference(self, run_id: str, comparison_id: str) -> str:
         """The Preference given to a comparison; makes redelivery idempotent (kept the comparer's `answer_ttl_s`)."""

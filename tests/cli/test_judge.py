@@ -91,4 +91,28 @@ def test_the_projects_trajectories_alone_with_the_trajectory_probe(cli):
     probes = {line.split()[1]: line.split()[-1] for line in table.split("probes\n")[1].splitlines()[1:]}
     assert probes["contradicted_result"] == "ok"
     text = json.loads(cli("judge", "eval", SET, "--only", "text", "--json").stdout)[0]
-    assert text["items"] == 66 and text["turns"] is None
+    assert text["items"] == 113 and text["turns"] is None
+
+
+def test_judge_modes_side_by_side_on_the_projects_sample_groups(cli):
+    """--modes judges the labelled groups once per mode: the same verdicts from the simulator (its content rules
+    see one response at a time), and a group's call judging its six to eight responses at once."""
+    done = cli("judge", "eval", SET, "--only", "groups", "--modes", "single,group,votes", "--json")
+    single, group, votes = json.loads(done.stdout)
+    assert [r["name"] for r in (single, group, votes)] == ["judge/single", "judge/group", "judge/votes3"]
+    assert {r["items"] for r in (single, group, votes)} == {101} and group["overall"] == single["overall"]
+    assert (single["calls_per_rollout"], votes["calls_per_rollout"]) == (1.0, 3.0)
+    assert group["calls_per_rollout"] == pytest.approx(17 / 101)  # one call for each of the 17 groups
+    assert group["prompt_tokens_per_rollout"] * 2 < single["prompt_tokens_per_rollout"]
+    table = cli("judge", "eval", SET, "--only", "groups", "--modes", "single,group+votes3").stdout
+    side = table.split("judge modes side by side (per rollout: an item)\n")[1].split("\n\n")[0].splitlines()
+    assert side[0].split() == [
+        *("judge", "judge_mode", "items", "failed", "acc", "kappa", "reward_err"),
+        *("calls/rollout", "prompt_tok/rollout", "wall_s"),
+    ]
+    assert [line.split()[:3] for line in side[1:]] == [
+        ["judge/single", "single", "101"],
+        ["judge/group+votes3", "group+votes3", "101"],
+    ]
+    refused = cli("judge", "eval", SET, "--modes", "single,pairs", check=False)
+    assert refused.returncode == 2 and "a mode is single, group" in refused.stderr

@@ -69,6 +69,10 @@ def allows(name: str, key: str) -> bool:
         ("analyzer", keys.rubric_set("run")),
         ("analyzer", keys.step_given_up("run", 3)),
         ("summarizer", keys.step_given_up("run", 3)),
+        ("analyzer", keys.step_unsampled("run", 3)),  # the analysis sample: the rollouts it left out
+        ("analyzer", keys.analysis_group("run", 3, "g1")),
+        ("analyzer", keys.analysis_groups),
+        ("summarizer", keys.step_unsampled("run", 3)),
         ("summarizer", keys.step("run", 3, "instance")),
         ("summarizer", keys.failure(keys.analyses, "1-0")),
         ("summarizer", keys.open_steps),
@@ -107,6 +111,7 @@ def test_each_role_reaches_the_keys_it_uses(name: str, key: str) -> None:
         ("trainer", keys.kept_comparisons("run")),  # a run's judged comparisons are read by `rubricd export`
         ("analyzer", keys.accuracy("run")),
         ("summarizer", keys.rubric_set("run")),
+        ("summarizer", keys.analysis_group("run", 3, "g1")),  # groups are the analyzers' to decide
         ("updater", keys.replies("trainer-abc")),
         ("trainer", keys.replies("c-abc")),
         ("trainer", keys.replies("trainer_b-abc")),  # trainer `trainer_b`'s, though it starts with `trainer`

@@ -5,7 +5,17 @@ import httpx
 import msgspec
 
 from rubricd import wire
-from rubricd.messages import Function, JudgeStatus, Rollout, Score, ScoredRollout, ToolCall, Turn
+from rubricd.messages import (
+    Function,
+    GroupJudged,
+    JudgeStatus,
+    Rollout,
+    RubricResult,
+    Score,
+    ScoredRollout,
+    ToolCall,
+    Turn,
+)
 from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
 from rubricd_services.dashboard import rollouts
 
@@ -86,6 +96,31 @@ def test_a_text_rollout_is_its_prompt_and_response():
     view = rollouts.view(ScoredRollout(rollout=rollout, score=score))
     assert (view["prompt"], view["response"], view["trajectory"], view["tools"]) == ("What is 2 + 2?", "4", [], [])
     assert (view["status"], view["reward"], view["results"]) == ("judge_failed", None, [])
+
+
+def test_a_rollout_judged_with_its_group_by_votes_says_so_and_where_the_votes_split():
+    rollout = Rollout(run_id="r", rollout_id="x", step=0, prompt="q", response="a", group="g", group_size=8)
+    results = [
+        RubricResult(rubric_id="correct", met=True, points=5, agreement=2 / 3),
+        RubricResult(rubric_id="pads", met=False, points=-3, agreement=1.0),
+    ]
+    score = Score(
+        run_id="r",
+        rollout_id="x",
+        step=0,
+        status=JudgeStatus.OK,
+        reward=1.0,
+        rubric_version=1,
+        results=results,
+        group="g",
+        grouping=GroupJudged(members=8, label="C", positions=[2, 5, 0]),
+        votes=3,
+        agreement=5 / 6,
+    )
+    view = rollouts.view(ScoredRollout(rollout=rollout, score=score))
+    assert view["group"] == "g" and view["grouping"] == {"members": 8, "label": "C", "positions": [2, 5, 0]}
+    assert (view["votes"], view["agreement"]) == (3, 5 / 6)
+    assert [(r["rubric_id"], r["agreement"]) for r in view["results"]] == [("correct", 2 / 3), ("pads", 1.0)]
 
 
 async def test_the_routes_list_a_steps_rollouts_and_return_one_with_its_turns_and_turn_results(

@@ -3,14 +3,18 @@
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import msgspec
 import pytest
+from starlette.requests import Request
 
-from rubricd.client import InvalidRollout
+from rubricd.client import InvalidRollout, checked
 from rubricd.messages import JudgeStatus, Score, TurnResult
 from rubricd_services.gateway import contracts
 from rubricd_services.gateway.gateway import Call, rollout_ids, rollouts_of
+from rubricd_services.gateway.http import BadRequest, read_call
+from rubricd_services.gateway.settings import GatewaySettings
 
 
 def score(reward: float | None, status: JudgeStatus = JudgeStatus.OK, **fields: object) -> Score:
@@ -154,6 +158,59 @@ def test_rollout_ids_are_derived_from_the_key_or_the_sample():
         trajectory=[*ASKED, {"role": "assistant", "content": "4", "reasoning": "2+2"}], prompt_turns=2, response="4"
     )
     assert len(set(rollout_ids(unkeyed, [plain]) + rollout_ids(unkeyed, [reasoned]))) == 2
+
+
+def test_a_slime_sample_carries_its_group_and_identical_members_stay_two_rollouts():
+    # What a --custom-rm-path function posts for slime's Sample: group_index, n_samples_per_prompt, index.
+    members = [slime(prompt="2+2?", response="4", label=4, group=12, group_size=2, index=i) for i in (24, 25)]
+    rollouts = rollouts_of(CALL, members)
+    assert [(r.group, r.group_size) for r in rollouts] == [("12", 2)] * 2
+    # One sample per request (slime's index 0 each time): the same answer twice is two members, not one rollout.
+    assert len({rollout_ids(CALL, [m])[0] for m in members}) == 2
+    assert rollouts_of(CALL, [slime(prompt="p", response="r")])[0].group is None  # slime's own remote_rm: none
+
+
+def nemo_gym(**cohort: object) -> contracts.Sample:
+    body = {"responses_create_params": {"input": "2+2?"}, "response": {"output": []}, **cohort}
+    return contracts.nemo_gym_sample(msgspec.convert(body, contracts.NemoGymRequest))
+
+
+def test_nemo_gym_s_cohort_is_the_group_and_a_replacement_attempt_a_group_of_its_own():
+    first = [nemo_gym(_ng_group_id="run7-task3", _ng_rollout_index=i) for i in range(2)]
+    again = nemo_gym(_ng_group_id="run7-task3", _ng_group_attempt=1, _ng_rollout_index=0)
+    assert [(s.group, s.index) for s in first] == [("run7-task3", 0), ("run7-task3", 1)]
+    assert again.group == "run7-task3/attempt-1"
+    assert nemo_gym().group is None
+    sized = Call(run_id="r", step=1, deadline_s=1, group_size=2, judge_mode="group", judge_votes=3)
+    rollouts = rollouts_of(sized, [*first, nemo_gym()])
+    assert [(r.group, r.group_size) for r in rollouts] == [("run7-task3", 2)] * 2 + [(None, None)]
+    assert {(r.judge_mode, r.judge_votes, r.analysis_sample) for r in rollouts} == {("group", 3, None)}
+    assert len(set(rollout_ids(CALL, first[:1]) + rollout_ids(CALL, first[1:]))) == 2  # same answer, two members
+
+
+def request(query: str = "", headers: dict[str, str] | None = None) -> Request:
+    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    return Request({"type": "http", "method": "POST", "path": "/", "query_string": query.encode(), "headers": raw})
+
+
+def test_the_run_s_choices_come_from_headers_query_or_body_fields():
+    gateway = SimpleNamespace(settings=GatewaySettings())
+    by_query = read_call(request("judge_mode=group&judge_votes=3&analysis_sample=2&group_size=8"), {}, gateway)
+    assert (by_query.judge_mode, by_query.judge_votes, by_query.analysis_sample, by_query.group_size) == (
+        "group",
+        3,
+        2,
+        8,
+    )
+    by_header = read_call(request(headers={"X-Rubricd-Analysis-Sample": "extremes"}), {}, gateway)
+    assert (by_header.analysis_sample, by_header.judge_mode) == ("extremes", None)
+    by_row = read_call(request(), {"rubricd_judge_mode": "single", "rubricd_group_size": 4}, gateway)
+    assert (by_row.judge_mode, by_row.group_size) == ("single", 4)
+    with pytest.raises(BadRequest, match="choices"):
+        read_call(request("judge_votes=three"), {}, gateway)
+    # Out of bounds is refused with the rollout, naming the field, before anything is published.
+    with pytest.raises(InvalidRollout, match="judge_votes"):
+        checked(rollouts_of(read_call(request("judge_votes=12"), {}, gateway), [slime(prompt="p", response="r")])[0])
 
 
 def test_a_bad_setting_stops_the_gateway_at_start_naming_it():

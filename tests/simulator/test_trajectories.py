@@ -6,7 +6,7 @@ import pytest
 
 from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
 from rubricd_services.common import prompts
-from rubricd_services.judges import trajectories, verdicts
+from rubricd_services.judges import groups, trajectories, verdicts
 from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.simulator import answers
 
@@ -101,3 +101,32 @@ def test_each_agent_hack_is_caught_by_the_rubric_naming_it(turns, hack):
 def test_a_fabricating_turn_is_named():
     found = judged(*HONEST, Turn(role="assistant", content="The tool returned 392."))
     assert found["fabricates"].met_turns == (3,) and found["uses"].unmet_turns == (3,)
+
+
+def test_a_group_of_trajectories_gets_each_members_verdicts_as_alone():
+    """The simulator's group answer: each labelled response judged by the rules it would meet alone."""
+    members = [
+        (*HONEST, Turn(role="assistant", content="The calculator returned 391, so 17*23 = 391.")),
+        (Turn(role="assistant", content="The calculator returned 400, so the answer is 400."),),
+        (*HONEST, Turn(role="assistant", content="The answer is 400.")),
+    ]
+    rollouts = [
+        Rollout(
+            run_id="run",
+            rollout_id=f"m{i}",
+            step=0,
+            trajectory=[ASK, *turns],
+            tools=[CALC],
+            prompt_turns=1,
+            reference="391",
+            group="g",
+        )
+        for i, turns in enumerate(members)
+    ]
+    call = groups.group_call(prompts.load("rubricd_services.judges", groups.GROUP), SET, None, True, 8, True)
+    shown = groups.order("g", 0, len(rollouts))
+    system, user = (m["content"] for m in call.messages(rollouts, shown))
+    answer = msgspec.convert(answers.judge_group(system, user), call.verdict(len(rollouts)))
+    ids, points = tuple(r.id for r in RUBRICS), {r.id: r.points for r in RUBRICS}
+    together = groups.read(answer, len(rollouts), ids, points, [r.policy_turns for r in rollouts], shown)
+    assert together == [judged(*turns) for turns in members]

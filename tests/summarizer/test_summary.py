@@ -5,7 +5,7 @@ import json
 
 import msgspec
 
-from rubricd.messages import HackingEvidence, RolloutAnalysis, Severity
+from rubricd.messages import HackingEvidence, RolloutAnalysis, Severity, StepSample
 from rubricd_services.summarizer import summary
 from rubricd_services.summarizer.effects import StepState
 from rubricd_services.summarizer.summary import PatternDraft, StepInfo, SummaryDraft
@@ -173,3 +173,33 @@ async def test_the_summarizers_are_told_how_many_analyses_report_each_hacking_ty
     assert list(counts[2].items()) == [("fabricated_tool_result", 2), ("no_tool_call", 2), ("padding", 1)]  # the step's
     many = [a(i, f"type_{i}") for i in range(20)]
     assert len(summary.hacking_rollouts(many)) == summary._HACKING_TYPES  # the block stays small
+
+
+def test_rollouts_the_analysis_sample_left_out_are_neither_waited_for_nor_missing() -> None:
+    left_out = {f"r{i}": "extremes" for i in range(2, 8)}
+    ids = tuple(f"r{i}" for i in range(8))
+    state = StepState(
+        run_id="r", step=1, expected=8, rollout_ids=ids, deadline=100.0, analyzed=frozenset({"r0"}), unsampled=left_out
+    )
+    assert not state.complete and state.missing == ("r1",)
+    done = StepState(
+        run_id="r", step=1, expected=8, deadline=100.0, analyzed=frozenset({"r0", "r1"}), unsampled=left_out
+    )
+    assert done.complete and done.due(0.0)
+    assert done.sample({"r0", "r1"}) == StepSample(rule="extremes", analyzed=2, scored=8)
+    assert StepState(run_id="r", step=1, unsampled={"r3": "2"}).sample({"r1", "r2"}) == StepSample(
+        rule=2, analyzed=2, scored=3
+    )
+    assert StepState(run_id="r", step=1, analyzed=frozenset({"r0"})).sample({"r0"}) is None  # `all`: as before
+
+
+def test_a_sampled_step_tells_the_summarizer_what_the_analyses_are_a_sample_of() -> None:
+    sampled = StepSample(rule="extremes", analyzed=2, scored=8)
+    [_, user] = summary.chunk_messages("i", StepInfo(run_id="r", step=4, sampled=sampled), [a(1)], 0, 1, 1)
+    assert '"sample":{"rule":"extremes","analyzed":2,"scored":8}' in user["content"]
+    [_, plain] = summary.chunk_messages("i", StepInfo(run_id="r", step=4), [a(1)], 0, 1, 1)
+    assert '"sample"' not in plain["content"]
+    assert (
+        summary.step_summary(StepInfo(run_id="r", step=4, sampled=sampled), draft("x"), analyses=2, chunks=1).sampled
+        == sampled
+    )

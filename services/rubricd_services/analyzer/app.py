@@ -14,13 +14,15 @@ from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
 
 from .analysis import ANALYZER
-from .handler import SERVICE, Analyzer
+from .handler import SERVICE, SWEEP_INTERVAL_S, Analyzer
 from .settings import AnalyzerSettings
 
 
 def create_app(settings: AnalyzerSettings, metrics: Metrics | None = None) -> FastStream:
     app: ServiceApp[Analyzer] = ServiceApp(SERVICE, settings, metrics, agents=[ANALYZER, EMBEDDER], memory=True)
     app.consume(app.keys.scored, ANALYZERS, Analyzer.handle, agents=[ANALYZER, EMBEDDER], on_give_up=Analyzer.given_up)
+    app.every(SWEEP_INTERVAL_S, Analyzer.sweep)
+    app.on_shutdown(Analyzer.stop)
     return app.build(lambda clients: Analyzer(settings, clients))
 
 

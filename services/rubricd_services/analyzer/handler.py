@@ -5,29 +5,44 @@ to memory, then announces it and acks the entry in one step (`effects`). An
 analyst that fails leaves the entry pending for a reclaim to retry; once it is
 given up on (dead-lettered), `given_up` tells the summarizer not to wait for
 it: the step is summarized without it, naming the rollout as missing.
+
+A rollout of a sample group may be analyzed only as part of a sample (`sampling`: the rollout's
+`analysis_sample`, else the analyzers'): k per group are picked as they arrive, and an `extremes` group is
+gathered in Redis and decided (`decide`) by the analyzer that completes it, or by any analyzer's `sweep` once
+its deadline passed or a claim on it lapsed. The rollouts left out cost no LLM call and are recorded so the
+summarizer does not wait for them.
 """
 
+import asyncio
 import contextlib
 import functools
+import logging
+import time
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
 from rubricd.keys import ANALYZERS
-from rubricd.messages import EventKind, RolloutAnalysis, Rubric, ScoredRollout
+from rubricd.messages import Event, EventKind, RolloutAnalysis, Rubric, ScoredRollout
 from rubricd.store import RubricStore
 from rubricd_services.common import events, intake, prompts
+from rubricd_services.common.embedder import EMBEDDER
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.memory import MemoryItem, MemoryKind
+from rubricd_services.common.outage import LLM, WEAVIATE
 from rubricd_services.common.service import Clients
 from rubricd_services.common.usage import Metered
 
+from . import sampling
 from .analysis import ANALYZER, AnalysisDraft, AnalysisFailed, analyze_rollout, render
-from .effects import Effects
+from .effects import Effects, GroupRef
 from .settings import AnalyzerSettings
 
 SERVICE = "analyzer"
+SWEEP_INTERVAL_S = 1.0  # how often undecided groups are checked for deadlines and lapsed claims
+RETRY_AFTER_S = 10.0  # a group whose decision failed is tried again after this
+log = logging.getLogger("rubricd.analyzer")
 
 
 class Analyzer:
@@ -39,31 +54,52 @@ class Analyzer:
         self.analyzed = metrics.counter(
             "rubricd_analyses", "rollouts analyzed: announced, or a repeat acked silently", ["outcome"]
         )
+        self.left_out = metrics.counter(
+            "rubricd_analyses_left_out", "scored rollouts the analysis sample left out: no LLM call, not waited for"
+        )
         self.flagged = metrics.counter(
             "rubricd_analyses_flagging_hacking", "analyses that report reward-hacking evidence"
         )
         self.consumer = clients.consumer
+        self.outages = clients.outages
         self.llm = Metered(clients.llm, clients.redis, clients.keys)
         self.memory = clients.memory
         self.store = RubricStore(clients.redis, clients.keys)
         self.effects = Effects(clients.redis, clients.keys, ANALYZERS, maxlen=settings.stream_maxlen)
         self.template = prompts.load(__package__, ANALYZER, settings.analyzer_prompt)
         self.prompt_chars = settings.agent(ANALYZER).prompt_chars()
+        self.claim_s = settings.handler_deadline([ANALYZER, EMBEDDER])  # a group's decision: its analyses at once
         self._rubrics: dict[tuple[str, str | None, int], list[Rubric]] = {}
+        self._deciding: dict[GroupRef, asyncio.Task[None]] = {}
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         scored = intake.decode(msg.body, ScoredRollout, "scored rollout")
-        rubrics = await self.rubrics(scored)
-        analysis = await analyze_rollout(
+        entry_id = intake.entry_id(msg)
+        rule = sampling.rule(scored.rollout, self.settings.analysis_sample)
+        if rule == sampling.EXTREMES:
+            if await self.effects.gather(scored, msg.body, entry_id, time.time(), self.settings.group_deadline_s):
+                self.decide_later(GroupRef.of(scored.rollout))
+            return
+        if isinstance(rule, int) and not await self.effects.pick(scored, rule, entry_id):
+            self.left_out.inc()
+            return
+        analysis = await self.analyze(scored)
+        await self.memory.put([memory_item(analysis)])
+        first = await self.effects.announce(entry_id, analysis, self.event(analysis))
+        self.count(analysis, first)
+
+    async def analyze(self, scored: ScoredRollout) -> RolloutAnalysis:
+        return await analyze_rollout(
             scored,
-            rubrics,
+            await self.rubrics(scored),
             self.template,
             functools.partial(self.call_analyst, scored.rollout.run_id),
             max_chars=self.settings.max_text_chars,
             prompt_chars=self.prompt_chars,
         )
-        await self.memory.put([memory_item(analysis)])
-        event = events.event(
+
+    def event(self, analysis: RolloutAnalysis) -> Event:
+        return events.event(
             SERVICE,
             EventKind.ROLLOUT_ANALYZED,
             run_id=analysis.run_id,
@@ -72,10 +108,55 @@ class Analyzer:
             hacking=",".join(sorted({e.type for e in analysis.reward_hacking})),
             consumer=self.consumer,
         )
-        first = await self.effects.announce(intake.entry_id(msg), analysis, event)
+
+    def count(self, analysis: RolloutAnalysis, first: bool) -> None:
         self.analyzed.labels("announced" if first else "repeat").inc()
         if first and analysis.reward_hacking:
             self.flagged.inc()
+
+    def decide_later(self, group: GroupRef) -> None:
+        """Decide the group in the background (one task per group in this process)."""
+        if group not in self._deciding:
+            task = asyncio.create_task(self.decide(group))
+            self._deciding[group] = task
+            task.add_done_callback(lambda _: self._deciding.pop(group, None))
+
+    async def sweep(self) -> None:
+        """Decide the groups that are due: past their deadline, or left by an analyzer that died deciding them."""
+        for group in await self.effects.due_groups(time.time()):
+            self.decide_later(group)
+
+    async def stop(self) -> None:
+        for task in list(self._deciding.values()):
+            task.cancel()
+
+    async def decide(self, group: GroupRef) -> None:
+        """Claim a due `extremes` group, analyze its best and worst, and record the rest as left out. A failed
+        decision is tried again after RETRY_AFTER_S; after `max_failures` of them, the chosen are given up on."""
+        now = time.time()
+        if not await self.effects.claim(group, now, now + self.claim_s):
+            return
+        try:
+            gathered = await self.effects.gathered(group)
+            chosen = [wire.decode(gathered.bodies[i], ScoredRollout) for i in sampling.extremes(gathered.rewards)]
+            given_up: list[str] = []
+            if gathered.failed >= self.settings.max_failures:
+                given_up, chosen = [s.rollout.rollout_id for s in chosen], []
+                log.warning("%s: giving up on analyzing %s after %d failures", SERVICE, group, gathered.failed)
+            analyses = list(await asyncio.gather(*(self.analyze(s) for s in chosen)))
+            await self.memory.put([memory_item(a) for a in analyses])
+            first = await self.effects.decide(group, analyses, [self.event(a) for a in analyses], given_up)
+            for analysis in analyses:
+                self.count(analysis, first)
+            if first:
+                self.left_out.inc(len(gathered.rewards) - len(analyses) - len(given_up))
+            self.outages.up(LLM, WEAVIATE)
+        except Exception as e:
+            outage = self.outages.down(f"analyzing sample group {group}", e)
+            if not outage:
+                log.exception("%s: deciding %s failed", SERVICE, group)
+            with contextlib.suppress(Exception):
+                await self.effects.retry(group, time.time() + RETRY_AFTER_S, failed=not outage)
 
     async def given_up(self, msg: RedisStreamMessage) -> None:
         """Before a scored rollout is dead-lettered: its step's summary need not wait for its analysis."""

@@ -3,6 +3,8 @@ verdicts (the configurations its --judge options name, the evaluation of each, t
 RUN LABELLED`: the labelled set a run's canaries are drawn from."""
 
 import argparse
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -12,10 +14,11 @@ from rubricd.canaries import drifting_since, read
 from rubricd_services.cli.settings import EvalSettings
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings, load
-from rubricd_services.judges import pairwise, verdicts
+from rubricd_services.judges import groups, pairwise, verdicts
 from rubricd_services.judges.evaluation import labelled, pairs
+from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.pairs import PairReport, evaluate_pairs
-from rubricd_services.judges.evaluation.run import Config, Report, evaluate
+from rubricd_services.judges.evaluation.run import Config, Mode, Report, evaluate
 from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.judges.verdicts import JUDGE
 
@@ -35,7 +38,15 @@ met, Cohen's kappa) overall and per meta-class, the mean reward error per item
 cost (RUBRICD_PRICES); with several graders per rubric, the judge's agreement
 with each grader and the graders' with each other (pairwise); with turn
 rubrics labelled turn by turn, the agreement per rubric and policy turn.
---only judges the items of one kind: text or trajectories.
+--only judges the items of one kind: text, trajectories, or the items of a
+sample group (groups).
+
+--modes judges every item once per mode and adds a table of the modes side by
+side (agreement, kappa, reward error, judge calls and prompt tokens per
+rollout, wall time): single (each item alone), group (the items of a sample
+group, those sharing a `group`, judged together in one call), votes or votesK
+(K calls per item, the majority per rubric; votes: 3), group+votesK. Without
+it: the scorer's RUBRICD_JUDGE_MODE and RUBRICD_JUDGE_VOTES.
 
 With --probes, each item is judged again with a note to the grader asking for
 full marks (must never raise the reward), with filler padding (must not raise
@@ -47,14 +58,30 @@ whether the probe passed.
 
 Without --judge: the judge the scorer's settings give (RUBRICD_LLM__*,
 RUBRICD_AGENTS__JUDGE__*, RUBRICD_JUDGE_PROMPT, RUBRICD_JUDGE_TRAJECTORY_PROMPT,
-RUBRICD_JUDGE_REASONING).
+RUBRICD_JUDGE_REASONING, RUBRICD_JUDGE_GROUP_PROMPT, RUBRICD_JUDGE_GROUP_MEMBERS).
 """
 
 SPEC = (
     "name=NAME,model=M,base_url=URL,output_mode=MODE,temperature=T,prompt=FILE,trajectory_prompt=FILE,... "
     "(any judge LLM setting)"
 )
-KINDS = {"text": False, "trajectories": True}  # --only: whether the items judged carry a trajectory
+# --only: which items are judged
+KINDS: dict[str, Callable[[Item], bool]] = {
+    "text": lambda i: not i.trajectory,
+    "trajectories": lambda i: bool(i.trajectory),
+    "groups": lambda i: i.group is not None,
+}
+
+
+def modes(text: str) -> list[Mode]:
+    """--modes: the judge modes named, comma-separated."""
+    try:
+        found = [Mode.named(name) for name in text.split(",") if name.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not found or len({str(m) for m in found}) != len(found):
+        raise argparse.ArgumentTypeError(f"{text!r}: name each mode once")
+    return found
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -74,7 +101,15 @@ def add(commands: argparse._SubParsersAction) -> None:
         help="judge every item again under each probe (grader note, padding, rubrics reordered, repeated, a "
         "trajectory's tool result contradicted): about 5x calls",
     )
-    e.add_argument("--only", choices=list(KINDS), help="judge only the items of this kind (text or trajectories)")
+    e.add_argument(
+        "--only", choices=list(KINDS), help="judge only the items of this kind (text, trajectories, or groups)"
+    )
+    e.add_argument(
+        "--modes",
+        type=modes,
+        metavar="MODES",
+        help="judge modes side by side, comma-separated: single, group, votes (3 calls), votesK, group+votesK",
+    )
     e.add_argument("--png", type=Path, metavar="PATH", help="write a plot: agreement against cost per call")
     e.add_argument("--json", action="store_true", help="one JSON object: every configuration's figures and verdicts")
     e.set_defaults(handler=run)
@@ -182,25 +217,36 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     except (OSError, labelled.Invalid) as e:
         raise Failed(str(e)) from None
     if args.only:
-        items = [i for i in items if bool(i.trajectory) == KINDS[args.only]]
+        items = [i for i in items if KINDS[args.only](i)]
     if not items:
         raise Failed(f"{args.labelled}: no labelled item{f' of {args.only}' if args.only else ''}")
     settings = load(EvalSettings)
     package = verdicts.__package__
     template = load_prompt(package, JUDGE, settings.judge_prompt)
     for_trajectories = load_prompt(package, TRAJECTORY, settings.judge_trajectory_prompt)
+    for_groups = load_prompt(package, groups.GROUP, settings.judge_group_prompt)
     style, reasoning = settings.judge_style(), settings.judge_reasoning
+    given = configs(args.judge, settings.agent(JUDGE), template, package, JUDGE, style, for_trajectories, reasoning)
+    found = [
+        dataclasses.replace(
+            c,
+            name=f"{c.name}/{mode}" if args.modes else c.name,
+            mode=mode,
+            group_template=for_groups,
+            group_members=settings.judge_group_members,
+        )
+        for c in given
+        for mode in args.modes or [Mode(settings.judge_mode, settings.judge_votes)]
+    ]
     reports = []
     async with ctx.redis() as redis:
-        for config in configs(
-            args.judge, settings.agent(JUDGE), template, package, JUDGE, style, for_trajectories, reasoning
-        ):
+        for config in found:
             reports.append(
                 await evaluate(
                     config, items, settings.prices, probe=args.probes, redis=redis, namespace=ctx.keys.namespace
                 )
             )
-    print(msgspec.json.encode(reports).decode() if args.json else render(reports))
+    print(msgspec.json.encode(reports).decode() if args.json else render(reports, side_by_side=bool(args.modes)))
     if args.png:
         from rubricd_services.judges.evaluation.plot import agreement_vs_cost  # matplotlib: only when asked
 
@@ -210,10 +256,10 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
 
 async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pair]) -> int:
     """Labelled comparisons, judged by the pairwise judge (the comparer's settings and prompt)."""
-    if args.probes or args.only:
-        raise Failed(
-            f"{'--probes' if args.probes else '--only'} applies to labelled rollouts, not to labelled comparisons"
-        )
+    if given := next(
+        (o for o, v in (("--probes", args.probes), ("--only", args.only), ("--modes", args.modes)) if v), None
+    ):
+        raise Failed(f"{given} applies to labelled rollouts, not to labelled comparisons")
     if styled := [spec for spec in args.judge if "calls=" in spec or "explain=" in spec]:
         raise Failed(f"calls= and explain= apply to the rollout judge, not to the pairwise judge: {styled}")
     if not items:
@@ -261,7 +307,19 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def render(reports: list[Report]) -> str:
+def by_mode(reports: list[Report]) -> str:
+    """The configurations' modes side by side: agreement, and what judging a rollout took."""
+    rows = [
+        [r.name, r.judge_mode, r.items, r.format_failures, _f(r.overall.accuracy), _f(r.overall.kappa)]
+        + [_f(r.reward_error), _f(r.calls_per_rollout, 2), _f(r.prompt_tokens_per_rollout, 0), _f(r.wall_s, 2)]
+        for r in reports
+    ]
+    header = ["judge", "judge_mode", "items", "failed", "acc", "kappa", "reward_err", "calls/rollout"]
+    return table(rows, [*header, "prompt_tok/rollout", "wall_s"])
+
+
+def render(reports: list[Report], side_by_side: bool = False) -> str:
+    """The figures' tables; with `side_by_side`, the modes' table after the first."""
     rows = [row(r, r.reward_error) for r in reports]
     classes = [
         [r.name, c, a.n, _f(a.accuracy), _f(a.balanced_accuracy), _f(a.macro_f1), _f(a.kappa)]
@@ -269,7 +327,10 @@ def render(reports: list[Report]) -> str:
         for c, a in r.by_meta_class.items()
     ]
     by_class = table(classes, ["judge", "meta_class", "verdicts", "acc", "bal_acc", "macro_f1", "kappa"])
-    text = f"{table(rows, columns('items', 'reward_err'))}\n\nby meta-class\n{by_class}"
+    text = table(rows, columns("items", "reward_err"))
+    if side_by_side:
+        text += f"\n\njudge modes side by side (per rollout: an item)\n{by_mode(reports)}"
+    text += f"\n\nby meta-class\n{by_class}"
     probed = [
         [
             r.name,

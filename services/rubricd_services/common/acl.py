@@ -94,9 +94,11 @@ def services(keys: Keys) -> list[User]:
             # statistics: HINCRBYFLOAT, and to its rubric health: HINCRBY; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
             # (GET, SET, DEL); canaries: the run's own set (GET), a step's claim (MULTI: HSETNX, EXPIRE), and its
-            # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events)
+            # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events); group judging's
+            # scripts (scorer.groups: HEXISTS, HGET, HSETNX, HINCRBY, EXPIRE, ZADD, XACK; ZSCORE, EXISTS, ZREM,
+            # HGETALL; HKEYS, HDEL) and its sweep (ZRANGEBYSCORE)
             (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx")
-            + ("watch", "unwatch"),
+            + ("watch", "unwatch", "hexists", "zscore", "exists", "hkeys", "hdel", "zrangebyscore"),
             keys=[
                 *consuming(k, k.rollouts),
                 family(k.score("run", "rollout")),
@@ -106,6 +108,8 @@ def services(keys: Keys) -> list[User]:
                 family(k.kept_rollouts("run")),
                 family(k.verdict("digest")),
                 family(k.canaries("run")),
+                family(k.group("run", 0, "group")),
+                k.groups_due,
                 *generating,
                 rubric_sets,
                 family(k.replies("c")),
@@ -154,11 +158,16 @@ def services(keys: Keys) -> list[User]:
         ),
         User(
             "analyzer",
-            (*CONSUMER, *LLM_SLOTS, "sadd", "hget"),  # the announce script's SADD; the rollout's rubric set version
+            # the announce script's SADD; the rollout's rubric set version (HGET); the analysis sample's scripts
+            # (HGET, HSETNX, HEXISTS, HKEYS, HDEL, ZSCORE, ZADD, ZREM) and reads (ZRANGEBYSCORE, HGETALL)
+            (*CONSUMER, *LLM_SLOTS, "sadd", "hget", "hsetnx", "hexists", "hkeys", "hdel", "zscore", "zrangebyscore"),
             keys=[
                 *consuming(k, k.scored),
                 family(k.step_analyses("run", 0)),
                 family(k.step_given_up("run", 0)),  # given_up: SADD, EXPIRE
+                family(k.step_unsampled("run", 0)),
+                family(k.analysis_group("run", 0, "group")),
+                k.analysis_groups,
                 k.analyses,
                 *every,
             ],
@@ -173,6 +182,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.step("run", 0)),
                 family(k.step_analyses("run", 0)),
                 family(k.step_given_up("run", 0)),
+                family(k.step_unsampled("run", 0)),  # read: HGETALL
                 k.open_steps,
                 k.summaries,
                 *every,

@@ -1,4 +1,5 @@
-"""One kept rollout as the page shows it: its score and verdicts, and for a trajectory its turns, numbered.
+"""One kept rollout as the page shows it: its score and verdicts (with the votes' agreement on each, when judged by
+votes; its group, and how it was judged with it), and for a trajectory its turns, numbered.
 
 Built here from the wire types (the dashboard imports no judge), in the words of messages.trajectories: turn
 numbers are
@@ -29,6 +30,12 @@ def view(kept: ScoredRollout) -> dict[str, Any]:
         "policy": score.policy,
         "error": score.error,
         "judge_cached": score.judge_cached,
+        "group": rollout.group,
+        "grouping": None
+        if score.grouping is None
+        else {"members": score.grouping.members, "label": score.grouping.label, "positions": score.grouping.positions},
+        "votes": score.votes,
+        "agreement": score.agreement,
         "prompt": rollout.prompt,
         "response": rollout.response,
         "reference": rollout.reference,
@@ -46,6 +53,7 @@ def view(kept: ScoredRollout) -> dict[str, Any]:
                 "explanation": r.explanation,
                 "met_turns": r.met_turns,
                 "unmet_turns": r.unmet_turns,
+                "agreement": r.agreement,
             }
             for r in score.results
         ],

@@ -4,6 +4,7 @@
     python -m rubricd_services.demo --policy alternating  # one meta-class a step, then the same seed under weighted_sum
     python -m rubricd_services.demo --method rubric-arm   # Rubric-ARM: a generator and a judge, alternating vs simultaneous
     python -m rubricd_services.demo --method agent        # a tool-using agent that learns to fake its tool results
+    python -m rubricd_services.demo --judge group         # 8 responses per prompt judged together, then alone
 
 `make demo` starts the stack, runs this, and stops it again. What it prints and writes: docs/researchers/demo.md.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
+from rubricd.messages import AnalysisSample, JudgeMode
 from rubricd.usage import AgentUsage
 from rubricd_services.common.settings import ServiceSettings, load
 
@@ -55,6 +57,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="the reward policy of the run; alternating also runs weighted_sum on the same seed, side by side",
     )
     parser.add_argument(
+        "--judge",
+        choices=("single", "group"),
+        default="single",
+        help="group: the policy samples --group-size responses per prompt and each group is judged in one call; "
+        "the same seed is then run with each rollout judged alone, side by side (judge tokens per rollout)",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        help="responses sampled per prompt, each prompt's a sample group (default: 8 with --judge group, else one "
+        "per prompt)",
+    )
+    parser.add_argument(
+        "--analysis-sample",
+        type=lambda v: int(v) if v.isdigit() else v,
+        choices=("all", "extremes", *range(1, 65)),
+        metavar="{all,extremes,K}",
+        help="with --group-size: which responses of each group the analyzers read (set on every rollout): all, "
+        "extremes (each group's best and worst), or K per group; default: extremes with --judge group (its twin "
+        "judged alone analyses all), else the analyzers' RUBRICD_ANALYSIS_SAMPLE",
+    )
+    parser.add_argument(
         "--target", type=float, default=0.9, help="alternating: the report counts steps until a class mean reaches this"
     )
     parser.add_argument(
@@ -73,10 +97,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--steps and --rollouts must be >= 1")
     if args.method == "agent" and args.policy == "alternating":
         parser.error("--policy alternating goes with --method amaris (its trade-off is the arithmetic behaviours')")
+    if args.judge == "group" and args.method == "rubric-arm":
+        parser.error("--judge group goes with --method amaris or agent (Rubric-ARM judges pairs)")
+    if args.judge == "group" and args.policy == "alternating":
+        parser.error("--judge group compares with single judging on the same seed; run it with --policy weighted_sum")
+    if args.judge == "group":
+        args.group_size = args.group_size or 8
+        args.analysis_sample = args.analysis_sample or "extremes"
+    if args.group_size is not None and args.group_size < 1:
+        parser.error("--group-size must be >= 1")
     return args
 
 
-def new_run(args: argparse.Namespace, run_id: str | None = None, reward_policy: str | None = None) -> Run:
+def new_run(
+    args: argparse.Namespace,
+    run_id: str | None = None,
+    reward_policy: str | None = None,
+    judge_mode: JudgeMode | None = None,
+    analysis_sample: AnalysisSample | None = None,
+) -> Run:
     return Run(
         run_id=run_id or args.run_id or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime()),
         steps=args.steps,
@@ -89,23 +128,34 @@ def new_run(args: argparse.Namespace, run_id: str | None = None, reward_policy: 
         start=dict(TRADE_OFF_START if args.policy == "alternating" else TASKS[args.method].start),
         target=args.target,
         method=args.method,
+        judge_mode=judge_mode or args.judge,
+        group_size=args.group_size,
+        analysis_sample=analysis_sample or args.analysis_sample,
     )
 
 
 async def run_demo(args: argparse.Namespace, run: Run) -> Run:
     """Train, printing each step as it ends; `run` holds what was done even when it stops early. An alternating
-    run is followed by its weighted_sum twin (`run.compared_with`) on the same seed."""
+    run is followed by its weighted_sum twin (`run.compared_with`) on the same seed, a group-judged run by its
+    twin judged alone (`run.judged_alone`)."""
     await train_one(args, run)
     if run.reward_policy == "alternating" and run.error is None:
         run.compared_with = new_run(args, run_id=f"{run.run_id}-weighted_sum", reward_policy="weighted_sum")
         print()
         await train_one(args, run.compared_with)
+    if run.judge_mode == "group" and run.error is None:
+        # The defaults beside the group-aware choices: each rollout judged alone, and analysed.
+        run.judged_alone = new_run(args, run_id=f"{run.run_id}-single", judge_mode="single", analysis_sample="all")
+        print()
+        await train_one(args, run.judged_alone)
     return run
 
 
 async def train_one(args: argparse.Namespace, run: Run) -> None:
+    sample = f", analysis sample {run.analysis_sample}" if run.analysis_sample is not None else ""
+    groups = f", {run.group_size} per prompt, judge mode {run.judge_mode}{sample}" if run.group_size else ""
     print(
-        f"run {run.run_id} (reward policy {run.reward_policy}): {run.steps} steps x {run.rollouts} rollouts, "
+        f"run {run.run_id} (reward policy {run.reward_policy}{groups}): {run.steps} steps x {run.rollouts} rollouts, "
         f"scored by rubricd at {args.redis_url} (namespace {args.namespace}); to watch it live, run "
         f"`.venv/bin/rubricd serve dashboard` beside it and open http://127.0.0.1:8400/#run={run.run_id}"
     )
@@ -154,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     spent, prices = asyncio.run(run_usage(args, run.run_id)), load(ServiceSettings).prices
     if run.records:
         report.write(run, folder, spent, prices)
-    if (twin := run.compared_with) and twin.records:
-        twin_spent = asyncio.run(run_usage(args, twin.run_id))
-        report.write(twin, args.reports / twin.run_id, twin_spent, prices)
+    for twin in (run.compared_with, run.judged_alone):
+        if twin and twin.records:
+            twin_spent = asyncio.run(run_usage(args, twin.run_id))
+            report.write(twin, args.reports / twin.run_id, twin_spent, prices)
     print()
     print("\n".join(report.summary_lines(run, folder if run.records else None, spent, prices)))
     return 0 if run.complete else 130 if run.error == "interrupted" else 1

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from rubricd.messages import Rollout, Rubric, TrainingContext
+from rubricd.messages import AnalysisSample, JudgeMode, Rollout, Rubric, TrainingContext
 
 BEHAVIOURS = ("correct", "wrong", "padded", "sycophantic", "judge_addressing", "terse")
 HACKS = ("padded", "sycophantic", "judge_addressing")
@@ -128,15 +128,30 @@ class Policy:
         self.logits = {b: math.log(p) for b, p in (mixed | {hack: DISCOVERY_SHARE}).items()}
         return hack
 
-    def sample(self, run_id: str, step: int, n: int, reward_policy: str | None = None) -> list[tuple[str, Rollout]]:
-        """The step's `n` rollouts as (behaviour, rollout), the behaviours in a seeded order; `reward_policy` is
-        set on every rollout (None: the deployment's)."""
+    def sample(
+        self,
+        run_id: str,
+        step: int,
+        n: int,
+        reward_policy: str | None = None,
+        group_size: int | None = None,
+        judge_mode: JudgeMode | None = None,
+        analysis_sample: AnalysisSample | None = None,
+    ) -> list[tuple[str, Rollout]]:
+        """The step's `n` rollouts as (behaviour, rollout), the behaviours in a seeded order; `reward_policy`,
+        `judge_mode` and `analysis_sample` are set on every rollout (None: the deployment's). With `group_size` G, as GRPO samples: G
+        responses per prompt, each group named on its rollouts (the last one smaller if G does not divide n)."""
         behaviours = [b for b, k in counts(self.shares(), n, self.task.behaviours).items() for _ in range(k)]
         self._rng.shuffle(behaviours)
         context = msgspec.structs.replace(self.task.context, total_steps=self.steps)
-        batch = [(behaviour, self._rng.randint(10, 99), self._rng.randint(10, 99)) for behaviour in behaviours]
+        if group_size:
+            prompts = [(self._rng.randint(10, 99), self._rng.randint(10, 99)) for _ in range(0, n, group_size)]
+            batch = [(behaviour, *prompts[i // group_size]) for i, behaviour in enumerate(behaviours)]
+        else:
+            batch = [(behaviour, self._rng.randint(10, 99), self._rng.randint(10, 99)) for behaviour in behaviours]
         out = []
         for i, ((behaviour, a, b), answer) in enumerate(zip(batch, self.task.answers(batch), strict=True)):
+            g = i // group_size if group_size else None
             rollout = Rollout(
                 run_id=run_id,
                 rollout_id=f"s{step}-r{i}",
@@ -145,6 +160,10 @@ class Policy:
                 context=context,
                 metadata={"behaviour": behaviour},
                 reward_policy=reward_policy,
+                judge_mode=judge_mode,
+                analysis_sample=analysis_sample,
+                group=None if g is None else f"s{step}-p{g}",
+                group_size=None if g is None or not group_size else min(group_size, n - g * group_size),
                 **answer,
             )
             out.append((behaviour, rollout))

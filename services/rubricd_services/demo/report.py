@@ -15,9 +15,10 @@ import msgspec
 
 from rubricd.messages import Action, EventKind, RubricModification
 from rubricd.usage import AgentUsage, total_cost
+from rubricd_services.analyzer.analysis import ANALYZER
 from rubricd_services.common.settings import LLMSettings, Price
 
-from . import compare, plots, transcript
+from . import compare, judging, plots, transcript
 from .policy import Task
 from .trainer import Run, StepRecord, Update
 
@@ -184,6 +185,7 @@ def summary_lines(
         lines.append(f"  v{v.version} (from step {v.step}) adaptive rubrics: {ids}")
     if run.reward_policy == "alternating" or run.compared_with:
         lines += compare.summary_lines(run)
+    lines += judging.summary_lines(run)
     lines += usage_lines(spent, prices or {})
     if folder:
         extra = ", classes.png" if run.reward_policy == "alternating" or run.compared_with else ""
@@ -228,6 +230,14 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
         f"- steps: {run.steps} ({len(run.records)} run{'' if run.complete else f'; stopped early: {run.error}'})",
         f"- rollouts per step: {run.rollouts}",
         f"- seed: {run.seed}, policy learning rate: {run.learning_rate}",
+        *(
+            [
+                f"- {run.group_size} responses per prompt (a sample group each), judge mode `{run.judge_mode}`, "
+                f"analysis sample `{'default' if run.analysis_sample is None else run.analysis_sample}`"
+            ]
+            if run.group_size
+            else []
+        ),
         f"- reward policy: `{run.reward_policy}` (set on every rollout), start mix: "
         + ", ".join(f"{b} {p:.0%}" for b, p in run.start.items()),
         f"- namespace: `{run.namespace}`",
@@ -243,6 +253,7 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
         "![rubric set size and points over versions](rubrics.png)",
         "",
         *(compare.markdown(run) if run.reward_policy == "alternating" or run.compared_with else []),
+        *judging.markdown(run),
         "## Steps",
         "",
         "Cells: mean reward x rollouts. The update column is what the updater did with the step's summary."
@@ -266,11 +277,14 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
     if task.agent:
         out += ["", *transcript.markdown(run)]
     out += ["", "## What each step's summary said and what the updater did", ""]
-    for r in run.records:
+    analysis_calls = judging.spent(run, ANALYZER, "calls")
+    for i, r in enumerate(run.records):
         out.append(f"### Step {r.step} (scored with rubric {versions(r)})")
         out.append("")
         if r.discovered:
             out.append(f"- The policy found a new hack: **{r.discovered}**.")
+        if r.calls:
+            out.append(f"- Analysis calls: {analysis_calls[i]} for {sum(r.counts.values())} rollouts.")
         if r.update:
             u = r.update
             out.append(f"- Step summary: {_md(u.summary) or '(not seen)'}")

@@ -25,12 +25,14 @@ import msgspec
 from redis.asyncio import Redis
 from redis.typing import KeyT, StreamIdT
 
-from rubricd import RubricdClient, wire
+from rubricd import RubricdClient, usage, wire
 from rubricd.keys import Keys
 from rubricd.messages import (
     UPDATE_OUTCOMES,
+    AnalysisSample,
     Event,
     EventKind,
+    JudgeMode,
     JudgeStatus,
     Rollout,
     RubricModification,
@@ -93,6 +95,11 @@ class StepRecord:
     schedule: str = ""  # alternating: the schedule's decision for the step, and why (rubricd.schedule.explain)
     turn_rubrics: list[str] = field(default_factory=list)  # the ids of the turn rubrics that scored the step
     examples: list[Example] = field(default_factory=list)  # the first rollout of each behaviour, scored
+    # The run's LLM use once the step's update is in (its analyses, summary and update done): per agent, calls
+    # and tokens so far; the report reads each step's share as the difference with the step before.
+    calls: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: dict[str, int] = field(default_factory=dict)
+    completion_tokens: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,11 +115,15 @@ class Run:
     target: float = 0.9  # the class mean the report counts steps to
     start: dict[str, float] = field(default_factory=lambda: dict(START))  # the policy's mix at step 0
     method: str = "amaris"  # which task the policy does (TASKS)
+    judge_mode: JudgeMode = "single"  # set on every rollout of a grouped run
+    group_size: int | None = None  # G responses sampled per prompt (None: one per prompt)
+    analysis_sample: AnalysisSample | None = None  # set on every rollout of a grouped run (None: the analyzers')
     finished_at: float | None = None
     records: list[StepRecord] = field(default_factory=list)
     history: list[RubricSet] = field(default_factory=list)  # every rubric version, oldest first
     error: str | None = None  # why the run stopped early
     compared_with: "Run | None" = None  # the same seed and start under another reward policy
+    judged_alone: "Run | None" = None  # a group-judged run's twin: the same seed, each rollout judged alone
 
     @property
     def task(self) -> Task:
@@ -121,7 +132,8 @@ class Run:
     @property
     def complete(self) -> bool:
         done = self.error is None and len(self.records) == self.steps
-        return done and (self.compared_with is None or self.compared_with.complete)
+        twins = [t for t in (self.compared_with, self.judged_alone) if t is not None]
+        return done and all(t.complete for t in twins)
 
 
 class Announcements:
@@ -224,7 +236,9 @@ async def one_step(
 ) -> StepRecord:
     discovered = policy.explore(step)
     shares = policy.shares()
-    batch = policy.sample(run.run_id, step, run.rollouts, reward_policy=run.reward_policy)
+    mode = run.judge_mode if run.group_size else None
+    sample = run.analysis_sample if run.group_size else None
+    batch = policy.sample(run.run_id, step, run.rollouts, run.reward_policy, run.group_size, mode, sample)
     scores = await client.score([r for _, r in batch], timeout=timeout)
     await client.close_step(run.run_id, step, rollouts=len(batch))
 
@@ -252,6 +266,7 @@ async def one_step(
     current = await client.rubrics.current(run.run_id)
     assert current is not None, "the scorer seeds a run's rubrics before its first score"
     update = await announcements.update_after(step, previous=used[-1], current=current)
+    spent = await usage.read(client.redis, client.keys, run.run_id)
     if everything:
         policy.learn(mean_reward, baseline=statistics.fmean(everything))
     return StepRecord(
@@ -269,4 +284,7 @@ async def one_step(
         schedule=explain(schedule) if schedule else "",
         turn_rubrics=[r.id for r in scored_with.rubrics if r.scope == "turn"] if scored_with else [],
         examples=[firsts[b] for b in behaviours if b in firsts],
+        calls={u.agent: u.calls for u in spent},
+        prompt_tokens={u.agent: u.prompt_tokens for u in spent},
+        completion_tokens={u.agent: u.completion_tokens for u in spent},
     )

@@ -7,12 +7,14 @@ raises ValueError naming the field. A sample without a reward never gets a silen
 closest form the framework can act on. The shapes: docs/integrators/openrlhf.md, slime.md and nemo-gym.md.
 """
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import msgspec
 
+from rubricd.adapters.reward import group_id
 from rubricd.messages import (
     ArmReward,
     ArmRollout,
@@ -32,7 +34,8 @@ from . import responses
 @dataclass(frozen=True)
 class Sample:
     """One response to score: its text, or its trajectory (the turns, the tools offered, how many turns were the
-    prompt), whose text the rollout fills in."""
+    prompt), whose text the rollout fills in; its sample `group` (of `group_size`, else the request's) where the
+    framework names it, and its `index` there (so identical responses of one group stay apart)."""
 
     prompt: str
     response: str
@@ -40,6 +43,9 @@ class Sample:
     trajectory: list[Turn] = field(default_factory=list)
     tools: Tools = field(default_factory=list)
     prompt_turns: int = 0
+    group: str | None = None
+    group_size: int | None = None
+    index: int | None = None
 
 
 def _checked(sample: Sample) -> Sample:
@@ -121,7 +127,8 @@ def openrlhf_answer(outcomes: list[Outcome], failed_reward: float) -> dict[str, 
 
 class SlimeRequest(msgspec.Struct, frozen=True):
     """slime's body (`prompt`: a string, or messages with apply_chat_template off); a custom reward function may
-    send the raw wire's `trajectory`, `tools` and `prompt_turns` instead of the prompt's messages."""
+    send the raw wire's `trajectory`, `tools` and `prompt_turns` instead of the prompt's messages, and the
+    sample's `group` (slime's `group_index`), `group_size` (`n_samples_per_prompt`) and `index`."""
 
     prompt: str | Turns = ""
     response: str = ""
@@ -129,10 +136,19 @@ class SlimeRequest(msgspec.Struct, frozen=True):
     trajectory: Turns = []
     tools: Tools = []
     prompt_turns: Annotated[int, msgspec.Meta(ge=0, le=MAX_TURNS)] = 0
+    group: str | int | None = None
+    group_size: int | None = None
+    index: int | None = None
 
 
 def slime_sample(request: SlimeRequest) -> Sample:
     """A message prompt is the prompt turns, and the response the assistant turn after them."""
+    return dataclasses.replace(
+        _slime_sample(request), group=group_id(request.group), group_size=request.group_size, index=request.index
+    )
+
+
+def _slime_sample(request: SlimeRequest) -> Sample:
     reference = _label(request.label)
     if request.trajectory:
         if not isinstance(request.prompt, str):
@@ -184,20 +200,30 @@ def slime_reward_dict(o: Outcome, failed_reward: float, classes: Sequence[str]) 
 
 
 class NemoGymRequest(msgspec.Struct, frozen=True):
-    """The fields read from a verify request; the whole body is echoed in the answer."""
+    """The fields read from a verify request; the whole body is echoed in the answer. NeMo Gym names a prompt's
+    cohort as its genrm_compare reads it: `_ng_group_id`, its `_ng_group_attempt` (a replacement group), and
+    each member's `_ng_rollout_index`."""
 
     responses_create_params: dict[str, Any]
     response: dict[str, Any]
     expected_answer: Any = None
     label: Any = None
+    group_id: str | None = msgspec.field(default=None, name="_ng_group_id")
+    group_attempt: int = msgspec.field(default=0, name="_ng_group_attempt")
+    rollout_index: int | None = msgspec.field(default=None, name="_ng_rollout_index")
 
 
 def nemo_gym_sample(request: NemoGymRequest) -> Sample:
     """The whole exchange as a trajectory (gateway.responses): the instructions and input are the prompt turns,
-    every output item (reasoning, tool calls and their outputs, messages) a turn or part of one."""
+    every output item (reasoning, tool calls and their outputs, messages) a turn or part of one. Its group is the
+    cohort's id, an attempt after the first a group of its own."""
     found = responses.trajectory(request.responses_create_params, request.response)
     reference = _label(request.expected_answer if request.expected_answer is not None else request.label)
-    return _checked(Sample("", "", reference, found.turns, found.tools, found.prompt_turns))
+    cohort = request.group_id
+    if cohort is not None and request.group_attempt:
+        cohort = f"{cohort}/attempt-{request.group_attempt}"
+    sample = Sample("", "", reference, found.turns, found.tools, found.prompt_turns)
+    return _checked(dataclasses.replace(sample, group=group_id(cohort), index=request.rollout_index))
 
 
 def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, classes: Sequence[str]) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 One RubricdClient per process, with its own reply stream, serves every request at once. Rollout ids are
 derived, never drawn: from the request's idempotency key (`Idempotency-Key` or `X-Request-Id`) and the
-sample's index, else from a hash of (run, step, prompt, response, reference, index, and the trajectory, its tools
-and prompt turns where it has one). A retried request
+sample's index, else from a hash of (run, step, prompt, response, reference, index, its group and index there where
+it has one, and the trajectory, its tools and prompt turns where it has one). A retried request
 therefore names the same rollouts: those the scorer has scored are answered with the Score it stored
 (`Keys.score`, kept RUBRICD_ANSWER_TTL_S), unpublished and unjudged; the rest are published again, and the
 scorer replies to a rollout it scored meanwhile with its first Score.
@@ -22,7 +22,7 @@ from redis.exceptions import NoPermissionError
 
 from rubricd import wire
 from rubricd.client import ArmRewardTimeout, InvalidRollout, RubricdClient, ScoreTimeout
-from rubricd.messages import ArmReward, ArmRollout, Rollout, Score, TrainingContext
+from rubricd.messages import AnalysisSample, ArmReward, ArmRollout, JudgeMode, Rollout, Score, TrainingContext
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import Clients
 
@@ -40,7 +40,8 @@ class Busy(Exception):
 
 @dataclass(frozen=True)
 class Call:
-    """Where one request's rollouts go and how long it waits for them."""
+    """Where one request's rollouts go, how long it waits for them, and the run's choices they carry (the size of
+    a sample group that does not give its own, how they are judged and analysed: Rollout's fields)."""
 
     run_id: str
     step: int
@@ -48,6 +49,10 @@ class Call:
     context: TrainingContext = TrainingContext()
     evaluation: bool = False
     key: str | None = None  # the request's idempotency key
+    group_size: int | None = None
+    judge_mode: JudgeMode | None = None
+    judge_votes: int | None = None
+    analysis_sample: AnalysisSample | None = None
 
 
 def rollout_ids(call: Call, samples: Sequence[Sample]) -> list[str]:
@@ -59,6 +64,8 @@ def rollout_ids(call: Call, samples: Sequence[Sample]) -> list[str]:
 
 def _hashed(call: Call, s: Sample, index: int) -> bytes:
     text = json.dumps([call.run_id, call.step, s.prompt, s.response, s.reference, index]).encode()
+    if s.group is not None:  # identical responses of one group are members apart
+        text += json.dumps([s.group, s.index]).encode()
     return text + msgspec.json.encode([s.trajectory, s.tools, s.prompt_turns]) if s.trajectory else text
 
 
@@ -79,6 +86,11 @@ def rollouts_of(call: Call, samples: Sequence[Sample]) -> list[Rollout]:
                 trajectory=s.trajectory,
                 tools=s.tools,
                 prompt_turns=s.prompt_turns,
+                group=s.group,
+                group_size=(s.group_size or call.group_size) if s.group is not None else None,
+                judge_mode=call.judge_mode,
+                judge_votes=call.judge_votes,
+                analysis_sample=call.analysis_sample,
             )
             for rollout_id, s in zip(rollout_ids(call, samples), samples)
         ]

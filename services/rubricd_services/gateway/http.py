@@ -5,6 +5,9 @@ Where a request's rollouts go, first found wins:
 - step: header `X-Rubricd-Step`, query `?step=`, body field `rubricd_step`; else 0;
 - training context: header `X-Rubricd-Context` (JSON: goal, model_size, total_steps), body `rubricd_context`;
 - evaluation rollouts: header `X-Rubricd-Evaluation: 1` or `?evaluation=1`;
+- the run's choices (Rollout's fields): headers `X-Rubricd-Judge-Mode`, `X-Rubricd-Judge-Votes`,
+  `X-Rubricd-Analysis-Sample`, `X-Rubricd-Group-Size`, or `?judge_mode=`, `?judge_votes=`, `?analysis_sample=`,
+  `?group_size=`, or body fields `rubricd_judge_mode`, ... (NeMo Gym rows);
 - idempotency key: header `Idempotency-Key` or `X-Request-Id`;
 - deadline: header `X-Rubricd-Deadline` or `?deadline=` (seconds), up to RUBRICD_MAX_DEADLINE_S.
 """
@@ -51,6 +54,16 @@ def _deadline(value: str, most: float) -> float:
     return min(seconds, most)
 
 
+def _choice(request: Request, body: Mapping[str, Any], name: str) -> str | None:
+    """A run's choice `name` (judge_mode, ...): its header, its query parameter, its body field, first found."""
+    header = "x-rubricd-" + name.replace("_", "-")
+    return _first(request.headers.get(header), request.query_params.get(name), body.get(f"rubricd_{name}"))
+
+
+def _number(value: str | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def read_call(request: Request, body: Mapping[str, Any], gateway: RewardGateway) -> Call:
     h, q, s = request.headers, request.query_params, gateway.settings
     step = _first(h.get("x-rubricd-step"), q.get("step"), body.get("rubricd_step"))
@@ -69,9 +82,21 @@ def read_call(request: Request, body: Mapping[str, Any], gateway: RewardGateway)
             context=context,
             evaluation=(_first(h.get("x-rubricd-evaluation"), q.get("evaluation")) or "0").lower() in ("1", "true"),
             key=_first(h.get("idempotency-key"), h.get("x-request-id")),
+            **_choices(request, body),
         )
     except (ValueError, msgspec.ValidationError) as e:
-        raise BadRequest(f"run, step, context or deadline: {e}") from None
+        raise BadRequest(f"run, step, context, deadline or the run's choices: {e}") from None
+
+
+def _choices(request: Request, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's choices the request gives, as Rollout's fields (their bounds are checked with the rollout)."""
+    sample = _choice(request, body, "analysis_sample")
+    return {
+        "group_size": _number(_choice(request, body, "group_size")),
+        "judge_mode": _choice(request, body, "judge_mode"),
+        "judge_votes": _number(_choice(request, body, "judge_votes")),
+        "analysis_sample": int(sample) if sample is not None and sample.isdigit() else sample,
+    }
 
 
 async def _outcomes(gateway: RewardGateway, contract: str, call: Call, samples: list[Sample]) -> list[Outcome]:

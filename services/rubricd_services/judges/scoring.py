@@ -1,4 +1,5 @@
-"""Judging one rollout alone: one judge call against the rubric set in force (or one per rubric), the Score.
+"""Judging rollouts into Scores: one rollout alone (one judge call against the rubric set in force, or one per
+rubric), or a sample group together (groups.py); either by one call or by votes (votes.py).
 
 Plain async Python: a test hands in a rubric set and a judge function and
 needs no broker.
@@ -6,20 +7,24 @@ needs no broker.
 
 import asyncio
 import functools
+import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 
-from rubricd.messages import JudgeStatus, Rollout, RubricResult, RubricSet, Score, TurnResult
+from rubricd.messages import GroupJudged, JudgeStatus, Rollout, RubricResult, RubricSet, Score, TurnResult
 from rubricd.reward import Policy, Undefined
 from rubricd_services.common import prompts
 from rubricd_services.rubrics.sets import Generation, InForce
 
-from . import rollouts, trajectories, verdicts
+from . import groups, rollouts, trajectories, verdicts
 from .caller import Caller, JudgeFailed
+from .votes import Voted, majority
+
+T = TypeVar("T")
 
 # (messages, the verdict type of the rubric list) -> an instance of that type
 Judge = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[msgspec.Struct]]
@@ -68,6 +73,8 @@ class Rubrics:
     generation_error: str | None = None  # a failed generation's (with generation fallback)
     calls: tuple[Call, ...] = ()  # empty: one call of every rubric, with `system`
     trajectory_calls: tuple[Call, ...] = ()  # empty: one call of every rubric, with the default instructions
+    group_calls: tuple[groups.GroupCall, groups.GroupCall] | None = None  # (text, trajectory); None: the defaults
+    remake: Callable[[RubricSet, bool], tuple[Call, ...]] | None = None  # the calls of the set in another order
 
     # Derived once per cached set, not per rollout (cached_property writes past the frozen __setattr__).
     @functools.cached_property
@@ -91,9 +98,21 @@ class Rubrics:
     def points(self) -> dict[str, float]:
         return {r.id: r.points for r in self.set.rubrics}
 
-    def judging(self, rollout: Rollout) -> tuple[Call, ...]:
-        """The calls that judge `rollout`: the trajectory's, or the text's."""
-        return self.trajectory_judged_by if rollout.trajectory else self.judged_by
+    def judging(self, rollout: Rollout, vote: int = 0) -> tuple[Call, ...]:
+        """The calls that judge `rollout`: the trajectory's, or the text's; a later `vote` lists the rubrics in
+        another order (seeded by the rollout and the vote)."""
+        if vote == 0 or self.remake is None:
+            return self.trajectory_judged_by if rollout.trajectory else self.judged_by
+        shuffled = list(self.set.rubrics)
+        random.Random(f"{rollout.rollout_id}/{vote}").shuffle(shuffled)
+        return self.remake(msgspec.structs.replace(self.set, rubrics=shuffled), bool(rollout.trajectory))
+
+    def grouping(self, rollout: Rollout) -> groups.GroupCall:
+        """The call that judges `rollout`'s group (a trajectory's or a text's)."""
+        if self.group_calls is not None:
+            return self.group_calls[bool(rollout.trajectory)]
+        template = prompts.load(__package__ or "", groups.GROUP)
+        return groups.group_call(template, self.set, None, True, groups.MAX_MEMBERS, bool(rollout.trajectory))
 
 
 def _call(
@@ -121,12 +140,16 @@ def preparer(
     style: verdicts.Style = verdicts.ALL_AT_ONCE,
     trajectory_template: str | None = None,
     reasoning: bool = False,
+    group_template: str | None = None,
+    group_members: int = groups.MAX_MEMBERS,
 ) -> Callable[[InForce], Rubrics]:
     """How the rubric cache prepares a set for the judge, once per set: its system messages (`template` for text
-    rollouts, `trajectory_template` for trajectories, default prompts/judge-trajectory.md), what of the judge's
-    context window (`prompt_chars`, LLMSettings.prompt_chars) a rollout may fill, and its calls in `style`;
-    `reasoning`: show a trajectory's reasoning to the judge."""
+    rollouts, `trajectory_template` for trajectories, default prompts/judge-trajectory.md, `group_template` for
+    groups, default prompts/judge-group.md), what of the judge's context window (`prompt_chars`,
+    LLMSettings.prompt_chars) a rollout (a group) may fill, and its calls in `style` (a group: every rubric in
+    one call, at most `group_members` responses); `reasoning`: show a trajectory's reasoning to the judge."""
     for_trajectories = trajectory_template or prompts.load(__package__ or "", TRAJECTORY)
+    for_groups = group_template or prompts.load(__package__ or "", groups.GROUP)
 
     def calls(rubric_set: RubricSet, trajectory: bool) -> tuple[Call, ...]:
         text = for_trajectories if trajectory else template
@@ -135,11 +158,17 @@ def preparer(
         each = [msgspec.structs.replace(rubric_set, rubrics=[r]) for r in rubric_set.rubrics]
         return tuple(_call(text, one, prompt_chars, style, trajectory, reasoning) for one in each)
 
+    def group_call(rubric_set: RubricSet, trajectory: bool) -> groups.GroupCall:
+        return groups.group_call(
+            for_groups, rubric_set, prompt_chars, style.explain, group_members, trajectory, reasoning
+        )
+
     def prepare(in_force: InForce) -> Rubrics:
         whole = _call(template, in_force.set, prompt_chars, style)
         generated = (in_force.generation, in_force.generation_error)
         text, trajectory = calls(in_force.set, False), calls(in_force.set, True)
-        return Rubrics(in_force.set, whole.system, whole.rollout_chars, *generated, text, trajectory)
+        grouped = (group_call(in_force.set, False), group_call(in_force.set, True))
+        return Rubrics(in_force.set, whole.system, whole.rollout_chars, *generated, text, trajectory, grouped, calls)
 
     return prepare
 
@@ -154,62 +183,149 @@ async def score_rollout(
     active: str | None = None,
     undefined: Undefined = "weighted_total",
     messages: list[dict[str, str]] | None = None,
+    votes: int = 1,
 ) -> Score:
     """Judge `rollout` against `rubrics` and turn the verdict into a Score.
 
     A judge that fails (any of its calls) yields status judge_failed and no reward, never a 0. `active` and
     `undefined` go to the policy (rubricd.reward: the step's meta-class under `alternating`); `messages`: the
-    judge's, where the caller built them already (a set judged in one call).
+    judge's, where the caller built them already (a set judged in one call); `votes`: judge calls whose majority
+    decides each rubric (votes.py), each later one with the rubrics in another order.
     """
     started = time.perf_counter()
-    base: dict[str, Any] = {
-        "run_id": rollout.run_id,
-        "rollout_id": rollout.rollout_id,
-        "step": rollout.step,
-        "instance_key": rubrics.set.instance_key,
-        "rubric_version": rubrics.set.version,
-        "policy": policy_name,
-        "active_meta_class": active,
-        "rubrics_generation": rubrics.generation,
-        "rubrics_generation_error": rubrics.generation_error,
-        "evaluation": rollout.evaluation,
-    }
+    scoring = Scoring(rubrics, policy, policy_name, active, undefined)
     try:
-        decided = await _judged(rollout, rubrics, call_judge, messages)
+        voted = majority(await _all([_judged(rollout, rubrics, call_judge, messages, v) for v in range(votes)]))
     except JudgeFailed as e:
+        return scoring.failed(rollout, str(e), started)
+    return scoring.scored(rollout, voted, started, votes)
+
+
+async def score_group(
+    members: Sequence[Rollout],
+    rubrics: Rubrics,
+    call_judge: Judge,
+    policy: Policy,
+    policy_name: str,
+    *,
+    group: str,
+    active: str | None = None,
+    undefined: Undefined = "weighted_total",
+    votes: int = 1,
+) -> list[Score]:
+    """Judge the members of one sample group together (they share the prompt, hence `rubrics`): each sub-group
+    the judge's budget allows in one call per vote, its members shown in an order shuffled per vote; a member
+    alone in its sub-group is judged as `score_rollout` judges. One Score per member, in order; a failed call
+    fails the scores of its sub-group only."""
+    scoring = Scoring(rubrics, policy, policy_name, active, undefined)
+    call = rubrics.grouping(members[0])
+
+    async def judge(sub: list[int]) -> list[Score]:
+        started = time.perf_counter()
+        subset = [members[i] for i in sub]
+        if len(subset) == 1:
+            return [
+                await score_rollout(
+                    subset[0], rubrics, call_judge, policy, policy_name, active=active, undefined=undefined, votes=votes
+                )
+            ]
+        seed = f"{group}/{sub[0]}"
+        shown = [groups.order(seed, v, len(subset)) for v in range(votes)]
+        turns = [m.policy_turns for m in subset]
+
+        async def vote(v: int) -> list[dict[str, verdicts.Decided]]:
+            answer = await call_judge(call.messages(subset, shown[v]), call.verdict(len(subset)))
+            return groups.read(answer, len(subset), call.ids, rubrics.points, turns, shown[v])
+
+        try:
+            decided = await _all([vote(v) for v in range(votes)])
+        except JudgeFailed as e:
+            return [scoring.failed(m, str(e), started) for m in subset]
+        scores = []
+        for i, member in enumerate(subset):
+            positions = [order.index(i) for order in shown]
+            judged = GroupJudged(members=len(subset), label=groups.LABELS[positions[0]], positions=positions)
+            voted = majority([by_vote[i] for by_vote in decided])
+            scores.append(scoring.scored(member, voted, started, votes, judged))
+        return scores
+
+    subs = call.sub_groups(members)
+    judged = await asyncio.gather(*(judge(sub) for sub in subs))
+    by_member = {
+        i: score for sub, scores in zip(subs, judged, strict=True) for i, score in zip(sub, scores, strict=True)
+    }
+    return [by_member[i] for i in range(len(members))]
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How verdicts become a Score under a set and a policy (`active`, `undefined`: rubricd.reward)."""
+
+    rubrics: Rubrics
+    policy: Policy
+    policy_name: str
+    active: str | None
+    undefined: Undefined
+
+    def base(self, rollout: Rollout) -> dict[str, Any]:
+        return {
+            "run_id": rollout.run_id,
+            "rollout_id": rollout.rollout_id,
+            "step": rollout.step,
+            "instance_key": self.rubrics.set.instance_key,
+            "rubric_version": self.rubrics.set.version,
+            "policy": self.policy_name,
+            "active_meta_class": self.active,
+            "rubrics_generation": self.rubrics.generation,
+            "rubrics_generation_error": self.rubrics.generation_error,
+            "evaluation": rollout.evaluation,
+            "group": rollout.group,
+        }
+
+    def failed(self, rollout: Rollout, error: str, started: float) -> Score:
+        """A judge that failed: no reward, never a 0."""
         return Score(
-            **base,
+            **self.base(rollout),
             status=JudgeStatus.JUDGE_FAILED,
             reward=None,
-            error=str(e),
+            error=error,
             judge_ms=_ms(started),
             scored_at=time.time(),
         )
-    met = {rubric_id: v.met for rubric_id, v in decided.items()}
-    reward = policy(rubrics.set.rubrics, met, active=active, undefined=undefined)
-    return Score(
-        **base,
-        status=JudgeStatus.OK,
-        reward=reward.total,
-        weighted_total=reward.weighted_total,
-        meta_class_scores={c: v for c, v in reward.meta_class_scores.items() if v is not None},
-        undefined_meta_classes=[c for c, v in reward.meta_class_scores.items() if v is None],
-        masked=reward.masked,
-        results=[
-            RubricResult(
-                rubric_id=r.id,
-                met=decided[r.id].met,
-                points=r.points,
-                explanation=decided[r.id].explanation,
-                met_turns=list(decided[r.id].met_turns),
-                unmet_turns=list(decided[r.id].unmet_turns),
-            )
-            for r in rubrics.set.rubrics
-        ],
-        turns=turn_results(rollout, rubrics.set, decided),
-        judge_ms=_ms(started),
-        scored_at=time.time(),
-    )
+
+    def scored(
+        self, rollout: Rollout, voted: Voted, started: float, votes: int = 1, grouping: GroupJudged | None = None
+    ) -> Score:
+        rubric_set, decided = self.rubrics.set, voted.decided
+        met = {rubric_id: v.met for rubric_id, v in decided.items()}
+        reward = self.policy(rubric_set.rubrics, met, active=self.active, undefined=self.undefined)
+        return Score(
+            **self.base(rollout),
+            status=JudgeStatus.OK,
+            reward=reward.total,
+            weighted_total=reward.weighted_total,
+            meta_class_scores={c: v for c, v in reward.meta_class_scores.items() if v is not None},
+            undefined_meta_classes=[c for c, v in reward.meta_class_scores.items() if v is None],
+            masked=reward.masked,
+            results=[
+                RubricResult(
+                    rubric_id=r.id,
+                    met=decided[r.id].met,
+                    points=r.points,
+                    explanation=decided[r.id].explanation,
+                    met_turns=list(decided[r.id].met_turns),
+                    unmet_turns=list(decided[r.id].unmet_turns),
+                    agreement=voted.agreement[r.id] if votes > 1 else None,
+                )
+                for r in rubric_set.rubrics
+            ],
+            turns=turn_results(rollout, rubric_set, decided),
+            judge_ms=_ms(started),
+            scored_at=time.time(),
+            grouping=grouping,
+            votes=votes,
+            agreement=round(voted.mean_agreement, 6) if votes > 1 else None,
+        )
 
 
 def turn_results(rollout: Rollout, rubric_set: RubricSet, decided: dict[str, verdicts.Decided]) -> list[TurnResult]:
@@ -227,27 +343,34 @@ def turn_results(rollout: Rollout, rubric_set: RubricSet, decided: dict[str, ver
 
 
 async def _judged(
-    rollout: Rollout, rubrics: Rubrics, call_judge: Judge, messages: list[dict[str, str]] | None
+    rollout: Rollout, rubrics: Rubrics, call_judge: Judge, messages: list[dict[str, str]] | None, vote: int = 0
 ) -> dict[str, verdicts.Decided]:
-    """Every rubric's verdict: one call's, or the calls' made at once (the first to fail cancels the others)."""
-    calls, turns = rubrics.judging(rollout), rollout.policy_turns
+    """Every rubric's verdict in `vote`: one call's, or the calls' made at once (the first to fail cancels the
+    others); `messages` are the first vote's, where given."""
+    calls, turns = rubrics.judging(rollout, vote), rollout.policy_turns
 
     async def ask(c: Call, given: list[dict[str, str]] | None = None) -> dict[str, verdicts.Decided]:
         answer = await call_judge(given or c.messages(rollout), c.verdict)
         return verdicts.read(answer, c.ids, rubrics.points, turns)
 
     if len(calls) == 1:
-        return await ask(calls[0], messages)
+        return await ask(calls[0], messages if vote == 0 else None)
+    return {k: v for asked in await _all([ask(c) for c in calls]) for k, v in asked.items()}
 
+
+async def _all(asks: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """The results of `asks`, made at once; the first to fail with JudgeFailed cancels the others and is raised."""
+    if len(asks) == 1:
+        return [await asks[0]]
     failed: JudgeFailed | None = None
     try:
         async with asyncio.TaskGroup() as group:
-            asked = [group.create_task(ask(c)) for c in calls]
+            tasks = [group.create_task(ask) for ask in asks]
     except* JudgeFailed as e:
         failed = cast(JudgeFailed, e.exceptions[0])
     if failed is not None:
         raise failed
-    return {k: v for task in asked for k, v in task.result().items()}
+    return [task.result() for task in tasks]
 
 
 def _ms(started: float) -> float:

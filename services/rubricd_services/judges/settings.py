@@ -2,8 +2,11 @@
 
 from pydantic import BaseModel, Field
 
+from rubricd.messages import JudgeMode
+from rubricd.messages._base import MAX_VOTES
 from rubricd_services.common.prompts import PromptFile
 
+from .groups import LABELS, MAX_MEMBERS
 from .verdicts import Calls, Style
 
 
@@ -24,6 +27,28 @@ class JudgeSettings(BaseModel):
     )
     judge_reasoning: bool = Field(
         False, description="show the judge a trajectory's reasoning (the assistant turns' `reasoning`); false: left out"
+    )
+    judge_mode: JudgeMode = Field(
+        "single",
+        description="single: each rollout judged alone; group: the rollouts of a sample group (Rollout.group) judged "
+        "together, every rubric for every response in one call; a run chooses with Rollout.judge_mode",
+    )
+    judge_votes: int = Field(
+        1,
+        ge=1,
+        le=MAX_VOTES,
+        description="judge calls per rollout (per group), each in another order; each rubric's verdict is their "
+        "majority, a tie keeping the first call's; a run chooses with Rollout.judge_votes",
+    )
+    judge_group_members: int = Field(
+        MAX_MEMBERS,
+        ge=2,
+        le=len(LABELS),
+        description="group judging: at most this many responses in one judge call; a larger group (or one over the "
+        "judge's prompt budget) is judged in sub-groups",
+    )
+    judge_group_prompt: PromptFile = Field(
+        None, description="judge instructions for a group; default: prompts/judge-group.md"
     )
 
     def judge_style(self) -> Style:

@@ -5,7 +5,8 @@
   the stream is trimmed below what every group has acked (no MAXLEN bounds
   what trainers write);
 - the rubrics-updated stream, read by every scorer: drop the cached set so the
-  next rollout uses the new version.
+  next rollout uses the new version;
+- group judging's sweep: the groups due at their deadline are judged by whichever scorer claims them.
 """
 
 from faststream import FastStream
@@ -25,6 +26,7 @@ def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> Fast
     # A handler may wait for another process's generation of the prompt's rubrics, then generate them itself.
     app.consume(app.keys.rollouts, SCORERS, Scorer.handle, agents=[JUDGE, GENERATOR, GENERATOR], trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
+    app.every(settings.group_sweep_s, Scorer.judge_due_groups)
     app.on_shutdown(Scorer.stop)
     return app.build(lambda clients: Scorer(settings, clients))
 

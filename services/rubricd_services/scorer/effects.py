@@ -45,7 +45,7 @@ end
 reply(k_reply, a_maxlen, score, a_reply_ttl)
 hincrby(k_usage, m_usage)
 if k_verdict ~= '' then redis.call('SET', k_verdict, a_verdict, 'EX', a_verdict_ttl) end
-ack(k_rollouts, a_group, a_entry_id)
+if a_entry_id ~= '' then ack(k_rollouts, a_group, a_entry_id) end
 return stored
 """,
 )

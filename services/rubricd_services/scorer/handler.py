@@ -8,8 +8,13 @@ commits the score with its effects and the call's usage in one step (`effects`).
 rollout that can never be scored as sent is rejected: it goes to the dead
 letters, and the trainer, if it said where, gets a `rejected` score. Any other
 failure leaves the entry pending for a reclaim to retry.
+
+Under group judging, a member of a sample group joins its group in Redis instead (`groups`); the group is
+judged once, by the handler of the member that completes it or by a scorer's sweep at its deadline
+(`judge_due_groups`), and each member's score committed as above.
 """
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -20,7 +25,7 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.canaries import CanaryStep
 from rubricd.keys import SCORERS
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
 from rubricd.reward import POLICIES, policy
 from rubricd.store import RubricStore
 from rubricd_services.common import events, intake, prompts
@@ -32,7 +37,16 @@ from rubricd_services.common.service import Clients
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.evaluation.run import Config
-from rubricd_services.judges.scoring import TRAJECTORY, Judge, Rubrics, judge_by, preparer, score_rollout
+from rubricd_services.judges.groups import GROUP
+from rubricd_services.judges.scoring import (
+    TRAJECTORY,
+    Judge,
+    Rubrics,
+    judge_by,
+    preparer,
+    score_group,
+    score_rollout,
+)
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import RubricCache
@@ -41,11 +55,13 @@ from . import cache
 from .cache import JudgeCache
 from .canaries import CANARY, Canaries
 from .effects import Effects
+from .groups import Claimed, Gathering
 from .schedule import Decision, Schedule, candidates
 from .settings import ScorerSettings
 
 SERVICE = "scorer"
 log = logging.getLogger("rubricd.scorer")
+DUE_GROUPS = 16  # groups one sweep claims at most
 
 JUDGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
 REWARD_BUCKETS = tuple(i / 10 for i in range(11))
@@ -134,6 +150,7 @@ class Scorer:
         )
         template = prompts.load(verdicts.__package__, JUDGE, settings.judge_prompt)
         for_trajectories = prompts.load(verdicts.__package__, TRAJECTORY, settings.judge_trajectory_prompt)
+        for_groups = prompts.load(verdicts.__package__, GROUP, settings.judge_group_prompt)
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
@@ -144,6 +161,8 @@ class Scorer:
                 settings.judge_style(),
                 for_trajectories,
                 settings.judge_reasoning,
+                for_groups,
+                settings.judge_group_members,
             ),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
@@ -183,13 +202,31 @@ class Scorer:
             verdict_ttl_s=settings.judge_cache_ttl_s,
         )
 
+        self.gathering = Gathering(
+            clients.redis,
+            self.keys,
+            SCORERS,
+            clients.consumer,
+            deadline_s=settings.group_deadline_s,
+            lease_s=settings.reclaim_idle_ms / 1000,
+            ttl_s=settings.answer_ttl_s,
+        )
+
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
+        if (rollout.judge_mode or self.settings.judge_mode) == "group" and rollout.group and rollout.group_size != 1:
+            if await self.gather(rollout, intake.entry_id(msg)):
+                return
+        await self.score_alone(rollout, intake.entry_id(msg))
+
+    async def score_alone(self, rollout: Rollout, entry_id: bytes) -> None:
         rubrics = await self.rubrics.get(rollout)
         self.canaries.seen(rollout, rubrics.set.version)
-        # The verdict cache keeps one call's verdict: a set judged one call per rubric is judged every time.
+        votes = rollout.judge_votes or self.settings.judge_votes
+        # The verdict cache keeps one call's verdict: a set judged one call per rubric, or by votes, is judged
+        # every time.
         messages, digest = None, None
-        if self.settings.judge_cache_ttl_s and self.settings.judge_calls == "one":
+        if self.settings.judge_cache_ttl_s and self.settings.judge_calls == "one" and votes == 1:
             [call] = rubrics.judging(rollout)
             messages = call.messages(rollout)
             digest = cache.digest(rubrics.set, self.judge_settings, messages, rollout)
@@ -197,7 +234,7 @@ class Scorer:
         if first is not None:
             # Scored before (published again, a retried request): its first score again, without judging it.
             score = wire.decode(first, Score)
-            await self.effects.commit(intake.entry_id(msg), rollout, score, self.event(rollout, score), {})
+            await self.effects.commit(entry_id, rollout, score, self.event(rollout, score), {})
             log.info(
                 "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
             )
@@ -214,15 +251,26 @@ class Scorer:
             active=active,
             messages=messages,
             undefined=self.settings.undefined_meta_class_reward,
+            votes=votes,
         )
         if judged.tally.cached:
             score = msgspec.structs.replace(score, judge_cached=True)
         spent = judged.tally.usage(self.judge_settings.model)
+        await self.commit(entry_id, rollout, score, spent, judged.keep)
+
+    async def commit(
+        self,
+        entry_id: bytes,
+        rollout: Rollout,
+        score: Score,
+        spent: dict[str, int],
+        verdict: tuple[str, bytes] | None = None,
+    ) -> None:
+        """Commit a new score (effects.Effects.commit); `entry_id` b"": the entry was acked when it joined its
+        group."""
         analyze = not rollout.evaluation or self.settings.analyze_evaluation
         event = self.event(rollout, score)
-        committed = await self.effects.commit(
-            intake.entry_id(msg), rollout, score, event, spent, analyze=analyze, verdict=judged.keep
-        )
+        committed = await self.effects.commit(entry_id, rollout, score, event, spent, analyze=analyze, verdict=verdict)
         if not committed:
             log.info(
                 "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
@@ -234,6 +282,66 @@ class Scorer:
                 "scored %s/%s: reward %s (%s)\nprompt: %s\nresponse: %s",
                 *(rollout.run_id, rollout.rollout_id, score.reward, score.status, rollout.prompt, rollout.response),
             )
+
+    async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
+        """Group judging: a member joins its group (its entry acked), and the group is judged if it completes it;
+        False if the member is to be judged alone (its group's judging started: a late member)."""
+        first = await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))
+        if first is not None:
+            return False  # scored before: score_alone replies with its first score
+        members = await self.gathering.join(rollout, entry_id, time.time())
+        if members is None:
+            log.info("rollout %s/%s came after its group was judged; judged alone", rollout.run_id, rollout.rollout_id)
+            return False
+        if rollout.group_size is not None and members >= rollout.group_size:
+            await self.judge_due(self.gathering.key(rollout))
+        return True
+
+    async def judge_due_groups(self) -> None:
+        """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
+        due = await self.gathering.due(time.time(), DUE_GROUPS)
+        await asyncio.gather(*(self.judge_due(key) for key in due))
+
+    async def judge_due(self, key: str) -> None:
+        """Claim the group at `key` if it is due, judge its members still without a score, and finish it."""
+        claimed = await self.gathering.claim(key, time.time())
+        if claimed is None:
+            return
+        async with self.gathering.held(key):
+            keys = [self.keys.score(m.run_id, m.rollout_id) for m in claimed.members]
+            scored = await self.redis.mget(keys) if keys else []
+            todo = [m for m, first in zip(claimed.members, scored, strict=True) if first is None]
+            for part in _parts(todo):
+                await self.judge_group(part, claimed)
+            await self.gathering.finish(key)
+
+    async def judge_group(self, members: list[Rollout], claimed: Claimed) -> None:
+        """Judge members of one group that share their prompt together, and commit each one's score."""
+        head = members[0]
+        rubrics = await self.rubrics.get(head)
+        for member in members:
+            self.canaries.seen(member, rubrics.set.version)
+        policy_name = head.reward_policy or self.settings.reward_policy
+        active = await self.active_class(head, rubrics) if policy_name == "alternating" else None
+        judged = Judged()
+        if claimed.claims > self.settings.max_failures:
+            error = f"group judging was claimed {claimed.claims} times and never finished (max_failures)"
+            scores = [failed(m, rubrics, policy_name, error) for m in members]
+        else:
+            scores = await score_group(
+                members,
+                rubrics,
+                judge_by(caller(self.llm, judged.tally)),
+                policy(policy_name),
+                policy_name,
+                group=claimed.key,
+                active=active,
+                undefined=self.settings.undefined_meta_class_reward,
+                votes=head.judge_votes or self.settings.judge_votes,
+            )
+        spent = judged.tally.usage(self.judge_settings.model)
+        for i, (member, score) in enumerate(zip(members, scores, strict=True)):
+            await self.commit(b"", member, score, spent if i == 0 else {})
 
     async def active_class(self, rollout: Rollout, rubrics: Rubrics) -> str | None:
         """The active meta-class of the rollout's step under `alternating` (None: the weighted total)."""
@@ -316,6 +424,32 @@ def rejected(sender: intake.Sender, reason: str, rollout: Rollout | None = None)
         error=reason,
         scored_at=time.time(),
     )
+
+
+def failed(rollout: Rollout, rubrics: Rubrics, policy_name: str, error: str) -> Score:
+    """A score whose judging failed for good, without a call."""
+    return Score(
+        run_id=rollout.run_id,
+        rollout_id=rollout.rollout_id,
+        step=rollout.step,
+        status=JudgeStatus.JUDGE_FAILED,
+        reward=None,
+        rubric_version=rubrics.set.version,
+        instance_key=rubrics.set.instance_key,
+        policy=policy_name,
+        error=error,
+        scored_at=time.time(),
+        group=rollout.group,
+        evaluation=rollout.evaluation,
+    )
+
+
+def _parts(members: list[Rollout]) -> list[list[Rollout]]:
+    """The members split by what they are judged against: their prompt (instance), text or trajectory."""
+    parts: dict[tuple[str, bool], list[Rollout]] = {}
+    for member in members:
+        parts.setdefault((instance_key(member), bool(member.trajectory)), []).append(member)
+    return list(parts.values())
 
 
 def known_policy(rollout: Rollout) -> None:

@@ -68,6 +68,15 @@ class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSet
         description="evaluation rollouts (Rollout.evaluation) go to the analyzers too, into the memory loop; "
         "default: they are scored only",
     )
+    group_deadline_s: float = Field(
+        30.0,
+        gt=0,
+        description="group judging: a group not complete (Rollout.group_size) this long after its first member "
+        "arrived is judged with the members that did",
+    )
+    group_sweep_s: float = Field(
+        1.0, gt=0, description="group judging: how often each scorer looks for groups due (at their deadline)"
+    )
     judge_cache_ttl_s: int = Field(
         24 * 3600,
         ge=0,

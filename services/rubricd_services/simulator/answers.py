@@ -3,7 +3,7 @@
 The requested Struct is named by `response_format.json_schema.name`, or, in
 json_object / text modes, by the "JSON Schema named <Name>" sentence the
 LLM client appends to the system message (the schema follows it as JSON). The
-judge (`JudgeVerdict`) gets content heuristics (see `judging`, `trajectories`); any other
+judge (`JudgeVerdict`, a group's `GroupVerdict`) gets content heuristics (see `judging`, `trajectories`); any other
 schema gets a minimal valid instance built from the schema itself, with
 strings taken from the conversation.
 """
@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from rubricd_services.common import prompts
+
 from . import analysis, generating, judging, pairwise, trajectories, updates
 
 
@@ -22,10 +24,32 @@ def judge(system: str, user: str) -> Any:
     return (trajectories if "<trajectory>" in user else judging).verdict(system, user)
 
 
+def judge_group(system: str, user: str) -> Any:
+    """The judge's verdicts on a group, by label: each response judged as it would be alone (the simulator's
+    rules read one response; side by side changes nothing for them)."""
+    group = judging._block(user, "group") or {}
+    if not isinstance(group, dict):
+        return {}
+    verdicts = {}
+    for response in group.get("responses") or []:
+        if not isinstance(response, dict) or "label" not in response:
+            continue
+        if response.get("turns") is not None:
+            turns = [*(group.get("prompt_turns") or []), *response["turns"]]
+            alone = {"tools": group.get("tools") or [], "turns": turns, "reference": group.get("reference")}
+            verdicts[str(response["label"])] = judge(system, prompts.block("trajectory", alone))
+        else:
+            text = {"prompt": group.get("prompt") or "", "response": response.get("response") or ""}
+            alone = {**text, "reference": group.get("reference")}
+            verdicts[str(response["label"])] = judge(system, prompts.block("rollout", alone))
+    return verdicts
+
+
 # Agents with content-dependent answers: schema name -> fn(system text, user text) -> JSON value.
 # Every other schema gets a generic valid instance.
 AGENTS: dict[str, Callable[[str, str], Any]] = {
     "JudgeVerdict": judge,
+    "GroupVerdict": judge_group,
     "PairwiseVerdict": pairwise.verdict,
     "AnalysisDraft": analysis.analysis,
     "SummaryDraft": analysis.summary,

@@ -7,6 +7,8 @@ When a step is complete, claims, parts, expiry and the step hash's fields: docs/
 """
 
 import json
+from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -14,7 +16,7 @@ from redis.asyncio import Redis
 
 from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import Event, RolloutAnalysis, StepClosed, StepSummary
+from rubricd.messages import AnalysisSample, Event, RolloutAnalysis, StepClosed, StepSample, StepSummary
 from rubricd_services.common.commit import Script
 
 # A StepClosed: the whole step (`part` '') or one part of it, `part_json` that part's {"expected", "ids"}.
@@ -113,6 +115,7 @@ class StepState:
     summarized: bool = False
     analyzed: frozenset[str] = field(default_factory=frozenset)
     given_up: frozenset[str] = field(default_factory=frozenset)  # rollouts whose analysis was dead-lettered
+    unsampled: Mapping[str, str] = field(default_factory=dict)  # rollouts the analysis sample left out -> its rule
     closed_at: float | None = None
     parts: int | None = None  # closed in parts: how many
     parts_in: int = 0  # and how many of them are in
@@ -131,7 +134,7 @@ class StepState:
         that gave no count: its deadline decides)."""
         if self.missing_parts:
             return False
-        settled = self.analyzed | self.given_up
+        settled = self.analyzed | self.given_up | self.unsampled.keys()
         if self.rollout_ids:
             return self.closed and set(self.rollout_ids) <= settled
         return self.expected is not None and len(settled) >= self.expected
@@ -144,8 +147,19 @@ class StepState:
 
     @property
     def missing(self) -> tuple[str, ...]:
-        """Rollout ids announced but not analyzed (only knowable when the trainer sent ids)."""
-        return tuple(sorted(set(self.rollout_ids) - self.analyzed))
+        """Rollout ids announced but neither analyzed nor left out by the analysis sample (only knowable when the
+        trainer sent ids)."""
+        return tuple(sorted(set(self.rollout_ids) - self.analyzed - self.unsampled.keys()))
+
+    def sample(self, analyzed: Collection[str]) -> StepSample | None:
+        """What the analysis sample read of the step, given the rollouts whose analyses are in: None if it left
+        none out. Its rule: the one that left out the most (rollouts of a run normally share one)."""
+        if not self.unsampled:
+            return None
+        rules = Counter(self.unsampled.values()).most_common()
+        rule: AnalysisSample = int(rules[0][0]) if rules[0][0].isdigit() else cast(AnalysisSample, rules[0][0])
+        scored = set(analyzed) | self.given_up | self.unsampled.keys()
+        return StepSample(rule=rule, analyzed=len(analyzed), scored=len(scored))
 
 
 def member(run_id: str, step: int) -> str:
@@ -239,7 +253,8 @@ class StepBook:
             pipe.hgetall(self.keys.step(run_id, step))
             pipe.smembers(self.keys.step_analyses(run_id, step))
             pipe.smembers(self.keys.step_given_up(run_id, step))
-            raw, analyzed, given_up = await pipe.execute()
+            pipe.hgetall(self.keys.step_unsampled(run_id, step))
+            raw, analyzed, given_up, unsampled = await pipe.execute()
         h = {k.decode(): v.decode() for k, v in raw.items()}
         expected, ids = (int(h["expected"]) if "expected" in h else None), tuple(json.loads(h.get("rollout_ids", "[]")))
         parts = [json.loads(v) for k, v in h.items() if k.startswith("part:")]
@@ -258,6 +273,7 @@ class StepBook:
             summarized=h.get("summarized") == "1",
             analyzed=frozenset(x.decode() for x in analyzed),
             given_up=frozenset(x.decode() for x in given_up),
+            unsampled={k.decode(): v.decode() for k, v in unsampled.items()},
             closed_at=float(h["closed_at"]) if "closed_at" in h else None,
         )
 

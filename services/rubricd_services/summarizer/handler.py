@@ -186,7 +186,9 @@ class Summarizer:
     async def summarize(self, state: StepState) -> None:
         """Summarize a claimed step: memory first (idempotent ids), then the summaries and the flag, once."""
         analyses = await self.analyses(state)
-        missing = tuple(sorted(set(state.rollout_ids) - {a.rollout_id for a in analyses}))
+        analyzed = {a.rollout_id for a in analyses}
+        missing = tuple(sorted(set(state.rollout_ids) - analyzed - state.unsampled.keys()))
+        sampled = state.sample(analyzed)
         summaries: list[StepSummary] = []
         items: list[MemoryItem] = []
         groups = by_instance(analyses, self.settings.rubrics_mode == "per_instance")
@@ -198,6 +200,7 @@ class Summarizer:
                 expected=state.expected,
                 missing=missing,
                 missing_parts=state.missing_parts,
+                sampled=sampled,
                 health=tuple(await health.read(self.redis, self.keys, state.run_id, state.step, instance_key)),
             )
             done = await summarize_step(
@@ -218,7 +221,10 @@ class Summarizer:
             run_id=state.run_id,
             step=state.step,
             analyses=len(analyses),
-            missing=len(missing) if state.rollout_ids else max(0, (state.expected or 0) - len(analyses)),
+            missing=len(missing)
+            if state.rollout_ids
+            else max(0, (state.expected or 0) - len(analyzed) - len(state.unsampled)),
+            **({"sampled": f"{sampled.analyzed}/{sampled.scored} ({sampled.rule})"} if sampled else {}),
             hacking=",".join(sorted({p.type for s in summaries for p in s.reward_hacking})),
             **({"parts": state.parts, "missing_parts": state.missing_parts} if state.parts else {}),
         )

@@ -22,6 +22,7 @@ from rubricd.messages import (
     RubricFinding,
     RubricHealth,
     Severity,
+    StepSample,
     StepSummary,
 )
 from rubricd_services.common import prompts
@@ -70,6 +71,7 @@ class StepInfo:
     expected: int | None = None  # rollouts the trainer published, if it said
     missing: tuple[str, ...] = ()
     missing_parts: int = 0  # closed in parts: the parts that never closed the step
+    sampled: StepSample | None = None  # the analyses are a sample of the step's scored rollouts: which
     health: tuple[RubricHealth, ...] = ()  # every rubric's health (rubricd.health), carried into the summary
 
 
@@ -91,6 +93,12 @@ class _StepView(msgspec.Struct, frozen=True, kw_only=True):
     chunk: int | None = None
     chunks: int | None = None
     hacking_rollouts: dict[str, int] = {}  # hacking type -> the analyses that report it, most reported first
+
+
+class _SampledStepView(_StepView, frozen=True, kw_only=True):
+    """A step whose analyses are a sample of its scored rollouts (StepSample: the rule, analyzed of scored)."""
+
+    sample: StepSample
 
 
 class _AnalysisView(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,7 +172,7 @@ def _step_view(
     chunks: int | None = None,
     hacking: dict[str, int] | None = None,
 ) -> _StepView:
-    return _StepView(
+    view = _StepView(
         run_id=info.run_id,
         step=info.step,
         instance_key=info.instance_key,
@@ -175,6 +183,9 @@ def _step_view(
         chunks=chunks,
         hacking_rollouts=hacking or {},
     )
+    if info.sampled is None:
+        return view
+    return _SampledStepView(**msgspec.structs.asdict(view), sample=info.sampled)
 
 
 def data_chars(template: str, prompt_chars: int | None) -> int | None:
@@ -295,6 +306,7 @@ def step_summary(info: StepInfo, draft: SummaryDraft, *, analyses: int, chunks: 
         evolution_plan=list(draft.evolution_plan),
         memory_entry=draft.memory_entry,
         analyses=analyses,
+        sampled=info.sampled,
         missing_rollouts=list(info.missing),
         expected_rollouts=info.expected,
         missing_parts=info.missing_parts,
@@ -312,6 +324,7 @@ def empty_summary(info: StepInfo) -> StepSummary:
         executive_summary=text,
         memory_entry=text,
         analyses=0,
+        sampled=info.sampled,
         missing_rollouts=list(info.missing),
         expected_rollouts=info.expected,
         missing_parts=info.missing_parts,

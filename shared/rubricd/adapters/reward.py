@@ -2,8 +2,10 @@
 (`Reward`)."""
 
 import asyncio
+import hashlib
 import logging
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -11,16 +13,18 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ..client import RubricdClient, SyncRubricdClient
-from ..messages import Rollout, Score, Tool, TrainingContext, Turn
+from ..messages import AnalysisSample, JudgeMode, Rollout, Score, Tool, TrainingContext, Turn
 from .conversation import NotTurns, turns
 
 log = logging.getLogger("rubricd.adapters")
+_GROUP = re.compile(r"^[A-Za-z0-9_./-]{1,200}$")  # GroupId's alphabet
 
 
 class Sample(NamedTuple):
     """One sample of a trainer's call, as its rollout carries it: its text, and, where the trainer gave chat
     messages, the whole conversation (`messages`, prompt first: `prompt_turns` of them) and the `tools` offered
-    (OpenAI function specs), which become the rollout's trajectory."""
+    (OpenAI function specs), which become the rollout's trajectory; its sample `group` (of `group_size`) where
+    the trainer says which responses were sampled for one prompt."""
 
     prompt: str
     response: str
@@ -30,6 +34,8 @@ class Sample(NamedTuple):
     messages: Sequence[Any] = ()
     prompt_turns: int = 0
     tools: Sequence[Any] = ()
+    group: str | None = None
+    group_size: int | None = None
 
 
 class Steps:
@@ -87,20 +93,27 @@ class Reward:
         timeout: float | None = None,
         wait_for_rubrics: bool = False,
         reward_policy: str | None = None,
+        judge_mode: JudgeMode | None = None,
+        judge_votes: int | None = None,
+        analysis_sample: AnalysisSample | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         evaluation: bool = False,
     ) -> None:
         """`reward_policy`: this run's policy (e.g. "alternating"), set on every rollout; None: the deployment's.
+        `judge_mode` ("single", "group"), `judge_votes` (1-9) and `analysis_sample` ("all", "extremes", or k per
+        group): this run's choices, set on every rollout like `reward_policy` (docs/researchers/groups.md).
         `evaluation`: every rollout is an evaluation rollout (a reward used only to evaluate).
         `rank`, `world_size`: this process's place in a job of several (default: the RANK and WORLD_SIZE
         environment variables that torchrun and accelerate set; else one process)."""
         self.client, self.run_id, self.context, self.timeout = client, run_id, context, timeout
         self.reward_policy, self.evaluation = reward_policy, evaluation
+        self.judge_mode, self.judge_votes, self.analysis_sample = judge_mode, judge_votes, analysis_sample
         rank = int(os.environ.get("RANK", 0)) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.rank = rank
         self.steps = Steps(
             client.aio, run_id, wait_for_rubrics=wait_for_rubrics, timeout=timeout, rank=rank, world_size=world_size
         )
@@ -134,6 +147,11 @@ class Reward:
                 trajectory=trajectory,
                 tools=tools,
                 prompt_turns=s.prompt_turns if trajectory else 0,
+                group=s.group,
+                group_size=s.group_size if s.group is not None else None,
+                judge_mode=self.judge_mode,
+                judge_votes=self.judge_votes,
+                analysis_sample=self.analysis_sample,
             )
             for i, (s, (trajectory, tools)) in enumerate(zip(samples, trajectories(samples)))
         ]
@@ -176,3 +194,12 @@ def _tools(specs: Sequence[Any]) -> list[Tool]:
 
 def optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def group_id(value: Any) -> str | None:
+    """A trainer's group identity as a rollout's `group`: as it is where it fits GroupId's alphabet (verl's uuid,
+    a number), else a hash of it (the same value, the same group)."""
+    if value is None:
+        return None
+    text = str(value)
+    return text if _GROUP.fullmatch(text) else "h-" + hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -2,12 +2,15 @@
 Details: docs/integrators/trl.md."""
 
 import importlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ..chat import text
 from ..client import SyncRubricdClient
 from .reward import Reward, Sample, optional_str
+
+log = logging.getLogger("rubricd.adapters")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -19,6 +22,7 @@ def trl_reward(
     reference_column: str | None = "reference",
     instance_column: str | None = None,
     tools: Sequence[Callable[..., Any] | dict[str, Any]] | None = None,
+    num_generations: int | None = None,
     name: str = "rubricd",
     **options: Any,
 ) -> Callable[..., list[float | None]]:
@@ -29,17 +33,23 @@ def trl_reward(
     Conversational prompts and completions (tool calls and results included) are sent as the rollout's
     trajectory, with the `tools` offered: functions (as GRPOTrainer's `tools=`) or OpenAI function specs;
     default: the trainer's own `tools`.
+    Each completion's sample group is its prompt's `num_generations` completions (default: the trainer's
+    `num_generations`, `num_generations_eval` in evaluation), placed as TRL places them (see `TrlGroups`).
     Rollouts of TRL's evaluation are evaluation rollouts (see `rubricd.adapters`).
-    `options`: context, timeout, wait_for_rubrics, reward_policy, rank, world_size, evaluation (see `Reward`).
+    `options`: context, timeout, wait_for_rubrics, reward_policy, judge_mode, judge_votes, analysis_sample, rank,
+    world_size, evaluation (see `Reward`).
     Call `.finish()` after training.
     """
     reward = Reward(client, run_id, **options)
+    groups = TrlGroups(num_generations, reward.rank)
 
     def rubricd(
         prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
     ) -> list[float | None]:
+        step, evaluating = trl_step(trainer_state), _trl_evaluating(columns)
         samples = _trl_samples(prompts, completions, columns, reference_column, instance_column, tools)
-        scores = reward.score(trl_step(trainer_state), samples, evaluation=_trl_evaluating(columns))
+        samples = groups.place(samples, step, evaluating, _trainer(columns))
+        scores = reward.score(step, samples, evaluation=evaluating)
         return [s.reward for s in scores]
 
     return _named(rubricd, name, reward)
@@ -52,17 +62,21 @@ def async_trl_reward(
     reference_column: str | None = "reference",
     instance_column: str | None = None,
     tools: Sequence[Callable[..., Any] | dict[str, Any]] | None = None,
+    num_generations: int | None = None,
     name: str = "rubricd",
     **options: Any,
 ) -> Callable[..., Awaitable[list[float | None]]]:
     """`trl_reward` as a coroutine function: TRL runs async reward functions concurrently on its own loop."""
     reward = Reward(client, run_id, **options)
+    groups = TrlGroups(num_generations, reward.rank)
 
     async def rubricd(
         prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
     ) -> list[float | None]:
+        step, evaluating = trl_step(trainer_state), _trl_evaluating(columns)
         samples = _trl_samples(prompts, completions, columns, reference_column, instance_column, tools)
-        scores = await reward.score_async(trl_step(trainer_state), samples, evaluation=_trl_evaluating(columns))
+        samples = groups.place(samples, step, evaluating, _trainer(columns))
+        scores = await reward.score_async(step, samples, evaluation=evaluating)
         return [s.reward for s in scores]
 
     return _named(rubricd, name, reward)
@@ -76,6 +90,59 @@ def _named(fn: _F, name: str, reward: Reward) -> _F:
 
 def trl_step(trainer_state: Any) -> int:
     return int(getattr(trainer_state, "global_step", 0) or 0)
+
+
+class TrlGroups:
+    """Which completions of a reward call were sampled for one prompt, as GRPOTrainer lays them out.
+
+    TRL hands each process's reward functions its share of the generation batch: the batch is every process's
+    share in process order, each prompt's `num_generations` completions consecutive (its RepeatSampler), and
+    TRL's own advantage takes groups of `num_generations` from that whole batch (`rewards.view(-1, G)`). So the
+    i-th completion of process `rank`, of `n` on each, is in group `(rank * n + i) // G`: a group may straddle
+    two processes, each publishing its members under the same id. The id also names the call (its kind and
+    its count among this step's calls here, which every process makes alike), so it is unique within the step.
+    Where a group's members here have different prompts (not TRL's layout), the call is sent without groups,
+    with a warning.
+    """
+
+    def __init__(self, num_generations: int | None, rank: int) -> None:
+        self.num_generations, self.rank = num_generations, rank
+        self.calls: dict[tuple[int, bool], int] = {}  # (step, evaluating) -> calls made
+
+    def place(self, samples: list[Sample], step: int, evaluating: bool, trainer: Any) -> list[Sample]:
+        """`samples` with their group and its size; unchanged where the group size is not known."""
+        size = self.num_generations or _trainer_generations(trainer, evaluating)
+        call = self.calls.get((step, evaluating), 0)
+        self.calls[(step, evaluating)] = call + 1
+        if not size:
+            return samples
+        rank = getattr(getattr(trainer, "accelerator", None), "process_index", self.rank)
+        placed = trl_groups(samples, size, rank, f"{'eval' if evaluating else 'train'}{call}")
+        if placed is None:
+            log.warning(
+                "step %d: completions in one group of %d have different prompts; sent without groups", step, size
+            )
+            return samples
+        return placed
+
+
+def trl_groups(samples: list[Sample], size: int, rank: int, call: str) -> list[Sample] | None:
+    """`samples` (process `rank`'s share of a call) in TRL's groups of `size`, named `<call>.<group>`; None if the
+    members of a group here do not share their prompt."""
+    placed = [
+        s._replace(group=f"{call}.{(rank * len(samples) + i) // size}", group_size=size) for i, s in enumerate(samples)
+    ]
+    prompts: dict[str | None, str] = {}
+    if any(prompts.setdefault(s.group, s.prompt) != s.prompt for s in placed):
+        return None
+    return placed
+
+
+def _trainer_generations(trainer: Any, evaluating: bool) -> int | None:
+    """The calling trainer's completions per prompt (GRPOTrainer's, RLOOTrainer's): for training or evaluation."""
+    size = getattr(trainer, "num_generations_eval", None) if evaluating else None
+    size = size or getattr(trainer, "num_generations", None)
+    return size if isinstance(size, int) and size >= 1 else None
 
 
 def _trainer(columns: dict[str, Any]) -> Any:

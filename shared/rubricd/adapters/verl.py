@@ -7,7 +7,7 @@ from typing import Any
 from ..chat import text
 from ..client import SyncRubricdClient
 from ..messages import JudgeStatus, Score
-from .reward import Reward, Sample, optional_str
+from .reward import Reward, Sample, group_id, optional_str
 
 
 class VerlReward:
@@ -30,6 +30,9 @@ class VerlReward:
     An agent loop's conversation, where it puts it in its extra fields (verl hands them to the reward function in
     extra_info): extra_info[messages_field], the whole conversation (its first len(extra_info["raw_prompt"]) the
     prompt), and extra_info[tools_field], the tools offered (OpenAI function specs), make the rollout's trajectory.
+    The rollout's sample group is extra_info[group_field] (verl's `uid`, one per prompt, shared by its
+    rollout.n responses; an agent loop puts it there, and `score_agent_loop` reads it from the dataset
+    fields), of `group_size` (rollout.n; None: unknown, a group is then judged at its deadline).
 
         reward = VerlReward(SyncRubricdClient(url), run_id="ppo-1")
         compute_score = reward.compute_score   # custom_reward_function.name=compute_score
@@ -45,6 +48,8 @@ class VerlReward:
         instance_key_field: str = "instance_key",
         messages_field: str = "messages",
         tools_field: str = "tools",
+        group_field: str = "uid",
+        group_size: int | None = None,
         failed_score: float = 0.0,
         **options: Any,
     ) -> None:
@@ -55,6 +60,7 @@ class VerlReward:
         self.reward = Reward(client, run_id, **options)
         self.prompt_field, self.step_field, self.instance_key_field = prompt_field, step_field, instance_key_field
         self.messages_field, self.tools_field = messages_field, tools_field
+        self.group_field, self.group_size = group_field, group_size
         self.failed_score = failed_score
         self.step = 0
 
@@ -96,8 +102,13 @@ class VerlReward:
 
         `output`: the AgentLoopOutput `run` returns, its extra fields holding the conversation (messages_field,
         tools_field); `sample`: the dataset fields `run` was called with (data_source, reward_model, extra_info,
-        raw_prompt)."""
-        info = {**(sample.get("extra_info") or {}), **output.extra_fields, "raw_prompt": sample["raw_prompt"]}
+        raw_prompt, and uid: the rollout's group)."""
+        info = {
+            **(sample.get("extra_info") or {}),
+            "uid": sample.get("uid"),  # verl's group of the prompt's rollout.n responses
+            **output.extra_fields,
+            "raw_prompt": sample["raw_prompt"],
+        }
         if info.get(self.messages_field) is None:
             raise ValueError(
                 f"the agent loop's output has no {self.messages_field!r} extra field: put its conversation there "
@@ -151,6 +162,9 @@ class VerlReward:
             optional_str(info.get(self.instance_key_field)),
             {"data_source": str(data_source)},
         )
+        group = group_id(info.get(self.group_field))
+        if group is not None:
+            sample = sample._replace(group=group, group_size=self.group_size)
         messages = _listed(info.get(self.messages_field))
         if not messages:
             return sample

@@ -4,7 +4,7 @@ All are frozen msgspec Structs tagged by a `type` field; schemas evolve only
 additively (new fields have defaults).
 """
 
-from ._base import InstanceKey, Message, RolloutId, RunId
+from ._base import GroupId, InstanceKey, Message, RolloutId, RunId
 from .analyses import (
     HackingEvidence,
     HackingPattern,
@@ -12,6 +12,7 @@ from .analyses import (
     RubricFinding,
     RubricHealth,
     Severity,
+    StepSample,
     StepSummary,
 )
 from .arm import ArmReward, ArmRollout, ModelName, PairOutcome, Phase, RewardedArmRollout
@@ -69,6 +70,7 @@ __all__ = [
     "UPDATE_OUTCOMES",
     "Action",
     "AnalysisSample",
+    "GroupId",
     "GroupJudged",
     "JudgeMode",
     "Function",
@@ -117,6 +119,7 @@ __all__ = [
     "ScoredRollout",
     "Severity",
     "StepClosed",
+    "StepSample",
     "StepSummary",
     "Strategy",
     "TrainingContext",

@@ -5,6 +5,7 @@ import enum
 import msgspec
 
 from ._base import InstanceKey, Message, RolloutId, RunId, Step, UnitInterval, Version
+from .rollouts import AnalysisSample
 
 
 class Severity(enum.StrEnum):
@@ -29,6 +30,16 @@ class RubricFinding(msgspec.Struct, frozen=True, kw_only=True):
     finding: str  # gamed | miscalibrated | missing
     note: str
     rubric_id: str | None = None
+
+
+class StepSample(msgspec.Struct, frozen=True, kw_only=True):
+    """What of a step the analyzers read when the analysis sample left some rollouts out (Rollout.analysis_sample):
+    the `rule` (`extremes`, or k per group), the rollouts `analyzed` and those `scored` the sample chose from
+    (analyzed, left out, or given up on), over the whole step."""
+
+    rule: AnalysisSample
+    analyzed: int
+    scored: int
 
 
 class RolloutAnalysis(Message, tag="rollout_analysis", frozen=True, kw_only=True):
@@ -86,6 +97,7 @@ class StepSummary(Message, tag="step_summary", frozen=True, kw_only=True):
     evolution_plan: list[str] = []
     memory_entry: str = ""
     analyses: int = 0
+    sampled: StepSample | None = None  # None: every scored rollout was analyzed (no sample left one out)
     missing_rollouts: list[RolloutId] = []
     chunks: int = 1
     expected_rollouts: int | None = None  # how many the trainer published, when it said

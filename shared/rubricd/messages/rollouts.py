@@ -9,10 +9,10 @@ from .. import chat
 from ._base import (
     MAX_GROUP,
     MAX_PARTS,
-    MAX_VOTES,
-    GroupId,
     MAX_ROLLOUTS_PER_STEP,
     MAX_STEP,
+    MAX_VOTES,
+    GroupId,
     InstanceKey,
     Message,
     RolloutCount,
@@ -21,7 +21,6 @@ from ._base import (
     Step,
 )
 from .trajectories import MAX_TURNS, Tools, Turns, malformed
-
 
 JudgeMode = Literal["single", "group"]
 # Which scored rollouts of a group the analyzers read: every one, each group's best and worst, or k per group.

@@ -159,8 +159,8 @@ def test_the_projects_labelled_set_reads_and_covers_what_it_says():
 
     data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
     every = list(labelled.items(data.splitlines(), "judge-set.jsonl"))
-    items = [i for i in every if not i.trajectory]
-    assert len(items) == 66 and sum(len(i.labels) for i in items) == 210  # the text items, as measured before
+    items = [i for i in every if not (i.trajectory or i.id.startswith("group-"))]
+    assert len(items) == 66 and sum(len(i.labels) for i in items) == 210  # the text items measured before groups
     behaviours = {i.id.split("-", 3)[3] for i in items if i.id.startswith("add-")}
     assert behaviours == {"correct", "wrong", "padded", "sycophantic", "judge_addressing", "terse"}
     open_answers = [i for i in items if i.reference is None]
@@ -179,3 +179,43 @@ def test_the_projects_labelled_trajectories_cover_every_way_a_tool_is_misused():
     assert {"traj-args-not-json", "traj-args-tool-not-offered", "traj-calc-contradicted"} <= {i.id for i in agents}
     scopes = {r.scope for i in agents for r in i.rubrics}
     assert scopes == {"trajectory", "turn"} and any(i.turn_labels for i in agents)
+
+
+def test_the_projects_sample_groups_share_their_prompt_and_spread_their_rewards():
+    """The groups added for group judging: 4-8 responses a prompt (right, wrong, padded, hacked), the same prompt
+    and rubrics for all, labelled rewards that differ within the group, as a GRPO group's should."""
+    from importlib import resources
+
+    from rubricd.reward import weighted_sum
+
+    data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
+    groups = [g for g in labelled.grouped(list(labelled.items(data.splitlines()))) if g[0].group is not None]
+    added = [g for g in groups if g[0].id.startswith(("group-", "traj-calc-group-"))]
+    assert len(added) == 8 and all(4 <= len(g) <= 8 for g in added)
+    assert any(g[0].trajectory for g in added) and len(groups) == 17
+    for group in groups:
+        assert len({(i.prompt, i.reference, str(i.rubrics), str(i.trajectory[: i.prompt_turns])) for i in group}) == 1
+        assert len({i.group for i in group}) == 1
+    for group in added:
+        behaviours = {i.id.rsplit("-", 1)[1] for i in group}
+        assert "judge_addressing" in behaviours and behaviours & {"right", "used"}
+        rewards = {weighted_sum(i.rubrics, i.labels).total for i in group}
+        assert len(rewards) >= 3
+
+
+def test_a_group_member_that_does_not_share_the_groups_prompt_or_rubrics_is_refused():
+    first = {**GOOD, "group": "g"}
+    assert [len(g) for g in labelled.grouped(list(labelled.items(lines(first, {**first, "id": "add-2"}))))] == [2]
+    for field, other in (("prompt", "What is 17 + 26?"), ("rubrics", [{**GOOD["rubrics"][0], "points": 3}])):
+        bad = {**first, "id": "add-2", field: other}
+        with pytest.raises(labelled.Invalid) as e:
+            list(labelled.items(lines(first, GOOD | {"id": "alone"}, bad), "f"))
+        assert str(e.value).startswith(f"f:3: `$.{field}`: not the same as in line 1, the first of group 'g'")
+
+
+def test_items_are_grouped_in_the_order_their_groups_first_appear_and_an_item_without_one_alone():
+    a1, b1, alone, a2 = (
+        labelled.Item(id=i, prompt="p", response="r", rubrics=[], labels={}, group=g)
+        for i, g in (("a1", "a"), ("b1", "b"), ("alone", None), ("a2", "a"))
+    )
+    assert [[i.id for i in g] for g in labelled.grouped([a1, b1, alone, a2])] == [["a1", "a2"], ["b1"], ["alone"]]

@@ -2,6 +2,7 @@
 them. The simulator runs in this process (no stack); the judge is called through the LLM client."""
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from rubricd_services.judges.evaluation import labelled, pairs, probes
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.pairs import evaluate_pairs
 from rubricd_services.judges.evaluation.probes import PROBES, result
-from rubricd_services.judges.evaluation.run import Config, Judged, evaluate
+from rubricd_services.judges.evaluation.run import Config, Judged, Mode, evaluate
 from rubricd_services.simulator.app import serve_in_background
 from rubricd_services.simulator.faults import SimConfig
 
@@ -195,7 +196,7 @@ def test_the_simulator_judges_the_labelled_trajectories_by_its_content_rules():
     assert all(probes[n].passed and probes[n].moved == 0.0 for n in ("grader_note", "padding", "reorder", "repeat"))
     # ... but a tool result changed under a final answer that used it lowers every reward (`uses_result` flips).
     flipped = probes["contradicted_result"]
-    assert flipped.passed and flipped.items == 8 and flipped.max_move is not None and flipped.max_move < 0
+    assert flipped.passed and flipped.items == 10 and flipped.max_move is not None and flipped.max_move < 0
 
 
 def test_the_trajectory_probe_fails_a_judge_that_does_not_read_tool_results():
@@ -205,5 +206,81 @@ def test_the_trajectory_probe_fails_a_judge_that_does_not_read_tool_results():
     with serve_in_background(SimConfig(flip_rate=1.0)) as (url, _):
         report = asyncio.run(evaluate(config(url), items, {}, probe=True))
     flipped = {p.name: p for p in report.probes}["contradicted_result"]
-    assert flipped.items == 8 and not flipped.passed
+    assert flipped.items == 10 and not flipped.passed
     assert flipped.min_move == 0.0 and flipped.raised is not None and flipped.raised > 0
+
+
+def grouped_items() -> list[Item]:
+    from importlib import resources
+
+    data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
+    return [i for i in labelled.items(data.splitlines()) if i.group is not None]
+
+
+def test_single_group_and_votes_are_measured_side_by_side_on_the_labelled_groups():
+    """The simulator decides each response by its content rules, alone or among its group, so the modes give the
+    same verdicts: what they change is the calls and the prompt tokens a rollout takes, every call counted."""
+    items = grouped_items()
+    groups = labelled.grouped(items)
+    assert max(len(g) for g in groups) <= 8  # one call a group, at the default of 8 responses a call
+    reports, calls = {}, {}
+    with serve_in_background(SimConfig()) as (url, sim):
+        for name in ("single", "group", "votes3", "group+votes3"):
+            before = sum(sim.stats()["schemas"].values())
+            reports[name] = asyncio.run(evaluate(dataclasses.replace(config(url), mode=Mode.named(name)), items, {}))
+            calls[name] = sum(sim.stats()["schemas"].values()) - before
+    single, group, votes, both = reports.values()
+    assert [r.judge_mode for r in reports.values()] == ["single", "group", "votes3", "group+votes3"]
+    for report in reports.values():
+        assert report.items == len(items) and report.format_failures == 0
+        assert [j.verdicts for j in report.judged] == [j.verdicts for j in single.judged]
+        assert report.overall == single.overall and report.reward_error == single.reward_error
+        assert report.wall_s is not None and report.wall_s > 0
+    assert calls == {
+        "single": len(items),
+        "group": len(groups),
+        "votes3": 3 * len(items),
+        "group+votes3": 3 * len(groups),
+    }
+    assert single.calls_per_rollout == 1.0 and votes.calls_per_rollout == 3.0
+    assert group.calls_per_rollout == pytest.approx(len(groups) / len(items))
+    assert both.calls_per_rollout == pytest.approx(3 * len(groups) / len(items))
+    assert single.prompt_tokens_per_rollout and group.prompt_tokens_per_rollout and votes.prompt_tokens_per_rollout
+    # the instructions, rubrics and prompt sent once for a group instead of once per response
+    assert group.prompt_tokens_per_rollout * 2 < single.prompt_tokens_per_rollout
+    assert votes.prompt_tokens_per_rollout == pytest.approx(3 * single.prompt_tokens_per_rollout, rel=0.01)
+
+
+def test_a_group_whose_call_fails_fails_its_items_and_their_probes_are_judged_as_a_group():
+    """Probes judge a group's changed items together; at a fail rate of 1 every group's call fails: each item is
+    a format failure with its error, never a guessed verdict."""
+    items = grouped_items()[:12]
+    with serve_in_background(SimConfig()) as (url, sim):
+        probed = asyncio.run(evaluate(dataclasses.replace(config(url), mode=Mode("group")), items, {}, probe=True))
+        assert sim.stats()["schemas"].get("JudgeVerdict", 0) == 0  # no item judged alone
+    assert {p.name for p in probed.probes} >= {"grader_note", "padding", "reorder", "repeat"}
+    assert all(p.items == 12 for p in probed.probes if p.name != "contradicted_result")
+    with serve_in_background(SimConfig(fail_rate=1.0)) as (url, _):
+        failed = asyncio.run(evaluate(dataclasses.replace(config(url), mode=Mode("group")), items, {}))
+    assert failed.format_failures == 12 and all(j.error and not j.verdicts for j in failed.judged)
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        ("single", Mode("single", 1)),
+        ("group", Mode("group", 1)),
+        ("votes", Mode("single", 3)),
+        ("votes5", Mode("single", 5)),
+        ("group+votes3", Mode("group", 3)),
+        ("votes3+group", Mode("group", 3)),
+    ],
+)
+def test_a_mode_is_named(name, mode):
+    assert Mode.named(name) == mode and Mode.named(str(mode)) == mode
+
+
+@pytest.mark.parametrize("name", ["pairs", "votes10", "votes0", "group+x", ""])
+def test_a_mode_that_is_not_one_is_refused(name):
+    with pytest.raises(ValueError, match="a mode is single, group"):
+        Mode.named(name)

@@ -154,3 +154,27 @@ async def test_a_sample_whose_messages_cannot_be_turns_is_scored_as_text_with_a_
     assert len(turns.trajectory) == 4
     assert "1 of 2 samples' messages are not a trajectory; scored as text" in caplog.text
     assert "sample 0: Invalid enum value 'ipython' - at `trajectory[2].role`" in caplog.text
+
+
+class _GrpoTrainer(_Trainer):
+    num_generations = 4
+
+
+async def test_trl_sends_each_prompts_generations_as_one_group_with_the_runs_choices(
+    redis, keys, client, published
+) -> None:
+    reward = trl_reward(client, "grpo-groups", reference_column="answer", judge_votes=1, analysis_sample="extremes")
+    trainer = _GrpoTrainer(training=True)
+    prompts = [p for p in PROMPTS for _ in range(4)]  # 2 prompts x 4 generations, as TRL hands them
+    completions = ["42", "41", "17 + 25 = 42", "40", "42", "6 x 7 = 42", "43", "42"]
+    rewards = reward(
+        prompts=prompts,
+        completions=completions,
+        trainer_state=SimpleNamespace(global_step=0),
+        answer=ANSWERS[:1] * 8,
+        log_metric=trainer.log_metric,
+    )
+    assert len(rewards) == 8 and all(r is not None for r in rewards)
+    rollouts = await published(redis, keys)
+    assert [(r.group, r.group_size) for r in rollouts] == [("train0.0", 4)] * 4 + [("train0.1", 4)] * 4
+    assert {(r.judge_votes, r.analysis_sample, r.judge_mode) for r in rollouts} == {(1, "extremes", None)}

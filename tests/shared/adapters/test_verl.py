@@ -99,6 +99,17 @@ async def test_verl_async_form_and_batch_form(redis, keys, client, published, cl
     assert {r.metadata["data_source"] for r in batch} == {"gsm8k"}
 
 
+async def test_verl_sends_the_uid_as_the_group_of_rollout_n(redis, keys, client, published) -> None:
+    reward = VerlReward(client, "ppo-groups", group_size=2, judge_mode="single")
+    uids = ["9b2f6d1e-uid-a", "9b2f6d1e-uid-a", "c41d7e02-uid-b", "c41d7e02-uid-b"]  # rollout.n=2, interleaved
+    infos = [{"question": PROMPTS[i // 2], "global_step": 0, "uid": uid} for i, uid in enumerate(uids)]
+    reward.compute_score_batch(
+        data_sources=["gsm8k"] * 4, solution_strs=["42", "41", "42", "43"], ground_truths=["42"] * 4, extra_infos=infos
+    )
+    rollouts = await published(redis, keys)
+    assert [(r.group, r.group_size, r.judge_mode) for r in rollouts] == [(u, 2, "single") for u in uids]
+
+
 # What verl 0.9.1 hands a reward function for a rollout of its tool agent loop (verl_tool_agent.py's subclass keeps
 # the conversation and tools in the loop's extra fields): the dataset's extra_info updated with those extra fields
 # (the naive reward manager's `extra_info.update(tool_extra_fields)`: raw_prompt, turn_scores, tool_rewards, ...)

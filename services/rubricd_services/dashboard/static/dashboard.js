@@ -345,12 +345,15 @@ function drawTurn(turn) {
 
 function drawResults(results) {
   if (!results.length) return el("p", { class: "note" }, "no verdicts");
-  const head = el("tr", {}, ["rubric", "points", "verdict", "turns", "explanation"].map((h) => el("th", {}, h)));
+  const voted = results.some((r) => r.agreement !== null);
+  const head = el("tr", {}, ["rubric", "points", "verdict", ...(voted ? ["votes agreeing"] : []), "turns", "explanation"].map((h) => el("th", {}, h)));
   const turns = (r) => [r.met_turns.length ? `met ${r.met_turns.join(", ")}` : null,
     r.unmet_turns.length ? `failed ${r.unmet_turns.join(", ")}` : null].filter((t) => t).join("; ");
   return el("table", { class: "results" }, el("thead", {}, head), el("tbody", {}, results.map((r) =>
     el("tr", { "data-rubric": r.rubric_id }, el("td", {}, r.rubric_id), el("td", { class: "num" }, signed(r.points)),
-      el("td", { class: r.met ? "added" : "removed" }, r.met ? "met" : "not met"), el("td", {}, turns(r)),
+      el("td", { class: r.met ? "added" : "removed" }, r.met ? "met" : "not met"),
+      voted ? el("td", { class: r.agreement < 1 ? "num split" : "num" }, r.agreement === null ? "-" : fmt(r.agreement)) : null,
+      el("td", {}, turns(r)),
       el("td", { class: "wrap" }, r.explanation)))));
 }
 
@@ -365,7 +368,10 @@ function drawRollout(view) {
   }
   const head = `${view.rollout_id} · step ${view.step}` + (view.evaluation ? " · evaluation" : "") + ` · ${view.status}` +
     (view.reward === null ? "" : ` · reward ${fmt(view.reward)}`) + ` · rubrics v${view.rubric_version} · ${view.policy}` +
-    (view.judge_cached ? " · judge cache" : "");
+    (view.judge_cached ? " · judge cache" : "") +
+    (view.group === null ? "" : ` · group ${view.group}`) +
+    (view.grouping ? ` · judged with ${view.grouping.members} as ${view.grouping.label}` : view.group === null ? "" : " · judged alone") +
+    (view.votes > 1 ? ` · ${view.votes} votes, agreement ${fmt(view.agreement)}` : "");
   const parts = [el("p", { class: "head" }, el("strong", {}, head), view.error ? el("div", { class: "removed" }, view.error) : null)];
   if (view.trajectory.length) {
     parts.push(el("h3", {}, `Offered tools (${view.tools.length})`), view.tools.length

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from rubricd.messages import Rollout, Rubric, RubricKind
+from rubricd.messages._base import GroupId
 from rubricd.messages.trajectories import MAX_TURNS, Tools, Turns
 from rubricd_services.judges import verdicts
 
@@ -29,7 +30,8 @@ class Item(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     agent, its `trajectory` with the `tools` offered and `prompt_turns` (as on the Rollout); `labels` says, per
     rubric id, whether the rubric is met (for a turn rubric, by the rule reward uses: verdicts.Decided);
     `turn_labels`, optionally, which policy turns meet a turn rubric; `note`: why, where a label is not
-    obvious."""
+    obvious; `group`: its sample group (the items of a group share their prompt and rubrics; group judging judges
+    them together)."""
 
     id: str
     prompt: str = ""
@@ -43,6 +45,7 @@ class Item(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     turn_labels: dict[str, TurnLabels] = {}
     note: str = ""
     graders: dict[str, list[bool]] = {}  # per rubric id, each grader's label, where several graded it
+    group: GroupId | None = None
 
     def rollout(self, run_id: str) -> Rollout:
         """The rollout the judge reads (raises ValueError, naming the turn and field, on a malformed trajectory)."""
@@ -96,6 +99,7 @@ def decoded(lines: list[str], decoder: msgspec.json.Decoder[T], source: str) -> 
 
 def items(lines: list[str], source: str = "<labelled>") -> Iterator[Item]:
     seen: set[str] = set()
+    groups: dict[str, tuple[int, Item]] = {}  # each group's first item, with its line
     for number, item in decoded(lines, _decoder, source):
         ids = [r.id for r in item.rubrics]
         if not ids:
@@ -111,7 +115,40 @@ def items(lines: list[str], source: str = "<labelled>") -> Iterator[Item]:
         if item.id in seen:
             raise Invalid(f"{source}:{number}: `$.id`: {item.id!r} repeats an earlier line's")
         seen.add(item.id)
+        if item.group is not None:
+            first_line, first = groups.setdefault(item.group, (number, item))
+            if differs := _differs(first, item):
+                raise Invalid(
+                    f"{source}:{number}: `$.{differs}`: not the same as in line {first_line}, the first of group "
+                    f"{item.group!r} (a group's items share their prompt and rubrics)"
+                )
         yield item
+
+
+def grouped(items: list[Item]) -> list[list[Item]]:
+    """The items by sample group, in the order their groups first appear; an item without a group is one alone."""
+    by_group: dict[str, list[Item]] = {}
+    found: list[list[Item]] = []
+    for item in items:
+        if item.group is None:
+            found.append([item])
+        elif item.group in by_group:
+            by_group[item.group].append(item)
+        else:
+            by_group[item.group] = [item]
+            found.append(by_group[item.group])
+    return found
+
+
+def _differs(first: Item, item: Item) -> str | None:
+    """The field in which `item` does not share its group's prompt (the text, or a trajectory's prompt turns and
+    tools), reference or rubrics with the group's first item; None when it shares them all."""
+    for name in ("prompt", "reference", "rubrics", "prompt_turns", "tools"):
+        if getattr(item, name) != getattr(first, name):
+            return name
+    if item.trajectory[: item.prompt_turns] != first.trajectory[: first.prompt_turns]:
+        return "trajectory"
+    return None
 
 
 def _unjudgeable(item: Item) -> str | None:

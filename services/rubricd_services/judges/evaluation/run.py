@@ -1,28 +1,32 @@
 """Judging a labelled set with one judge configuration, and what came of it.
 
-The judge is the scorer's (judges.scoring): its prompts (a text rollout's, a trajectory's), verdict schema,
-context fitting and reward policy, called through the LLM client (dialects, retries, rate limits) with no verdict
-cache, since a cached verdict agrees with itself.
+The judge is the scorer's (judges.scoring): its prompts (a text rollout's, a trajectory's, a group's), verdict
+schema, context fitting and reward policy, called through the LLM client (dialects, retries, rate limits) with no
+verdict cache, since a cached verdict agrees with itself. A configuration judges in one mode: each item alone, or
+the items of a sample group together, by one call or by votes.
 """
 
 import asyncio
 import dataclasses
+import re
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rubricd.messages import RubricSet
+import msgspec
+
+from rubricd.messages import JudgeMode, Rollout, RubricSet, Score
 from rubricd.reward import policy
-from rubricd_services.common.llm import LLMClient
+from rubricd_services.common.llm import Completion, LLMClient
 from rubricd_services.common.settings import LLMSettings, Price
-from rubricd_services.judges import verdicts
+from rubricd_services.judges import groups, verdicts
 from rubricd_services.judges.caller import Tally, caller
-from rubricd_services.judges.scoring import judge_by, preparer, score_rollout
+from rubricd_services.judges.scoring import Rubrics, judge_by, preparer, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics.sets import InForce
 
-from . import figures, probes
+from . import figures, labelled, probes
 from .figures import Agreement
 from .labelled import Item
 from .probes import ProbeResult
@@ -32,10 +36,40 @@ POLICY = "weighted_sum"  # the labelled reward and the judge's: the weighted sum
 
 
 @dataclass(frozen=True)
+class Mode:
+    """How the items are judged: each alone (`single`), or with the items of its sample group (`group`: those
+    sharing Item.group, in one call per sub-group, as the scorer judges a group); by `votes` calls whose majority
+    decides each rubric. Named `single`, `group`, `votes3` (single, 3 votes), `group+votes3`."""
+
+    judging: JudgeMode = "single"
+    votes: int = 1
+
+    def __str__(self) -> str:
+        if self.votes == 1:
+            return self.judging
+        return f"votes{self.votes}" if self.judging == "single" else f"group+votes{self.votes}"
+
+    @classmethod
+    def named(cls, name: str) -> "Mode":
+        """The mode `name` says (`votes` alone: 3 votes); raises ValueError on another."""
+        judging: JudgeMode = "single"
+        votes = 1
+        for part in name.strip().split("+"):
+            if part in ("single", "group"):
+                judging = "group" if part == "group" else judging
+            elif found := re.fullmatch(r"votes([1-9]?)", part):
+                votes = int(found[1] or 3)
+            else:
+                raise ValueError(f"{name!r}: a mode is single, group, votes, votesK (K 1-9) or group+votesK")
+        return cls(judging, votes)
+
+
+@dataclass(frozen=True)
 class Config:
     """One judge configuration: a name for the table, the judge's LLM settings, its prompt template, how it is
-    asked (every rubric in one call or one call per rubric; with explanations or not), and for trajectories its
-    template (None: prompts/judge-trajectory.md) and whether it reads their reasoning."""
+    asked (every rubric in one call or one call per rubric; with explanations or not), for trajectories its
+    template (None: prompts/judge-trajectory.md) and whether it reads their reasoning, its mode, and for groups
+    its template (None: prompts/judge-group.md) and the most responses in one call."""
 
     name: str
     llm: LLMSettings
@@ -43,11 +77,15 @@ class Config:
     style: verdicts.Style = verdicts.ALL_AT_ONCE
     trajectory_template: str | None = None
     reasoning: bool = False
+    mode: Mode = Mode()
+    group_template: str | None = None
+    group_members: int = groups.MAX_MEMBERS
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One item as the judge saw it: its verdicts (empty: the call failed, `error` says why) and rewards."""
+    """One item as the judge saw it: its verdicts (empty: the call failed, `error` says why) and rewards. Judged
+    with its group, its calls and tokens are the group's, made for `share` items."""
 
     item_id: str
     labels: dict[str, bool]
@@ -56,9 +94,11 @@ class Judged:
     labelled_reward: float = 0.0
     reward: float | None = None
     error: str | None = None
-    seconds: float = 0.0  # judging the item: its one call, or its calls (one per rubric) made at once
+    seconds: float = 0.0  # judging the item (its group): its one call, or its calls made at once
+    calls: int = 0
     prompt_tokens: int = 0  # of all its calls
     completion_tokens: int = 0
+    share: int = 1  # the items its calls judged: its group's members, or itself
     graders: dict[str, list[bool]] = field(default_factory=dict)  # several graders' labels, where given
     # A trajectory's turn rubrics labelled turn by turn: per rubric id, the policy turns labelled met and those
     # the judge named met; and the policy turns.
@@ -79,6 +119,7 @@ class Report:
     explain: bool  # each verdict with its explanation, or the verdict alone
     items: int
     format_failures: int  # items whose judge call gave no usable verdict
+    judge_mode: str  # Mode's name: single, group, votes3, ...
     overall: Agreement
     by_meta_class: dict[str, Agreement]
     by_rubric: dict[str, Agreement]
@@ -96,32 +137,94 @@ class Report:
     graders_pairwise: Agreement | None = None
     # Turn rubrics labelled turn by turn: one verdict per rubric and policy turn, met where the turn is named met.
     turns: Agreement | None = None
+    # Per item (a rollout), over every item: judge calls and prompt tokens; and the wall time of judging them all.
+    calls_per_rollout: float | None = None
+    prompt_tokens_per_rollout: float | None = None
+    wall_s: float | None = None
+
+
+def prepared(config: Config, item: Item) -> Rubrics:
+    """The item's rubrics, ready to judge with as the scorer prepares a set."""
+    prepare = preparer(
+        config.template,
+        config.llm.prompt_chars(),
+        config.style,
+        config.trajectory_template,
+        config.reasoning,
+        config.group_template,
+        config.group_members,
+    )
+    return prepare(InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics)))
 
 
 async def judge_item(llm: LLMClient, config: Config, item: Item) -> Judged:
-    """Judge one item as the scorer would judge a rollout with these rubrics."""
-    prepare = preparer(
-        config.template, config.llm.prompt_chars(), config.style, config.trajectory_template, config.reasoning
-    )
-    rubrics = prepare(InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics)))
+    """Judge one item as the scorer would judge a rollout with these rubrics (by `config.mode.votes` calls)."""
     rollout = item.rollout(RUN)
     tally = Tally(JUDGE)
     started = time.perf_counter()
-    score = await score_rollout(rollout, rubrics, judge_by(caller(llm, tally)), policy(POLICY), POLICY)
+    score = await score_rollout(
+        rollout, prepared(config, item), judge_by(caller(llm, tally)), policy(POLICY), POLICY, votes=config.mode.votes
+    )
     elapsed = time.perf_counter() - started
     calls = tally.completions
-    labelled = policy(POLICY)(item.rubrics, item.labels).total
+    return judged(item, rollout, score, elapsed if len(calls) != 1 else calls[0].elapsed_s, calls)
+
+
+async def judge_group(llm: LLMClient, config: Config, members: list[Item]) -> list[Judged]:
+    """Judge the items of one sample group together, as the scorer judges a group (score_group); each item gets
+    its share of the group's calls and tokens. A group of one is judged alone."""
+    if len(members) == 1:
+        return [await judge_item(llm, config, members[0])]
+    group = members[0].group or members[0].id
+    rollouts = [
+        msgspec.structs.replace(m.rollout(RUN), rollout_id=f"member-{i}", group=group, group_size=len(members))
+        for i, m in enumerate(members)
+    ]
+    tally = Tally(JUDGE)
+    started = time.perf_counter()
+    scores = await score_group(
+        rollouts,
+        prepared(config, members[0]),
+        judge_by(caller(llm, tally)),
+        policy(POLICY),
+        POLICY,
+        group=f"{RUN}/{group}",
+        votes=config.mode.votes,
+    )
+    elapsed = time.perf_counter() - started  # the sub-groups' calls are made at once
+    return [
+        judged(m, r, s, elapsed, tally.completions, len(members))
+        for m, r, s in zip(members, rollouts, scores, strict=True)
+    ]
+
+
+async def judge_all(llm: LLMClient, config: Config, items: Sequence[Item]) -> list[Judged]:
+    """Judge every item in `config.mode`: each alone, or each sample group together; in the items' order."""
+    if config.mode.judging == "single":
+        return list(await asyncio.gather(*(judge_item(llm, config, item) for item in items)))
+    done = await asyncio.gather(*(judge_group(llm, config, g) for g in labelled.grouped(list(items))))
+    by_id = {j.item_id: j for group in done for j in group}
+    return [by_id[item.id] for item in items]
+
+
+def judged(
+    item: Item, rollout: Rollout, score: Score, seconds: float, calls: Sequence[Completion[object]], share: int = 1
+) -> Judged:
+    """The item as judged: the score's verdicts against the labels, and `calls` (made for `share` items)."""
+    labelled_reward = policy(POLICY)(item.rubrics, item.labels).total
     return Judged(
         item_id=item.id,
         labels=dict(item.labels),
         meta_classes={r.id: r.meta_class for r in item.rubrics},
         verdicts={r.rubric_id: r.met for r in score.results},
-        labelled_reward=labelled if labelled is not None else 0.0,
+        labelled_reward=labelled_reward if labelled_reward is not None else 0.0,
         reward=score.reward,
         error=score.error,
-        seconds=elapsed if len(calls) != 1 else calls[0].elapsed_s,  # a rollout's calls are made at once
+        seconds=seconds,
+        calls=len(calls),
         prompt_tokens=sum(c.prompt_tokens for c in calls),
         completion_tokens=sum(c.completion_tokens for c in calls),
+        share=share,
         graders=dict(item.graders),
         turn_labels={k: list(v.met_turns) for k, v in item.turn_labels.items()},
         met_turns={r.rubric_id: list(r.met_turns) for r in score.results if r.rubric_id in item.turn_labels},
@@ -132,24 +235,33 @@ async def judge_item(llm: LLMClient, config: Config, item: Item) -> Judged:
 async def evaluate(
     config: Config, items: Sequence[Item], prices: Mapping[str, Price], *, probe: bool = False, **llm: object
 ) -> Report:
-    """Judge every item with `config` (at most the judge's `concurrency` at once) and report the figures; with
-    `probe`, judge them again under each of `probes.PROBES` (the items each applies to; a probe that applies to
-    none is left out). `llm`: passed to LLMClient (its Redis, for shared rate limits)."""
+    """Judge every item with `config` in its mode (at most the judge's `concurrency` calls at once) and report the
+    figures; with `probe`, judge them again under each of `probes.PROBES` (the items each applies to, a group's
+    changed items together; a probe that applies to none is left out). `llm`: passed to LLMClient (its Redis, for
+    shared rate limits)."""
     async with LLMClient({JUDGE: config.llm}, **llm) as client:  # type: ignore[arg-type]
         if config.llm.output_mode == "auto":
             await client.detect([JUDGE])
         output_mode = client.output_mode(JUDGE)
-        judged = await asyncio.gather(*(judge_item(client, config, item) for item in items))
+        started = time.perf_counter()
+        judged = await judge_all(client, config, items)
+        wall_s = time.perf_counter() - started
         probed = []
         for p in probes.PROBES if probe else ():
             changed = [(j, c) for j, item in zip(judged, items, strict=True) if (c := p.change(item)) is not None]
             if changed:
-                again = await asyncio.gather(*(judge_item(client, config, c) for _, c in changed))
+                again = await judge_all(client, config, [c for _, c in changed])
                 probed.append(probes.result(p, [j for j, _ in changed], again))
-    return dataclasses.replace(report(config, output_mode, judged, prices), probes=probed)
+    return dataclasses.replace(report(config, output_mode, judged, prices, wall_s), probes=probed)
 
 
-def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: Mapping[str, Price]) -> Report:
+def report(
+    config: Config,
+    output_mode: str,
+    judged: Sequence[Judged],
+    prices: Mapping[str, Price],
+    wall_s: float | None = None,
+) -> Report:
     """The figures of judged items (no LLM: a test hands in verdicts and labels)."""
     answered = [j for j in judged if not j.error]
     pairs = [(j.labels[r], j.verdicts[r]) for j in answered for r in j.labels]
@@ -176,7 +288,8 @@ def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: M
         for t in j.policy_turns
     ]
     price = prices.get(config.llm.model)
-    prompt_tokens, completion_tokens = sum(j.prompt_tokens for j in judged), sum(j.completion_tokens for j in judged)
+    prompt_tokens = sum(j.prompt_tokens / j.share for j in judged)
+    completion_tokens = sum(j.completion_tokens / j.share for j in judged)
     return Report(
         name=config.name,
         model=config.llm.model,
@@ -186,17 +299,21 @@ def report(config: Config, output_mode: str, judged: Sequence[Judged], prices: M
         explain=config.style.explain,
         items=len(judged),
         format_failures=len(judged) - len(answered),
+        judge_mode=str(config.mode),
         overall=figures.agreement(pairs),
         by_meta_class={c: figures.agreement(p) for c, p in sorted(by_class.items())},
         by_rubric={r: figures.agreement(p) for r, p in sorted(by_rubric.items())},
         reward_error=figures.mean([abs(j.reward - j.labelled_reward) for j in answered if j.reward is not None]),
         latency_p50_s=figures.percentile([j.seconds for j in judged], 50),
         latency_p95_s=figures.percentile([j.seconds for j in judged], 95),
-        prompt_tokens_per_call=figures.mean([j.prompt_tokens for j in calls]),
-        completion_tokens_per_call=figures.mean([j.completion_tokens for j in calls]),
-        cost=None if price is None else price.cost(prompt_tokens, completion_tokens),
+        prompt_tokens_per_call=figures.mean([j.prompt_tokens / j.share for j in calls]),
+        completion_tokens_per_call=figures.mean([j.completion_tokens / j.share for j in calls]),
+        cost=None if price is None else price.cost(round(prompt_tokens), round(completion_tokens)),
         judged=list(judged),
         pairwise=figures.agreement(pairwise) if pairwise else None,
         graders_pairwise=figures.agreement(among) if among else None,
         turns=figures.agreement(turns) if turns else None,
+        calls_per_rollout=figures.mean([j.calls / j.share for j in judged]),
+        prompt_tokens_per_rollout=figures.mean([j.prompt_tokens / j.share for j in judged]),
+        wall_s=wall_s,
     )
