@@ -15,7 +15,6 @@ import msgspec
 
 from rubricd.messages import Action, EventKind, RubricModification
 from rubricd.usage import AgentUsage, total_cost
-from rubricd_services.analyzer.analysis import ANALYZER
 from rubricd_services.common.settings import LLMSettings, Price
 
 from . import compare, judging, plots, transcript
@@ -277,7 +276,7 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
     if task.agent:
         out += ["", *transcript.markdown(run)]
     out += ["", "## What each step's summary said and what the updater did", ""]
-    analysis_calls = judging.spent(run, ANALYZER, "calls")
+    analysis_calls = judging.spent(run, judging.ANALYZER, "calls")
     for i, r in enumerate(run.records):
         out.append(f"### Step {r.step} (scored with rubric {versions(r)})")
         out.append("")
