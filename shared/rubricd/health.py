@@ -20,9 +20,10 @@ UNGROUPED = ""  # the group of a step's rollouts that name none
 
 
 def increments(score: Score, group: str | None) -> dict[str, int]:
-    """What one committed score adds to its step's health hash: `n:<group>:<rubric>` for each verdict and
-    `m:<group>:<rubric>` for each one met (a group id holds no ':'). Nothing for a score that is not ok or of an
-    evaluation rollout: neither trains."""
+    """What one committed score adds to its step's health hash: `n:<group>:<rubric>` for each verdict,
+    `m:<group>:<rubric>` for each one met (a group id holds no ':'), and judged by votes `v:<group>:<rubric>`, with
+    `s:<group>:<rubric>` where they split. Nothing for a score that is not ok or of an evaluation rollout: neither
+    trains."""
     if score.status is not JudgeStatus.OK or score.evaluation:
         return {}
     out: dict[str, int] = {}
@@ -30,6 +31,10 @@ def increments(score: Score, group: str | None) -> dict[str, int]:
         out[f"n:{group or UNGROUPED}:{r.rubric_id}"] = 1
         if r.met:
             out[f"m:{group or UNGROUPED}:{r.rubric_id}"] = 1
+        if r.agreement is not None:
+            out[f"v:{group or UNGROUPED}:{r.rubric_id}"] = 1
+            if r.agreement < 1:
+                out[f"s:{group or UNGROUPED}:{r.rubric_id}"] = 1
     return out
 
 
@@ -39,20 +44,23 @@ class _Counts:
     met: int = 0
     groups: int = 0
     spread: int = 0
+    voted: int = 0
+    split: int = 0
 
 
 def health(fields: Mapping[str, int]) -> list[RubricHealth]:
     """Each rubric's health from a step's health hash (field -> count), by rubric id."""
-    judged: dict[tuple[str, str], int] = {}
-    met: dict[tuple[str, str], int] = {}
+    counted: dict[str, dict[tuple[str, str], int]] = {kind: {} for kind in "nmvs"}
     for name, count in fields.items():
         kind, group, rubric_id = name.split(":", 2)
-        (judged if kind == "n" else met)[group, rubric_id] = count
+        counted[kind][group, rubric_id] = count
     rubrics: dict[str, _Counts] = {}
-    for (group, rubric_id), n in judged.items():
-        m = met.get((group, rubric_id), 0)
+    for (group, rubric_id), n in counted["n"].items():
+        m = counted["m"].get((group, rubric_id), 0)
         c = rubrics.setdefault(rubric_id, _Counts())
         c.rollouts, c.met, c.groups, c.spread = c.rollouts + n, c.met + m, c.groups + 1, c.spread + (0 < m < n)
+        c.voted += counted["v"].get((group, rubric_id), 0)
+        c.split += counted["s"].get((group, rubric_id), 0)
     return [
         RubricHealth(
             rubric_id=rubric_id,
@@ -61,6 +69,8 @@ def health(fields: Mapping[str, int]) -> list[RubricHealth]:
             groups=c.groups,
             groups_with_spread=c.spread,
             uninformative=c.spread == 0,
+            voted=c.voted,
+            votes_split=c.split,
         )
         for rubric_id, c in sorted(rubrics.items())
     ]

@@ -9,9 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, wire
+from rubricd import RubricdClient, health, wire
 from rubricd.keys import ANALYZERS, SCORERS
-from rubricd.messages import HEALTHBENCH_AXES, Rollout
+from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, Rubric, RubricResult, RubricSet, Score
+from rubricd.store import RubricStore
 from rubricd_services.common.groups import ensure_group
 from rubricd_services.scorer.schedule import Rule, Schedule
 
@@ -157,3 +158,31 @@ def test_the_installed_entry_point_runs_and_says_when_to_add_analyzers(stack, re
     assert "rollouts" in done.stdout and "no rubric sets" in done.stdout
     help_text = subprocess.run([str(rubricd), "status", "--help"], capture_output=True, text=True, timeout=60).stdout
     assert "analyzers" in help_text and "add analyzer workers" in " ".join(help_text.split())
+
+
+async def test_status_shows_where_the_votes_split_at_each_voted_runs_latest_step(stack, redis, keys, cli):
+    """What the scorer's commit adds for scores judged by 3 votes (rubricd.health.increments), read back."""
+    await RubricStore(redis, keys).publish(
+        RubricSet(run_id="voted", version=1, rubrics=[Rubric(id="correct", criterion="c", points=5, kind="anchor")])
+    )
+    for step, agreements in ((0, [1.0, 1.0]), (1, [2 / 3, 1.0, 1 / 3 + 1 / 3])):
+        for i, agreement in enumerate(agreements):
+            result = RubricResult(rubric_id="correct", met=True, points=5, agreement=agreement)
+            score = Score(
+                run_id="voted",
+                rollout_id=f"s{step}-r{i}",
+                step=step,
+                status=JudgeStatus.OK,
+                reward=1.0,
+                rubric_version=1,
+                results=[result],
+                votes=3,
+            )
+            for field, n in health.increments(score, "g").items():
+                await redis.hincrby(keys.rubric_health("voted", step, None), field, n)
+    report = json.loads(cli("status", "--json").stdout)
+    assert report["votes"] == [
+        {"run_id": "voted", "step": 1, "rubrics": [{"rubric_id": "correct", "voted": 3, "split": 2}]}
+    ]
+    line = next(ln for ln in cli("status").stdout.splitlines() if ln.startswith("voted ") and "of" in ln)
+    assert line.split() == ["voted", "1", "correct", "2", "of", "3", "0.67"]

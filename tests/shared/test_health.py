@@ -2,6 +2,8 @@
 
 from collections import Counter
 
+import msgspec
+
 from rubricd.health import health, increments
 from rubricd.messages import JudgeStatus, RubricHealth, RubricResult, Score
 
@@ -72,3 +74,21 @@ def test_groups_of_one_never_spread_and_a_rubric_added_mid_step_counts_its_own_r
 
 def test_no_scores_no_health() -> None:
     assert health({}) == []
+
+
+def test_votes_that_split_on_a_rubric_are_counted_per_rubric() -> None:
+    def voted(correct: float, pads: float) -> Score:
+        results = [
+            RubricResult(rubric_id="correct", met=True, points=5, agreement=correct),
+            RubricResult(rubric_id="pads", met=False, points=-3, agreement=pads),
+        ]
+        return msgspec.structs.replace(score(), results=results, votes=3)
+
+    fields = hash_of(
+        ("g", voted(2 / 3, 1.0)),
+        ("g", voted(1.0, 1.0)),
+        ("h", voted(1 / 3 + 1 / 3, 1.0)),
+        ("h", score(("correct", True))),
+    )
+    found = {h.rubric_id: (h.voted, h.votes_split) for h in health(fields)}
+    assert found == {"correct": (3, 2), "pads": (3, 0)}

@@ -173,10 +173,11 @@ async def run_health(args: argparse.Namespace, ctx: Context) -> int:
                 h.rollouts,
                 f"{h.groups_with_spread}/{h.groups}",
                 "yes" if h.uninformative else "-",
+                f"{h.votes_split}/{h.voted}" if h.voted else "-",
             ]
             for h in hs
         ]
-        print(table(rows, ["RUBRIC", "MET", "ROLLOUTS", "SPREAD", "UNINFORMATIVE"]) + "\n")
+        print(table(rows, ["RUBRIC", "MET", "ROLLOUTS", "SPREAD", "UNINFORMATIVE", "VOTES SPLIT"]) + "\n")
     return 0
 
 

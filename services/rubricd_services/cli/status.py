@@ -9,7 +9,7 @@ from typing import Any, cast
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import arm, canaries
+from rubricd import arm, canaries, health
 from rubricd.history import rubric_versions
 from rubricd.keys import Keys
 from rubricd.schedule import Decision
@@ -29,7 +29,8 @@ of its latest decided step and why (`rubricd schedule RUN`: every step); for eac
 run with canaries, its latest canary step's agreement with the labels, its baseline
 and since which step the judge drifts (`rubricd judge canaries RUN`: every step); for
 each Rubric-ARM run, what its latest decided step trains (`rubricd arm phases RUN`:
-every step); and
+every step); for each run judged by votes (RUBRICD_JUDGE_VOTES), at its latest step,
+how often the votes split on each rubric (`rubricd rubrics health RUN`: every step); and
 what each run's LLM calls used per agent and model: calls, verdicts reused from the judge
 cache, prompt and completion tokens, and their cost at RUBRICD_PRICES (a model
 without a price shows tokens only; canaries are the agent `canary`).
@@ -55,7 +56,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
-        report = {
+        report: dict[str, Any] = {
             "namespace": ctx.keys.namespace,
             "streams": [await stream_status(redis, name) for name in streams(ctx.keys)],
             "rubrics": await rubric_versions(redis, ctx.keys),
@@ -64,6 +65,7 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
             "arm_phases": await arm_phases(redis, ctx.keys),
             "usage": await run_usage(redis, ctx.keys, ctx.settings.prices),
         }
+        report["votes"] = await vote_splits(redis, ctx.keys, [r["run_id"] for r in report["rubrics"]])
     print(msgspec.json.encode(report).decode() if args.json else render(report, ctx.keys.namespace))
     return 0
 
@@ -90,6 +92,19 @@ async def active_classes(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
             }
         )
     return sorted(runs, key=lambda r: r["run_id"])
+
+
+async def vote_splits(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict[str, Any]]:
+    """Each run judged by votes: at its latest step with rubric health, each rubric's voted rollouts and those
+    whose votes split on it (`rubricd rubrics health RUN`: every step)."""
+    runs = []
+    for run_id in run_ids:
+        steps = await health.steps(redis, keys, run_id)
+        found = await health.read(redis, keys, run_id, steps[-1]) if steps else []
+        voted = [{"rubric_id": h.rubric_id, "voted": h.voted, "split": h.votes_split} for h in found if h.voted]
+        if voted:
+            runs.append({"run_id": run_id, "step": steps[-1], "rubrics": voted})
+    return runs
 
 
 async def canary_runs(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
@@ -193,6 +208,13 @@ def render(report: dict[str, Any], namespace: str) -> str:
     ]
     if judged:
         out += ["", table(judged, ["RUN", "CANARY STEP", "AGREEMENT", "BASELINE", "CANARY STEPS", "JUDGE DRIFT"])]
+    split = [
+        [r["run_id"], r["step"], v["rubric_id"], f"{v['split']} of {v['voted']}", share(v["split"] / v["voted"])]
+        for r in report["votes"]
+        for v in r["rubrics"]
+    ]
+    if split:
+        out += ["", table(split, ["RUN", "LATEST STEP", "RUBRIC", "VOTES SPLIT", "SHARE"])]
     phases = [[r["run_id"], r["step"], r["training"], r["phase"], r["decided_steps"]] for r in report["arm_phases"]]
     if phases:
         out += ["", table(phases, ["RUN", "LATEST STEP", "TRAINS", "PHASE", "DECIDED STEPS"])]

@@ -72,8 +72,10 @@ class RubricHealth(msgspec.Struct, frozen=True, kw_only=True):
     """How one rubric judged a step's training rollouts (ok scores): met in `met_rate` of its `rollouts`, which came
     in `groups` sample groups (the rollouts that name none count as one group); `groups_with_spread` of them hold
     both a response that met it and one that did not. `uninformative`: no group has spread (each group's responses
-    all met it, or none did), so it gave the policy no signal to learn from within a group at this step. What to do
-    about it: docs/researchers/groups.md, "Rubric health"."""
+    all met it, or none did), so it gave the policy no signal to learn from within a group at this step.
+    `voted`: the rollouts judged by votes (Score.votes > 1), `votes_split` those whose votes disagreed on it. What to
+    do about it: docs/researchers/groups.md, "Rubric health".
+    """
 
     rubric_id: str
     met_rate: UnitInterval
@@ -81,6 +83,8 @@ class RubricHealth(msgspec.Struct, frozen=True, kw_only=True):
     groups: int
     groups_with_spread: int
     uninformative: bool
+    voted: int = 0
+    votes_split: int = 0
 
 
 class StepSummary(Message, tag="step_summary", frozen=True, kw_only=True):

@@ -248,11 +248,14 @@ function drawHealth(health) {
     return;
   }
   const uninformative = health.rubrics.filter((h) => h.uninformative).length;
-  const head = el("tr", {}, el("th", {}, "rubric"), ["met rate", "rollouts", "groups with spread"].map((h) => el("th", { class: "num" }, h)), el("th", {}, ""));
+  const voted = health.rubrics.some((h) => h.voted > 0);
+  const head = el("tr", {}, el("th", {}, "rubric"), ["met rate", "rollouts", "groups with spread", ...(voted ? ["votes split"] : [])].map((h) => el("th", { class: "num" }, h)), el("th", {}, ""));
   const rows = health.rubrics.map((h) =>
     el("tr", { "data-rubric": h.rubric_id, class: h.uninformative ? "uninformative" : "" }, el("td", {}, h.rubric_id),
       el("td", { class: "num" }, fmt(h.met_rate, 2)), el("td", { class: "num" }, h.rollouts),
-      el("td", { class: "num" }, `${h.groups_with_spread} of ${h.groups}`), el("td", {}, h.uninformative ? "uninformative" : "")));
+      el("td", { class: "num" }, `${h.groups_with_spread} of ${h.groups}`),
+      voted ? el("td", { class: h.votes_split ? "num split" : "num" }, `${h.votes_split} of ${h.voted}`) : null,
+      el("td", {}, h.uninformative ? "uninformative" : "")));
   box.replaceChildren(el("p", { class: "note" }, `step ${health.step}: ${uninformative} of ${health.rubrics.length} rubrics uninformative`),
     el("table", {}, el("thead", {}, head), el("tbody", {}, rows)));
 }
