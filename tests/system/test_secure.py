@@ -80,6 +80,12 @@ async def run(start_module_stack, serve_dashboard) -> Run:
             prompt="What is 17 + 25?",
             reference="42",
             response="17 + 25 = 42." if i % 2 else "17 + 25 = 42. " + "Let me say it once more to be sure. " * 8,
+            # One sample group, judged together by three votes and sampled for analysis: under the ACLs too.
+            group="q1",
+            group_size=4,
+            judge_mode="group",
+            judge_votes=3,
+            analysis_sample="extremes",
         )
         for i in range(4)
     ]
@@ -202,6 +208,7 @@ def test_a_trainer_with_its_credentials_gets_its_scores_and_rubric_updates_over_
     url = urlsplit(url_of(run.stack, "trainer"))
     assert (url.scheme, url.username) == ("rediss", "trainer") and "ssl_ca_certs=" in url.query
     assert [s.status for s in run.scores] == [JudgeStatus.OK] * 4
+    assert all(s.grouping and s.grouping.members == 4 and s.votes == 3 for s in run.scores)
     [active] = {s.active_meta_class for s in run.scores}  # one class for the step
     assert active is not None
     # Its rejected rollout: answered on its own reply stream and dead-lettered.
