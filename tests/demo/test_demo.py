@@ -309,6 +309,45 @@ def test_a_reduced_alternating_run_reports_its_schedule_and_the_weighted_sum_sid
     assert all(r["mean_reward"]["terse"] > r["mean_reward"]["wrong"] for r in twin["records"])
 
 
+def test_a_group_judged_run_sends_fewer_judge_tokens_and_analyses_each_groups_extremes_beside_its_twin(
+    stack, keys, service_env, start_service, tmp_path
+) -> None:
+    """`--judge group`: 8 responses per prompt, each group judged in one call and its best and worst analysed,
+    then the same seed on the defaults; the report sets them side by side."""
+    services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
+    for service in services:
+        service.wait_consuming(stack.redis_url, keys)
+    args = ["--steps", "3", "--rollouts", "16", "--run-id", "ci-group", "--judge", "group"]
+    args += ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.demo", *args, "--timeout", "240"],
+        env=service_env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "8 per prompt, judge mode group, analysis sample extremes" in done.stdout
+    assert "run ci-group-single (reward policy weighted_sum, 8 per prompt, judge mode single, analysis sample all)" in (
+        done.stdout
+    )
+    run = json.loads((tmp_path / "ci-group" / "run.json").read_text())
+    twin = run["judged_alone"]
+    assert [r["counts"] for r in twin["records"]][0] == run["records"][0]["counts"]  # the same first batch
+    calls = [r["calls"]["judge"] for r in run["records"]]
+    assert calls == [2, 4, 6]  # one call per group of 8, two groups a step
+    analyses = [r["calls"]["analyzer"] for r in run["records"]]
+    assert analyses == [4, 8, 12]  # each group's best and worst
+    assert [r["calls"]["analyzer"] for r in twin["records"]] == [16, 32, 48]
+    grouped = run["records"][-1]["prompt_tokens"]["judge"] / 48
+    alone = twin["records"][-1]["prompt_tokens"]["judge"] / 48
+    assert grouped < alone
+    report = (tmp_path / "ci-group" / "report.md").read_text()
+    assert "## Judged as groups, beside judged alone" in report
+    assert re.search(r"judge prompt tokens per rollout \(\d+\.\dx fewer\)", report)
+    assert re.search(r"^\| 0 \| \d+ \| \d+ \| 0\.12 \| [\d.]+ \| 4 \| 16 \| ", report, re.M)
+
+
 @pytest.mark.timeout(600)
 def test_the_rubric_arm_demo_trains_both_models_in_turns_beside_simultaneous_updates(
     stack, keys, service_env, start_service, tmp_path

@@ -44,6 +44,7 @@ def headers() -> list[str]:
         "(alone)",
         "hack reward (group)",
         "(alone)",
+        "uninformative rubrics (group)",
     ]
 
 
@@ -68,6 +69,7 @@ def rows(run: Run) -> list[list[str]]:
                 str(analyses_alone[i]),
                 hacks(mine, run),
                 hacks(theirs, twin),
+                ", ".join(mine.update.uninformative) if mine.update and mine.update.uninformative else "-",
             ]
         )
     return out
@@ -102,11 +104,12 @@ def markdown(run: Run) -> list[str]:
         f"(its report beside this one) the same seed with the defaults: one rollout judged at a time, and "
         f"`{twin.analysis_sample}` analysed: {ratio(run)}; {ratio(run, 'completion_tokens')}. Judged alone, a response seen before reuses its "
         "verdict (the judge cache), which a group's call does not. Per step: the judge's prompt tokens and calls per "
-        "rollout, the analyst's calls, and the hacks' mean reward (the loop still catches a hack when it falls after "
-        "the update that follows it).",
+        "rollout, the analyst's calls, the hacks' mean reward (the loop still catches a hack when it falls after "
+        "the update that follows it), and the rubrics the step's health found uninformative (no group's responses "
+        "differed on them).",
         "",
         "| " + " | ".join(headers()) + " |",
-        "|---:|" + "---:|" * (len(headers()) - 1),
+        "|---:|" + "---:|" * (len(headers()) - 2) + "---|",
         *("| " + " | ".join(row) + " |" for row in rows(run)),
         "",
     ]

@@ -68,6 +68,7 @@ class Update:
     rationale: str = ""
     modifications: list[RubricModification] = field(default_factory=list)
     summary: str = ""  # the step summary's executive summary
+    uninformative: list[str] = field(default_factory=list)  # the rubrics its health found uninformative
 
 
 @dataclass
@@ -204,6 +205,7 @@ class Announcements:
             rationale=event.detail if event else "",
             modifications=list(announcement.modifications) if announcement else [],
             summary=summary.executive_summary if summary else "",
+            uninformative=[h.rubric_id for h in summary.health if h.uninformative] if summary else [],
         )
 
 
