@@ -173,9 +173,11 @@ LABELLED ?= services/rubricd_services/judges/evaluation/data/judge-set.jsonl
 JUDGE_EVAL_ENV := RUBRICD_STACK_DIR=$(CURDIR)/.stack/judge-eval RUBRICD_SIMULATOR_PORT=8096 RUBRICD_MODEL_PORT=8095
 # JUDGES: more --judge options, each a variant of MODEL's judge (e.g. JUDGES="calls=per_rubric explain=false");
 # ONLY: text, trajectories or groups, the items of that kind alone; MODES: judge modes side by side (e.g.
-# MODES=single,group,votes: each item alone, each sample group in one call, 3 votes a rollout).
+# MODES=single,group,votes: each item alone, each sample group in one call, 3 votes a rollout); GROUPS: the
+# items of these sample groups alone (e.g. GROUPS="group-prime-91 add-17-25": a small sample for a slow judge).
 JUDGES ?=
 ONLY ?=
+GROUPS ?=
 MODES ?=
 judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	@local="base_url=http://127.0.0.1:8095/v1,output_mode=json_schema,strict=false,context_tokens=8192,max_retries=2,concurrency=2"; \
@@ -189,7 +191,7 @@ judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	trap '$(JUDGE_EVAL_ENV) $(STACK_SH) down' EXIT; \
 	$(JUDGE_EVAL_ENV) RUBRICD_LOCAL_MODEL=$$([ $(MODEL) = qwen ] && echo qwen || echo smollm2) \
 	  RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK_SH) up $$component && \
-	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) $(if $(ONLY),--only $(ONLY)) $(if $(MODES),--modes $(MODES)) --png build/judge-eval.png
+	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) $(if $(ONLY),--only $(ONLY)) $(foreach g,$(GROUPS),--group $(g)) $(if $(MODES),--modes $(MODES)) --png build/judge-eval.png
 
 schemas: install
 	$(PY) -m rubricd.schema shared/schemas/rubricd.schema.json

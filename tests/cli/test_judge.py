@@ -116,3 +116,6 @@ def test_judge_modes_side_by_side_on_the_projects_sample_groups(cli):
     ]
     refused = cli("judge", "eval", SET, "--modes", "single,pairs", check=False)
     assert refused.returncode == 2 and "a mode is single, group" in refused.stderr
+    picked = cli("judge", "eval", SET, "--group", "group-prime-91", "--group", "fever", "--modes", "group", "--json")
+    [only] = json.loads(picked.stdout)
+    assert only["items"] == 11 and only["calls_per_rollout"] == pytest.approx(2 / 11)  # 7 + 4, a call each

@@ -105,6 +105,12 @@ def add(commands: argparse._SubParsersAction) -> None:
         "--only", choices=list(KINDS), help="judge only the items of this kind (text, trajectories, or groups)"
     )
     e.add_argument(
+        "--group",
+        action="append",
+        metavar="ID",
+        help="judge only the items of this sample group (repeatable): a small sample for a slow judge",
+    )
+    e.add_argument(
         "--modes",
         type=modes,
         metavar="MODES",
@@ -218,6 +224,8 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
         raise Failed(str(e)) from None
     if args.only:
         items = [i for i in items if KINDS[args.only](i)]
+    if args.group:
+        items = [i for i in items if i.group in args.group]
     if not items:
         raise Failed(f"{args.labelled}: no labelled item{f' of {args.only}' if args.only else ''}")
     settings = load(EvalSettings)
