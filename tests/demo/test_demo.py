@@ -180,36 +180,28 @@ def test_the_side_by_side_gives_final_means_and_steps_to_the_target() -> None:
 
 
 @pytest.mark.timeout(600)
-def test_a_reduced_demo_run_writes_a_report_of_that_run(stack, keys, service_env, start_service, tmp_path) -> None:
-    services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
+def run_demo(stack, keys, service_env, start_service, reports, *args: str, timeout: float = 540, **scorer: object):
+    """The loop's four services started (the scorer with `scorer`'s settings), then the demo with `args`, its
+    report under `reports`; the finished process, checked to have succeeded."""
+    services = [start_service("scorer", wait=False, **scorer)]
+    services += [start_service(name, wait=False) for name in ("analyzer", "summarizer", "updater")]
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
+    where = ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(reports)]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rubricd_services.demo",
-            "--steps",
-            "3",
-            "--rollouts",
-            "8",
-            "--run-id",
-            "ci-demo",
-            "--namespace",
-            keys.namespace,
-            "--redis-url",
-            stack.redis_url,
-            "--reports",
-            str(tmp_path),
-            "--timeout",
-            "240",
-        ],
+        [sys.executable, "-m", "rubricd_services.demo", *args, *where, "--timeout", "240"],
         env=service_env,
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_a_reduced_demo_run_writes_a_report_of_that_run(stack, keys, service_env, start_service, tmp_path) -> None:
+    args = ["--steps", "3", "--rollouts", "8", "--run-id", "ci-demo"]
+    done = run_demo(stack, keys, service_env, start_service, tmp_path, *args)
     out = done.stdout
     assert [line.split()[1] for line in out.splitlines() if line.startswith("step ")] == ["0", "1", "2"]
     assert "the policy found a new hack: padded" in out and "report:" in out
@@ -249,20 +241,8 @@ def test_a_reduced_alternating_run_reports_its_schedule_and_the_weighted_sum_sid
     stack, keys, service_env, start_service, tmp_path
 ) -> None:
     """Warm-up 1, then round robin over 4 steps: -, accuracy, completeness, accuracy."""
-    services = [start_service("scorer", wait=False, warmup_steps=1)]
-    services += [start_service(name, wait=False) for name in ("analyzer", "summarizer", "updater")]
-    for service in services:
-        service.wait_consuming(stack.redis_url, keys)
     args = ["--steps", "4", "--rollouts", "6", "--run-id", "ci-alt", "--policy", "alternating", "--target", "0.8"]
-    args += ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(tmp_path)]
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.demo", *args, "--timeout", "240"],
-        env=service_env,
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_demo(stack, keys, service_env, start_service, tmp_path, *args, timeout=840, warmup_steps=1)
     out = done.stdout
     assert (
         "run ci-alt (reward policy alternating)" in out
@@ -314,19 +294,8 @@ def test_a_group_judged_run_sends_fewer_judge_tokens_and_analyses_each_groups_ex
 ) -> None:
     """`--judge group`: 8 responses per prompt, each group judged in one call and its best and worst analysed,
     then the same seed on the defaults; the report sets them side by side."""
-    services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
-    for service in services:
-        service.wait_consuming(stack.redis_url, keys)
     args = ["--steps", "3", "--rollouts", "16", "--run-id", "ci-group", "--judge", "group"]
-    args += ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(tmp_path)]
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.demo", *args, "--timeout", "240"],
-        env=service_env,
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_demo(stack, keys, service_env, start_service, tmp_path, *args, timeout=840)
     assert "8 per prompt, judge mode group, analysis sample extremes" in done.stdout
     assert "run ci-group-single (reward policy weighted_sum, 8 per prompt, judge mode single, analysis sample all)" in (
         done.stdout
@@ -386,19 +355,8 @@ def test_the_agent_demo_catches_its_hack_with_a_turn_rubric_and_the_honest_agent
 ) -> None:
     """Five steps: the policy fabricates a calculator result from step 2, the seeds pay it in full, the loop adds a
     turn rubric from that step's evidence, and from then on the fabrication pays less while honest does not."""
-    services = [start_service(name, wait=False) for name in ("scorer", "analyzer", "summarizer", "updater")]
-    for service in services:
-        service.wait_consuming(stack.redis_url, keys)
     args = ["--method", "agent", "--steps", "5", "--rollouts", "12", "--run-id", "ci-agent"]
-    args += ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(tmp_path)]
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.demo", *args, "--timeout", "240"],
-        env=service_env,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_demo(stack, keys, service_env, start_service, tmp_path, *args)
     run = json.loads((tmp_path / "ci-agent" / "run.json").read_text())
     assert run["history"][0]["rubrics"] == msgspec.to_builtins(AGENT.seeds)  # the agent's own seed set
     added = [r for r in run["history"][-1]["rubrics"] if r["scope"] == "turn"]

@@ -20,21 +20,13 @@ import msgspec
 from rubricd.messages import Rollout, RubricSet
 from rubricd_services.common import prompts
 
-from . import trajectories, verdicts
+from . import rollouts, trajectories, verdicts
 
 GROUP = "judge-group"  # the judge's instructions for a group: prompts/judge-group.md
 LABELS = string.ascii_uppercase  # a call judges at most 26 responses
 MAX_MEMBERS = 8  # responses in one call by default (RUBRICD_JUDGE_GROUP_MEMBERS)
 _FRAME_CHARS = 60  # the block's tags and the object's keys around the texts
 _PER_RESPONSE_CHARS = 40  # a response's label and keys
-
-
-class _RubricView(msgspec.Struct, frozen=True, omit_defaults=True):
-    id: str
-    criterion: str
-    points: float
-    meta_class: str
-    scope: str = "trajectory"
 
 
 class _ResponseView(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -52,13 +44,9 @@ class _GroupView(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 def system_message(template: str, rubric_set: RubricSet, trajectory: bool) -> str:
-    """Instructions plus the rubric list (with each rubric's scope for trajectories): the same for every group of
-    a version."""
-    views = [
-        _RubricView(r.id, r.criterion, r.points, r.meta_class, r.scope if trajectory else "trajectory")
-        for r in rubric_set.rubrics
-    ]
-    return f"{template.rstrip()}\n{prompts.block('rubrics', views)}\n"
+    """Instructions plus the rubric list as a single call lists it (with each rubric's scope for trajectories):
+    the same for every group of a version."""
+    return (trajectories if trajectory else rollouts).system_message(template, rubric_set)
 
 
 def order(group: str, vote: int, size: int) -> list[int]:
