@@ -304,7 +304,9 @@ def test_a_group_judged_run_sends_fewer_judge_tokens_and_analyses_each_groups_ex
     twin = run["judged_alone"]
     assert [r["counts"] for r in twin["records"]][0] == run["records"][0]["counts"]  # the same first batch
     calls = [r["calls"]["judge"] for r in run["records"]]
-    assert calls == [2, 4, 6]  # one call per group of 8, two groups a step
+    # Two groups of 8 a step: one call each under the seeds' 3 rubrics; with more rubrics, as many calls as the
+    # judge's answer (max_tokens) needs to hold their verdicts.
+    assert calls[0] == 2 and all(2 <= b - a <= 4 for a, b in zip(calls, calls[1:], strict=False))
     analyses = [r["calls"]["analyzer"] for r in run["records"]]
     assert analyses == [4, 8, 12]  # each group's best and worst
     assert [r["calls"]["analyzer"] for r in twin["records"]] == [16, 32, 48]
@@ -314,7 +316,7 @@ def test_a_group_judged_run_sends_fewer_judge_tokens_and_analyses_each_groups_ex
     report = (tmp_path / "ci-group" / "report.md").read_text()
     assert "## Judged as groups, beside judged alone" in report
     assert re.search(r"judge prompt tokens per rollout \(\d+\.\dx fewer\)", report)
-    assert re.search(r"^\| 0 \| \d+ \| \d+ \| 0\.12 \| [\d.]+ \| 4 \| 16 \| ", report, re.M)
+    assert re.search(r"^\| 0 \| \d+ \| \d+ \| 0\.12 \| [\d.]+ \| 4 \| 16 \| ", report, re.M), report
 
 
 @pytest.mark.timeout(600)

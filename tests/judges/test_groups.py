@@ -219,3 +219,17 @@ def test_a_group_verdict_names_every_label_and_no_other():
         msgspec.convert({"A": one}, verdict)
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"A": one, "B": one, "C": one}, verdict)
+
+
+def test_a_call_holds_no_more_responses_than_the_judges_answer_holds_verdicts_for():
+    def members(rubrics: int, answer_tokens: int | None, explain: bool = True) -> int:
+        many = RubricSet(
+            run_id="run", version=1, rubrics=[Rubric(id=f"r{i}", criterion="c", points=1) for i in range(rubrics)]
+        )
+        return groups.group_call("judge", many, None, explain, 8, False, answer_tokens=answer_tokens).max_members
+
+    assert members(3, 2048) == 8  # 3 x 60 tokens a response: 11 fit, the setting's 8 taken
+    assert members(6, 2048) == 5  # 2048 // 360
+    assert members(20, 2048) == 1  # not even two: each response judged alone
+    assert members(20, 2048, explain=False) == 8  # bare verdicts, 10 tokens each
+    assert members(20, None) == 8

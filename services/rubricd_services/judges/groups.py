@@ -25,6 +25,9 @@ from . import rollouts, trajectories, verdicts
 GROUP = "judge-group"  # the judge's instructions for a group: prompts/judge-group.md
 LABELS = string.ascii_uppercase  # a call judges at most 26 responses
 MAX_MEMBERS = 8  # responses in one call by default (RUBRICD_JUDGE_GROUP_MEMBERS)
+# What one rubric's verdict takes of the answer, in tokens: with its explanation ("one or two sentences") and its
+# keys, or bare. A call's responses are as many as the judge's max_tokens holds verdicts for.
+VERDICT_TOKENS = {True: 60, False: 10}
 _FRAME_CHARS = 60  # the block's tags and the object's keys around the texts
 _PER_RESPONSE_CHARS = 40  # a response's label and keys
 
@@ -162,12 +165,18 @@ def group_call(
     max_members: int,
     trajectory: bool,
     reasoning: bool = False,
+    answer_tokens: int | None = None,
 ) -> GroupCall:
+    """How `rubric_set` judges a group: at most `max_members` responses a call, and no more than the judge's answer
+    (`answer_tokens`, its max_tokens) holds the verdicts of (VERDICT_TOKENS each; one: each response alone)."""
     system = system_message(template, rubric_set, trajectory)
     ids = tuple(r.id for r in rubric_set.rubrics)
     turn_ids = frozenset(r.id for r in rubric_set.rubrics if r.scope == "turn") if trajectory else frozenset()
     budget = None if prompt_chars is None else max(prompt_chars - len(system), _FRAME_CHARS * 4)
-    return GroupCall(system, ids, turn_ids, explain, budget, min(max_members, len(LABELS)), reasoning)
+    members = min(max_members, len(LABELS))
+    if answer_tokens is not None:
+        members = min(members, max(1, answer_tokens // (VERDICT_TOKENS[explain] * max(1, len(ids)))))
+    return GroupCall(system, ids, turn_ids, explain, budget, members, reasoning)
 
 
 def _chars(rollout: Rollout, *, prompt: bool) -> int:

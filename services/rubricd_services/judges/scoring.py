@@ -142,12 +142,14 @@ def preparer(
     reasoning: bool = False,
     group_template: str | None = None,
     group_members: int = groups.MAX_MEMBERS,
+    answer_tokens: int | None = None,
 ) -> Callable[[InForce], Rubrics]:
     """How the rubric cache prepares a set for the judge, once per set: its system messages (`template` for text
     rollouts, `trajectory_template` for trajectories, default prompts/judge-trajectory.md, `group_template` for
     groups, default prompts/judge-group.md), what of the judge's context window (`prompt_chars`,
     LLMSettings.prompt_chars) a rollout (a group) may fill, and its calls in `style` (a group: every rubric in
-    one call, at most `group_members` responses); `reasoning`: show a trajectory's reasoning to the judge."""
+    one call, at most `group_members` responses and as many as the judge's answer, `answer_tokens`, holds the
+    verdicts of); `reasoning`: show a trajectory's reasoning to the judge."""
     for_trajectories = trajectory_template or prompts.load(__package__ or "", TRAJECTORY)
     for_groups = group_template or prompts.load(__package__ or "", groups.GROUP)
 
@@ -160,7 +162,7 @@ def preparer(
 
     def group_call(rubric_set: RubricSet, trajectory: bool) -> groups.GroupCall:
         return groups.group_call(
-            for_groups, rubric_set, prompt_chars, style.explain, group_members, trajectory, reasoning
+            for_groups, rubric_set, prompt_chars, style.explain, group_members, trajectory, reasoning, answer_tokens
         )
 
     def prepare(in_force: InForce) -> Rubrics:

@@ -163,6 +163,7 @@ class Scorer:
                 settings.judge_reasoning,
                 for_groups,
                 settings.judge_group_members,
+                self.judge_settings.max_tokens,
             ),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )

@@ -153,6 +153,7 @@ def prepared(config: Config, item: Item) -> Rubrics:
         config.reasoning,
         config.group_template,
         config.group_members,
+        config.llm.max_tokens,
     )
     return prepare(InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics)))
 
