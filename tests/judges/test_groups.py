@@ -233,3 +233,14 @@ def test_a_call_holds_no_more_responses_than_the_judges_answer_holds_verdicts_fo
     assert members(20, 2048) == 1  # not even two: each response judged alone
     assert members(20, 2048, explain=False) == 8  # bare verdicts, 10 tokens each
     assert members(20, None) == 8
+
+
+async def test_members_with_the_same_response_are_shown_once_and_share_its_verdicts():
+    asked: list = []
+    twice = [member(0, "42."), member(1, "41."), member(2, "42."), member(3, "42.")]
+    scores = await score_group(twice, prepared(), by_content(asked), weighted_sum, "weighted_sum", group="g")
+    [call] = asked
+    assert len(re.findall(r'"label"', call[1]["content"])) == 2  # "42." once, "41." once
+    assert [s.rollout_id for s in scores] == ["r0", "r1", "r2", "r3"]
+    assert scores[2].results == scores[3].results == scores[0].results and scores[2].grouping == scores[0].grouping
+    assert scores[1].reward < scores[0].reward == scores[2].reward

@@ -17,7 +17,7 @@ SLOW = " [sim:latency_ms=3000]"  # the judge's call on a group holding this resp
 
 
 def member(i: int, *, group: str = "g1", size: int | None = 8, extra: str = "", run_id: str = "run") -> Rollout:
-    answer = "The sum is 42." if i % 2 == 0 else "The sum is 41."
+    answer = f"The sum is 42 (take {i})." if i % 2 == 0 else f"The sum is 41 (take {i})."
     return Rollout(
         run_id=run_id,
         rollout_id=f"{group}-r{i}",
@@ -114,6 +114,16 @@ async def test_an_incomplete_group_is_judged_at_its_deadline_and_a_late_member_a
     assert all(s.status is JudgeStatus.OK and s.grouping and s.grouping.members == 3 for s in on_time)
     assert late.status is JudgeStatus.OK and late.grouping is None and late.reward == on_time[1].reward
     assert sorted(await handed_on(redis, keys)) == sorted(m.rollout_id for m in group)
+
+
+async def test_members_with_the_same_response_are_judged_once_in_their_groups_call(stack, redis, keys, start_scorer):
+    start_scorer(judge_mode="group")
+    group = [msgspec.structs.replace(member(i), response="The sum is 42.") for i in range(8)]
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        scores = await client.score(group, timeout=60)
+    assert [s.rollout_id for s in scores] == [m.rollout_id for m in group]
+    assert {(s.reward, s.grouping) for s in scores} == {(scores[0].reward, None)}  # one response: judged alone
+    assert await judge_calls(redis, keys) == 1
 
 
 async def test_votes_and_single_mode_for_a_run_that_chooses_them(stack, redis, keys, start_scorer):

@@ -60,6 +60,12 @@ def order(group: str, vote: int, size: int) -> list[int]:
     return shown
 
 
+def response_of(rollout: Rollout) -> bytes:
+    """What of a member the judge grades, beside the group's prompt: two members with the same get the same
+    verdicts, so a group's call shows it once."""
+    return msgspec.json.encode([rollout.response, rollout.trajectory[rollout.prompt_turns :]])
+
+
 def user_message(members: Sequence[Rollout], shown: Sequence[int], reasoning: bool = False) -> str:
     """The group as data: the prompt (a trajectory's prompt turns and tools) once, then `members[shown[0]]` as A,
     `members[shown[1]]` as B, ... (the members share their prompt: the first's is shown)."""

@@ -217,8 +217,49 @@ async def score_group(
 ) -> list[Score]:
     """Judge the members of one sample group together (they share the prompt, hence `rubrics`): each sub-group
     the judge's budget allows in one call per vote, its members shown in an order shuffled per vote; a member
-    alone in its sub-group is judged as `score_rollout` judges. One Score per member, in order; a failed call
-    fails the scores of its sub-group only."""
+    alone in its sub-group is judged as `score_rollout` judges. Members with the same response are judged once
+    and share its verdicts (as the verdict cache shares them in single judging). One Score per member, in order;
+    a failed call fails the scores of its sub-group only."""
+    firsts: dict[bytes, int] = {}
+    first_of = [firsts.setdefault(groups.response_of(m), i) for i, m in enumerate(members)]
+    distinct = sorted(firsts.values())
+    judged = dict(
+        zip(
+            distinct,
+            await _score_distinct(
+                [members[i] for i in distinct],
+                rubrics,
+                call_judge,
+                policy,
+                policy_name,
+                group,
+                active,
+                undefined,
+                votes,
+            ),
+            strict=True,
+        )
+    )
+    return [
+        judged[i]
+        if i == first
+        else msgspec.structs.replace(judged[first], rollout_id=m.rollout_id, evaluation=m.evaluation)
+        for i, (m, first) in enumerate(zip(members, first_of, strict=True))
+    ]
+
+
+async def _score_distinct(
+    members: Sequence[Rollout],
+    rubrics: Rubrics,
+    call_judge: Judge,
+    policy: Policy,
+    policy_name: str,
+    group: str,
+    active: str | None,
+    undefined: Undefined,
+    votes: int,
+) -> list[Score]:
+    """score_group's judging, of members whose responses all differ."""
     scoring = Scoring(rubrics, policy, policy_name, active, undefined)
     call = rubrics.grouping(members[0])
 
