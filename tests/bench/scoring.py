@@ -13,8 +13,8 @@ It prints throughput, p50/p99 trainer-visible latency, the ratio of wall times
 rollouts of the same content (the added time per rollout of judging a transcript,
 and the ratio at C), the judge calls the judge cache saves on a run whose
 rollouts repeat content, the judge calls and prompt tokens per rollout of group
-judging against single judging for sample groups of G = 4, 8, 16 (the issue's
-goal: at least 2x fewer tokens at G=8), and Redis memory and stream lengths over
+judging against single judging for sample groups of G = 4, 8, 16 (the target:
+at least 2x fewer tokens at G=8), and Redis memory and stream lengths over
 a long run (streams are trimmed, so they must plateau).
 """
 
