@@ -106,7 +106,8 @@ class Keys:
     def analysis_group(self, run_id: str, step: int, group: str) -> str:
         """Hash of one sample group as the analysis sample sees it: under `extremes`, `r:<rollout id>` its reward
         ('' for none) and `b:<rollout id>` its ScoredRollout (dropped once decided), `n` members arrived,
-        `decided`, `attempts`; under k per group, `p:<rollout id>` 1 if picked, else 0."""
+        `claim_until` while an analyzer decides it, `decided`, `failed` decisions; under k per group, `p:<rollout
+        id>` 1 if picked, else 0."""
         return f"{self.namespace}:analysis-group:{run_id}:{step}:{group}"
 
     @property

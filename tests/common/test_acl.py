@@ -32,6 +32,8 @@ def allows(name: str, key: str) -> bool:
         ("scorer", keys.schedule("run")),
         ("scorer", keys.class_stats("run", 3)),
         ("scorer", keys.rubric_health("run", 3)),
+        ("scorer", keys.group("run", 3, "s3-p0")),
+        ("scorer", keys.groups_due),
         ("summarizer", keys.rubric_health("run", 3, "instance")),
         ("cli", keys.rubric_health("run", 3)),
         ("scorer", keys.kept_rollouts("run")),

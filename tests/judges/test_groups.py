@@ -83,9 +83,12 @@ async def test_a_group_is_judged_in_one_call_and_each_member_gets_its_own_verdic
     assert all(s.group == "g" for s in scores)
 
 
-async def test_the_order_is_the_same_on_a_retry_and_differs_by_group():
+async def test_the_order_is_the_same_on_a_retry_differs_by_group_and_each_vote_moves_every_member():
     assert groups.order("run/1/g", 0, 8) == groups.order("run/1/g", 0, 8)
     assert groups.order("run/1/g", 0, 8) != groups.order("run/1/h", 0, 8)
+    votes = [groups.order("run/1/g", v, 8) for v in range(3)]
+    for member in range(8):
+        assert len({shown.index(member) for shown in votes}) == 3
 
 
 async def test_a_group_larger_than_a_call_is_judged_in_sub_groups_and_one_left_over_alone():
@@ -153,8 +156,9 @@ async def test_votes_on_a_rollout_ask_k_times_in_other_rubric_orders_and_take_th
         ("pads", False, 1.0),
     ]
     assert score.agreement == pytest.approx((2 / 3 + 1) / 2)
-    orders = [[m for m in re.findall(r'"id":"(\w+)"', s)] for s in systems]
+    orders = [re.findall(r'"id":"(\w+)"', s) for s in systems]
     assert all(sorted(o) == ["correct", "pads"] for o in orders)
+    assert orders == [["correct", "pads"], ["pads", "correct"], ["correct", "pads"]]  # turned a place a vote
 
 
 async def test_votes_on_a_group_shuffle_its_order_each_time():

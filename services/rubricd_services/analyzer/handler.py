@@ -134,9 +134,9 @@ class Analyzer:
         """Claim a due `extremes` group, analyze its best and worst, and record the rest as left out. A failed
         decision is tried again after RETRY_AFTER_S; after `max_failures` of them, the chosen are given up on."""
         now = time.time()
-        if not await self.effects.claim(group, now, now + self.claim_s):
-            return
         try:
+            if not await self.effects.claim(group, now, now + self.claim_s):
+                return
             gathered = await self.effects.gathered(group)
             chosen = [wire.decode(gathered.bodies[i], ScoredRollout) for i in sampling.extremes(gathered.rewards)]
             given_up: list[str] = []

@@ -53,11 +53,12 @@ def system_message(template: str, rubric_set: RubricSet, trajectory: bool) -> st
 
 
 def order(group: str, vote: int, size: int) -> list[int]:
-    """The members' order in vote `vote` of `group`'s call: a shuffle seeded by both, so a retried call shows the
-    same order and each vote another."""
+    """The members' order in vote `vote` of `group`'s call: a shuffle seeded by the group (a retried call shows the
+    same order), turned by one place a vote, so each vote shows every member at another position."""
     shown = list(range(size))
-    random.Random(f"{group}/{vote}").shuffle(shown)
-    return shown
+    random.Random(group).shuffle(shown)
+    turn = vote % size if size else 0
+    return shown[turn:] + shown[:turn]
 
 
 def response_of(rollout: Rollout) -> bytes:

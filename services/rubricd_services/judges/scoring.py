@@ -7,7 +7,6 @@ needs no broker.
 
 import asyncio
 import functools
-import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -99,13 +98,13 @@ class Rubrics:
         return {r.id: r.points for r in self.set.rubrics}
 
     def judging(self, rollout: Rollout, vote: int = 0) -> tuple[Call, ...]:
-        """The calls that judge `rollout`: the trajectory's, or the text's; a later `vote` lists the rubrics in
-        another order (seeded by the rollout and the vote)."""
-        if vote == 0 or self.remake is None:
+        """The calls that judge `rollout`: the trajectory's, or the text's; a later `vote` lists the rubrics turned
+        by `vote` places, so each vote sees every rubric at another position."""
+        turn = vote % len(self.set.rubrics) if self.set.rubrics else 0
+        if turn == 0 or self.remake is None:
             return self.trajectory_judged_by if rollout.trajectory else self.judged_by
-        shuffled = list(self.set.rubrics)
-        random.Random(f"{rollout.rollout_id}/{vote}").shuffle(shuffled)
-        return self.remake(msgspec.structs.replace(self.set, rubrics=shuffled), bool(rollout.trajectory))
+        turned = [*self.set.rubrics[turn:], *self.set.rubrics[:turn]]
+        return self.remake(msgspec.structs.replace(self.set, rubrics=turned), bool(rollout.trajectory))
 
     def grouping(self, rollout: Rollout) -> groups.GroupCall:
         """The call that judges `rollout`'s group (a trajectory's or a text's)."""
@@ -216,7 +215,7 @@ async def score_group(
     votes: int = 1,
 ) -> list[Score]:
     """Judge the members of one sample group together (they share the prompt, hence `rubrics`): each sub-group
-    the judge's budget allows in one call per vote, its members shown in an order shuffled per vote; a member
+    the judge's budget allows in one call per vote, its members shown in an order shuffled per group and turned per vote; a member
     alone in its sub-group is judged as `score_rollout` judges. Members with the same response are judged once
     and share its verdicts (as the verdict cache shares them in single judging). One Score per member, in order;
     a failed call fails the scores of its sub-group only."""

@@ -38,7 +38,8 @@ class JudgeSettings(BaseModel):
         ge=1,
         le=MAX_VOTES,
         description="judge calls per rollout (per group), each in another order; each rubric's verdict is their "
-        "majority, a tie keeping the first call's; a run chooses with Rollout.judge_votes",
+        "majority, a tie keeping the first call's; a run chooses with Rollout.judge_votes (with judge_calls "
+        "per_rubric a rollout's votes repeat the same calls: only the sampling temperature can tell them apart)",
     )
     judge_group_members: int = Field(
         MAX_MEMBERS,

@@ -1,8 +1,8 @@
 """A verdict decided by votes: k judge calls of the same rollout (or group), each in another order, and the
 majority per rubric.
 
-The first vote is the verdict a single call would give; the others can only overturn it by a strict majority (a
-tie keeps the first vote's). Each rubric's agreement is the share of the votes that gave its verdict. When votes
+The others can only overturn the first vote by a strict majority (a tie keeps the first vote's verdict); for a
+rollout judged alone, the first vote is the call a single judge would make. Each rubric's agreement is the share of the votes that gave its verdict. When votes
 pay: docs/researchers/groups.md, "Votes".
 """
 

@@ -12,6 +12,7 @@ The details: docs/researchers/groups.md, "Group judging"; docs/operators/recover
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Rollout
+
+log = logging.getLogger("rubricd.scorer")
 
 # KEYS: group, due, rollouts. ARGV: rollout id, the rollout, group size (0: unknown), now, deadline, consumer
 # group, entry id, ttl. Returns the members in, or -1: the group's judging started, the member is judged alone.
@@ -146,14 +149,18 @@ class Gathering:
         async def keep() -> None:
             while True:
                 await asyncio.sleep(self.lease_s / 4)
-                with contextlib.suppress(Exception):  # a missed renewal lets the lease run out: another judges
+                try:
                     await self._keep(keys=[key, self.keys.groups_due], args=[time.time() + self.lease_s, self.consumer])
+                except Exception as e:  # missed renewals let the lease run out: another scorer judges it too
+                    log.warning("could not renew the claim on group %s: %r", key, e)
 
         task = asyncio.create_task(keep())
         try:
             yield
         finally:
             task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def finish(self, key: str) -> None:
         """The group is judged: no longer due, its rollouts dropped."""

@@ -286,7 +286,8 @@ class Scorer:
 
     async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
         """Group judging: a member joins its group (its entry acked), and the group is judged if it completes it;
-        False if the member is to be judged alone (its group's judging started: a late member)."""
+        False if the member is to be judged alone (scored before: its first score again; or its group's judging
+        started: a late member)."""
         first = await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))
         if first is not None:
             return False  # scored before: score_alone replies with its first score
@@ -301,7 +302,9 @@ class Scorer:
     async def judge_due_groups(self) -> None:
         """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
         due = await self.gathering.due(time.time(), DUE_GROUPS)
-        await asyncio.gather(*(self.judge_due(key) for key in due))
+        for key, outcome in zip(due, await asyncio.gather(*(self.judge_due(k) for k in due), return_exceptions=True)):
+            if isinstance(outcome, Exception):  # the group falls due again when its claim runs out
+                log.warning("judging group %s failed: %r", key, outcome)
 
     async def judge_due(self, key: str) -> None:
         """Claim the group at `key` if it is due, judge its members still without a score, and finish it."""
@@ -342,7 +345,11 @@ class Scorer:
             )
         spent = judged.tally.usage(self.judge_settings.model)
         for i, (member, score) in enumerate(zip(members, scores, strict=True)):
-            await self.commit(b"", member, score, spent if i == 0 else {})
+            try:
+                await self.commit(b"", member, score, spent if i == 0 else {})
+            except Rejected as e:  # its reply_to names a key that is not a stream: stored and analysed, unanswered
+                log.warning("rollout %s/%s: %s; its score is kept without a reply", member.run_id, member.rollout_id, e)
+                await self.commit(b"", msgspec.structs.replace(member, reply_to=None), score, spent if i == 0 else {})
 
     async def active_class(self, rollout: Rollout, rubrics: Rubrics) -> str | None:
         """The active meta-class of the rollout's step under `alternating` (None: the weighted total)."""

@@ -48,7 +48,7 @@ class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
 class GroupJudged(msgspec.Struct, frozen=True, kw_only=True):
     """How a response was judged with its group: `members` responses in one call (a sub-group when the group
     was larger than the judge's budget; members with the same response are shown once), this one shown as
-    `label`, at `positions` (0 first: one per vote, each vote shuffling the order)."""
+    `label`, at `positions` (0 first: one per vote, each vote turning the order one place)."""
 
     members: int
     label: str
