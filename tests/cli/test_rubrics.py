@@ -234,8 +234,8 @@ async def test_health_shows_each_step_s_rubrics_marking_the_uninformative_ones(s
     text = cli("rubrics", "health", "run").stdout
     assert text.index("step 2: 2 rubrics, 1 uninformative") < text.index("step 5: 1 rubrics, 0 uninformative")
     rows = [ln.split() for ln in text.splitlines()]
-    assert ["RUBRIC", "MET", "ROLLOUTS", "SPREAD", "UNINFORMATIVE"] in rows
-    assert ["concise", "1.00", "4", "0/2", "yes"] in rows and ["correct", "0.75", "4", "1/2", "-"] in rows
+    assert ["RUBRIC", "MET", "ROLLOUTS", "SPREAD", "UNINFORMATIVE", "VOTES", "SPLIT"] in rows
+    assert ["concise", "1.00", "4", "0/2", "yes", "-"] in rows and ["correct", "0.75", "4", "1/2", "-", "-"] in rows
     lines = [json.loads(ln) for ln in cli("rubrics", "health", "run", "--step", "5", "--json").stdout.splitlines()]
     assert lines == [
         {
@@ -246,6 +246,8 @@ async def test_health_shows_each_step_s_rubrics_marking_the_uninformative_ones(s
             "groups": 1,
             "groups_with_spread": 1,
             "uninformative": False,
+            "voted": 0,
+            "votes_split": 0,
         }
     ]
     missing = cli("rubrics", "health", "run", "--step", "3", check=False)
