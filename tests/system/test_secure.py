@@ -208,7 +208,8 @@ def test_a_trainer_with_its_credentials_gets_its_scores_and_rubric_updates_over_
     url = urlsplit(url_of(run.stack, "trainer"))
     assert (url.scheme, url.username) == ("rediss", "trainer") and "ssl_ca_certs=" in url.query
     assert [s.status for s in run.scores] == [JudgeStatus.OK] * 4
-    assert all(s.grouping and s.grouping.members == 4 and s.votes == 3 for s in run.scores)
+    # Judged together by three votes: the group's two distinct responses in one call.
+    assert all(s.grouping and s.grouping.members == 2 and s.votes == 3 for s in run.scores)
     [active] = {s.active_meta_class for s in run.scores}  # one class for the step
     assert active is not None
     # Its rejected rollout: answered on its own reply stream and dead-lettered.

@@ -13,7 +13,6 @@ The details: docs/researchers/groups.md, "Group judging"; docs/operators/recover
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import cast
@@ -26,37 +25,49 @@ from rubricd.messages import Rollout
 
 log = logging.getLogger("rubricd.scorer")
 
-# KEYS: group, due, rollouts. ARGV: rollout id, the rollout, group size (0: unknown), now, deadline, consumer
-# group, entry id, ttl. Returns the members in, or -1: the group's judging started, the member is judged alone.
-_JOIN = """
+# Every script reads the time from Redis, so the scorers' deadlines and leases keep one clock whatever their hosts'.
+_NOW = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+"""
+
+# KEYS: group, due, rollouts. ARGV: rollout id, the rollout, group size (0: unknown), deadline_s, consumer group,
+# entry id, ttl. Returns the members in, or -1: the group's judging started, the member is judged alone.
+_JOIN = (
+    _NOW
+    + """
 if redis.call('HEXISTS', KEYS[1], '~claimed') == 1 then return -1 end
 local n = tonumber(redis.call('HGET', KEYS[1], '~n') or '0')
 if redis.call('HSETNX', KEYS[1], 'm:' .. ARGV[1], ARGV[2]) == 1 then
   n = redis.call('HINCRBY', KEYS[1], '~n', 1)
 end
-redis.call('HSETNX', KEYS[1], '~opened', ARGV[4])
-redis.call('EXPIRE', KEYS[1], ARGV[8])
+redis.call('HSETNX', KEYS[1], '~opened', now)
+redis.call('EXPIRE', KEYS[1], ARGV[7])
 local size = tonumber(ARGV[3])
 if size > 0 and n >= size then
-  redis.call('ZADD', KEYS[2], ARGV[4], KEYS[1])
+  redis.call('ZADD', KEYS[2], now, KEYS[1])
 else
-  redis.call('ZADD', KEYS[2], 'NX', ARGV[5], KEYS[1])
+  redis.call('ZADD', KEYS[2], 'NX', now + tonumber(ARGV[4]), KEYS[1])
 end
-redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
+redis.call('XACK', KEYS[3], ARGV[5], ARGV[6])
 return n
 """
+)
 
-# KEYS: group, due. ARGV: now, lease, consumer (kept as `~claimer`). Returns nil (not due, or claimed by another) or {claims, field, value, ...}.
-_CLAIM = """
+# KEYS: group, due. ARGV: lease_s, consumer (kept as `~claimer`). Returns nil (not due, or claimed by another) or
+# {claims, rollout, ...}.
+_CLAIM = (
+    _NOW
+    + """
 local at = redis.call('ZSCORE', KEYS[2], KEYS[1])
-if not at or tonumber(at) > tonumber(ARGV[1]) then return nil end
+if not at or tonumber(at) > now then return nil end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('ZREM', KEYS[2], KEYS[1])
   return nil
 end
-redis.call('ZADD', KEYS[2], tonumber(ARGV[1]) + tonumber(ARGV[2]), KEYS[1])
-redis.call('HSETNX', KEYS[1], '~claimed', ARGV[1])
-redis.call('HSET', KEYS[1], '~claimer', ARGV[3])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), KEYS[1])
+redis.call('HSETNX', KEYS[1], '~claimed', now)
+redis.call('HSET', KEYS[1], '~claimer', ARGV[2])
 local claims = redis.call('HINCRBY', KEYS[1], '~claims', 1)
 local taken = {claims}
 local fields = redis.call('HGETALL', KEYS[1])
@@ -67,13 +78,17 @@ for i = 1, #fields, 2 do
 end
 return taken
 """
+)
 
-# KEYS: group, due. ARGV: the lease's end, consumer. The claim is renewed if the consumer still holds it.
-_KEEP = """
+# KEYS: group, due. ARGV: lease_s, consumer. The claim is renewed if the consumer still holds it.
+_KEEP = (
+    _NOW
+    + """
 if redis.call('HGET', KEYS[1], '~claimer') == ARGV[2] then
-  redis.call('ZADD', KEYS[2], 'XX', ARGV[1], KEYS[1])
+  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), KEYS[1])
 end
 """
+)
 
 # KEYS: group, due. The members' rollouts are dropped; the hash stays (with `~claimed`) until it expires.
 _FINISH = """
@@ -111,7 +126,7 @@ class Gathering:
         assert rollout.group is not None
         return self.keys.group(rollout.run_id, rollout.step, rollout.group)
 
-    async def join(self, rollout: Rollout, entry_id: bytes, now: float) -> int | None:
+    async def join(self, rollout: Rollout, entry_id: bytes) -> int | None:
         """Add `rollout` to its group and ack its entry; the members in, or None if the group's judging started
         (judge it alone)."""
         n = await self._join(
@@ -120,8 +135,7 @@ class Gathering:
                 rollout.rollout_id,
                 wire.encode(rollout),
                 rollout.group_size or 0,
-                now,
-                now + self.deadline_s,
+                self.deadline_s,
                 self.group,
                 entry_id,
                 self.ttl_s,
@@ -129,14 +143,16 @@ class Gathering:
         )
         return None if int(n) < 0 else int(n)
 
-    async def due(self, now: float, limit: int) -> list[str]:
-        """The keys of the groups due at `now` (claimed by no one, or their claim ran out), oldest first."""
+    async def due(self, limit: int) -> list[str]:
+        """The keys of the groups due now (claimed by no one, or their claim ran out), oldest first."""
+        seconds, micros = await self.redis.time()
+        now = seconds + micros / 1_000_000
         found = cast(list[bytes], await self.redis.zrangebyscore(self.keys.groups_due, "-inf", now, start=0, num=limit))
         return [k.decode() for k in found]
 
-    async def claim(self, key: str, now: float) -> Claimed | None:
+    async def claim(self, key: str) -> Claimed | None:
         """The group at `key` with its members, claimed for `lease_s`; None if it is not due (or is gone)."""
-        taken = await self._claim(keys=[key, self.keys.groups_due], args=[now, self.lease_s, self.consumer])
+        taken = await self._claim(keys=[key, self.keys.groups_due], args=[self.lease_s, self.consumer])
         if not taken:
             return None
         members = sorted((wire.decode(body, Rollout) for body in taken[1:]), key=lambda r: r.rollout_id)
@@ -150,7 +166,7 @@ class Gathering:
             while True:
                 await asyncio.sleep(self.lease_s / 4)
                 try:
-                    await self._keep(keys=[key, self.keys.groups_due], args=[time.time() + self.lease_s, self.consumer])
+                    await self._keep(keys=[key, self.keys.groups_due], args=[self.lease_s, self.consumer])
                 except Exception as e:  # missed renewals let the lease run out: another scorer judges it too
                     log.warning("could not renew the claim on group %s: %r", key, e)
 

@@ -291,7 +291,7 @@ class Scorer:
         first = await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))
         if first is not None:
             return False  # scored before: score_alone replies with its first score
-        members = await self.gathering.join(rollout, entry_id, time.time())
+        members = await self.gathering.join(rollout, entry_id)
         if members is None:
             log.info("rollout %s/%s came after its group was judged; judged alone", rollout.run_id, rollout.rollout_id)
             return False
@@ -301,14 +301,14 @@ class Scorer:
 
     async def judge_due_groups(self) -> None:
         """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
-        due = await self.gathering.due(time.time(), DUE_GROUPS)
+        due = await self.gathering.due(DUE_GROUPS)
         for key, outcome in zip(due, await asyncio.gather(*(self.judge_due(k) for k in due), return_exceptions=True)):
             if isinstance(outcome, Exception):  # the group falls due again when its claim runs out
                 log.warning("judging group %s failed: %r", key, outcome)
 
     async def judge_due(self, key: str) -> None:
         """Claim the group at `key` if it is due, judge its members still without a score, and finish it."""
-        claimed = await self.gathering.claim(key, time.time())
+        claimed = await self.gathering.claim(key)
         if claimed is None:
             return
         async with self.gathering.held(key):
