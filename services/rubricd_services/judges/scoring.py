@@ -106,12 +106,20 @@ class Rubrics:
         turned = [*self.set.rubrics[turn:], *self.set.rubrics[:turn]]
         return self.remake(msgspec.structs.replace(self.set, rubrics=turned), bool(rollout.trajectory))
 
+    @functools.cached_property
+    def grouped_by(self) -> tuple[groups.GroupCall, groups.GroupCall]:
+        """The calls that judge a group of the set: (text, trajectory)."""
+        if self.group_calls is not None:
+            return self.group_calls
+        template = prompts.load(__package__ or "", groups.GROUP)
+        text, trajectory = (
+            groups.group_call(template, self.set, None, True, groups.MAX_MEMBERS, t) for t in (False, True)
+        )
+        return text, trajectory
+
     def grouping(self, rollout: Rollout) -> groups.GroupCall:
         """The call that judges `rollout`'s group (a trajectory's or a text's)."""
-        if self.group_calls is not None:
-            return self.group_calls[bool(rollout.trajectory)]
-        template = prompts.load(__package__ or "", groups.GROUP)
-        return groups.group_call(template, self.set, None, True, groups.MAX_MEMBERS, bool(rollout.trajectory))
+        return self.grouped_by[bool(rollout.trajectory)]
 
 
 def _call(
@@ -222,49 +230,13 @@ async def score_group(
     firsts: dict[bytes, int] = {}
     first_of = [firsts.setdefault(groups.response_of(m), i) for i, m in enumerate(members)]
     distinct = sorted(firsts.values())
-    judged = dict(
-        zip(
-            distinct,
-            await _score_distinct(
-                [members[i] for i in distinct],
-                rubrics,
-                call_judge,
-                policy,
-                policy_name,
-                group,
-                active,
-                undefined,
-                votes,
-            ),
-            strict=True,
-        )
-    )
-    return [
-        judged[i]
-        if i == first
-        else msgspec.structs.replace(judged[first], rollout_id=m.rollout_id, evaluation=m.evaluation)
-        for i, (m, first) in enumerate(zip(members, first_of, strict=True))
-    ]
-
-
-async def _score_distinct(
-    members: Sequence[Rollout],
-    rubrics: Rubrics,
-    call_judge: Judge,
-    policy: Policy,
-    policy_name: str,
-    group: str,
-    active: str | None,
-    undefined: Undefined,
-    votes: int,
-) -> list[Score]:
-    """score_group's judging, of members whose responses all differ."""
+    unique = [members[i] for i in distinct]  # what the judge sees: every response once
     scoring = Scoring(rubrics, policy, policy_name, active, undefined)
-    call = rubrics.grouping(members[0])
+    call = rubrics.grouping(unique[0])
 
     async def judge(sub: list[int]) -> list[Score]:
         started = time.perf_counter()
-        subset = [members[i] for i in sub]
+        subset = [unique[i] for i in sub]
         if len(subset) == 1:
             return [
                 await score_rollout(
@@ -291,12 +263,19 @@ async def _score_distinct(
             scores.append(scoring.scored(member, voted, started, votes, judged))
         return scores
 
-    subs = call.sub_groups(members)
+    subs = call.sub_groups(unique)
     judged = await asyncio.gather(*(judge(sub) for sub in subs))
-    by_member = {
-        i: score for sub, scores in zip(subs, judged, strict=True) for i, score in zip(sub, scores, strict=True)
+    by_first = {
+        distinct[i]: score
+        for sub, scores in zip(subs, judged, strict=True)
+        for i, score in zip(sub, scores, strict=True)
     }
-    return [by_member[i] for i in range(len(members))]
+    return [
+        by_first[i]
+        if i == first
+        else msgspec.structs.replace(by_first[first], rollout_id=m.rollout_id, evaluation=m.evaluation)
+        for i, (m, first) in enumerate(zip(members, first_of, strict=True))
+    ]
 
 
 @dataclass(frozen=True)
