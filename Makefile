@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -132,6 +132,24 @@ compose-tools:
 
 compose-path:
 	@echo $(COMPOSE)
+
+# A single-node Kubernetes cluster on this machine (deploy/local/cluster.sh; root): built once from Go modules into
+# the cache (30-40 minutes cold on 2 cores), started with CoreDNS, KEDA and the PodMonitor CRD, with the images
+# deploy/docker/images.sh builds loaded onto its node. Then `eval "$$(deploy/local/cluster.sh env)"` and
+# `kubectl apply -k deploy/k8s/overlays/local`; `make k8s-cluster-down` removes all of it.
+k8s-cluster: install k8s-tools
+	deploy/local/cluster.sh build
+	deploy/docker/images.sh build >/dev/null
+	deploy/local/cluster.sh up $(K8S_TOOLS)/monitoring.coreos.com_podmonitors.yaml
+	deploy/local/cluster.sh load
+
+k8s-cluster-down:
+	deploy/local/cluster.sh down
+
+# deploy/k8s on that cluster, for real (tests/k8s): its own suite, not in `make test` (a cold build alone would take
+# half of CI's time). Run it whenever deploy/k8s changes; it starts the cluster and removes it however it ends.
+k8s-test: install
+	$(PY) -m pytest -q -s tests/k8s
 
 # The tests start their own stack (.stack/test, other ports) and take it down.
 test: install weaviate model frameworks k8s-tools compose-tools

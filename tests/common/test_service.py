@@ -393,3 +393,17 @@ async def test_a_redis_that_lost_its_data_stops_the_service_and_started_again_it
         f"without persistence); stopping with exit code {EXIT_GROUP_GONE}, to be started again, which makes it again"
     ]
     assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines
+
+
+async def test_a_service_whose_redis_does_not_answer_at_start_exits_for_its_orchestrator(
+    stack, start_service, free_port, eventually
+):
+    """Found on Kubernetes: a Service's address not yet routed at a pod's start reached an HTTP proxy. The gateway
+    (whose start-up needs no Redis call) finished starting, failed after, and kept its listener up answering 500
+    for its start-up probe's five minutes. Now Redis must answer before start-up ends, or the process exits."""
+    http_not_redis = f"redis://127.0.0.1:{stack.simulator_port}/0"  # an HTTP server: no RESP answer
+    gateway = start_service("gateway", wait=False, redis_url=http_not_redis, gateway_port=free_port)
+    await eventually(lambda: gateway.proc.poll() is not None, "the gateway to exit", timeout=90)
+    assert gateway.proc.returncode != 0
+    log = gateway.log.read_text()
+    assert "redis.exceptions" in log and "Application startup failed" in log, log[-3000:]

@@ -37,7 +37,14 @@ GATEWAY_PORT = GatewaySettings.model_fields["gateway_port"].default
 
 # What each overlay renders: a test that validated nothing cannot pass.
 OVERLAYS = {
-    "demo": {"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 9},
+    "demo": {
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 9},
+        **{"StorageClass": 1, "PersistentVolume": 2},
+    },
+    "local": {
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 2, "Service": 5, "StatefulSet": 2, "Deployment": 9},
+        **{"StorageClass": 1, "PersistentVolume": 2, "ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
+    },
     "production": {
         **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 8},
         **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
@@ -51,6 +58,11 @@ OVERLAYS = {
         **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
 }
+
+# The demo overlay's node: 2 CPUs (minikube's default), of which the demo may ask half; the rest is the cluster's
+# own (minikube's control plane and CoreDNS ask 0.85 CPU) and KEDA's extra scorers' where it runs.
+DEMO_NODE_CPU_M = 2000
+DEMO_BUDGET_CPU_M = DEMO_NODE_CPU_M // 2
 
 
 @cache
@@ -256,6 +268,19 @@ def test_each_consumer_is_scaled_on_the_groups_it_reads() -> None:
             assert {t["type"] for t in triggers} == {"redis-streams"}
             groups = {(t["metadata"]["stream"], t["metadata"]["consumerGroup"]) for t in triggers}
             assert groups == expected[name] == set(wiring(name).groups), name
+            # Per group, one trigger on its lag and one on what its replicas hold (each at most max_in_flight).
+            in_flight = str(wiring(name).settings.max_in_flight)
+            for group in groups:
+                on = [
+                    t["metadata"]
+                    for t in triggers
+                    if (t["metadata"]["stream"], t["metadata"]["consumerGroup"]) == group
+                ]
+                assert sorted(k for m in on for k in set(m) - {"stream", "consumerGroup"}) == [
+                    "lagCount",
+                    "pendingEntriesCount",
+                ]
+                assert [m["pendingEntriesCount"] for m in on if "pendingEntriesCount" in m] == [in_flight], name
     assert wiring("gateway").groups == []  # scaled by hand: it reads no group
 
 
@@ -289,3 +314,79 @@ def test_a_broken_manifest_is_refused() -> None:
     for doc in broken:
         with pytest.raises((jsonschema.ValidationError, kubernetes_validate.SchemaNotFoundError)):
             validate(doc)
+
+
+def millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else round(float(quantity) * 1000)
+
+
+def cpu_requested_m(docs: list[dict[str, Any]]) -> dict[str, int]:
+    """Each workload's CPU requests in millicores, times its replicas, as the scheduler adds them up."""
+    asked = {}
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            containers = doc["spec"]["template"]["spec"]["containers"]
+            each = sum(millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0")) for c in containers)
+            asked[doc["metadata"]["name"]] = each * doc["spec"].get("replicas", 1)
+    return asked
+
+
+def fits_the_demo_node(docs: list[dict[str, Any]]) -> None:
+    asked = cpu_requested_m(docs)
+    assert sum(asked.values()) <= DEMO_BUDGET_CPU_M, (
+        f"the demo asks {sum(asked.values())}m CPU, over its {DEMO_BUDGET_CPU_M}m of a {DEMO_NODE_CPU_M}m node: "
+        + ", ".join(f"{name} {m}m" for name, m in sorted(asked.items(), key=lambda kv: -kv[1]))
+    )
+
+
+def test_the_demo_fits_a_two_cpu_node() -> None:
+    docs = render(K8S / "overlays" / "demo")
+    fits_the_demo_node(docs)
+    assert sum(cpu_requested_m(docs).values()) == 600  # 11 pods: the figure the overlay's comment gives
+
+
+def test_a_demo_asking_more_than_the_node_is_caught() -> None:
+    docs = render(K8S / "overlays" / "demo")
+    for doc in docs:
+        if doc["metadata"]["name"] == "analyzer" and doc["kind"] == "Deployment":
+            doc["spec"]["replicas"] = 10
+    with pytest.raises(AssertionError, match=r"asks 1050m CPU, over its 1000m .* analyzer 500m"):
+        fits_the_demo_node(docs)
+    # The production overlay's sizes are a larger node's (docs/operators/kubernetes.md gives it).
+    with pytest.raises(AssertionError, match="over its"):
+        fits_the_demo_node(render(K8S / "overlays" / "production"))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_claim_names_its_class_and_every_image_may_be_loaded_on_the_node(overlay: str) -> None:
+    docs = render(K8S / "overlays" / overlay)
+    for name, stateful in of_kind(docs, "StatefulSet").items():
+        (claim,) = stateful["spec"]["volumeClaimTemplates"]
+        assert claim["spec"]["storageClassName"], name
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            pod = doc["spec"]["template"]["spec"]
+            for container in pod["containers"] + pod.get("initContainers", []):
+                assert container["imagePullPolicy"] == "IfNotPresent", (doc["metadata"]["name"], container["name"])
+
+
+def test_the_demo_binds_its_claims_without_a_provisioner() -> None:
+    docs = render(K8S / "overlays" / "demo")
+    (storage_class,) = of_kind(docs, "StorageClass").values()
+    assert storage_class["provisioner"] == "kubernetes.io/no-provisioner"
+    volumes = {v["spec"]["capacity"]["storage"]: v for v in of_kind(docs, "PersistentVolume").values()}
+    for name, stateful in of_kind(docs, "StatefulSet").items():
+        (claim,) = stateful["spec"]["volumeClaimTemplates"]
+        assert claim["spec"]["storageClassName"] == storage_class["metadata"]["name"]
+        # One volume of the claim's size, of its class: the claim binds it and no other.
+        volume = volumes.pop(claim["spec"]["resources"]["requests"]["storage"])
+        assert volume["spec"]["storageClassName"] == storage_class["metadata"]["name"], name
+    assert not volumes
+
+
+def test_the_local_cluster_runs_the_keda_whose_crds_validate_the_manifests() -> None:
+    """deploy/local/cluster.sh installs KEDA from its module; the offline check validates against the CRDs of the
+    version the Makefile pins: the same one."""
+    script = (ROOT / "deploy" / "local" / "cluster.sh").read_text()
+    pinned = re.search(r"^KEDA_VERSION := (\S+)", (ROOT / "Makefile").read_text(), re.M)
+    assert pinned and f"KEDA_VERSION={pinned[1]}\n" in script

@@ -228,6 +228,9 @@ class ServiceApp(Generic[W]):
         async with contextlib.AsyncExitStack() as stack:
             redis = make_redis(s)
             stack.push_async_callback(redis.aclose)
+            # Redis answers before start-up ends: a failure here stops the process (its orchestrator starts it
+            # again); after start-up, uvicorn would keep the listener up answering 500 to every probe.
+            await redis.ping()
             llm = LLMClient.from_settings(s, self.agents, redis)
             stack.push_async_callback(llm.aclose)
             for agent, mode in (await llm.detect(a for a in self.agents if a != EMBEDDER)).items():
