@@ -459,7 +459,7 @@ cmd_leftovers() {
     left+=("directory /run/containerd (empty)")
   fi
   for mount in "$STATE" "$RUN" "$LOCAL_STORAGE"; do [[ ! -e $mount ]] || left+=("directory $mount"); done
-  if ((${#left[@]} == 0)); then say "nothing of the cluster left"; return; fi
+  if ((${#left[@]} == 0)); then echo "cluster: nothing of the cluster left"; return; fi
   printf 'left: %s\n' "${left[@]}"
   return 1
 }
