@@ -139,6 +139,7 @@ compose-path:
 # `kubectl apply -k deploy/k8s/overlays/local`; `make k8s-cluster-down` removes all of it.
 k8s-cluster: install k8s-tools
 	deploy/local/cluster.sh build
+	deploy/docker/images.sh daemon >/dev/null
 	deploy/docker/images.sh build >/dev/null
 	deploy/local/cluster.sh up $(K8S_TOOLS)/monitoring.coreos.com_podmonitors.yaml
 	deploy/local/cluster.sh load

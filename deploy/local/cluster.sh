@@ -15,8 +15,8 @@
 #   deploy/local/cluster.sh leftovers       # print what of the cluster is still on the machine (nothing: exit 0)
 #   deploy/local/cluster.sh env     # print KUBECONFIG and the bin directory (eval it)
 #
-# Addresses: pods 10.244.213.0/24 on bridge rubricd-k8s0, services 10.96.213.0/24, the API on 127.0.0.1:16443.
-# Docs: docs/operators/kubernetes.md#a-cluster-on-this-machine.
+# Addresses: pods 10.244.213.0/24 on the bridge rubricd-k8s0, whose address 10.244.213.1 the API (port 16443) and
+# kubelet listen on; Services 10.96.213.0/24. Docs: deploy/k8s/README.md#try-it-on-a-laptop-cluster.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)

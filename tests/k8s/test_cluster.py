@@ -160,16 +160,21 @@ def cluster_sh(*args: str, timeout: float = 600) -> str:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     (ARTIFACTS / "steps.tsv").unlink(missing_ok=True)
-    started = time.monotonic()
-    sh("make", "-s", "k8s-cluster", timeout=3600)  # builds on the first run: 30-40 minutes
-    timed("make k8s-cluster (build if not cached, up, CoreDNS, KEDA, images loaded)", started)
-    the = Cluster(cluster_sh("env"))
+    dockerd = sh("deploy/docker/images.sh", "daemon").strip()  # a pid when this module started it
     try:
-        yield the
+        started = time.monotonic()
+        sh("make", "-s", "k8s-cluster", timeout=3600)  # builds on the first run: 30-40 minutes
+        timed("make k8s-cluster (build if not cached, up, CoreDNS, KEDA, images loaded)", started)
+        the = Cluster(cluster_sh("env"))
+        try:
+            yield the
+        finally:
+            the.redis.stop()
+            the.simulator.stop()
+            cluster_sh("down", timeout=600)
     finally:
-        the.redis.stop()
-        the.simulator.stop()
-        cluster_sh("down", timeout=600)
+        if dockerd:  # only the images needed it
+            os.kill(int(dockerd), signal.SIGTERM)
 
 
 def rollouts(step: int, n: int, tag: str) -> list[Rollout]:
@@ -185,7 +190,7 @@ def rollouts(step: int, n: int, tag: str) -> list[Rollout]:
                 prompt=f"What is {a} + {b}?",
                 response=respond("padded" if i % 2 else "correct", a, b),
                 reference=str(a + b),
-            )  # fmt: skip
+            )
         )
     return out
 
