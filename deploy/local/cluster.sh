@@ -5,7 +5,7 @@
 # KEDA and rubricd run as pods, from images loaded into the cluster's own containerd. Root only (kubelet, mounts,
 # iptables); everything the cluster makes is named here and removed by `down`.
 #
-#   deploy/local/cluster.sh build   # build the binaries once (cached outside the repo; ~30-40 min cold on 2 cores)
+#   deploy/local/cluster.sh build   # build the binaries once (cached outside the repo; about 14 min cold on 2 cores)
 #   deploy/local/cluster.sh up [CRD.yaml...]  # start the cluster with CoreDNS, KEDA (and these CRDs); prints the
 #                                   # settings to eval (KUBECONFIG, and PATH for its kubectl)
 #   deploy/local/cluster.sh load [IMAGE...]   # copy images from the local Docker into the node (default: the ones

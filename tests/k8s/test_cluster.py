@@ -163,7 +163,7 @@ def cluster() -> Iterator[Cluster]:
     dockerd = sh("deploy/docker/images.sh", "daemon").strip()  # a pid when this module started it
     try:
         started = time.monotonic()
-        sh("make", "-s", "k8s-cluster", timeout=3600)  # builds on the first run: 30-40 minutes
+        sh("make", "-s", "k8s-cluster", timeout=3600)  # builds on the first run: about 14 minutes on 2 cores
         timed("make k8s-cluster (build if not cached, up, CoreDNS, KEDA, images loaded)", started)
         the = Cluster(cluster_sh("env"))
         try:
