@@ -136,7 +136,7 @@ compose-path:
 # A single-node Kubernetes cluster on this machine (deploy/local/cluster.sh; root): built once from Go modules into
 # the cache (about 14 minutes cold on 2 cores), started with CoreDNS, KEDA and the PodMonitor CRD, with the images
 # deploy/docker/images.sh builds loaded onto its node. Then `eval "$$(deploy/local/cluster.sh env)"` and
-# `kubectl apply -k deploy/k8s/overlays/local`; `make k8s-cluster-down` removes all of it.
+# `kubectl apply -k deploy/k8s/overlays/local`; `make k8s-cluster-down` removes the cluster and what it made.
 k8s-cluster: install k8s-tools
 	deploy/local/cluster.sh build
 	deploy/docker/images.sh daemon >/dev/null

@@ -192,6 +192,16 @@ make_bridge() {
   ip link set "$BRIDGE" up
 }
 
+# kubelet sets these kernel settings for its containers (protectKernelDefaults off): `up` keeps the host's values
+# and `down` puts them back.
+KERNEL_SETTINGS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+save_kernel_settings() {
+  [[ -f $STATE/kernel-settings ]] || sysctl "${KERNEL_SETTINGS[@]}" >"$STATE/kernel-settings"
+}
+restore_kernel_settings() {
+  [[ ! -f $STATE/kernel-settings ]] || sysctl -q -p "$STATE/kernel-settings" || true
+}
+
 write_configs() {
   mkdir -p "$STATE/cni/net.d" "$STATE/kubelet"
   cat >"$STATE/cni/net.d/10-rubricd-k8s.conflist" <<EOF
@@ -309,7 +319,7 @@ start_node() {
 # The cluster's own images (the pod sandbox, CoreDNS, KEDA): each a static binary alone in an image, run as
 # nobody (KEDA's pods must run as non-root and say so).
 load_cluster_images() {
-  "${CTR[@]}" images ls -q | grep -q rubricd-local/keda-adapter:k8s && return
+  [[ $("${CTR[@]}" images ls -q) == *rubricd-local/keda-adapter:k8s* ]] && return
   local dir image; dir=$(mktemp -d)
   for image in pause coredns keda keda-adapter; do
     mkdir -p "$dir/$image" && cp "$BIN/$image" "$dir/$image/"
@@ -324,7 +334,7 @@ load_cluster_images() {
 install_addons() {
   "$BIN/kubectl" apply -f "$REPO/deploy/local/cluster/coredns.yaml" >/dev/null
   local keda=$STATE/keda
-  mkdir -p "$keda" && cp -r "$BIN/keda-config" "$keda/config"
+  rm -rf "$keda" && mkdir -p "$keda" && cp -r "$BIN/keda-config" "$keda/config"
   cat >"$keda/kustomization.yaml" <<EOF
 resources: [config/minimal]
 images:
@@ -357,7 +367,7 @@ cmd_up() {
   "$REPO/deploy/docker/images.sh" daemon >/dev/null
   local t0=$SECONDS
   mkdir -p "$STATE" "$RUN" "$LOGS"
-  make_pki; make_bridge; write_configs
+  save_kernel_settings; make_pki; make_bridge; write_configs
   start_control_plane; say "control plane up ($((SECONDS - t0)) s)"
   start_node; say "node $NODE Ready ($((SECONDS - t0)) s)"
   install_addons; say "CoreDNS and KEDA ready ($((SECONDS - t0)) s)"
@@ -368,7 +378,10 @@ cmd_up() {
 
 cmd_load() {
   local image
-  (($#)) || set -- $("$REPO/deploy/docker/images.sh" env | tr ' ' '\n' | sed -n 's/^RUBRICD_\(REDIS_\|WEAVIATE_\|\)IMAGE=//p')
+  if (($# == 0)); then
+    local built; built=$("$REPO/deploy/docker/images.sh" env)
+    set -- $(tr ' ' '\n' <<<"$built" | sed -n 's/^RUBRICD_\(REDIS_\|WEAVIATE_\|\)IMAGE=//p')
+  fi
   for image in "$@"; do docker save "$image" | "${CTR[@]}" images import - >/dev/null; say "loaded $image"; done
 }
 
@@ -382,28 +395,35 @@ cmd_env() {
 stop() {  # NAME: its process group, TERM then KILL
   [[ -f $RUN/$1.pid ]] || return 0
   local pid; pid=$(cat "$RUN/$1.pid")
+  rm -f "$RUN/$1.pid"
+  # A pid file outlives a reboot: only a process started with the cluster's state in its arguments is ours.
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$STATE" || return 0
   kill -TERM -- "-$pid" 2>/dev/null || true
   for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
   kill -KILL -- "-$pid" 2>/dev/null || true
-  rm -f "$RUN/$1.pid"
 }
 
-# The chains the cluster's kube-proxy (KUBE-*) and CNI plugins (CNI-*) made, and the rules that jump to them.
+# The chains the cluster's kubelet and kube-proxy (KUBE-*, IPv4 and IPv6) and CNI plugins (CNI-*) made, and the
+# rules that jump to them: "iptables|ip6tables TABLE CHAIN" a line.
 iptables_chains() {
-  local table
-  for table in filter nat mangle; do
-    iptables -t $table -S 2>/dev/null | sed -n "s/^-N \(\(KUBE\|CNI\)-[^ ]*\)$/$table \1/p"
+  local tool table
+  for tool in iptables ip6tables; do
+    for table in filter nat mangle; do
+      $tool -t $table -S 2>/dev/null | sed -n "s/^-N \(\(KUBE\|CNI\)-[^ ]*\)$/$tool $table \1/p"
+    done
   done
 }
 clean_iptables() {
-  local table rule chain
-  for table in filter nat mangle; do
-    while read -r rule; do
-      eval "iptables -t $table ${rule/#-A/-D}" 2>/dev/null || true
-    done < <(iptables -t $table -S 2>/dev/null | grep -E -- '-j (KUBE|CNI)-')
+  local tool table rule chain
+  for tool in iptables ip6tables; do
+    for table in filter nat mangle; do
+      while read -r rule; do
+        eval "$tool -t $table ${rule/#-A/-D}" 2>/dev/null || true
+      done < <($tool -t $table -S 2>/dev/null | grep -E -- '-j (KUBE|CNI)-')
+    done
   done
-  while read -r table chain; do iptables -t "$table" -F "$chain" 2>/dev/null || true; done < <(iptables_chains)
-  while read -r table chain; do iptables -t "$table" -X "$chain" 2>/dev/null || true; done < <(iptables_chains)
+  while read -r tool table chain; do $tool -t "$table" -F "$chain" 2>/dev/null || true; done < <(iptables_chains)
+  while read -r tool table chain; do $tool -t "$table" -X "$chain" 2>/dev/null || true; done < <(iptables_chains)
 }
 
 cmd_down() {
@@ -424,6 +444,9 @@ cmd_down() {
     for id in $("${CTR[@]}" tasks ls -q 2>/dev/null); do "${CTR[@]}" tasks rm -f "$id" >/dev/null 2>&1 || true; done
   fi
   stop containerd; stop kube-apiserver; stop etcd
+  # Shims containerd did not stop (each leads its own session); their containers go with them.
+  local pid
+  for pid in $(pgrep -f "containerd-shim.*-address $RUN/containerd.sock" || true); do kill -KILL -- "-$pid" 2>/dev/null || true; done
   # What a pod stopped without kubelet leaves: mounts, network namespaces, rules, the bridge, cgroups.
   local mount ns
   for mount in $(grep -oE " ($STATE|$RUN)[^ ]*" /proc/self/mountinfo | sort -ru); do umount -l "$mount" 2>/dev/null || true; done
@@ -433,7 +456,8 @@ cmd_down() {
   ip link delete "$BRIDGE" 2>/dev/null || true
   find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null || true
   find /var/log/containers -maxdepth 1 -lname "$STATE/*" -delete 2>/dev/null || true
-  rm -rf "$STATE" "$RUN" "$LOCAL_STORAGE"
+  restore_kernel_settings
+  rm -rf --one-file-system "$STATE" "$RUN" "$LOCAL_STORAGE"
   # containerd 1.6 puts its shims' sockets under /run/containerd/s whatever its state directory: the directories
   # left empty go too (another containerd's are not empty).
   find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
@@ -452,7 +476,7 @@ cmd_leftovers() {
   done
   while read -r mount; do left+=("mount $mount"); done < <(grep -oE " ($STATE|$RUN)[^ ]*" /proc/self/mountinfo | sort -u)
   while read -r ns; do left+=("netns $ns"); done < <(ip netns list 2>/dev/null | grep -o '^cni-[0-9a-f-]*')
-  while read -r chain; do left+=("iptables $chain"); done < <(iptables_chains)
+  while read -r chain; do left+=("$chain"); done < <(iptables_chains)
   if ip link show "$BRIDGE" >/dev/null 2>&1; then left+=("bridge $BRIDGE"); fi
   while read -r mount; do left+=("cgroup $mount"); done < <(compgen -G "/sys/fs/cgroup/*/kubepods")
   if [[ -d /run/containerd ]] && [[ -z $(find /run/containerd -not -type d -print -quit) ]]; then

@@ -163,15 +163,17 @@ def cluster() -> Iterator[Cluster]:
     dockerd = sh("deploy/docker/images.sh", "daemon").strip()  # a pid when this module started it
     try:
         started = time.monotonic()
-        sh("make", "-s", "k8s-cluster", timeout=3600)  # builds on the first run: about 14 minutes on 2 cores
-        timed("make k8s-cluster (build if not cached, up, CoreDNS, KEDA, images loaded)", started)
-        the = Cluster(cluster_sh("env"))
+        the: Cluster | None = None
         try:
+            sh("make", "-s", "k8s-cluster", timeout=3600)  # builds on the first run: about 14 minutes on 2 cores
+            timed("make k8s-cluster (build if not cached, up, CoreDNS, KEDA, images loaded)", started)
+            the = Cluster(cluster_sh("env"))
             yield the
         finally:
-            the.redis.stop()
-            the.simulator.stop()
-            cluster_sh("down", timeout=600)
+            if the:
+                the.redis.stop()
+                the.simulator.stop()
+            cluster_sh("down", timeout=600)  # a cluster half started too
     finally:
         if dockerd:  # only the images needed it
             os.kill(int(dockerd), signal.SIGTERM)
@@ -309,13 +311,18 @@ async def test_keda_scales_the_scorer_on_its_lag_and_back(cluster: Cluster) -> N
             peak = max(peak, desired)
             assert time.monotonic() - started < 300, timeline
             await asyncio.sleep(2)
-        scaled_at = len(timeline)
-        # The backlog read, held by the replicas for the calls' 45 s, the lag 0: longer than the HPA's 30 s
-        # scale-down window, so only the pending trigger keeps them.
+        while timeline[-1][1]:  # until the replicas have read the whole backlog: the lag is 0 from here
+            await sample()
+            assert time.monotonic() - started < 400, timeline
+            await asyncio.sleep(2)
+        read_at = len(timeline)
+        # Held by the replicas for the calls' 45 s with no lag: longer than the HPA's 30 s scale-down window and a
+        # sync, so only the pending trigger keeps them.
         while timeline[-1][2] > in_flight:
             await sample()
             assert time.monotonic() - started < 400, timeline
             await asyncio.sleep(2)
+        held_s = timeline[-1][0] - timeline[read_at - 1][0]
         cluster.latency(0)
         while (await sample())[1] or cluster.replicas("scorer") != (1, 1):  # drained, then back to one
             assert time.monotonic() - started < 600, timeline
@@ -329,9 +336,10 @@ async def test_keda_scales_the_scorer_on_its_lag_and_back(cluster: Cluster) -> N
     print("\n" + (ARTIFACTS / "scaling.tsv").read_text())
     assert any(lag > 0 for lag, *_ in agreed), f"no still moment with a backlog: {timeline}"
     assert all((lm, pm) == (lag, pending) for lag, pending, lm, pm in agreed), f"KEDA's metrics differ: {agreed}"
-    # Held work keeps its replicas: never down to one while the group holds more than one replica's worth.
-    held = [row for row in timeline[scaled_at:] if row[2] > in_flight]
-    assert held and all(row[5] > 1 for row in held), timeline
+    # Held work keeps its replicas: never down to one while the group holds more than one replica's worth, for
+    # longer than the lag alone would have kept them.
+    assert held_s > 35, f"the backlog was held {held_s:.0f} s: too short to tell the pending trigger's effect"
+    assert all(row[5] > 1 for row in timeline[read_at - 1 :] if row[2] > in_flight), timeline
     assert all(s.status == "ok" for s in result), [s.error for s in result if s.status != "ok"][:5]
     handed = [r for r in await handed_on() if r.startswith("b-")]
     assert len(handed) == len(set(handed)) == len(batch), "each rollout scored once across the replicas"
@@ -344,11 +352,21 @@ async def test_redis_restarted_keeps_the_run_history(cluster: Cluster) -> None:
     (pod,) = cluster.get("pods", "-l", "app.kubernetes.io/name=redis")["items"]
     started = time.monotonic()
     cluster.kubectl("-n", NAMESPACE, "delete", "pod", pod["metadata"]["name"])  # SIGTERM: Redis writes its AOF
-    cluster.kubectl("-n", NAMESPACE, "rollout", "status", "statefulset/redis", "--timeout=300s")
+    deadline = time.monotonic() + 300
+    while True:  # the new pod (another uid) Ready: its readiness probe is a PING, answered once the AOF is loaded
+        pods = cluster.get("pods", "-l", "app.kubernetes.io/name=redis")["items"]
+        ready = [
+            p
+            for p in pods
+            if p["metadata"]["uid"] != pod["metadata"]["uid"]
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ]
+        if ready:
+            break
+        assert time.monotonic() < deadline, pods
+        time.sleep(1)
     cluster.redis.start()  # the old forward went with the old pod
     timed("Redis's pod deleted and back Ready", started)
-    (again,) = cluster.get("pods", "-l", "app.kubernetes.io/name=redis")["items"]
-    assert again["metadata"]["uid"] != pod["metadata"]["uid"]
     async with Redis.from_url(REDIS_URL) as redis:
         assert {s: await redis.xlen(s) for s in lengths} == lengths
     assert await history() == versions

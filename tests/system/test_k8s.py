@@ -60,7 +60,7 @@ OVERLAYS = {
 }
 
 # The demo overlay's node: 2 CPUs (minikube's default), of which the demo may ask half; the rest is the cluster's
-# own (minikube's control plane and CoreDNS ask 0.85 CPU) and KEDA's extra scorers' where it runs.
+# own (minikube's control plane and CoreDNS ask 0.75 CPU) and KEDA's extra scorers' where it runs.
 DEMO_NODE_CPU_M = 2000
 DEMO_BUDGET_CPU_M = DEMO_NODE_CPU_M // 2
 
