@@ -397,7 +397,7 @@ stop() {  # NAME: its process group, TERM then KILL
   local pid; pid=$(cat "$RUN/$1.pid")
   rm -f "$RUN/$1.pid"
   # A pid file outlives a reboot: only a process started with the cluster's state in its arguments is ours.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$STATE" || return 0
+  [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == *"$STATE"* ]] || return 0
   kill -TERM -- "-$pid" 2>/dev/null || true
   for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
   kill -KILL -- "-$pid" 2>/dev/null || true
@@ -467,10 +467,11 @@ cmd_down() {
 
 # What of the cluster is still on this machine: nothing, or each thing on a line (and exit 1).
 cmd_leftovers() {
-  local left=() pid exe mount ns chain
+  local left=() pid exe args mount ns chain
   for pid in /proc/[0-9]*; do
     exe=$(readlink "$pid/exe" 2>/dev/null) || continue
-    if [[ $exe == "$BIN"/* ]] || { [[ $exe == */containerd* ]] && tr '\0' ' ' <"$pid/cmdline" 2>/dev/null | grep -qE "$STATE|$RUN"; }; then
+    args=$(tr '\0' ' ' <"$pid/cmdline" 2>/dev/null) || continue
+    if [[ $exe == "$BIN"/* ]] || [[ $exe == */containerd* && ($args == *"$STATE"* || $args == *"$RUN"*) ]]; then
       left+=("process ${pid#/proc/} $exe")
     fi
   done
