@@ -302,6 +302,7 @@ start_control_plane() {
 }
 
 start_node() {
+  [[ -e /run/containerd ]] || : >"$STATE/made-run-containerd"
   running containerd || start containerd containerd --config "$STATE/containerd.toml"
   wait_for containerd 30 "${CTR[@]}" version
   load_cluster_images
@@ -457,10 +458,10 @@ cmd_down() {
   find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null || true
   find /var/log/containers -maxdepth 1 -lname "$STATE/*" -delete 2>/dev/null || true
   restore_kernel_settings
+  # containerd 1.6 puts its shims' sockets under /run/containerd/s whatever its state directory (so does Docker's):
+  # removed, once empty, only where the cluster made it.
+  if [[ -f $STATE/made-run-containerd ]]; then find /run/containerd -depth -type d -empty -delete 2>/dev/null || true; fi
   rm -rf --one-file-system "$STATE" "$RUN" "$LOCAL_STORAGE"
-  # containerd 1.6 puts its shims' sockets under /run/containerd/s whatever its state directory: the directories
-  # left empty go too (another containerd's are not empty).
-  find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
   say "down"
   cmd_leftovers
 }
@@ -480,9 +481,6 @@ cmd_leftovers() {
   while read -r chain; do left+=("$chain"); done < <(iptables_chains)
   if ip link show "$BRIDGE" >/dev/null 2>&1; then left+=("bridge $BRIDGE"); fi
   while read -r mount; do left+=("cgroup $mount"); done < <(compgen -G "/sys/fs/cgroup/*/kubepods")
-  if [[ -d /run/containerd ]] && [[ -z $(find /run/containerd -not -type d -print -quit) ]]; then
-    left+=("directory /run/containerd (empty)")
-  fi
   for mount in "$STATE" "$RUN" "$LOCAL_STORAGE"; do [[ ! -e $mount ]] || left+=("directory $mount"); done
   if ((${#left[@]} == 0)); then echo "cluster: nothing of the cluster left"; return; fi
   printf 'left: %s\n' "${left[@]}"
