@@ -6,7 +6,15 @@ history, the schedule, usage, events) and the trainer client. It depends only on
 msgspec and redis, so a training environment can install it alone.
 """
 
-from .client import ArmRewardTimeout, InvalidRollout, PreferenceTimeout, RubricdClient, ScoreTimeout, SyncRubricdClient
+from .client import (
+    ArmRewardTimeout,
+    InvalidRollout,
+    PreferenceTimeout,
+    ReplyTimeout,
+    RubricdClient,
+    ScoreTimeout,
+    SyncRubricdClient,
+)
 from .keys import Keys
 from .messages import (
     ArmReward,
@@ -31,6 +39,7 @@ __all__ = [
     "Keys",
     "Preference",
     "PreferenceTimeout",
+    "ReplyTimeout",
     "Rollout",
     "Rubric",
     "RubricSet",

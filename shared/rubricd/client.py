@@ -17,7 +17,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -54,40 +54,37 @@ _Entries = list[tuple[bytes, dict[bytes, bytes]]]
 _XRead = list[tuple[bytes, _Entries]]
 
 
-class ScoreTimeout(TimeoutError):
-    """Some rollouts got no score in time; `missing` names their rollout ids, `scores` holds those that did arrive."""
+class ReplyTimeout(TimeoutError):
+    """Some requests got no reply in time: `missing` names their ids (rollout or comparison ids), `replies` holds
+    those that did arrive (id -> its Score, Preference or ArmReward)."""
 
-    def __init__(self, missing: list[str], timeout: float, scores: dict[str, Score] | None = None) -> None:
+    def __init__(
+        self,
+        missing: list[str],
+        timeout: float,
+        replies: Mapping[str, Any] | None = None,
+        what: str = "rollout",
+        awaited: str = "scored",
+    ) -> None:
         self.missing = missing
-        self.scores = scores or {}  # rollout id -> its Score
+        self.replies = dict(replies or {})
         shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
-        super().__init__(f"{len(missing)} rollout(s) not scored within {timeout:g} s: {shown}")
+        super().__init__(f"{len(missing)} {what}(s) not {awaited} within {timeout:g} s: {shown}")
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """`replies`, under the name of the class this one replaced (so are `preferences` and `rewards`)."""
+        return self.replies
+
+    preferences = rewards = scores
+
+
+# The names of the three classes ReplyTimeout replaced: `except ScoreTimeout` catches a timeout of `score`.
+ScoreTimeout = PreferenceTimeout = ArmRewardTimeout = ReplyTimeout
 
 
 class InvalidRollout(ValueError):
     """A rollout (or comparison) the scorer (or the comparer) would reject as sent; the message names the field."""
-
-
-class PreferenceTimeout(TimeoutError):
-    """Some comparisons got no Preference in time; `missing` names their comparison ids, `preferences` holds those
-    that did arrive."""
-
-    def __init__(self, missing: list[str], timeout: float, preferences: dict[str, Preference] | None = None) -> None:
-        self.missing = missing
-        self.preferences = preferences or {}  # comparison id -> its Preference
-        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
-        super().__init__(f"{len(missing)} comparison(s) not judged within {timeout:g} s: {shown}")
-
-
-class ArmRewardTimeout(TimeoutError):
-    """Some arm rollouts got no reward in time; `missing` names their rollout ids, `rewards` holds those that did
-    arrive."""
-
-    def __init__(self, missing: list[str], timeout: float, rewards: dict[str, ArmReward] | None = None) -> None:
-        self.missing = missing
-        self.rewards = rewards or {}  # rollout id -> its ArmReward
-        shown = ", ".join(missing[:20]) + (" ..." if len(missing) > 20 else "")
-        super().__init__(f"{len(missing)} arm rollout(s) not rewarded within {timeout:g} s: {shown}")
 
 
 def checked(message: Request) -> bytes:
@@ -206,18 +203,18 @@ class RubricdClient:
 
         Raises InvalidRollout, before publishing any, if one breaks the schema
         (an id outside its alphabet, a negative step, ...) or a sample group's rollouts disagree on its size or
-        outnumber it; ScoreTimeout if some get no score within `timeout` (default: the client's).
+        outnumber it; ReplyTimeout if some get no score within `timeout` (default: the client's).
         """
         grouped(rollouts)
-        return await self._request(rollouts, self.keys.rollouts, "rollout", ScoreTimeout, timeout)
+        return await self._request(rollouts, self.keys.rollouts, "rollout", "scored", timeout)
 
     async def compare(self, comparisons: Sequence[Comparison], *, timeout: float | None = None) -> list[Preference]:
         """Publish every comparison at once and return their Preferences, in order (pairwise judging).
 
-        Raises InvalidRollout, before publishing any, if one breaks the schema; PreferenceTimeout if some get no
+        Raises InvalidRollout, before publishing any, if one breaks the schema; ReplyTimeout if some get no
         Preference within `timeout` (default: the client's).
         """
-        return await self._request(comparisons, self.keys.comparisons, "comparison", PreferenceTimeout, timeout)
+        return await self._request(comparisons, self.keys.comparisons, "comparison", "judged", timeout)
 
     async def compare_one(self, comparison: Comparison, *, timeout: float | None = None) -> Preference:
         return (await self.compare([comparison], timeout=timeout))[0]
@@ -225,21 +222,21 @@ class RubricdClient:
     async def arm_rewards(self, rollouts: Sequence[ArmRollout], *, timeout: float | None = None) -> list[ArmReward]:
         """Publish every Rubric-ARM rollout at once and return their rewards, in order (the arm service's).
 
-        Raises InvalidRollout, before publishing any, if one breaks the schema; ArmRewardTimeout if some get no
+        Raises InvalidRollout, before publishing any, if one breaks the schema; ReplyTimeout if some get no
         reward within `timeout` (default: the client's).
         """
-        return await self._request(rollouts, self.keys.arm, "arm rollout", ArmRewardTimeout, timeout)
+        return await self._request(rollouts, self.keys.arm, "arm rollout", "rewarded", timeout)
 
     async def _request(
         self,
         messages: Sequence[Request],
         stream: str,
         what: str,
-        timed_out: Callable[[list[str], float, dict[str, Any]], TimeoutError],
+        awaited: str,
         timeout: float | None,
     ) -> list[Any]:
         """Publish `messages` on `stream` at once, each with this client's reply stream, and return their replies
-        in order; raise `timed_out(missing ids, timeout, arrived)` if some do not arrive in time."""
+        in order; raise ReplyTimeout (the `what`s not `awaited`) if some do not arrive in time."""
         now = time.time()
         sent = [checked(msgspec.structs.replace(m, reply_to=self.reply_stream, published_at=now)) for m in messages]
         limit = self.timeout if timeout is None else timeout
@@ -261,7 +258,8 @@ class RubricdClient:
                     self._waiting.pop(k, None)
                     self._published.pop(k, None)
             missing = [k[2] for k, f in zip(keys, futures) if f in pending]
-            raise timed_out(missing, limit, {k[2]: f.result() for k, f in zip(keys, futures) if f in done})
+            arrived = {k[2]: f.result() for k, f in zip(keys, futures) if f in done}
+            raise ReplyTimeout(missing, limit, arrived, what, awaited)
         return [f.result() for f in futures]
 
     async def _publish(self, sent: Sequence[bytes], stream: str) -> None:

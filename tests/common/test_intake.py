@@ -7,7 +7,7 @@ from rubricd.keys import Keys
 from rubricd.messages import Rollout
 from rubricd_services.common import intake
 from rubricd_services.common.intake import Rejected
-from rubricd_services.scorer.handler import rejected
+from rubricd_services.scorer.effects import rejected
 
 KEYS = Keys("rubricd")
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -29,7 +29,16 @@ def test_the_sender_of_an_entry_nested_too_deep_is_read():
 
 @pytest.mark.parametrize("field", ["step", "metadata", "unknown"])
 def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
-    taking = intake.Intake(Rollout, "rollout", "rollout_id", 10_000_000, "max_rollout_bytes", KEYS, 60, answer=rejected)
+    taking = intake.Intake(
+        type=Rollout,
+        what="rollout",
+        id_field="rollout_id",
+        max_bytes=10_000_000,
+        max_bytes_setting="max_rollout_bytes",
+        keys=KEYS,
+        reply_ttl_s=60,
+        answer=rejected,
+    )
     valid = {
         "run_id": "r",
         "rollout_id": "x",

@@ -8,11 +8,11 @@ import msgspec
 import pytest
 
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
-from rubricd.reward import weighted_sum
 from rubricd_services.common import prompts
+from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import groups, verdicts
 from rubricd_services.judges.caller import JudgeFailed
-from rubricd_services.judges.scoring import preparer, score_group, score_rollout
+from rubricd_services.judges.scoring import Judging, Scoring, score_group, score_rollout
 from rubricd_services.judges.verdicts import Decided
 from rubricd_services.judges.votes import majority
 from rubricd_services.rubrics.sets import InForce
@@ -30,7 +30,13 @@ QUESTION = "What is 17 + 25? Show the sum."
 
 def prepared(prompt_chars: int | None = None, group_members: int = groups.MAX_MEMBERS):
     template = prompts.load("rubricd_services.judges", verdicts.JUDGE)
-    return preparer(template, prompt_chars, group_members=group_members)(InForce(SET))
+    # prompt_chars of a judge whose answer may take any length (LLMSettings.prompt_chars)
+    llm = (
+        LLMSettings()
+        if prompt_chars is None
+        else LLMSettings(max_tokens=10**6, context_tokens=10**6 + prompt_chars * 2 // 5)
+    )
+    return Judging(llm=llm, template=template, group_members=group_members).prepare(InForce(SET))
 
 
 def member(i: int, response: str) -> Rollout:
@@ -67,11 +73,11 @@ def by_content(asked: list[list[dict[str, str]]]):
 
 async def test_a_group_is_judged_in_one_call_and_each_member_gets_its_own_verdicts_whatever_the_order():
     asked: list = []
-    scores = await score_group(GROUP, prepared(), by_content(asked), weighted_sum, "weighted_sum", group="run/1/g")
+    scores = await score_group(GROUP, Scoring(prepared(), "weighted_sum"), by_content(asked), group="run/1/g")
     assert len(asked) == 1
     user = asked[0][1]["content"]
     assert user.count(QUESTION) == 1  # the prompt once, for all eight
-    alone = [await score_rollout(m, prepared(), by_content([]), weighted_sum, "weighted_sum") for m in GROUP]
+    alone = [await score_rollout(m, Scoring(prepared(), "weighted_sum"), by_content([])) for m in GROUP]
     assert [s.rollout_id for s in scores] == [m.rollout_id for m in GROUP]
     assert [s.reward for s in scores] == [s.reward for s in alone]  # the same verdicts as one by one
     assert all(s.status is JudgeStatus.OK and s.grouping and s.grouping.members == 8 for s in scores)
@@ -94,7 +100,7 @@ async def test_the_order_is_the_same_on_a_retry_differs_by_group_and_each_vote_m
 async def test_a_group_larger_than_a_call_is_judged_in_sub_groups_and_one_left_over_alone():
     asked: list = []
     scores = await score_group(
-        GROUP[:7], prepared(group_members=3), by_content(asked), weighted_sum, "weighted_sum", group="g"
+        GROUP[:7], Scoring(prepared(group_members=3), "weighted_sum"), by_content(asked), group="g"
     )
     assert sorted(len(re.findall(r'"label"', m[1]["content"])) for m in asked) == [0, 3, 3]
     assert [s.grouping.members if s.grouping else 1 for s in scores] == [3, 3, 3, 3, 3, 3, 1]
@@ -119,7 +125,7 @@ async def test_a_failed_call_fails_its_sub_group_only():
             raise JudgeFailed("LLM agent 'judge' failed after 3 attempt(s): HTTP 500")
         return await by_content([])(messages, verdict)
 
-    scores = await score_group(GROUP[:6], prepared(group_members=3), call, weighted_sum, "weighted_sum", group="g")
+    scores = await score_group(GROUP[:6], Scoring(prepared(group_members=3), "weighted_sum"), call, group="g")
     failed = [s.rollout_id for s in scores if s.status is JudgeStatus.JUDGE_FAILED]
     assert "r1" in failed and len(failed) == 3
     assert all(s.reward is None and "HTTP 500" in (s.error or "") for s in scores if s.rollout_id in failed)
@@ -149,7 +155,7 @@ async def test_votes_on_a_rollout_ask_k_times_in_other_rubric_orders_and_take_th
             {"correct": {"explanation": "", "met": met}, "pads": {"explanation": "", "met": False}}, verdict
         )
 
-    score = await score_rollout(GROUP[0], prepared(), call, weighted_sum, "weighted_sum", votes=3)
+    score = await score_rollout(GROUP[0], Scoring(prepared(), "weighted_sum"), call, votes=3)
     assert len(systems) == 3 and score.votes == 3
     assert [(r.rubric_id, r.met, r.agreement) for r in score.results] == [
         ("correct", True, pytest.approx(2 / 3)),
@@ -163,7 +169,7 @@ async def test_votes_on_a_rollout_ask_k_times_in_other_rubric_orders_and_take_th
 
 async def test_votes_on_a_group_shuffle_its_order_each_time():
     asked: list = []
-    scores = await score_group(GROUP, prepared(), by_content(asked), weighted_sum, "weighted_sum", group="g", votes=3)
+    scores = await score_group(GROUP, Scoring(prepared(), "weighted_sum"), by_content(asked), group="g", votes=3)
     assert len(asked) == 3
     assert all(len(s.grouping.positions) == 3 and s.votes == 3 and s.agreement == 1.0 for s in scores)
     assert len({tuple(s.grouping.positions[v] for s in scores) for v in range(3)}) == 3  # three orders
@@ -171,7 +177,7 @@ async def test_votes_on_a_group_shuffle_its_order_each_time():
 
 async def test_group_judging_sends_at_least_twice_fewer_prompt_characters_per_rollout_at_g8():
     rubrics = prepared()
-    single = [sum(len(m["content"]) for m in rubrics.judging(r)[0].messages(r)) for r in GROUP]
+    single = [sum(len(m["content"]) for m in rubrics.calls(r)[0].messages(r)) for r in GROUP]
     call = rubrics.grouping(GROUP[0])
     grouped = sum(len(m["content"]) for m in call.messages(GROUP, range(8)))
     assert sum(single) / len(GROUP) >= 2 * grouped / len(GROUP)
@@ -208,7 +214,7 @@ async def test_a_group_of_trajectories_shows_the_shared_turns_once_and_each_memb
             }
         return msgspec.convert(answer, verdict)
 
-    scores = await score_group(members, prepared(), call, weighted_sum, "weighted_sum", group="g")
+    scores = await score_group(members, Scoring(prepared(), "weighted_sum"), call, group="g")
     block = json.loads(re.search(r"<group>\n(.*)\n</group>", asked[0][1]["content"], re.S)[1])
     assert [t["turn"] for t in block["prompt_turns"]] == [0]
     assert all([t["turn"] for t in r["turns"]] == [1, 2, 3] for r in block["responses"])
@@ -242,7 +248,7 @@ def test_a_call_holds_no_more_responses_than_the_judges_answer_holds_verdicts_fo
 async def test_members_with_the_same_response_are_shown_once_and_share_its_verdicts():
     asked: list = []
     twice = [member(0, "42."), member(1, "41."), member(2, "42."), member(3, "42.")]
-    scores = await score_group(twice, prepared(), by_content(asked), weighted_sum, "weighted_sum", group="g")
+    scores = await score_group(twice, Scoring(prepared(), "weighted_sum"), by_content(asked), group="g")
     [call] = asked
     assert len(re.findall(r'"label"', call[1]["content"])) == 2  # "42." once, "41." once
     assert [s.rollout_id for s in scores] == ["r0", "r1", "r2", "r3"]

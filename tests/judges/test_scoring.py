@@ -3,11 +3,11 @@
 import msgspec
 
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
-from rubricd.reward import alternating, weighted_sum
 from rubricd_services.common import prompts
+from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.caller import JudgeFailed
-from rubricd_services.judges.scoring import Rubrics, score_rollout
+from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
 
 SET = RubricSet(
     run_id="run",
@@ -32,7 +32,7 @@ def judge_saying(**met: bool):
 
 async def test_a_verdict_becomes_reward_results_and_meta_class_scores():
     score = await score_rollout(
-        ROLLOUT, RUBRICS, judge_saying(correct=True, pads=False, steps=True), weighted_sum, "weighted_sum"
+        ROLLOUT, Scoring(RUBRICS, "weighted_sum"), judge_saying(correct=True, pads=False, steps=True)
     )
     assert score.status is JudgeStatus.OK and score.reward == 1.0
     assert score.rubric_version == 4 and score.step == 2 and score.rollout_id == "r1"
@@ -50,7 +50,7 @@ async def test_the_judge_is_asked_for_a_verdict_on_each_rubric_of_the_set():
         asked.append(verdict)
         return msgspec.convert({i: {"explanation": "", "met": True} for i in ("correct", "pads", "steps")}, verdict)
 
-    await score_rollout(ROLLOUT, RUBRICS, call, weighted_sum, "weighted_sum")
+    await score_rollout(ROLLOUT, Scoring(RUBRICS, "weighted_sum"), call)
     assert asked == [verdicts.verdict_type(("correct", "pads", "steps"))]
 
 
@@ -58,7 +58,7 @@ async def test_a_failed_judge_gives_no_reward_and_says_why():
     async def failing(messages, verdict):
         raise JudgeFailed("LLM agent 'judge' failed after 4 attempt(s): HTTP 500")
 
-    score = await score_rollout(ROLLOUT, RUBRICS, failing, weighted_sum, "weighted_sum")
+    score = await score_rollout(ROLLOUT, Scoring(RUBRICS, "weighted_sum"), failing)
     assert score.status is JudgeStatus.JUDGE_FAILED
     assert score.reward is None
     assert "HTTP 500" in score.error
@@ -68,11 +68,8 @@ async def test_a_failed_judge_gives_no_reward_and_says_why():
 async def test_the_alternating_policy_scores_the_active_class_and_says_so():
     score = await score_rollout(
         ROLLOUT,
-        RUBRICS,
+        Scoring(RUBRICS, "alternating", active="completeness"),
         judge_saying(correct=False, pads=False, steps=True),
-        alternating,
-        "alternating",
-        active="completeness",
     )
     assert (score.status, score.reward, score.active_meta_class) == (JudgeStatus.OK, 1.0, "completeness")
     assert score.weighted_total == 0.5 and score.meta_class_scores == {"accuracy": 0.0, "completeness": 1.0}
@@ -80,20 +77,18 @@ async def test_the_alternating_policy_scores_the_active_class_and_says_so():
 
 async def test_a_masked_rollout_has_no_reward_and_says_masked():
     met = judge_saying(correct=True, pads=True, steps=True)
-    score = await score_rollout(
-        ROLLOUT, RUBRICS, met, alternating, "alternating", active="communication", undefined="mask"
-    )
+    score = await score_rollout(ROLLOUT, Scoring(RUBRICS, "alternating", active="communication", undefined="mask"), met)
     assert score.status is JudgeStatus.OK and score.reward is None and score.masked
     assert score.weighted_total == 0.5 and score.active_meta_class == "communication"
-    fallback = await score_rollout(ROLLOUT, RUBRICS, met, alternating, "alternating", active="communication")
+    fallback = await score_rollout(ROLLOUT, Scoring(RUBRICS, "alternating", active="communication"), met)
     assert fallback.reward == fallback.weighted_total == 0.5 and not fallback.masked
 
 
 def prepared(style: verdicts.Style) -> Rubrics:
-    from rubricd_services.judges.scoring import preparer
     from rubricd_services.rubrics.sets import InForce
 
-    return preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None, style)(InForce(SET))
+    template = prompts.load("rubricd_services.judges", verdicts.JUDGE)
+    return Judging(llm=LLMSettings(), template=template, style=style).prepare(InForce(SET))
 
 
 async def test_one_call_per_rubric_asks_each_rubric_alone_at_once_and_scores_as_one_call_would():
@@ -104,12 +99,10 @@ async def test_one_call_per_rubric_asks_each_rubric_alone_at_once_and_scores_as_
         asked.append((rubric_id, verdict))
         return msgspec.convert({rubric_id: {"explanation": "why", "met": rubric_id != "pads"}}, verdict)
 
-    score = await score_rollout(
-        ROLLOUT, prepared(verdicts.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum"
-    )
+    score = await score_rollout(ROLLOUT, Scoring(prepared(verdicts.Style(calls="per_rubric")), "weighted_sum"), call)
     assert sorted(asked) == sorted((r, verdicts.verdict_type((r,))) for r in ("correct", "pads", "steps"))
     one = await score_rollout(
-        ROLLOUT, RUBRICS, judge_saying(correct=True, pads=False, steps=True), weighted_sum, "weighted_sum"
+        ROLLOUT, Scoring(RUBRICS, "weighted_sum"), judge_saying(correct=True, pads=False, steps=True)
     )
     assert (
         (score.reward, score.meta_class_scores) == (one.reward, one.meta_class_scores) == (1.0, one.meta_class_scores)
@@ -135,9 +128,7 @@ async def test_one_failed_call_of_several_fails_the_rollout_and_cancels_the_othe
             cancelled.append(verdict)
             raise
 
-    score = await score_rollout(
-        ROLLOUT, prepared(verdicts.Style(calls="per_rubric")), call, weighted_sum, "weighted_sum"
-    )
+    score = await score_rollout(ROLLOUT, Scoring(prepared(verdicts.Style(calls="per_rubric")), "weighted_sum"), call)
     assert score.status is JudgeStatus.JUDGE_FAILED and score.reward is None and score.error == "HTTP 500"
     assert len(cancelled) == 2
 
@@ -153,7 +144,7 @@ async def test_a_judge_without_explanations_is_asked_for_verdicts_alone():
             type=verdict,
         )
 
-    score = await score_rollout(ROLLOUT, prepared(verdicts.Style(explain=False)), call, weighted_sum, "weighted_sum")
+    score = await score_rollout(ROLLOUT, Scoring(prepared(verdicts.Style(explain=False)), "weighted_sum"), call)
     assert score.reward == 1.0 and {r.explanation for r in score.results} == {""}
     [schema] = asked
     assert [d["properties"] for d in schema["$defs"].values() if d["title"] == "BareVerdict"] == [

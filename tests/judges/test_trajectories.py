@@ -8,12 +8,11 @@ import pytest
 
 from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
 from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
-from rubricd.reward import weighted_sum
 from rubricd_services.common import prompts
-from rubricd_services.judges import trajectories, verdicts
-from rubricd_services.judges.scoring import TRAJECTORY, Rubrics, preparer, score_rollout
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.judges import cache, trajectories, verdicts
+from rubricd_services.judges.scoring import TRAJECTORY, Judging, Rubrics, Scoring, score_rollout
 from rubricd_services.rubrics.sets import InForce
-from rubricd_services.scorer import cache
 from rubricd_services.scorer.settings import ScorerSettings
 
 CALC = Tool(function=FunctionSpec(name="calc", description="evaluates arithmetic", parameters={"type": "object"}))
@@ -159,7 +158,8 @@ def judge_saying(answer: dict):
 
 
 async def test_turn_rubrics_name_turns_and_the_score_carries_a_result_per_policy_turn():
-    rubrics = preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None)(InForce(SET))
+    judging = Judging(llm=LLMSettings(), template=prompts.load("rubricd_services.judges", verdicts.JUDGE))
+    rubrics = judging.prepare(InForce(SET))
     judge = judge_saying(
         {
             "correct": {"explanation": "391", "met": True},
@@ -167,7 +167,7 @@ async def test_turn_rubrics_name_turns_and_the_score_carries_a_result_per_policy
             "fabricates": {"explanation": "turn 3 claims more", "met_turns": [3], "unmet_turns": [1]},
         }
     )
-    score = await score_rollout(HONEST, rubrics, judge, weighted_sum, "weighted_sum")
+    score = await score_rollout(HONEST, Scoring(rubrics, "weighted_sum"), judge)
     [(messages, verdict)] = judge.asked
     assert "<trajectory>" in messages[1]["content"] and '"scope":"turn"' in messages[0]["content"]
     results = {r.rubric_id: r for r in score.results}
@@ -189,7 +189,7 @@ async def test_a_positive_turn_rubric_failed_in_one_turn_is_not_met():
             "fabricates": {"explanation": "", "met_turns": [], "unmet_turns": [1, 3]},
         }
     )
-    score = await score_rollout(HONEST, rubrics, judge, weighted_sum, "weighted_sum")
+    score = await score_rollout(HONEST, Scoring(rubrics, "weighted_sum"), judge)
     met = {r.rubric_id: r.met for r in score.results}
     assert met == {"correct": True, "args": False, "fabricates": False}
     assert [(t.turn, t.points) for t in score.turns] == [(1, 3.0), (3, 0.0)]
@@ -199,7 +199,7 @@ async def test_a_text_rollout_judges_turn_rubrics_as_a_whole():
     text = Rollout(run_id="run", rollout_id="x", step=0, prompt="17*23?", response="391")
     rubrics = Rubrics(SET, "system")
     judge = judge_saying({i: {"explanation": "", "met": True} for i in ("correct", "args", "fabricates")})
-    score = await score_rollout(text, rubrics, judge, weighted_sum, "weighted_sum")
+    score = await score_rollout(text, Scoring(rubrics, "weighted_sum"), judge)
     assert score.turns == [] and "<rollout>" in judge.asked[0][0][1]["content"]
 
 

@@ -22,14 +22,14 @@ from rubricd.messages import (
     StepSummary,
     Strategy,
 )
-from rubricd.reward import weighted_sum
 from rubricd.store import RubricStore
 from rubricd_services.common import prompts
 from rubricd_services.common.acl import services
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.seeds import Seeds
+from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import rollouts, verdicts
-from rubricd_services.judges.scoring import Rubrics, preparer, score_rollout
+from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
 from rubricd_services.rubrics.draft import RubricDraft, build, draft_type
 from rubricd_services.rubrics.generation import Generator
 from rubricd_services.rubrics.prompting import messages as generator_messages
@@ -42,6 +42,8 @@ from rubricd_services.updater.update import RubricUpdater
 
 from .test_draft import ANCHORS, CLASSES
 from .test_prompting import PROMPT, rollout
+
+JUDGING = Judging(llm=LLMSettings(), template=prompts.load("rubricd_services.judges", verdicts.JUDGE))
 
 SEED = [*ANCHORS, Rubric(id="shows_reasoning", criterion="The response shows its reasoning.", points=2)]
 
@@ -81,8 +83,8 @@ async def test_the_simulated_generator_s_rubrics_are_judged_by_matching_heuristi
     short = msgspec.structs.replace(rollout(), response="2, 3, 5.")
     long = msgspec.structs.replace(rollout(), response="Primes are numbers. " * 30 + "Maybe 4.")
     rubrics_ = Rubrics(rubric_set, system)
-    good = await score_rollout(short, rubrics_, sim_judge, weighted_sum, "weighted_sum")
-    bad = await score_rollout(long, rubrics_, sim_judge, weighted_sum, "weighted_sum")
+    good = await score_rollout(short, Scoring(rubrics_, "weighted_sum"), sim_judge)
+    bad = await score_rollout(long, Scoring(rubrics_, "weighted_sum"), sim_judge)
     assert good.reward == 1.0 and bad.reward == 0.0
 
 
@@ -128,7 +130,7 @@ def cache(redis, keys: Keys, asked: Asked, seeds: Seeds | None = None, lock_s: f
         RubricStore(redis, keys),
         seeds or Seeds(SEED),
         per_instance=True,
-        prepare=preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None),
+        prepare=JUDGING.prepare,
         generator=generator,
     )
 
@@ -191,7 +193,7 @@ async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure
         RubricStore(redis, keys),
         Seeds(SEED),
         per_instance=True,
-        prepare=preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None),
+        prepare=JUDGING.prepare,
         generator=generator,
     ).get(rollout(prompt="another prompt"))
     assert failed.generation == "fallback" and "no valid rubric" in failed.generation_error
@@ -199,7 +201,7 @@ async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure
     async def judged(messages, verdict):
         return msgspec.convert({i: {"explanation": "", "met": True} for i in failed.ids}, verdict)
 
-    score = await score_rollout(rollout(prompt="another prompt"), failed, judged, weighted_sum, "weighted_sum")
+    score = await score_rollout(rollout(prompt="another prompt"), Scoring(failed, "weighted_sum"), judged)
     assert (score.rubrics_generation, score.rubric_version, score.error) == ("fallback", 0, None)
     assert "no valid rubric" in score.rubrics_generation_error
     assert msgspec.json.decode(msgspec.json.encode(score), type=Score) == score
@@ -228,7 +230,7 @@ async def test_predefined_instances_and_generation_off_are_not_generated(redis, 
         RubricStore(redis, keys),
         Seeds(SEED),
         per_instance=True,
-        prepare=preparer(prompts.load("rubricd_services.judges", verdicts.JUDGE), None),
+        prepare=JUDGING.prepare,
     )
     assert (await off.get(rollout())).set.rubrics == SEED and asked.calls == []
 

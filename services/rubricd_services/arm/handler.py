@@ -4,7 +4,7 @@
 (`rewards`): a generator rollout by having the frozen judge compare its prompt's labelled pairs, in both orders,
 under the candidate rubric set (nothing cached across candidates); a judge rollout by reading its verdict against
 the label (no LLM call). The reward, its event, the reply and the calls' usage are committed in one step
-(`effects`). A rollout that can never be rewarded as sent (malformed, of the phase its step does not train, naming
+(common.answering). A rollout that can never be rewarded as sent (malformed, of the phase its step does not train, naming
 a prompt or comparison the run has not imported, or a generator whose rubrics were never written) is rejected:
 it goes to the dead letters, and the trainer gets a `rejected` reward naming why.
 """
@@ -15,14 +15,14 @@ import time
 from typing import Any, cast
 
 import msgspec
-from faststream.redis.message import RedisStreamMessage
 
 from rubricd import arm, wire
 from rubricd.arm import explain
 from rubricd.keys import ARM
-from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
-from rubricd_services.common import events, intake, prompts
-from rubricd_services.common.intake import Rejected, Sender
+from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RewardedArmRollout, RubricSet
+from rubricd_services.common import answering, events, prompts
+from rubricd_services.common.answering import Answered, Answering, Answers
+from rubricd_services.common.intake import Sender
 from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
@@ -32,7 +32,6 @@ from rubricd_services.judges.pairwise import PAIRWISE
 from rubricd_services.rubrics import generation
 
 from . import rewards
-from .effects import Effects
 from .phases import Phases
 from .settings import ArmSettings
 
@@ -40,11 +39,28 @@ SERVICE = "arm"
 log = logging.getLogger("rubricd.arm")
 
 
-class Rewarder:
+class Rewarder(Answering[ArmRollout, ArmReward]):
     """Turns one arm entry into one committed ArmReward."""
 
     def __init__(self, settings: ArmSettings, clients: Clients) -> None:
-        self.settings, self.keys, self.redis, self.llm = settings, clients.keys, clients.redis, clients.llm
+        answers = Answers(
+            request=ArmRollout,
+            id_field="rollout_id",
+            what="arm rollout",
+            done="rewarded",
+            answer="reward",
+            max_bytes=("max_arm_rollout_bytes", settings.max_arm_rollout_bytes),
+            stream=lambda keys: keys.arm,
+            consumer_group=ARM,
+            stored=lambda keys, r: keys.arm_reward(r.run_id, r.rollout_id),
+            kept=lambda keys, r: keys.kept_arm_rollouts(r.run_id),
+            keep=lambda r, reward: RewardedArmRollout(rollout=r, reward=reward),
+            event=lambda _, reward: event(reward),
+            rejected=rejected,
+            script=SCRIPT,
+        )
+        super().__init__(answers, clients.redis, clients.keys, Keeping.of(settings, settings.stream_maxlen))
+        self.settings, self.llm = settings, clients.llm
         self.judge_agent = settings.agent(PAIRWISE)
         self.template = prompts.load(pairwise.__package__, PAIRWISE, settings.pairwise_prompt)
         self.anchors = generation.anchors(Seeds.load(settings).default)
@@ -54,44 +70,18 @@ class Rewarder:
             "Rubric-ARM rollouts rewarded, by phase and outcome (rewarded, penalized, judge_failed, rejected)",
             ["phase", "outcome"],
         )
-        self.intake = intake.Intake(
-            ArmRollout,
-            "arm rollout",
-            "rollout_id",
-            settings.max_arm_rollout_bytes,
-            "max_arm_rollout_bytes",
-            self.keys,
-            settings.reply_ttl_s,
-            answer=rejected,
-        )
-        self.effects = Effects(clients.redis, self.keys, ARM, Keeping.of(settings, settings.stream_maxlen))
 
-    async def handle(self, msg: RedisStreamMessage) -> None:
-        rollout = self.take(msg.body)
+    async def answer(self, rollout: ArmRollout) -> Answered[ArmReward]:
         tally = Tally(PAIRWISE)
-        # Published again (or redelivered after its commit): no judge calls, the commit replies its first reward.
-        stored = await self.redis.get(self.keys.arm_reward(rollout.run_id, rollout.rollout_id))
-        try:
-            reward = wire.decode(stored, ArmReward) if stored is not None else await self.reward(rollout, tally)
-        except Rejected:
-            self.rewards.labels(rollout.phase, "rejected").inc()
-            raise
-        spent = tally.usage(reward.judge_model or self.judge_agent.model)
-        if not await self.effects.commit(intake.entry_id(msg), rollout, reward, self.event(reward), spent):
-            log.info(
-                "arm rollout %s/%s was already rewarded; replied its first reward", rollout.run_id, rollout.rollout_id
-            )
-            return
+        reward = await self.reward(rollout, tally)
+        return Answered(reward, tally.usage(reward.judge_model or self.judge_agent.model))
+
+    async def observe(self, rollout: ArmRollout, reward: ArmReward) -> None:
         outcome = "penalized" if reward.penalty else "rewarded" if reward.status is JudgeStatus.OK else reward.status
         self.rewards.labels(reward.phase or "none", outcome).inc()
 
-    def take(self, body: bytes) -> ArmRollout:
-        """The rollout, or Rejected (counted, and with a rejected ArmReward for the trainer if it said where)."""
-        try:
-            return self.intake.take(body)
-        except Rejected:
-            self.rewards.labels("none", "rejected").inc()
-            raise
+    def refused(self, rollout: ArmRollout | None) -> None:
+        self.rewards.labels(rollout.phase if rollout is not None else "none", "rejected").inc()
 
     async def reward(self, rollout: ArmRollout, tally: Tally) -> ArmReward:
         decision = await self.phases.decision(rollout.run_id, rollout.step)
@@ -189,29 +179,29 @@ class Rewarder:
             winner=read.judgment.winner,
         )
 
-    @staticmethod
-    def event(reward: ArmReward) -> Event:
-        if reward.status is not JudgeStatus.OK:
-            kind, detail = EventKind(reward.status), reward.error or ""
-        elif reward.penalty is not None:
-            kind, detail = EventKind.ARM_REWARDED, f"penalty: {reward.penalty}"
-        elif reward.phase == "generator":
-            kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
-        else:
-            kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
-        return events.event(
-            SERVICE,
-            kind,
-            run_id=reward.run_id,
-            step=reward.step,
-            rollout_id=reward.rollout_id,
-            detail=detail,
-            phase=reward.phase,
-            reward=reward.reward,
-            penalized=reward.penalty is not None,
-            judge_model=reward.judge_model,
-            generator_model=reward.generator_model,
-        )
+
+def event(reward: ArmReward) -> Event:
+    if reward.status is not JudgeStatus.OK:
+        kind, detail = EventKind(reward.status), reward.error or ""
+    elif reward.penalty is not None:
+        kind, detail = EventKind.ARM_REWARDED, f"penalty: {reward.penalty}"
+    elif reward.phase == "generator":
+        kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
+    else:
+        kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
+    return events.event(
+        SERVICE,
+        kind,
+        run_id=reward.run_id,
+        step=reward.step,
+        rollout_id=reward.rollout_id,
+        detail=detail,
+        phase=reward.phase,
+        reward=reward.reward,
+        penalized=reward.penalty is not None,
+        judge_model=reward.judge_model,
+        generator_model=reward.generator_model,
+    )
 
 
 def _base(rollout: ArmRollout, **fields: Any) -> dict[str, Any]:
@@ -233,12 +223,10 @@ def _base(rollout: ArmRollout, **fields: Any) -> dict[str, Any]:
 def rejected(sender: Sender, reason: str, rollout: ArmRollout | None = None) -> ArmReward:
     """The answer to an arm rollout that can never be rewarded as sent (its ids are the sender's; its phase the
     rollout's, when it was valid)."""
-    return ArmReward(
-        run_id=sender.run_id,
-        rollout_id=sender.id,
-        step=sender.step,
-        phase=rollout.phase if rollout is not None else None,
-        status=JudgeStatus.REJECTED,
-        error=reason,
-        rewarded_at=time.time(),
+    return msgspec.structs.replace(
+        _rejected(sender, reason, rollout), phase=rollout.phase if rollout is not None else None
     )
+
+
+_rejected = answering.rejected(ArmReward, "rollout_id", "rewarded_at")
+SCRIPT = answering.script()  # the runtime's commit, with no key of the arm's own

@@ -14,12 +14,12 @@ from rubricd.canaries import drifting_since, read
 from rubricd_services.cli.settings import EvalSettings
 from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings, load
-from rubricd_services.judges import groups, pairwise, verdicts
+from rubricd_services.judges import pairwise, verdicts
 from rubricd_services.judges.evaluation import labelled, pairs
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.pairs import PairReport, evaluate_pairs
 from rubricd_services.judges.evaluation.run import Config, Mode, Report, evaluate
-from rubricd_services.judges.scoring import TRAJECTORY
+from rubricd_services.judges.scoring import TRAJECTORY, Judging
 from rubricd_services.judges.verdicts import JUDGE
 
 from .context import Context, Failed, share, table
@@ -160,21 +160,12 @@ async def canaries(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def configs(
-    specs: list[str],
-    base: LLMSettings,
-    template: str,
-    package: str,
-    agent: str,
-    style: verdicts.Style = verdicts.ALL_AT_ONCE,
-    trajectory_template: str | None = None,
-    reasoning: bool = False,
-) -> list[Config]:
-    """The configurations `specs` name, each over `base` (the agent's settings), `template` (its prompt; a
-    `prompt=` file replaces it), `trajectory_template` (`trajectory_prompt=`), `reasoning` and `style`
-    (`calls=`, `explain=` replace it); a bad one fails naming its field."""
+def configs(specs: list[str], base: Judging, package: str, agent: str) -> list[Config]:
+    """The configurations `specs` name, each over `base` (the judging the settings give): `prompt=` and
+    `trajectory_prompt=` files replace its prompts, `calls=` and `explain=` its style, the other fields its LLM
+    settings; a bad one fails naming its field."""
     if not specs:
-        return [Config(agent, base, template, style, trajectory_template, reasoning)]
+        return [Config(agent, base)]
     found = []
     for n, spec in enumerate(specs, 1):
         fields = {k.strip(): v.strip() for k, _, v in (part.partition("=") for part in spec.split(",") if part)}
@@ -183,17 +174,23 @@ def configs(
         trajectory_prompt = fields.pop("trajectory_prompt", None)
         asked = {k: fields.pop(k) for k in ("calls", "explain") if k in fields}
         try:
-            llm = LLMSettings.model_validate({**base.model_dump(), **fields})
-            how = JudgeStyle.model_validate({"calls": style.calls, "explain": style.explain, **asked})
+            llm = LLMSettings.model_validate({**base.llm.model_dump(), **fields})
+            how = JudgeStyle.model_validate({"calls": base.style.calls, "explain": base.style.explain, **asked})
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
             raise Failed(f"--judge {spec!r}: {problems}") from None
-        template_ = load_prompt(package, agent, Path(prompt)) if prompt else template
-        for_trajectories = (
-            load_prompt(package, TRAJECTORY, Path(trajectory_prompt)) if trajectory_prompt else trajectory_template
+        judging = dataclasses.replace(
+            base,
+            llm=llm,
+            template=load_prompt(package, agent, Path(prompt)) if prompt else base.template,
+            trajectory_template=(
+                load_prompt(package, TRAJECTORY, Path(trajectory_prompt))
+                if trajectory_prompt
+                else base.trajectory_template
+            ),
+            style=verdicts.Style(how.calls, how.explain),
         )
-        style_ = verdicts.Style(how.calls, how.explain)
-        found.append(Config(name, llm, template_, style_, for_trajectories, reasoning))
+        found.append(Config(name, judging))
     if len({c.name for c in found}) != len(found):
         raise Failed(f"--judge names repeat: {[c.name for c in found]}")
     return found
@@ -229,21 +226,13 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     if not items:
         raise Failed(f"{args.labelled}: no labelled item{f' of {args.only}' if args.only else ''}")
     settings = load(EvalSettings)
-    package = verdicts.__package__
-    template = load_prompt(package, JUDGE, settings.judge_prompt)
-    for_trajectories = load_prompt(package, TRAJECTORY, settings.judge_trajectory_prompt)
-    for_groups = load_prompt(package, groups.GROUP, settings.judge_group_prompt)
-    style, reasoning = settings.judge_style(), settings.judge_reasoning
-    given = configs(args.judge, settings.agent(JUDGE), template, package, JUDGE, style, for_trajectories, reasoning)
+    try:
+        judging = Judging.of(settings, settings.agent(JUDGE))
+    except OSError as e:
+        raise Failed(f"cannot read a judge prompt: {e}") from None
     found = [
-        dataclasses.replace(
-            c,
-            name=f"{c.name}/{mode}" if args.modes else c.name,
-            mode=mode,
-            group_template=for_groups,
-            group_members=settings.judge_group_members,
-        )
-        for c in given
+        dataclasses.replace(c, name=f"{c.name}/{mode}" if args.modes else c.name, mode=mode)
+        for c in configs(args.judge, judging, verdicts.__package__, JUDGE)
         for mode in args.modes or [Mode(settings.judge_mode, settings.judge_votes)]
     ]
     reports = []
@@ -274,10 +263,10 @@ async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pa
         raise Failed(f"{args.labelled}: no labelled comparison")
     settings = load(EvalSettings)
     package, agent = pairwise.__package__, pairwise.PAIRWISE
-    template = load_prompt(package, agent, settings.pairwise_prompt)
+    judging = Judging(llm=settings.agent(agent), template=load_prompt(package, agent, settings.pairwise_prompt))
     reports = []
     async with ctx.redis() as redis:
-        for config in configs(args.judge, settings.agent(agent), template, package, agent):
+        for config in configs(args.judge, judging, package, agent):
             reports.append(
                 await evaluate_pairs(config, items, settings.prices, redis=redis, namespace=ctx.keys.namespace)
             )

@@ -73,7 +73,8 @@ end
 """
 
 
-def _split(names: Names) -> tuple[str, ...]:
+def split(names: Names) -> tuple[str, ...]:
+    """Names as a tuple: "score reply" -> ("score", "reply")."""
     return tuple(names.split()) if isinstance(names, str) else tuple(names)
 
 
@@ -91,7 +92,7 @@ class Script:
         lists: Names = (),
         reply: str | None = None,
     ) -> None:
-        self.keys, self.args, self.maps, self.lists = (_split(n) for n in (keys, args, maps, lists))
+        self.keys, self.args, self.maps, self.lists = (split(n) for n in (keys, args, maps, lists))
         for kind, names in (("key", self.keys), ("argument", self.args), ("map or list", self.maps + self.lists)):
             if bad := [n for n in names if not _NAME.match(n)]:
                 raise ValueError(f"{kind} names must be Lua-safe lowercase identifiers: {bad}")

@@ -162,7 +162,7 @@ def decode(body: bytes, type_: type[M], what: str) -> M:
         raise Rejected(f"malformed {what}: {e}") from None
 
 
-class _Addressed(Protocol):
+class Addressed(Protocol):
     """What an Intake's message carries besides its own id."""
 
     reply_to: str | None
@@ -170,7 +170,7 @@ class _Addressed(Protocol):
     step: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Intake(Generic[M]):
     """How a service takes in a message its publisher waits on (a rollout, a comparison, an arm rollout): at most
     `max_bytes`, decoded and checked in one call (`take`), or Rejected with a `rejected` answer for the publisher
@@ -205,7 +205,7 @@ class Intake(Generic[M]):
     def refuse(self, message: M, reason: str) -> Rejected:
         """Rejected for a message taken in but found later never to be handled as sent (e.g. naming what its run
         lacks), with the same `rejected` answer as `take` gives, if it named a reply stream."""
-        sent = cast(_Addressed, message)
+        sent = cast(Addressed, message)
         to = None
         if sent.reply_to is not None:
             to = Sender(sent.reply_to, sent.run_id, getattr(message, self.id_field), sent.step)

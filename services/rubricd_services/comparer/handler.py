@@ -4,14 +4,13 @@
 rollout of that prompt gets it (rubrics.sets: per-instance and generated sets
 apply), asks the pairwise judge in one or both orders (`judges.pairwise`), and
 commits the Preference with the run's judge accuracy, its event, the reply and
-the calls' usage in one step (`effects`). A comparison that can never be
+the calls' usage in one step (common.answering, with `effects`). A comparison that can never be
 judged as sent is rejected: it goes to the dead letters, and the publisher, if
 it said where, gets a `rejected` Preference. Any other failure leaves the
 entry pending for a reclaim to retry.
 """
 
 import logging
-import time
 from dataclasses import dataclass
 
 import msgspec
@@ -20,10 +19,10 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.accuracy import Accuracy, parse_accuracy
 from rubricd.keys import COMPARERS
-from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
+from rubricd.messages import Comparison, Event, EventKind, JudgedComparison, JudgeStatus, Preference, RubricsUpdated
 from rubricd.store import RubricStore
-from rubricd_services.common import events, intake, prompts
-from rubricd_services.common.intake import Rejected
+from rubricd_services.common import answering, events, prompts
+from rubricd_services.common.answering import Answered, Answering, Answers
 from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
@@ -33,7 +32,7 @@ from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import InForce, RubricCache
 
-from .effects import Effects
+from . import effects
 from .settings import ComparerSettings
 
 SERVICE = "comparer"
@@ -80,14 +79,29 @@ class Prepared:
     system: str
 
 
-class Comparer:
+class Comparer(Answering[Comparison, Preference]):
     """Turns one comparisons entry into one committed Preference."""
 
     def __init__(self, settings: ComparerSettings, clients: Clients) -> None:
+        answers = Answers(
+            request=Comparison,
+            id_field="comparison_id",
+            what="comparison",
+            done="judged",
+            answer="preference",
+            max_bytes=("max_comparison_bytes", settings.max_comparison_bytes),
+            stream=lambda keys: keys.comparisons,
+            consumer_group=COMPARERS,
+            stored=lambda keys, c: keys.preference(c.run_id, c.comparison_id),
+            kept=lambda keys, c: keys.kept_comparisons(c.run_id),
+            keep=lambda c, p: JudgedComparison(comparison=c, preference=p),
+            event=event,
+            rejected=rejected,
+            script=effects.SCRIPT,
+        )
+        super().__init__(answers, clients.redis, clients.keys, Keeping.of(settings, settings.stream_maxlen))
         self.settings = settings
         self.metrics = PairwiseMetrics(clients.metrics)
-        self.keys = clients.keys
-        self.redis = clients.redis
         self.llm = clients.llm
         self.agent = settings.agent(pairwise.PAIRWISE)
         template = prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
@@ -98,47 +112,25 @@ class Comparer:
             prepare=lambda in_force: Prepared(in_force, pairwise.system_message(template, in_force.set)),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
-        self.intake = intake.Intake(
-            Comparison,
-            "comparison",
-            "comparison_id",
-            settings.max_comparison_bytes,
-            "max_comparison_bytes",
-            self.keys,
-            settings.reply_ttl_s,
-            answer=rejected,
-        )
-        self.effects = Effects(clients.redis, self.keys, COMPARERS, Keeping.of(settings, settings.stream_maxlen))
 
-    async def handle(self, msg: RedisStreamMessage) -> None:
-        comparison = self.take(msg.body)
+    async def answer(self, comparison: Comparison) -> Answered[Preference]:
         tally = Tally(pairwise.PAIRWISE)
-        # Published again (or redelivered after its commit): no judge calls, the commit replies its first Preference.
-        stored = await self.redis.get(self.keys.preference(comparison.run_id, comparison.comparison_id))
-        if stored is not None:
-            preference = wire.decode(stored, Preference)
-        else:
-            preference = await self.judge(comparison, tally)
-        event = self.event(comparison, preference)
+        preference = await self.judge(comparison, tally)
         spent = tally.usage(self.agent.model)
-        if not await self.effects.commit(intake.entry_id(msg), comparison, preference, event, spent):
-            log.info(
-                "comparison %s/%s was already judged; replied with its first preference",
-                comparison.run_id,
-                comparison.comparison_id,
-            )
-            return
+        return Answered(preference, spent, effects.effects(self.keys, comparison, preference))
+
+    async def observe(self, comparison: Comparison, preference: Preference) -> None:
         self.metrics.observe(preference)
         if preference.status is JudgeStatus.OK and preference.label is not None:
             await self.report_accuracy(preference)
 
+    def refused(self, comparison: Comparison | None) -> None:
+        self.metrics.preferences.labels(JudgeStatus.REJECTED, "none").inc()
+
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next comparison loads the new version."""
-        reloaded = self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "comparison")
-        if reloaded is not None:
-            await self.redis.xadd(
-                self.keys.events, wire.entry(reloaded), maxlen=self.settings.stream_maxlen, approximate=True
-            )
+        if (reloaded := self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "comparison")) is not None:
+            await self.publish(reloaded)
 
     async def judge(self, comparison: Comparison, tally: Tally) -> Preference:
         # The rubric set of the prompt, found as a rollout's is (run, step, prompt, instance key).
@@ -181,54 +173,35 @@ class Comparer:
                 labelled=counts.labelled,
                 consistency=counts.consistency,
             )
-            await self.redis.xadd(
-                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
-            )
+            await self.publish(event)
         except Exception:
             log.exception("reporting the judge accuracy of run %s failed", p.run_id)
 
-    def take(self, body: bytes) -> Comparison:
-        """The comparison, or Rejected (counted, and with a rejected Preference for the publisher if it said
-        where)."""
-        try:
-            return self.intake.take(body)
-        except Rejected:
-            self.metrics.preferences.labels(JudgeStatus.REJECTED, "none").inc()
-            raise
 
-    @staticmethod
-    def event(comparison: Comparison, p: Preference) -> Event:
-        kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
-        if p.status is not JudgeStatus.OK:
-            detail = p.error or ""
-        elif p.consistent is False:
-            detail = p.justification
-        else:
-            detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
-        return events.event(
-            SERVICE,
-            kind,
-            run_id=comparison.run_id,
-            step=comparison.step,
-            detail=detail,
-            comparison_id=comparison.comparison_id,
-            winner=p.winner,
-            consistent=p.consistent,
-            label=p.label,
-            correct=p.correct,
-            gatekeeper=p.gatekeeper,
-            rubric_version=p.rubric_version,
-            judge_ms=p.judge_ms,
-        )
-
-
-def rejected(sender: intake.Sender, reason: str, comparison: Comparison | None = None) -> Preference:
-    """The answer to a comparison that can never be judged as sent (its ids are the sender's)."""
-    return Preference(
-        run_id=sender.run_id,
-        comparison_id=sender.id,
-        step=sender.step,
-        status=JudgeStatus.REJECTED,
-        error=reason,
-        judged_at=time.time(),
+def event(comparison: Comparison, p: Preference) -> Event:
+    kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
+    if p.status is not JudgeStatus.OK:
+        detail = p.error or ""
+    elif p.consistent is False:
+        detail = p.justification
+    else:
+        detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
+    return events.event(
+        SERVICE,
+        kind,
+        run_id=comparison.run_id,
+        step=comparison.step,
+        detail=detail,
+        comparison_id=comparison.comparison_id,
+        winner=p.winner,
+        consistent=p.consistent,
+        label=p.label,
+        correct=p.correct,
+        gatekeeper=p.gatekeeper,
+        rubric_version=p.rubric_version,
+        judge_ms=p.judge_ms,
     )
+
+
+# The answer to a comparison that can never be judged as sent (its ids are the sender's).
+rejected = answering.rejected(Preference, "comparison_id", "judged_at")

@@ -27,16 +27,15 @@ Caller = Callable[[list[dict[str, str]], type[msgspec.Struct]], Awaitable[Comple
 
 @dataclass
 class Tally:
-    """The judge calls made for one judged thing under `agent`: their completions, or a verdict reused from a
-    cache (`cached`: no call)."""
+    """The judge calls made for one judged thing under `agent`: their completions."""
 
     agent: str
     completions: list[Completion[Any]] = field(default_factory=list)
-    cached: bool = False
 
-    def usage(self, model: str) -> dict[str, int]:
-        """What they add to the run's usage (common.usage)."""
-        if self.cached:
+    def usage(self, model: str, *, cached: bool = False) -> dict[str, int]:
+        """What they add to the run's usage (common.usage); `cached`: a verdict reused from the judge cache (no
+        call)."""
+        if cached:
             return usage.increments(self.agent, model, cached=True)
         spent: collections.Counter[str] = collections.Counter()
         for c in self.completions:

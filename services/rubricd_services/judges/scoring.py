@@ -15,12 +15,14 @@ from typing import Any, TypeVar, cast
 import msgspec
 
 from rubricd.messages import GroupJudged, JudgeStatus, Rollout, RubricResult, RubricSet, Score, TurnResult
-from rubricd.reward import Policy, Undefined
+from rubricd.reward import Policy, Undefined, policy
 from rubricd_services.common import prompts
+from rubricd_services.common.settings import LLMSettings
 from rubricd_services.rubrics.sets import Generation, InForce
 
 from . import groups, rollouts, trajectories, verdicts
 from .caller import Caller, JudgeFailed
+from .settings import JudgeSettings
 from .votes import Voted, majority
 
 T = TypeVar("T")
@@ -60,20 +62,78 @@ class Call:
         return rollouts.messages(self.system, rollout, self.rollout_chars)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Judging:
+    """How rollouts are judged, built once from settings (`of`): the judge's LLM settings (its model, its context
+    window: `llm.prompt_chars()`, its answer's tokens: `llm.max_tokens`), its instructions for a text rollout
+    (`template`), a trajectory and a group (None: prompts/judge-trajectory.md, prompts/judge-group.md), how it is
+    asked (`style`: every rubric in one call or one per rubric, with explanations or not), whether it reads a
+    trajectory's reasoning, the most responses in one group call, and the votes of a rollout that names none."""
+
+    llm: LLMSettings
+    template: str
+    trajectory_template: str | None = None
+    group_template: str | None = None
+    style: verdicts.Style = verdicts.ALL_AT_ONCE
+    reasoning: bool = False
+    group_members: int = groups.MAX_MEMBERS
+    votes: int = 1
+
+    @classmethod
+    def of(cls, settings: JudgeSettings, llm: LLMSettings) -> "Judging":
+        """The judging `settings` say, by the judge `llm`; raises OSError if a prompt file cannot be read."""
+        package = verdicts.__package__
+        return cls(
+            llm=llm,
+            template=prompts.load(package, verdicts.JUDGE, settings.judge_prompt),
+            trajectory_template=prompts.load(package, TRAJECTORY, settings.judge_trajectory_prompt),
+            group_template=prompts.load(package, groups.GROUP, settings.judge_group_prompt),
+            style=settings.judge_style(),
+            reasoning=settings.judge_reasoning,
+            group_members=settings.judge_group_members,
+            votes=settings.judge_votes,
+        )
+
+    def prepare(self, in_force: InForce) -> "Rubrics":
+        """A rubric set ready to judge with (once per set, by the rubric cache)."""
+        whole = _call(self.template, in_force.set, self.llm.prompt_chars(), self.style)
+        return Rubrics(in_force.set, whole.system, self, in_force.generation, in_force.generation_error)
+
+    @functools.cached_property
+    def for_trajectories(self) -> str:
+        return self.trajectory_template or prompts.load(__package__ or "", TRAJECTORY)
+
+    @functools.cached_property
+    def for_groups(self) -> str:
+        return self.group_template or prompts.load(__package__ or "", groups.GROUP)
+
+    def calls(self, rubric_set: RubricSet, trajectory: bool) -> tuple[Call, ...]:
+        """The calls that judge `rubric_set` (a text rollout, or a trajectory), in `style`."""
+        text, chars = (self.for_trajectories if trajectory else self.template), self.llm.prompt_chars()
+        if self.style.calls == "one":
+            return (_call(text, rubric_set, chars, self.style, trajectory, self.reasoning),)
+        each = [msgspec.structs.replace(rubric_set, rubrics=[r]) for r in rubric_set.rubrics]
+        return tuple(_call(text, one, chars, self.style, trajectory, self.reasoning) for one in each)
+
+    def group_call(self, rubric_set: RubricSet, trajectory: bool) -> groups.GroupCall:
+        """The call that judges a group of `rubric_set`: every rubric in one call, at most `group_members`
+        responses and as many as the judge's answer holds the verdicts of."""
+        chars, explain, answer_tokens = self.llm.prompt_chars(), self.style.explain, self.llm.max_tokens
+        return groups.group_call(
+            self.for_groups, rubric_set, chars, explain, self.group_members, trajectory, self.reasoning, answer_tokens
+        )
+
+
 @dataclass(frozen=True)
 class Rubrics:
-    """A rubric set ready to judge with: the set, its system message, and the calls that judge it (one, or one per
-    rubric: verdicts.Style)."""
+    """A rubric set ready to judge with: the set, its system message, and the calls that judge it, made by
+    `judging` (None: the default prompts, every rubric in one call, no context budget)."""
 
     set: RubricSet
     system: str
-    rollout_chars: int | None = None  # what of the judge's context window the rollout may fill (None: no limit)
+    judging: Judging | None = None
     generation: Generation | None = None  # rubric generation: the set is the generator's, or the fallback
     generation_error: str | None = None  # a failed generation's (with generation fallback)
-    calls: tuple[Call, ...] = ()  # empty: one call of every rubric, with `system`
-    trajectory_calls: tuple[Call, ...] = ()  # empty: one call of every rubric, with the default instructions
-    group_calls: tuple[groups.GroupCall, groups.GroupCall] | None = None  # (text, trajectory); None: the defaults
-    remake: Callable[[RubricSet, bool], tuple[Call, ...]] | None = None  # the calls of the set in another order
 
     # Derived once per cached set, not per rollout (cached_property writes past the frozen __setattr__).
     @functools.cached_property
@@ -83,13 +143,15 @@ class Rubrics:
     @functools.cached_property
     def judged_by(self) -> tuple[Call, ...]:
         """The calls that judge the set."""
-        return self.calls or (Call(self.system, self.ids, self.rollout_chars, verdicts.verdict_type(self.ids)),)
+        if self.judging is not None:
+            return self.judging.calls(self.set, False)
+        return (Call(self.system, self.ids, None, verdicts.verdict_type(self.ids)),)
 
     @functools.cached_property
     def trajectory_judged_by(self) -> tuple[Call, ...]:
         """The calls that judge the set on a trajectory."""
-        if self.trajectory_calls:
-            return self.trajectory_calls
+        if self.judging is not None:
+            return self.judging.calls(self.set, True)
         template = prompts.load(__package__ or "", TRAJECTORY)
         return (_call(template, self.set, None, verdicts.ALL_AT_ONCE, trajectory=True),)
 
@@ -97,20 +159,20 @@ class Rubrics:
     def points(self) -> dict[str, float]:
         return {r.id: r.points for r in self.set.rubrics}
 
-    def judging(self, rollout: Rollout, vote: int = 0) -> tuple[Call, ...]:
+    def calls(self, rollout: Rollout, vote: int = 0) -> tuple[Call, ...]:
         """The calls that judge `rollout`: the trajectory's, or the text's; a later `vote` lists the rubrics turned
         by `vote` places, so each vote sees every rubric at another position."""
         turn = vote % len(self.set.rubrics) if self.set.rubrics else 0
-        if turn == 0 or self.remake is None:
+        if turn == 0 or self.judging is None:
             return self.trajectory_judged_by if rollout.trajectory else self.judged_by
         turned = [*self.set.rubrics[turn:], *self.set.rubrics[:turn]]
-        return self.remake(msgspec.structs.replace(self.set, rubrics=turned), bool(rollout.trajectory))
+        return self.judging.calls(msgspec.structs.replace(self.set, rubrics=turned), bool(rollout.trajectory))
 
     @functools.cached_property
     def grouped_by(self) -> tuple[groups.GroupCall, groups.GroupCall]:
         """The calls that judge a group of the set: (text, trajectory)."""
-        if self.group_calls is not None:
-            return self.group_calls
+        if self.judging is not None:
+            return self.judging.group_call(self.set, False), self.judging.group_call(self.set, True)
         template = prompts.load(__package__ or "", groups.GROUP)
         text, trajectory = (
             groups.group_call(template, self.set, None, True, groups.MAX_MEMBERS, t) for t in (False, True)
@@ -141,114 +203,46 @@ def _call(
     return Call(system, ids, trajectories.rollout_chars(system, prompt_chars), verdict, True, reasoning)
 
 
-def preparer(
-    template: str,
-    prompt_chars: int | None,
-    style: verdicts.Style = verdicts.ALL_AT_ONCE,
-    trajectory_template: str | None = None,
-    reasoning: bool = False,
-    group_template: str | None = None,
-    group_members: int = groups.MAX_MEMBERS,
-    answer_tokens: int | None = None,
-) -> Callable[[InForce], Rubrics]:
-    """How the rubric cache prepares a set for the judge, once per set: its system messages (`template` for text
-    rollouts, `trajectory_template` for trajectories, default prompts/judge-trajectory.md, `group_template` for
-    groups, default prompts/judge-group.md), what of the judge's context window (`prompt_chars`,
-    LLMSettings.prompt_chars) a rollout (a group) may fill, and its calls in `style` (a group: every rubric in
-    one call, at most `group_members` responses and as many as the judge's answer, `answer_tokens`, holds the
-    verdicts of); `reasoning`: show a trajectory's reasoning to the judge."""
-    for_trajectories = trajectory_template or prompts.load(__package__ or "", TRAJECTORY)
-    for_groups = group_template or prompts.load(__package__ or "", groups.GROUP)
+async def score_rollout(rollout: Rollout, scoring: "Scoring", judge: Judge, *, votes: int = 1) -> Score:
+    """Judge `rollout` against `scoring.rubrics` and turn the verdict into a Score under its policy.
 
-    def calls(rubric_set: RubricSet, trajectory: bool) -> tuple[Call, ...]:
-        text = for_trajectories if trajectory else template
-        if style.calls == "one":
-            return (_call(text, rubric_set, prompt_chars, style, trajectory, reasoning),)
-        each = [msgspec.structs.replace(rubric_set, rubrics=[r]) for r in rubric_set.rubrics]
-        return tuple(_call(text, one, prompt_chars, style, trajectory, reasoning) for one in each)
-
-    def group_call(rubric_set: RubricSet, trajectory: bool) -> groups.GroupCall:
-        return groups.group_call(
-            for_groups, rubric_set, prompt_chars, style.explain, group_members, trajectory, reasoning, answer_tokens
-        )
-
-    def prepare(in_force: InForce) -> Rubrics:
-        whole = _call(template, in_force.set, prompt_chars, style)
-        generated = (in_force.generation, in_force.generation_error)
-        text, trajectory = calls(in_force.set, False), calls(in_force.set, True)
-        grouped = (group_call(in_force.set, False), group_call(in_force.set, True))
-        return Rubrics(in_force.set, whole.system, whole.rollout_chars, *generated, text, trajectory, grouped, calls)
-
-    return prepare
-
-
-async def score_rollout(
-    rollout: Rollout,
-    rubrics: Rubrics,
-    call_judge: Judge,
-    policy: Policy,
-    policy_name: str,
-    *,
-    active: str | None = None,
-    undefined: Undefined = "weighted_total",
-    messages: list[dict[str, str]] | None = None,
-    votes: int = 1,
-) -> Score:
-    """Judge `rollout` against `rubrics` and turn the verdict into a Score.
-
-    A judge that fails (any of its calls) yields status judge_failed and no reward, never a 0. `active` and
-    `undefined` go to the policy (rubricd.reward: the step's meta-class under `alternating`); `messages`: the
-    judge's, where the caller built them already (a set judged in one call); `votes`: judge calls whose majority
-    decides each rubric (votes.py), each later one with the rubrics in another order.
+    A judge that fails (any of its calls) yields status judge_failed and no reward, never a 0. `votes`: judge
+    calls whose majority decides each rubric (votes.py), each later one with the rubrics in another order.
     """
     started = time.perf_counter()
-    scoring = Scoring(rubrics, policy, policy_name, active, undefined)
     try:
-        voted = majority(await _all([_judged(rollout, rubrics, call_judge, messages, v) for v in range(votes)]))
+        voted = majority(await _all([_judged(rollout, scoring.rubrics, judge, v) for v in range(votes)]))
     except JudgeFailed as e:
         return scoring.failed(rollout, str(e), started)
     return scoring.scored(rollout, voted, started, votes)
 
 
 async def score_group(
-    members: Sequence[Rollout],
-    rubrics: Rubrics,
-    call_judge: Judge,
-    policy: Policy,
-    policy_name: str,
-    *,
-    group: str,
-    active: str | None = None,
-    undefined: Undefined = "weighted_total",
-    votes: int = 1,
+    members: Sequence[Rollout], scoring: "Scoring", judge: Judge, *, group: str, votes: int = 1
 ) -> list[Score]:
     """Judge the members of one sample group together (they share the prompt, hence `rubrics`): each sub-group
-    the judge's budget allows in one call per vote, its members shown in an order shuffled per group and turned per vote; a member
-    alone in its sub-group is judged as `score_rollout` judges. Members with the same response are judged once
+    the judge's budget allows in one call per vote, its members shown in an order shuffled per group and turned
+    per vote; a member alone in its sub-group is judged as `score_rollout` judges. Members with the same response are judged once
     and share its verdicts (as the verdict cache shares them in single judging). One Score per member, in order;
     a failed call fails the scores of its sub-group only."""
     firsts: dict[bytes, int] = {}
     first_of = [firsts.setdefault(groups.response_of(m), i) for i, m in enumerate(members)]
     distinct = sorted(firsts.values())
     unique = [members[i] for i in distinct]  # what the judge sees: every response once
-    scoring = Scoring(rubrics, policy, policy_name, active, undefined)
+    rubrics = scoring.rubrics
     call = rubrics.grouping(unique[0])
 
-    async def judge(sub: list[int]) -> list[Score]:
+    async def judged_together(sub: list[int]) -> list[Score]:
         started = time.perf_counter()
         subset = [unique[i] for i in sub]
         if len(subset) == 1:
-            return [
-                await score_rollout(
-                    subset[0], rubrics, call_judge, policy, policy_name, active=active, undefined=undefined, votes=votes
-                )
-            ]
+            return [await score_rollout(subset[0], scoring, judge, votes=votes)]
         seed = f"{group}/{sub[0]}"
         shown = [groups.order(seed, v, len(subset)) for v in range(votes)]
         turns = [m.policy_turns for m in subset]
 
         async def vote(v: int) -> list[dict[str, verdicts.Decided]]:
-            answer = await call_judge(call.messages(subset, shown[v]), call.verdict(len(subset)))
+            answer = await judge(call.messages(subset, shown[v]), call.verdict(len(subset)))
             return groups.read(answer, len(subset), call.ids, rubrics.points, turns, shown[v])
 
         try:
@@ -264,7 +258,7 @@ async def score_group(
         return scores
 
     subs = call.sub_groups(unique)
-    judged = await asyncio.gather(*(judge(sub) for sub in subs))
+    judged = await asyncio.gather(*(judged_together(sub) for sub in subs))
     by_first = {
         distinct[i]: score
         for sub, scores in zip(subs, judged, strict=True)
@@ -280,13 +274,17 @@ async def score_group(
 
 @dataclass(frozen=True)
 class Scoring:
-    """How verdicts become a Score under a set and a policy (`active`, `undefined`: rubricd.reward)."""
+    """How verdicts become a Score: under a set (`rubrics`), and the policy named `policy_name` (`active`, the
+    step's meta-class under `alternating`, and `undefined`: rubricd.reward)."""
 
     rubrics: Rubrics
-    policy: Policy
     policy_name: str
-    active: str | None
-    undefined: Undefined
+    active: str | None = None
+    undefined: Undefined = "weighted_total"
+
+    @functools.cached_property
+    def policy(self) -> Policy:
+        return policy(self.policy_name)
 
     def base(self, rollout: Rollout) -> dict[str, Any]:
         return {
@@ -363,19 +361,17 @@ def turn_results(rollout: Rollout, rubric_set: RubricSet, decided: dict[str, ver
     return results
 
 
-async def _judged(
-    rollout: Rollout, rubrics: Rubrics, call_judge: Judge, messages: list[dict[str, str]] | None, vote: int = 0
-) -> dict[str, verdicts.Decided]:
+async def _judged(rollout: Rollout, rubrics: Rubrics, judge: Judge, vote: int = 0) -> dict[str, verdicts.Decided]:
     """Every rubric's verdict in `vote`: one call's, or the calls' made at once (the first to fail cancels the
-    others); `messages` are the first vote's, where given."""
-    calls, turns = rubrics.judging(rollout, vote), rollout.policy_turns
+    others)."""
+    calls, turns = rubrics.calls(rollout, vote), rollout.policy_turns
 
-    async def ask(c: Call, given: list[dict[str, str]] | None = None) -> dict[str, verdicts.Decided]:
-        answer = await call_judge(given or c.messages(rollout), c.verdict)
+    async def ask(c: Call) -> dict[str, verdicts.Decided]:
+        answer = await judge(c.messages(rollout), c.verdict)
         return verdicts.read(answer, c.ids, rubrics.points, turns)
 
     if len(calls) == 1:
-        return await ask(calls[0], messages if vote == 0 else None)
+        return await ask(calls[0])
     return {k: v for asked in await _all([ask(c) for c in calls]) for k, v in asked.items()}
 
 

@@ -1,111 +1,115 @@
-"""Writing a score's effects, and acking its rollout, as one atomic step.
-
-One Lua script stores the score (only if the rollout has none yet), replies, hands the rollout to the
-analyzers, keeps it with its score for `rubricd rescore`, logs the event, adds the step's class statistics and rubric
-health (with the first score only) and the run's usage, and acks: all of it or none, and a rollout scored twice always replies with
-its first score. What is written: docs/operators/recover.md, "Delivery".
+"""What the scorer answers (`answers`: a rollout, its Score, its event) and what its commit writes besides the
+answering runtime's (common.answering): with the first score only, the rollout handed to the analyzers (unless
+not analysed) and the step's class statistics and rubric health; with every commit, a new verdict for the judge
+cache. What is written: docs/operators/recover.md, "Delivery".
 """
 
-from collections.abc import Mapping
+import time
 
-from redis.asyncio import Redis
-
-from rubricd import health, wire
-from rubricd.keys import Keys
-from rubricd.messages import Event, Rollout, Score, ScoredRollout
-from rubricd_services.common.commit import Script
-from rubricd_services.common.keeping import Keeping
+from rubricd import health
+from rubricd.keys import SCORERS, Keys
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Score, ScoredRollout
+from rubricd.reward import POLICIES
+from rubricd_services.common import answering, events
+from rubricd_services.common.answering import Answers, Effects
+from rubricd_services.common.intake import Rejected, Sender
 
 from .schedule import stats_increments
+from .settings import ScorerSettings
 
-# An optional key is '': `scored` (not analysed), `reply` (no reply_to), `kept` (not kept: kept_maxlen 0), `verdict`
-# (no new verdict to keep for the judge cache).
-_COMMIT = Script(
-    keys="score scored events rollouts reply usage stats health kept verdict",
-    args="score scored event answer_ttl group entry_id maxlen reply_ttl stats_ttl kept_maxlen kept_ttl "
-    "verdict verdict_ttl",
-    maps="stats health usage",
-    reply="reply",
-    body="""
-local stored = redis.call('GET', k_score)
-local score = stored or a_score
-if not stored then
-  redis.call('SET', k_score, score, 'EX', a_answer_ttl)
-  if k_scored ~= '' then append(k_scored, a_maxlen, a_scored) end
-  if k_kept ~= '' then
-    append(k_kept, a_kept_maxlen, a_scored)
-    redis.call('EXPIRE', k_kept, a_kept_ttl)
-  end
-  append(k_events, a_maxlen, a_event)
+SERVICE = "scorer"
+
+# An optional key is '': `scored` (not analysed), `verdict` (no new verdict to keep for the judge cache).
+SCRIPT = answering.script(
+    keys="scored stats health verdict",
+    args="stats_ttl verdict verdict_ttl",
+    maps="stats health",
+    with_first="""
+  if k_scored ~= '' then append(k_scored, a_maxlen, a_kept) end
   hincrbyfloat(k_stats, m_stats)
   if #m_stats > 0 then redis.call('EXPIRE', k_stats, a_stats_ttl) end
   hincrby(k_health, m_health)
   if #m_health > 0 then redis.call('EXPIRE', k_health, a_stats_ttl) end
-end
-reply(k_reply, a_maxlen, score, a_reply_ttl)
-hincrby(k_usage, m_usage)
+""",
+    every_time="""
 if k_verdict ~= '' then redis.call('SET', k_verdict, a_verdict, 'EX', a_verdict_ttl) end
-if a_entry_id ~= '' then ack(k_rollouts, a_group, a_entry_id) end
-return stored
 """,
 )
 
 
-class Effects:
-    def __init__(
-        self, redis: Redis, keys: Keys, group: str, keeping: Keeping, *, stats_ttl_s: int, verdict_ttl_s: int = 0
-    ) -> None:
-        self.keys, self.group, self.keeping = keys, group, keeping
-        self.stats_ttl_s, self.verdict_ttl_s = stats_ttl_s, verdict_ttl_s
-        self._commit = _COMMIT.register(redis)
+def answers(max_rollout_bytes: int) -> Answers[Rollout, Score]:
+    return Answers(
+        request=Rollout,
+        id_field="rollout_id",
+        what="rollout",
+        done="scored",
+        answer="score",
+        max_bytes=("max_rollout_bytes", max_rollout_bytes),
+        stream=lambda keys: keys.rollouts,
+        consumer_group=SCORERS,
+        stored=lambda keys, r: keys.score(r.run_id, r.rollout_id),
+        kept=lambda keys, r: keys.kept_rollouts(r.run_id),
+        keep=lambda r, score: ScoredRollout(rollout=r, score=score),
+        event=event,
+        rejected=rejected,
+        script=SCRIPT,
+        check=known_policy,
+    )
 
-    async def commit(
-        self,
-        entry_id: bytes,
-        rollout: Rollout,
-        score: Score,
-        event: Event,
-        usage: Mapping[str, int],
-        *,
-        analyze: bool = True,
-        verdict: tuple[str, bytes] | None = None,
-    ) -> bool:
-        """Write the effects of scoring `rollout`; False if it already had a score.
 
-        `usage` (common.usage.increments) is added to the run's usage either way: the judge call was made.
-        `analyze`: hand the rollout to the analyzers (the memory loop). `verdict`: a new verdict's key and value,
-        kept for `verdict_ttl_s` (the judge cache), whether or not the rollout had a score.
+def effects(
+    keys: Keys, settings: ScorerSettings, rollout: Rollout, score: Score, verdict: tuple[str, bytes] | None = None
+) -> Effects:
+    """The scorer's own effects of committing `score`: the rollout handed to the analyzers (the memory loop)
+    unless it is an evaluation rollout not analysed; `verdict`, a new verdict's key and value, kept for
+    `judge_cache_ttl_s` (the judge cache), whether or not the rollout had a score."""
+    analyze = not rollout.evaluation or settings.analyze_evaluation
+    return Effects(
+        keys={
+            "scored": keys.scored if analyze else "",
+            "stats": keys.class_stats(rollout.run_id, rollout.step),
+            "health": keys.rubric_health(rollout.run_id, rollout.step, score.instance_key),
+            "verdict": verdict[0] if verdict else "",
+        },
+        args={
+            "stats_ttl": settings.schedule_stats_ttl_s,
+            "verdict": verdict[1] if verdict else "",
+            "verdict_ttl": settings.judge_cache_ttl_s,
+        },
+        maps={"stats": stats_increments(score), "health": health.increments(score, rollout.group)},
+    )
 
-        Raises Rejected, having written nothing, if its reply_to names a key that is not a stream.
-        """
-        stored = await self._commit(
-            keys={
-                "score": self.keys.score(rollout.run_id, rollout.rollout_id),
-                "scored": self.keys.scored if analyze else "",
-                "events": self.keys.events,
-                "rollouts": self.keys.rollouts,
-                "reply": rollout.reply_to or "",
-                "usage": self.keys.usage(rollout.run_id),
-                "stats": self.keys.class_stats(rollout.run_id, rollout.step),
-                "health": self.keys.rubric_health(rollout.run_id, rollout.step, score.instance_key),
-                "kept": self.keeping.kept(self.keys.kept_rollouts(rollout.run_id)),
-                "verdict": verdict[0] if verdict else "",
-            },
-            args={
-                "score": wire.encode(score),
-                "scored": wire.encode(ScoredRollout(rollout=rollout, score=score)),
-                "event": wire.encode(event),
-                "group": self.group,
-                "entry_id": entry_id,
-                **self.keeping.args,
-                "stats_ttl": self.stats_ttl_s,
-                "verdict": verdict[1] if verdict else "",
-                "verdict_ttl": self.verdict_ttl_s,
-            },
-            maps={
-                "stats": stats_increments(score),
-                "health": health.increments(score, rollout.group),
-                "usage": usage,
-            },
-        )
-        return stored is None
+
+def event(rollout: Rollout, score: Score) -> Event:
+    kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
+    return events.event(
+        SERVICE,
+        kind,
+        run_id=rollout.run_id,
+        step=rollout.step,
+        rollout_id=rollout.rollout_id,
+        detail=score.error or "",
+        reward=score.reward,
+        rubric_version=score.rubric_version,
+        judge_ms=score.judge_ms,
+        **({"evaluation": True} if score.evaluation else {}),
+    )
+
+
+def rejected(sender: Sender, reason: str, rollout: Rollout | None = None) -> Score:
+    """The answer to a rollout that can never be scored as sent (its ids are the sender's)."""
+    return Score(
+        run_id=sender.run_id,
+        rollout_id=sender.id,
+        step=sender.step,
+        status=JudgeStatus.REJECTED,
+        reward=None,
+        rubric_version=0,
+        error=reason,
+        scored_at=time.time(),
+    )
+
+
+def known_policy(rollout: Rollout) -> None:
+    if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
+        raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")

@@ -1,13 +1,11 @@
 """The scorer's worker: one rollouts entry in, one committed Score out (or a dead letter).
 
-`handle` validates the entry, answers a rollout scored before with its first
-score (no judging), gets the run's rubric set in force and, under
-the `alternating` policy, the step's active meta-class (`schedule`), asks the
-judge (`judges.scoring`; a verdict of the same call is reused, `cache`), and
-commits the score with its effects and the call's usage in one step (`effects`). A
-rollout that can never be scored as sent is rejected: it goes to the dead
-letters, and the trainer, if it said where, gets a `rejected` score. Any other
-failure leaves the entry pending for a reclaim to retry.
+The answering runtime (common.answering) takes the entry, answers a rollout scored before with its first
+score (no judging) and commits; `answer` gets the run's rubric set in force and, under the `alternating` policy,
+the step's active meta-class (`schedule`), and asks the judge (`judges.scoring`; a verdict of the same call is
+reused, `judges.cache`). The Score is committed with its effects and the call's usage in one step (`effects`).
+A rollout that can never be scored as sent is rejected: it goes to the dead letters, and the trainer, if it said
+where, gets a `rejected` score. Any other failure leaves the entry pending for a reclaim to retry.
 
 Under group judging, a member of a sample group joins its group in Redis instead (`groups`); the group is
 judged once, by the handler of the member that completes it or by a scorer's sweep at its deadline
@@ -23,186 +21,64 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.canaries import CanaryStep
 from rubricd.keys import SCORERS
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
-from rubricd.reward import POLICIES, policy
+from rubricd.messages import JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
 from rubricd.store import RubricStore
-from rubricd_services.common import events, intake, prompts
-from rubricd_services.common.intake import Rejected
+from rubricd_services.common.answering import Answered, Answering
+from rubricd_services.common.intake import Rejected, entry_id
 from rubricd_services.common.keeping import Keeping
-from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.judges import verdicts
+from rubricd_services.judges.cache import Cached, VerdictCache
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.evaluation.run import Config
-from rubricd_services.judges.groups import GROUP
-from rubricd_services.judges.scoring import (
-    TRAJECTORY,
-    Judge,
-    Rubrics,
-    judge_by,
-    preparer,
-    score_group,
-    score_rollout,
-)
+from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import RubricCache
 
-from . import cache
-from .cache import JudgeCache
+from . import effects
 from .canaries import CANARY, Canaries
-from .effects import Effects
+from .effects import SERVICE
 from .groups import Claimed, Gathering
-from .schedule import Decision, Schedule, candidates
+from .metrics import ScorerMetrics
+from .schedule import Schedule, candidates
 from .settings import ScorerSettings
 
-SERVICE = "scorer"
 log = logging.getLogger("rubricd.scorer")
 DUE_GROUPS = 16  # groups one sweep claims at most
 
-JUDGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
-REWARD_BUCKETS = tuple(i / 10 for i in range(11))
 
-
-class ScorerMetrics:
-    """The scorer's own figures, beside FastStream's and the LLM client's."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self.scores = metrics.counter(
-            "rubricd_scores", "rollouts scored, by status (ok, judge_failed, rejected)", ["status"]
-        )
-        self.judge_seconds = metrics.histogram(
-            "rubricd_judge_seconds", "judge latency, retries included", JUDGE_BUCKETS
-        )
-        self.reward = metrics.histogram("rubricd_reward", "rewards given (status ok)", REWARD_BUCKETS)
-        self.scored_rubric_version = metrics.gauge(
-            "rubricd_scored_rubric_version",
-            "the rubric version the run's latest score (this scorer's) was judged under (global sets)",
-            ["run_id"],
-        )
-        self.judge_cache = metrics.counter(
-            "rubricd_judge_cache", "verdicts given, by result: hit (reused), miss (the judge was asked)", ["result"]
-        )
-        self.active_meta_class = metrics.gauge(
-            "rubricd_active_meta_class",
-            "alternating rewards: 1 for the active meta-class of the run's latest step this scorer scored "
-            "(weighted_total: none, the weighted total is the reward), 0 for the classes active before it",
-            ["run_id", "meta_class"],
-        )
-        self._active: dict[str, tuple[int, str]] = {}  # run -> (its latest step seen, that step's class)
-        self.canary_agreement = metrics.gauge(
-            "rubricd_canary_agreement",
-            "the judge's agreement with the labels on the canary items of the run's latest canary step, as this "
-            "scorer last saw it (when it recorded one)",
-            ["run_id"],
-        )
-        self.canary_step = metrics.gauge("rubricd_canary_step", "that canary step", ["run_id"])
-        self._canary_steps: dict[str, int] = {}  # run -> its latest canary step seen
-        self.judge_drift = metrics.gauge(
-            "rubricd_judge_drift", "1 while that step's canary agreement is drift (judge_drift), else 0", ["run_id"]
-        )
-
-    def observe(self, score: Score) -> None:
-        self.scores.labels(score.status).inc()
-        if score.judge_ms is not None:
-            self.judge_seconds.observe(score.judge_ms / 1000)
-        if score.reward is not None:
-            self.reward.observe(score.reward)
-        if score.instance_key is None:  # per-instance sets would make one series per prompt
-            self.scored_rubric_version.labels(score.run_id).set(score.rubric_version)
-
-    def canaries(self, run_id: str, canary: CanaryStep) -> None:
-        if canary.step < self._canary_steps.get(run_id, -1):
-            return
-        self._canary_steps[run_id] = canary.step
-        self.canary_step.labels(run_id).set(canary.step)
-        self.judge_drift.labels(run_id).set(int(canary.drift))
-        if canary.agreement is not None:
-            self.canary_agreement.labels(run_id).set(canary.agreement)
-
-    def active(self, run_id: str, decision: Decision) -> None:
-        latest = self._active.get(run_id)
-        if latest is not None and latest[0] >= decision.step:
-            return
-        name = decision.meta_class or "weighted_total"
-        if latest is not None:
-            self.active_meta_class.labels(run_id, latest[1]).set(0)
-        self.active_meta_class.labels(run_id, name).set(1)
-        self._active[run_id] = (decision.step, name)
-
-
-class Scorer:
+class Scorer(Answering[Rollout, Score]):
     """Turns one rollouts entry into one committed Score."""
 
     def __init__(self, settings: ScorerSettings, clients: Clients) -> None:
-        self.settings = settings
+        keeping = Keeping.of(settings, settings.stream_maxlen)
+        super().__init__(effects.answers(settings.max_rollout_bytes), clients.redis, clients.keys, keeping)
+        self.settings, self.llm = settings, clients.llm
         self.metrics = ScorerMetrics(clients.metrics)
-        self.keys = clients.keys
-        self.redis = clients.redis
-        self.llm = clients.llm
         self.judge_settings = settings.agent(JUDGE)
-        self.cache = JudgeCache(settings.judge_cache_ttl_s)
+        self.judging = Judging.of(settings, self.judge_settings)
+        self.verdicts = VerdictCache(clients.redis, self.keys, settings.judge_cache_ttl_s)
         self.schedule = Schedule(
             clients.redis, self.keys, settings.schedule_rule(), settings.meta_classes, maxlen=settings.stream_maxlen
         )
-        template = prompts.load(verdicts.__package__, JUDGE, settings.judge_prompt)
-        for_trajectories = prompts.load(verdicts.__package__, TRAJECTORY, settings.judge_trajectory_prompt)
-        for_groups = prompts.load(verdicts.__package__, GROUP, settings.judge_group_prompt)
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
-            prepare=preparer(
-                template,
-                self.judge_settings.prompt_chars(),
-                settings.judge_style(),
-                for_trajectories,
-                settings.judge_reasoning,
-                for_groups,
-                settings.judge_group_members,
-                self.judge_settings.max_tokens,
-            ),
+            prepare=self.judging.prepare,
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
         self.canaries = Canaries(
             settings,
             clients,
-            Config(
-                CANARY,
-                self.judge_settings,
-                template,
-                settings.judge_style(),
-                for_trajectories,
-                settings.judge_reasoning,
-            ),
+            Config(CANARY, self.judging),
             service=SERVICE,
             ttl_s=settings.kept_ttl_s,
             maxlen=settings.stream_maxlen,
             observe=self.metrics.canaries,
         )
-        self.intake = intake.Intake(
-            Rollout,
-            "rollout",
-            "rollout_id",
-            settings.max_rollout_bytes,
-            "max_rollout_bytes",
-            self.keys,
-            settings.reply_ttl_s,
-            answer=rejected,
-            check=known_policy,
-        )
-        self.effects = Effects(
-            clients.redis,
-            self.keys,
-            SCORERS,
-            Keeping.of(settings, settings.stream_maxlen),
-            stats_ttl_s=settings.schedule_stats_ttl_s,
-            verdict_ttl_s=settings.judge_cache_ttl_s,
-        )
-
         self.gathering = Gathering(
             clients.redis,
             self.keys,
@@ -216,67 +92,50 @@ class Scorer:
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
         if (rollout.judge_mode or self.settings.judge_mode) == "group" and rollout.group and rollout.group_size != 1:
-            if await self.gather(rollout, intake.entry_id(msg)):
+            if await self.gather(rollout, entry_id(msg)):
                 return
-        await self.score_alone(rollout, intake.entry_id(msg))
+        await self.respond(entry_id(msg), rollout)
 
-    async def score_alone(self, rollout: Rollout, entry_id: bytes) -> None:
+    async def answer(self, rollout: Rollout) -> Answered[Score]:
+        """Judge a rollout alone."""
         rubrics = await self.rubrics.get(rollout)
         self.canaries.seen(rollout, rubrics.set.version)
-        votes = rollout.judge_votes or self.settings.judge_votes
+        votes = rollout.judge_votes or self.judging.votes
+        tally = Tally(JUDGE)
+        judge = judge_by(caller(self.llm, tally))
         # The verdict cache keeps one call's verdict: a set judged one call per rubric, or by votes, is judged
         # every time.
-        messages, digest = None, None
-        if self.settings.judge_cache_ttl_s and self.settings.judge_calls == "one" and votes == 1:
-            [call] = rubrics.judging(rollout)
-            messages = call.messages(rollout)
-            digest = cache.digest(rubrics.set, self.judge_settings, messages, rollout)
-        first, kept = await self.lookup(rollout, digest)
-        if first is not None:
-            # Scored before (published again, a retried request): its first score again, without judging it.
-            score = wire.decode(first, Score)
-            await self.effects.commit(entry_id, rollout, score, self.event(rollout, score), {})
-            log.info(
-                "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
-            )
-            return
+        cached: Cached | None = None
+        if self.settings.judge_cache_ttl_s and self.judging.style.calls == "one" and votes == 1:
+            judge = cached = self.verdicts.judge(judge, rubrics.set, self.judge_settings, rollout)
+        score = await score_rollout(rollout, await self.scoring(rollout, rubrics), judge, votes=votes)
+        if cached is None:
+            return self.answered(rollout, score, tally.usage(self.judge_settings.model))
+        if score.status is JudgeStatus.OK:
+            self.metrics.judge_cache.labels("hit" if cached.answered else "miss").inc()
+        if cached.answered:
+            score = msgspec.structs.replace(score, judge_cached=True)
+        return self.answered(
+            rollout, score, tally.usage(self.judge_settings.model, cached=cached.answered), cached.keep
+        )
+
+    async def scoring(self, rollout: Rollout, rubrics: Rubrics) -> Scoring:
+        """How the rollout's verdicts become its Score: its policy, and the step's meta-class under `alternating`."""
         policy_name = rollout.reward_policy or self.settings.reward_policy
         active = await self.active_class(rollout, rubrics) if policy_name == "alternating" else None
-        judged = Judged()
-        score = await score_rollout(
-            rollout,
-            rubrics,
-            self.judge(digest, kept, judged),
-            policy(policy_name),
-            policy_name,
-            active=active,
-            messages=messages,
-            undefined=self.settings.undefined_meta_class_reward,
-            votes=votes,
-        )
-        if judged.tally.cached:
-            score = msgspec.structs.replace(score, judge_cached=True)
-        spent = judged.tally.usage(self.judge_settings.model)
-        await self.commit(entry_id, rollout, score, spent, judged.keep)
+        return Scoring(rubrics, policy_name, active, self.settings.undefined_meta_class_reward)
 
-    async def commit(
-        self,
-        entry_id: bytes,
-        rollout: Rollout,
-        score: Score,
-        spent: dict[str, int],
-        verdict: tuple[str, bytes] | None = None,
-    ) -> None:
-        """Commit a new score (effects.Effects.commit); `entry_id` b"": the entry was acked when it joined its
-        group."""
-        analyze = not rollout.evaluation or self.settings.analyze_evaluation
-        event = self.event(rollout, score)
-        committed = await self.effects.commit(entry_id, rollout, score, event, spent, analyze=analyze, verdict=verdict)
-        if not committed:
-            log.info(
-                "rollout %s/%s was already scored; replied with its first score", rollout.run_id, rollout.rollout_id
-            )
-            return
+    def answered(
+        self, rollout: Rollout, score: Score, spent: dict[str, int], verdict: tuple[str, bytes] | None = None
+    ) -> Answered[Score]:
+        """The score with its usage and the scorer's own effects (`verdict`: a new one, for the judge cache)."""
+        return Answered(score, spent, effects.effects(self.keys, self.settings, rollout, score, verdict))
+
+    async def commit(self, entry_id: bytes, rollout: Rollout, score: Score, spent: dict[str, int]) -> None:
+        """Commit a group member's new score (its entry was acked when it joined its group)."""
+        await self.commit_answer(entry_id, rollout, self.answered(rollout, score, spent))
+
+    async def observe(self, rollout: Rollout, score: Score) -> None:
         self.metrics.observe(score)
         if self.settings.log_rollout_text:
             log.info(
@@ -284,13 +143,16 @@ class Scorer:
                 *(rollout.run_id, rollout.rollout_id, score.reward, score.status, rollout.prompt, rollout.response),
             )
 
+    def refused(self, rollout: Rollout | None) -> None:
+        self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
+
     async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
         """Group judging: a member joins its group (its entry acked), and the group is judged if it completes it;
         False if the member is to be judged alone (scored before: its first score again; or its group's judging
         started: a late member)."""
         first = await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))
         if first is not None:
-            return False  # scored before: score_alone replies with its first score
+            return False  # scored before: `respond` replies with its first score
         members = await self.gathering.join(rollout, entry_id)
         if members is None:
             log.info("rollout %s/%s came after its group was judged; judged alone", rollout.run_id, rollout.rollout_id)
@@ -334,13 +196,9 @@ class Scorer:
         else:
             scores = await score_group(
                 members,
-                rubrics,
+                Scoring(rubrics, policy_name, active, self.settings.undefined_meta_class_reward),
                 judge_by(caller(self.llm, judged.tally)),
-                policy(policy_name),
-                policy_name,
                 group=claimed.key,
-                active=active,
-                undefined=self.settings.undefined_meta_class_reward,
                 votes=head.judge_votes or self.settings.judge_votes,
             )
         spent = judged.tally.usage(self.judge_settings.model)
@@ -364,74 +222,8 @@ class Scorer:
 
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""
-        reloaded = self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "rollout")
-        if reloaded is not None:
-            await self.redis.xadd(
-                self.keys.events, wire.entry(reloaded), maxlen=self.settings.stream_maxlen, approximate=True
-            )
-
-    def take(self, body: bytes) -> Rollout:
-        """The rollout, or Rejected (counted, and with a rejected Score for the trainer if it said where)."""
-        try:
-            return self.intake.take(body)
-        except Rejected:
-            self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
-            raise
-
-    async def lookup(self, rollout: Rollout, digest: str | None) -> tuple[bytes | str | None, bytes | str | None]:
-        """What Redis holds before judging, in one round trip: the rollout's first score, and the verdict kept
-        for its judge call (`digest`; None: the cache is off)."""
-        score = self.keys.score(rollout.run_id, rollout.rollout_id)
-        if digest is None:
-            return await self.redis.get(score), None
-        first, kept = await self.redis.mget([score, self.keys.verdict(digest)])
-        return first, kept
-
-    def judge(self, digest: str | None, kept: bytes | str | None, judged: "Judged") -> Judge:
-        """The judge of one rollout: the verdict kept for the same call (`digest`, read as `kept`), or the one
-        this process is making for a twin, else the LLM's (then kept); `judged` says which, and what it used."""
-        ask = judge_by(caller(self.llm, judged.tally))
-
-        async def call(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
-            if digest is None:
-                return await ask(messages, verdict)
-            value, judged.tally.cached = await self.cache.verdict(digest, verdict, kept, lambda: ask(messages, verdict))
-            self.metrics.judge_cache.labels("hit" if judged.tally.cached else "miss").inc()
-            if not judged.tally.cached:
-                judged.keep = (self.keys.verdict(digest), cache.encode(value))  # kept by the score's commit
-            return value
-
-        return call
-
-    @staticmethod
-    def event(rollout: Rollout, score: Score) -> Event:
-        kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
-        return events.event(
-            SERVICE,
-            kind,
-            run_id=rollout.run_id,
-            step=rollout.step,
-            rollout_id=rollout.rollout_id,
-            detail=score.error or "",
-            reward=score.reward,
-            rubric_version=score.rubric_version,
-            judge_ms=score.judge_ms,
-            **({"evaluation": True} if score.evaluation else {}),
-        )
-
-
-def rejected(sender: intake.Sender, reason: str, rollout: Rollout | None = None) -> Score:
-    """The answer to a rollout that can never be scored as sent (its ids are the sender's)."""
-    return Score(
-        run_id=sender.run_id,
-        rollout_id=sender.id,
-        step=sender.step,
-        status=JudgeStatus.REJECTED,
-        reward=None,
-        rubric_version=0,
-        error=reason,
-        scored_at=time.time(),
-    )
+        if (reloaded := self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "rollout")) is not None:
+            await self.publish(reloaded)
 
 
 def failed(rollout: Rollout, rubrics: Rubrics, policy_name: str, error: str) -> Score:
@@ -460,15 +252,8 @@ def _parts(members: list[Rollout]) -> list[list[Rollout]]:
     return list(parts.values())
 
 
-def known_policy(rollout: Rollout) -> None:
-    if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
-        raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
-
-
 @dataclass
 class Judged:
-    """How one rollout was judged: its calls (or the cache: `tally.cached`), and the verdict key and value the
-    score's commit keeps (a new verdict, with the cache on)."""
+    """How one group was judged: its calls."""
 
     tally: Tally = field(default_factory=lambda: Tally(JUDGE))
-    keep: tuple[str, bytes] | None = None

@@ -6,6 +6,7 @@ from rubricd.messages import Rubric
 from rubricd_services.common.settings import LLMSettings, Price
 from rubricd_services.judges.evaluation.figures import agreement, percentile
 from rubricd_services.judges.evaluation.run import Config, Judged, report
+from rubricd_services.judges.scoring import Judging
 
 # 10 verdicts: 4 met labelled met (tp), 1 met labelled unmet (fp), 2 unmet labelled met (fn), 3 unmet unmet (tn)
 PAIRS = [(True, True)] * 4 + [(False, True)] + [(True, False)] * 2 + [(False, False)] * 3
@@ -61,7 +62,7 @@ def test_a_report_over_items_by_meta_class_with_reward_error_and_cost():
         judged("b", {"correct": False, "steps": True}, {"correct": False, "steps": True}, 0.4, 0.4, seconds=2.0),
         judged("c", {"correct": True, "steps": False}, {}, None, 0.6, error="no verdict", tokens=(90, 0), seconds=3.0),
     ]
-    config = Config("j", LLMSettings(model="m"), "template")
+    config = Config("j", Judging(llm=LLMSettings(model="m"), template="template"))
     r = report(config, "json_schema", items, {"m": Price(prompt_per_mtok=1.0, completion_per_mtok=2.0)})
     assert (r.items, r.format_failures) == (3, 1)
     assert r.overall.n == 4 and r.overall.accuracy == pytest.approx(0.75)  # the failed item's labels not counted
@@ -94,13 +95,15 @@ def test_with_several_graders_the_judge_is_compared_with_each_and_the_graders_wi
         reward=1.0,
         graders={"x": [True, True, False], "y": [False, True]},
     )
-    r = report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [one], {})
+    r = report(Config("j", Judging(llm=LLMSettings(model="m"), template="t")), "json_schema", [one], {})
     assert r.pairwise is not None and r.graders_pairwise is not None
     # judge said met for both: 3 labels of x (2 met), 2 of y (1 met): 3 of 5 agree
     assert r.pairwise.n == 5 and r.pairwise.accuracy == pytest.approx(3 / 5)
     # ordered pairs of graders: x has 6 (agreeing: the two True ones, both orders: 2), y has 2 (none agree)
     assert r.graders_pairwise.n == 8 and r.graders_pairwise.accuracy == pytest.approx(2 / 8)
-    assert report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [], {}).pairwise is None
+    assert (
+        report(Config("j", Judging(llm=LLMSettings(model="m"), template="t")), "json_schema", [], {}).pairwise is None
+    )
 
 
 def test_turn_rubrics_labelled_turn_by_turn_are_compared_turn_by_turn():
@@ -115,8 +118,8 @@ def test_turn_rubrics_labelled_turn_by_turn_are_compared_turn_by_turn():
         met_turns={"args": [2, 4]},
         policy_turns=[2, 4, 6],
     )
-    r = report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [one], {})
+    r = report(Config("j", Judging(llm=LLMSettings(model="m"), template="t")), "json_schema", [one], {})
     assert r.turns is not None and r.turns.n == 3
     assert (r.turns.true_met, r.turns.false_met, r.turns.true_unmet, r.turns.false_unmet) == (1, 1, 1, 0)
     assert r.overall.n == 2  # the trajectory-level verdicts, as reward reads them
-    assert report(Config("j", LLMSettings(model="m"), "t"), "json_schema", [], {}).turns is None
+    assert report(Config("j", Judging(llm=LLMSettings(model="m"), template="t")), "json_schema", [], {}).turns is None

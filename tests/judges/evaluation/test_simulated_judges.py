@@ -16,6 +16,7 @@ from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.pairs import evaluate_pairs
 from rubricd_services.judges.evaluation.probes import PROBES, result
 from rubricd_services.judges.evaluation.run import Config, Judged, Mode, evaluate
+from rubricd_services.judges.scoring import Judging
 from rubricd_services.simulator.app import serve_in_background
 from rubricd_services.simulator.faults import SimConfig
 
@@ -25,7 +26,8 @@ CORRECT = Rubric(id="correct", criterion="The response's final answer matches th
 
 
 def config(url: str) -> Config:
-    return Config("sim", LLMSettings(base_url=url, output_mode="json_schema", max_retries=0), TEMPLATE)
+    llm = LLMSettings(base_url=url, output_mode="json_schema", max_retries=0)
+    return Config("sim", Judging(llm=llm, template=TEMPLATE))
 
 
 def sums(n: int) -> list[Item]:
@@ -112,7 +114,8 @@ def test_labelled_comparisons_are_judged_by_the_pairwise_judge_with_position_con
     template = prompts.load("rubricd_services.judges", pairwise.PAIRWISE)
     llm = LLMSettings(output_mode="json_schema", max_retries=0)
     with serve_in_background(SimConfig()) as (url, _):
-        r = asyncio.run(evaluate_pairs(Config("sim", llm.model_copy(update={"base_url": url}), template), items, {}))
+        judging = Judging(llm=llm.model_copy(update={"base_url": url}), template=template)
+        r = asyncio.run(evaluate_pairs(Config("sim", judging), items, {}))
     assert r.items == 6 and r.format_failures == 0
     assert r.overall.accuracy == pytest.approx(4 / 6) and r.position_consistency == pytest.approx(5 / 6)
     winners = {j.item_id: (j.winner, j.consistent) for j in r.judged}
@@ -134,7 +137,8 @@ def test_the_judges_variants_are_measured_one_way_with_every_call_counted():
     with serve_in_background(SimConfig()) as (url, sim):
         one = asyncio.run(evaluate(config(url), items, {}))
         calls_before = sim.stats()["schemas"]["JudgeVerdict"]
-        styled = Config("each", config(url).llm, TEMPLATE, verdicts.Style(calls="per_rubric", explain=False))
+        per_rubric = verdicts.Style(calls="per_rubric", explain=False)
+        styled = Config("each", dataclasses.replace(config(url).judging, style=per_rubric))
         each = asyncio.run(evaluate(styled, items, {}))
         calls = sim.stats()["schemas"]["JudgeVerdict"] - calls_before
     assert (each.calls, each.explain, one.calls, one.explain) == ("per_rubric", False, "one", True)

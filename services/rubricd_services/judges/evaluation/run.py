@@ -20,9 +20,9 @@ from rubricd.messages import JudgeMode, Rollout, RubricSet, Score
 from rubricd.reward import policy
 from rubricd_services.common.llm import Completion, LLMClient
 from rubricd_services.common.settings import LLMSettings, Price
-from rubricd_services.judges import groups, verdicts
+from rubricd_services.judges import verdicts
 from rubricd_services.judges.caller import Tally, caller
-from rubricd_services.judges.scoring import Rubrics, judge_by, preparer, score_group, score_rollout
+from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics.sets import InForce
 
@@ -66,20 +66,24 @@ class Mode:
 
 @dataclass(frozen=True)
 class Config:
-    """One judge configuration: a name for the table, the judge's LLM settings, its prompt template, how it is
-    asked (every rubric in one call or one call per rubric; with explanations or not), for trajectories its
-    template (None: prompts/judge-trajectory.md) and whether it reads their reasoning, its mode, and for groups
-    its template (None: prompts/judge-group.md) and the most responses in one call."""
+    """One judge configuration: a name for the table, the judging (scoring.Judging: the judge's LLM settings,
+    prompts and style), and its mode."""
 
     name: str
-    llm: LLMSettings
-    template: str
-    style: verdicts.Style = verdicts.ALL_AT_ONCE
-    trajectory_template: str | None = None
-    reasoning: bool = False
+    judging: Judging
     mode: Mode = Mode()
-    group_template: str | None = None
-    group_members: int = groups.MAX_MEMBERS
+
+    @property
+    def llm(self) -> LLMSettings:
+        return self.judging.llm
+
+    @property
+    def template(self) -> str:
+        return self.judging.template
+
+    @property
+    def style(self) -> verdicts.Style:
+        return self.judging.style
 
 
 @dataclass(frozen=True)
@@ -145,17 +149,7 @@ class Report:
 
 def prepared(config: Config, item: Item) -> Rubrics:
     """The item's rubrics, ready to judge with as the scorer prepares a set."""
-    prepare = preparer(
-        config.template,
-        config.llm.prompt_chars(),
-        config.style,
-        config.trajectory_template,
-        config.reasoning,
-        config.group_template,
-        config.group_members,
-        config.llm.max_tokens,
-    )
-    return prepare(InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics)))
+    return config.judging.prepare(InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics)))
 
 
 async def judge_item(llm: LLMClient, config: Config, item: Item) -> Judged:
@@ -163,9 +157,8 @@ async def judge_item(llm: LLMClient, config: Config, item: Item) -> Judged:
     rollout = item.rollout(RUN)
     tally = Tally(JUDGE)
     started = time.perf_counter()
-    score = await score_rollout(
-        rollout, prepared(config, item), judge_by(caller(llm, tally)), policy(POLICY), POLICY, votes=config.mode.votes
-    )
+    scoring = Scoring(prepared(config, item), POLICY)
+    score = await score_rollout(rollout, scoring, judge_by(caller(llm, tally)), votes=config.mode.votes)
     elapsed = time.perf_counter() - started
     calls = tally.completions
     return judged(item, rollout, score, elapsed if len(calls) != 1 else calls[0].elapsed_s, calls)
@@ -183,15 +176,9 @@ async def judge_group(llm: LLMClient, config: Config, members: list[Item]) -> li
     ]
     tally = Tally(JUDGE)
     started = time.perf_counter()
-    scores = await score_group(
-        rollouts,
-        prepared(config, members[0]),
-        judge_by(caller(llm, tally)),
-        policy(POLICY),
-        POLICY,
-        group=f"{RUN}/{group}",
-        votes=config.mode.votes,
-    )
+    scoring = Scoring(prepared(config, members[0]), POLICY)
+    judge = judge_by(caller(llm, tally))
+    scores = await score_group(rollouts, scoring, judge, group=f"{RUN}/{group}", votes=config.mode.votes)
     elapsed = time.perf_counter() - started  # the sub-groups' calls are made at once
     return [
         judged(m, r, s, elapsed, tally.completions, len(members))

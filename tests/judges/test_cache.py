@@ -9,14 +9,14 @@ import pytest
 from rubricd.keys import SCORERS
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd_services.common import prompts
+from rubricd_services.common.answering import Answered, Answering
 from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.settings import LLMSettings
-from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.judges import cache, rollouts, verdicts
+from rubricd_services.judges.cache import JudgeCache, VerdictCache, digest
 from rubricd_services.judges.caller import JudgeFailed
-from rubricd_services.scorer import cache
-from rubricd_services.scorer.cache import JudgeCache, digest
-from rubricd_services.scorer.effects import Effects
-from rubricd_services.scorer.handler import Scorer
+from rubricd_services.scorer import effects
+from rubricd_services.scorer.settings import ScorerSettings
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
 SET = RubricSet(run_id="run", version=3, rubrics=RUBRICS)
@@ -61,14 +61,27 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
     verdict = verdicts.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
     keeping = Keeping(answer_ttl_s=60, reply_ttl_s=60, kept_maxlen=0, kept_ttl_s=60, maxlen=100)
-    effects = Effects(redis, keys, SCORERS, keeping, stats_ttl_s=60, verdict_ttl_s=1)
+    settings = ScorerSettings.model_construct(schedule_stats_ttl_s=60, judge_cache_ttl_s=1, analyze_evaluation=False)
+    scorer = Answering(effects.answers(1_000_000), redis, keys, keeping)
     await redis.xgroup_create(keys.rollouts, SCORERS, id="0", mkstream=True)
     entry = await redis.xadd(keys.rollouts, {"__data__": b"{}"})
     score = Score(run_id="run", rollout_id="r1", step=0, status=JudgeStatus.OK, reward=1.0, rubric_version=3)
-    event = Scorer.event(ROLLOUT, score)
-    kept = (keys.verdict("k"), cache.encode(answer))
-    assert await effects.commit(entry, ROLLOUT, score, event, {}, verdict=kept)
-    read = await redis.get(keys.verdict("k"))
+    messages = rollouts.messages(rollouts.system_message(TEMPLATE, SET), ROLLOUT)
+    asked = []
+
+    async def ask(messages, verdict):
+        asked.append(1)
+        return answer
+
+    first = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT)
+    assert await first(messages, verdict) == answer and not first.answered and asked == [1]
+    assert first.keep == (keys.verdict(key()), cache.encode(answer))  # its digest: of the messages it was given
+    kept = effects.effects(keys, settings, ROLLOUT, score, first.keep)
+    assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, {}, kept))
+    elsewhere = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT)  # another process: reads the kept one
+    assert await elsewhere(messages, verdict) == answer and elsewhere.answered and elsewhere.keep is None
+    assert asked == [1]
+    read = await redis.get(keys.verdict(key()))
     calls = []
 
     async def call():
@@ -79,8 +92,9 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
     another_list = verdicts.verdict_type(("correct", "other"))  # another rubric list: a miss, so the judge is asked
     assert await JudgeCache(60).verdict("k", another_list, read, call) == (answer, False) and calls == [1]
     assert await JudgeCache(60).verdict("k", verdict, b'{"other": 1}', call) == (answer, False) and calls == [1, 1]
-    assert 0 < await redis.pttl(keys.verdict("k")) <= 1000
-    assert await effects.commit(entry, ROLLOUT, score, event, {}) is False  # scored already; nothing to keep
+    assert 0 < await redis.pttl(keys.verdict(key())) <= 1000
+    unkept = effects.effects(keys, settings, ROLLOUT, score)
+    assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, {}, unkept)) is False  # scored already
     assert await redis.exists(keys.verdict("other")) == 0
 
 

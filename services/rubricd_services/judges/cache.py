@@ -1,11 +1,12 @@
-"""The judge cache: the same judge call is not made twice.
+"""The judge cache: a judge that makes the same judge call once.
 
 A verdict is kept (`Keys.verdict`, for `judge_cache_ttl_s`) under the sha256 of everything that decided it:
-the exact messages the judge reads, its model and temperature, and the rubric set and version. The scorer reads
-a kept verdict in its one read before judging and keeps a new one in the score's commit, so the cache itself
-does no I/O; in a process, a call being made, or made in the last `ttl_s` (its twin may have read Redis before
-its commit kept it), is shared with its twin, and a failed call is not kept. The rules:
-docs/integrators/index.md, "The judge cache".
+the exact messages the judge reads, its model and temperature, and the rubric set and version. `Cached`, the
+judge of one rollout, computes that digest from the messages it is given, reads the verdict kept under it, and
+otherwise asks the judge it wraps; it says whether it answered (`answered`: no call) and leaves a new verdict
+for the score's commit to keep (`keep`). In a process, a call being made, or made in the last `ttl_s` (its twin
+may have read Redis before its commit kept it), is shared with its twin, and a failed call is not kept. The
+rules: docs/integrators/index.md, "The judge cache".
 """
 
 import asyncio
@@ -15,9 +16,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
+from redis.asyncio import Redis
 
+from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
 from rubricd_services.common.settings import LLMSettings
+
+from .scoring import Judge
 
 _encoder = msgspec.json.Encoder()
 
@@ -90,3 +95,35 @@ class JudgeCache:
     @staticmethod
     async def _judged(judge: Callable[[], Awaitable[msgspec.Struct]]) -> tuple[msgspec.Struct, bool]:
         return await judge(), False
+
+
+class VerdictCache:
+    """The judge cache of a process: verdicts kept in Redis (`Keys.verdict`), and twins shared in the process."""
+
+    def __init__(self, redis: Redis, keys: Keys, ttl_s: float) -> None:
+        self.redis, self.keys, self.recent = redis, keys, JudgeCache(ttl_s)
+
+    def judge(self, ask: Judge, rubric_set: RubricSet, llm: LLMSettings, rollout: Rollout) -> "Cached":
+        """The judge of `rollout` under `rubric_set` through this cache, asking `ask` (the LLM's judge, `llm`'s)."""
+        return Cached(self, ask, rubric_set, llm, rollout)
+
+
+class Cached:
+    """One rollout's judge through the cache (a scoring.Judge). After judging: `answered`, whether the cache
+    answered (a kept verdict or a twin's: no call); `keep`, a new verdict's key and value, for the score's commit
+    to keep (None: nothing new)."""
+
+    def __init__(self, cache: VerdictCache, ask: Judge, rubric_set: RubricSet, llm: LLMSettings, rollout: Rollout):
+        self.cache, self.ask, self.rubric_set, self.llm, self.rollout = cache, ask, rubric_set, llm, rollout
+        self.answered = False
+        self.keep: tuple[str, bytes] | None = None
+
+    async def __call__(self, messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
+        found = digest(self.rubric_set, self.llm, messages, self.rollout)
+        key = self.cache.keys.verdict(found)
+        kept = await self.cache.redis.get(key)
+        value, self.answered = await self.cache.recent.verdict(
+            found, verdict, kept, lambda: self.ask(messages, verdict)
+        )
+        self.keep = None if self.answered else (key, encode(value))
+        return value
