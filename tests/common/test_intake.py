@@ -4,10 +4,9 @@ import msgspec
 import pytest
 
 from rubricd.keys import Keys
-from rubricd.messages import Rollout
+from rubricd.messages import JudgeStatus, Rollout, Score
 from rubricd_services.common import intake
 from rubricd_services.common.intake import Rejected
-from rubricd_services.scorer.effects import rejected
 
 KEYS = Keys("rubricd")
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -29,6 +28,17 @@ def test_the_sender_of_an_entry_nested_too_deep_is_read():
 
 @pytest.mark.parametrize("field", ["step", "metadata", "unknown"])
 def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
+    def rejected(sender: intake.Sender, reason: str, rollout: Rollout | None) -> Score:
+        return Score(
+            run_id=sender.run_id,
+            rollout_id=sender.id,
+            step=sender.step,
+            status=JudgeStatus.REJECTED,
+            reward=None,
+            rubric_version=0,
+            error=reason,
+        )
+
     taking = intake.Intake(
         type=Rollout,
         what="rollout",

@@ -7,10 +7,9 @@ import msgspec
 import pytest
 
 from rubricd.keys import SCORERS
-from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet, Score
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd_services.common import prompts
-from rubricd_services.common.answering import Answered, Answering
-from rubricd_services.common.keeping import Keeping
+from rubricd_services.common.answering import ROLLOUTS, Answered, Answering
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import cache, rollouts, verdicts
 from rubricd_services.judges.cache import JudgeCache, VerdictCache, digest
@@ -57,12 +56,22 @@ def test_a_changed_judge_rubric_set_prompt_or_content_changes_the_key():
     assert len({key(), *changed}) == len(changed) + 1
 
 
+class Committing(Answering[Rollout, Score]):
+    """The scorer's commit alone."""
+
+    def event(self, rollout: Rollout, score: Score) -> Event:
+        return self.event_of(rollout, EventKind.ROLLOUT_SCORED, "")
+
+
 async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_read_decodes_it(redis, keys):
     verdict = verdicts.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
-    keeping = Keeping(answer_ttl_s=60, reply_ttl_s=60, kept_maxlen=0, kept_ttl_s=60, maxlen=100)
-    settings = ScorerSettings.model_construct(schedule_stats_ttl_s=60, judge_cache_ttl_s=1, analyze_evaluation=False)
-    scorer = Answering(effects.answers(1_000_000), redis, keys, keeping)
+    settings = ScorerSettings.model_construct(
+        **{"answer_ttl_s": 60, "reply_ttl_s": 60, "kept_maxlen": 0, "kept_ttl_s": 60, "stream_maxlen": 100},
+        **{"max_rollout_bytes": 1_000_000, "schedule_stats_ttl_s": 60, "judge_cache_ttl_s": 1},
+        analyze_evaluation=False,
+    )
+    scorer = Committing(ROLLOUTS, effects.SCRIPT, settings, redis, keys)
     await redis.xgroup_create(keys.rollouts, SCORERS, id="0", mkstream=True)
     entry = await redis.xadd(keys.rollouts, {"__data__": b"{}"})
     score = Score(run_id="run", rollout_id="r1", step=0, status=JudgeStatus.OK, reward=1.0, rubric_version=3)

@@ -18,12 +18,10 @@ import msgspec
 
 from rubricd import arm, wire
 from rubricd.arm import explain
-from rubricd.keys import ARM
-from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RewardedArmRollout, RubricSet
-from rubricd_services.common import answering, events, prompts
-from rubricd_services.common.answering import Answered, Answering, Answers
+from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
+from rubricd_services.common import answering, prompts
+from rubricd_services.common.answering import ARM_ROLLOUTS, Answered, Answering
 from rubricd_services.common.intake import Sender
-from rubricd_services.common.keeping import Keeping
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
@@ -35,7 +33,7 @@ from . import rewards
 from .phases import Phases
 from .settings import ArmSettings
 
-SERVICE = "arm"
+SERVICE = ARM_ROLLOUTS.service
 log = logging.getLogger("rubricd.arm")
 
 
@@ -43,23 +41,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
     """Turns one arm entry into one committed ArmReward."""
 
     def __init__(self, settings: ArmSettings, clients: Clients) -> None:
-        answers = Answers(
-            request=ArmRollout,
-            id_field="rollout_id",
-            what="arm rollout",
-            done="rewarded",
-            answer="reward",
-            max_bytes=("max_arm_rollout_bytes", settings.max_arm_rollout_bytes),
-            stream=lambda keys: keys.arm,
-            consumer_group=ARM,
-            stored=lambda keys, r: keys.arm_reward(r.run_id, r.rollout_id),
-            kept=lambda keys, r: keys.kept_arm_rollouts(r.run_id),
-            keep=lambda r, reward: RewardedArmRollout(rollout=r, reward=reward),
-            event=lambda _, reward: event(reward),
-            rejected=rejected,
-            script=SCRIPT,
-        )
-        super().__init__(answers, clients.redis, clients.keys, Keeping.of(settings, settings.stream_maxlen))
+        super().__init__(ARM_ROLLOUTS, SCRIPT, settings, clients.redis, clients.keys)
         self.settings, self.llm = settings, clients.llm
         self.judge_agent = settings.agent(PAIRWISE)
         self.template = prompts.load(pairwise.__package__, PAIRWISE, settings.pairwise_prompt)
@@ -75,6 +57,32 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
         tally = Tally(PAIRWISE)
         reward = await self.reward(rollout, tally)
         return Answered(reward, tally.usage(reward.judge_model or self.judge_agent.model))
+
+    def event(self, rollout: ArmRollout, reward: ArmReward) -> Event:
+        if reward.status is not JudgeStatus.OK:
+            kind, detail = EventKind(reward.status), reward.error or ""
+        elif reward.penalty is not None:
+            kind, detail = EventKind.ARM_REWARDED, f"penalty: {reward.penalty}"
+        elif reward.phase == "generator":
+            kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
+        else:
+            kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
+        return self.event_of(
+            rollout,
+            kind,
+            detail,
+            phase=reward.phase,
+            reward=reward.reward,
+            penalized=reward.penalty is not None,
+            judge_model=reward.judge_model,
+            generator_model=reward.generator_model,
+        )
+
+    def rejected(self, sender: Sender, reason: str, rollout: ArmRollout | None = None) -> ArmReward:
+        """The answer to an arm rollout that can never be rewarded as sent (its ids are the sender's; its phase the
+        rollout's, when it was valid)."""
+        phase = rollout.phase if rollout is not None else None
+        return self.rejection(ArmReward, sender, reason, phase=phase, rewarded_at=time.time())
 
     async def observe(self, rollout: ArmRollout, reward: ArmReward) -> None:
         outcome = "penalized" if reward.penalty else "rewarded" if reward.status is JudgeStatus.OK else reward.status
@@ -180,30 +188,6 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
         )
 
 
-def event(reward: ArmReward) -> Event:
-    if reward.status is not JudgeStatus.OK:
-        kind, detail = EventKind(reward.status), reward.error or ""
-    elif reward.penalty is not None:
-        kind, detail = EventKind.ARM_REWARDED, f"penalty: {reward.penalty}"
-    elif reward.phase == "generator":
-        kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
-    else:
-        kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
-    return events.event(
-        SERVICE,
-        kind,
-        run_id=reward.run_id,
-        step=reward.step,
-        rollout_id=reward.rollout_id,
-        detail=detail,
-        phase=reward.phase,
-        reward=reward.reward,
-        penalized=reward.penalty is not None,
-        judge_model=reward.judge_model,
-        generator_model=reward.generator_model,
-    )
-
-
 def _base(rollout: ArmRollout, **fields: Any) -> dict[str, Any]:
     """The fields every reward of `rollout` carries."""
     return {
@@ -220,13 +204,4 @@ def _base(rollout: ArmRollout, **fields: Any) -> dict[str, Any]:
     }
 
 
-def rejected(sender: Sender, reason: str, rollout: ArmRollout | None = None) -> ArmReward:
-    """The answer to an arm rollout that can never be rewarded as sent (its ids are the sender's; its phase the
-    rollout's, when it was valid)."""
-    return msgspec.structs.replace(
-        _rejected(sender, reason, rollout), phase=rollout.phase if rollout is not None else None
-    )
-
-
-_rejected = answering.rejected(ArmReward, "rollout_id", "rewarded_at")
 SCRIPT = answering.script()  # the runtime's commit, with no key of the arm's own

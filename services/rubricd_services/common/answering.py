@@ -2,33 +2,77 @@
 
 `Answering.handle` takes a request entry in (`intake`: rejected and counted if it can never be answered as sent),
 replies the stored answer's bytes to a request answered before (no judging), else asks the service's `answer`
-and commits it, and logs. A service subclasses it and supplies `answer` (and, optionally, `observe` and
-`refused`), and declares what it answers in an `Answers`. Its commit is `script`'s one Lua body: store the answer
-once, reply, keep the request with its answer, log the event, add the usage, ack; the service's own keys,
-arguments and maps go beside (`Effects`). What is written: docs/development.md, "The answering runtime".
+and commits it, and logs. A service subclasses it for one `Family` (what it takes and keeps, below) and supplies
+`answer`, `event` and `rejected` (and, optionally, `check`, `observe` and `refused`). Its commit is `script`'s one
+Lua body: store the answer once, reply, keep the request with its answer, log the event, add the usage, ack; the
+service's own keys, arguments and maps go beside (`Effects`). How: docs/development.md, "The answering runtime".
 """
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, get_type_hints
 
 from faststream.redis.message import RedisStreamMessage
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.keys import Keys
-from rubricd.messages import Event, JudgeStatus, Message
+from rubricd.keys import ARM, COMPARERS, SCORERS, Keys
+from rubricd.messages import (
+    Event,
+    EventKind,
+    JudgedComparison,
+    JudgeStatus,
+    Message,
+    RewardedArmRollout,
+    ScoredRollout,
+)
 
+from . import events
 from .commit import Names, Script, Value, split
 from .intake import Addressed, Intake, Rejected, Sender, entry_id
-from .keeping import Keeping
+from .keeping import Keeping, Settings
 
 M = TypeVar("M", bound=Message)  # the request: Rollout, Comparison, ArmRollout
 A = TypeVar("A", bound=Message)  # its answer: Score, Preference, ArmReward
 
 log = logging.getLogger("rubricd.answering")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What an answering service takes and keeps: its name, the request's name in reasons and logs, the request
+    kept with its answer (a Struct of the two, in that order: its first field names the request, whose id is
+    `<that name>_id`), the requests' stream (a Keys attribute) and consumer group, the answer's key and the kept
+    requests' key (Keys methods)."""
+
+    service: str
+    what: str
+    kept_as: type[Message]
+    stream: str
+    consumer_group: str
+    stored: Callable[[Keys, str, str], str]
+    kept: Callable[[Keys, str], str]
+
+    @property
+    def request(self) -> type[Message]:
+        hints = get_type_hints(self.kept_as)
+        return cast(type[Message], hints[self.kept_as.__struct_fields__[0]])
+
+    @property
+    def id_field(self) -> str:
+        return f"{self.kept_as.__struct_fields__[0]}_id"
+
+    def keep(self, request: Message, answer: Message) -> Message:
+        """The request with its answer, as kept."""
+        return self.kept_as(**dict(zip(self.kept_as.__struct_fields__, (request, answer), strict=True)))
+
+
+ROLLOUTS = Family("scorer", "rollout", ScoredRollout, "rollouts", SCORERS, Keys.score, Keys.kept_rollouts)
+COMPARISONS = Family(
+    "comparer", "comparison", JudgedComparison, "comparisons", COMPARERS, Keys.preference, Keys.kept_comparisons
+)
+ARM_ROLLOUTS = Family("arm", "arm rollout", RewardedArmRollout, "arm", ARM, Keys.arm_reward, Keys.kept_arm_rollouts)
 
 # The one body: `with_first` runs with the first answer only, `every_time` with every commit (the service's own
 # effects). An optional key is '': `kept` (kept_maxlen 0), `reply` (no reply_to). `replay` '1': `answer` holds the
@@ -88,54 +132,44 @@ class Answered(Generic[A]):
     effects: Effects = Effects()
 
 
-@dataclass(frozen=True, kw_only=True)
-class Answers(Generic[M, A]):
-    """What a service answers, declared once: the request (its type, its id's field, the setting that caps its
-    size, and the words of the logs), where its answer is stored and the request kept with it, the event, the
-    rejected answer, and the commit script."""
-
-    request: type[M]
-    id_field: str  # "rollout_id"
-    what: str  # "rollout", in reasons and logs
-    done: str  # "scored": "rollout r1 was already scored"
-    answer: str  # "score": "replied with its first score"
-    max_bytes: tuple[str, int]  # the setting capping a request's size, and its value
-    stream: Callable[[Keys], str]  # the requests' stream
-    consumer_group: str
-    stored: Callable[[Keys, M], str]  # the answer's key
-    kept: Callable[[Keys, M], str]  # the run's kept requests with their answers
-    keep: Callable[[M, A], Message]  # the request with its answer, as kept
-    event: Callable[[M, A], Event]
-    rejected: Callable[[Sender, str, M | None], A]  # the answer to a request that can never be answered as sent
-    script: Script
-    check: Callable[[M], None] | None = None  # raises Rejected for what the schema cannot say
-
-
 class Answering(Generic[M, A]):
-    """The loop of an answering service: take, reject (counted), replay, answer, commit, log. A service supplies
-    `answer`; `observe` (its figures after a new answer) and `refused` (count a rejection) are optional."""
+    """The loop of an answering service: take, reject (counted), replay, answer, commit, log."""
 
-    def __init__(self, answers: Answers[M, A], redis: Redis, keys: Keys, keeping: Keeping) -> None:
-        self.answers, self.redis, self.keys, self.keeping = answers, redis, keys, keeping
-        setting, max_bytes = answers.max_bytes
-        self.intake = Intake(
-            type=answers.request,
-            what=answers.what,
-            id_field=answers.id_field,
-            max_bytes=max_bytes,
+    def __init__(self, family: Family, script: Script, settings: Settings, redis: Redis, keys: Keys) -> None:
+        self.family, self.redis, self.keys, self.keeping = family, redis, keys, Keeping.of(settings)
+        setting = f"max_{family.what.replace(' ', '_')}_bytes"  # max_rollout_bytes
+        self.intake: Intake[M] = Intake(
+            type=cast(type[M], family.request),
+            what=family.what,
+            id_field=family.id_field,
+            max_bytes=getattr(settings, setting),
             max_bytes_setting=setting,
             keys=keys,
-            reply_ttl_s=keeping.reply_ttl_s,
-            answer=answers.rejected,
-            check=answers.check,
+            reply_ttl_s=settings.reply_ttl_s,
+            answer=self.rejected,
+            check=self.check,
         )
-        self._commit = answers.script.register(redis)
-        self._own = answers.script.keys[len(_KEYS) :], answers.script.args[len(_ARGS) :], answers.script.maps[1:]
+        self._commit = script.register(redis)
+        self._own = script.keys[len(_KEYS) :], script.args[len(_ARGS) :], script.maps[1:]
+
+    # What a service supplies.
 
     async def answer(self, request: M) -> Answered[A]:
         """The service's answer to a request not answered before; Rejected (`intake.refuse`) if it can never be
         answered as sent. Any other error leaves the entry pending, for a reclaim to retry."""
         raise NotImplementedError
+
+    def event(self, request: M, answer: A) -> Event:
+        """The event of a new answer (`event_of` fills the ids)."""
+        raise NotImplementedError
+
+    def rejected(self, sender: Sender, reason: str, request: M | None) -> Message:
+        """The answer to a request that can never be answered as sent (its ids the sender's; `request` given when
+        it was taken in, then refused)."""
+        raise NotImplementedError
+
+    def check(self, request: M) -> None:
+        """Raise Rejected for what the request's schema cannot say."""
 
     async def observe(self, request: M, answer: A) -> None:
         """After a new answer was committed: the service's figures."""
@@ -143,13 +177,23 @@ class Answering(Generic[M, A]):
     def refused(self, request: M | None) -> None:
         """A rejected request (None: not taken in), to count."""
 
+    # The loop.
+
     async def handle(self, msg: RedisStreamMessage) -> None:
         """FastStream's handler of a request entry."""
         await self.respond(entry_id(msg), self.take(msg.body))
 
+    def take(self, body: bytes) -> M:
+        """The request, or Rejected (counted, with a rejected answer for its publisher if it said where)."""
+        try:
+            return self.intake.take(body)
+        except Rejected:
+            self.refused(None)
+            raise
+
     async def respond(self, entry_id: bytes, request: M) -> None:
         """Answer a request taken in: its first answer again if it has one, else a new one, committed."""
-        stored: bytes | str | None = await self.redis.get(self.answers.stored(self.keys, request))
+        stored: bytes | str | None = await self.redis.get(self.stored(request))
         if stored is not None:  # published again, or redelivered after its commit: its first answer, as stored
             await self.replay(entry_id, request, stored)
             return
@@ -160,42 +204,28 @@ class Answering(Generic[M, A]):
             raise
         await self.commit_answer(entry_id, request, answered)
 
-    def take(self, body: bytes) -> M:
-        """The request, or Rejected (counted, with a rejected answer for its publisher if it said where)."""
-        try:
-            return self.intake.take(body)
-        except Rejected:
-            self.refused(None)
-            raise
-
     async def commit_answer(self, entry_id: bytes, request: M, answered: Answered[A]) -> bool:
         """Commit a new answer (`entry_id` b"": its entry was acked already); False if the request had one (its
         first is replied). Raises Rejected, having written nothing, if its reply_to names a key that is not a
         stream."""
-        answer, effects = answered.answer, answered.effects
-        stored = await self._run(
-            entry_id,
-            request,
-            {
-                "answer": wire.encode(answer),
-                "kept": wire.encode(self.answers.keep(request, answer)),
-                "event": wire.encode(self.answers.event(request, answer)),
-                "replay": "",
-            },
-            answered.usage,
-            effects,
-        )
-        if stored is not None:
-            self.log_replayed(request)
+        answer = answered.answer
+        written: dict[str, Value] = {
+            "answer": wire.encode(answer),
+            "kept": wire.encode(self.family.keep(request, answer)),
+            "event": wire.encode(self.event(request, answer)),
+            "replay": "",
+        }
+        if await self._run(entry_id, request, written, answered.usage, answered.effects) is not None:
+            self.replied(request)
             return False
         await self.observe(request, answer)
         return True
 
     async def replay(self, entry_id: bytes, request: M, stored: bytes | str) -> None:
         """Reply the stored answer's bytes again, and ack: nothing else is written."""
-        args: dict[str, Value] = {"answer": stored, "kept": "", "event": "", "replay": "1"}
-        await self._run(entry_id, request, args, {}, Effects())
-        self.log_replayed(request)
+        replayed: dict[str, Value] = {"answer": stored, "kept": "", "event": "", "replay": "1"}
+        await self._run(entry_id, request, replayed, {}, Effects())
+        self.replied(request)
 
     async def _run(
         self, entry_id: bytes, request: M, args: dict[str, Value], usage: Mapping[str, int], effects: Effects
@@ -204,42 +234,46 @@ class Answering(Generic[M, A]):
         sent = cast(Addressed, request)
         return await self._commit(
             keys={
-                "answer": self.answers.stored(self.keys, request),
-                "kept": self.keeping.kept(self.answers.kept(self.keys, request)),
+                "answer": self.stored(request),
+                "kept": self.keeping.kept(self.family.kept(self.keys, sent.run_id)),
                 "events": self.keys.events,
-                "requests": self.answers.stream(self.keys),
+                "requests": getattr(self.keys, self.family.stream),
                 "reply": sent.reply_to or "",
                 "usage": self.keys.usage(sent.run_id),
-                **{name: "" for name in keys},
+                **dict.fromkeys(keys, ""),
                 **effects.keys,
             },
             args={
                 **args,
-                "group": self.answers.consumer_group,
+                "group": self.family.consumer_group,
                 "entry_id": entry_id,
                 **self.keeping.args,
-                **{name: "" for name in own_args},
+                **dict.fromkeys(own_args, ""),
                 **effects.args,
             },
             maps={"usage": usage, **{name: {} for name in maps}, **effects.maps},
         )
 
+    def stored(self, request: M) -> str:
+        """The key of the request's answer."""
+        return self.family.stored(self.keys, cast(Addressed, request).run_id, getattr(request, self.family.id_field))
+
+    def event_of(self, request: M, kind: EventKind, detail: str, **fields: Any) -> Event:
+        """The service's event about `request`: its run, step and id, and `fields`."""
+        sent, id_field = cast(Addressed, request), self.family.id_field
+        ids = {"run_id": sent.run_id, "step": sent.step, id_field: getattr(request, id_field)}
+        return events.event(self.family.service, kind, **ids, detail=detail, **fields)
+
+    def rejection(self, answer: type[A], sender: Sender, reason: str, **fields: Any) -> A:
+        """A rejected `answer` to `sender` (its ids), saying why, with `fields`."""
+        ids = {"run_id": sender.run_id, self.family.id_field: sender.id, "step": sender.step}
+        return answer(**ids, status=JudgeStatus.REJECTED, error=reason, **fields)
+
     async def publish(self, event: Event) -> None:
         """Log an event of the service's own (a reloaded rubric set, a judge's accuracy)."""
         await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.keeping.maxlen, approximate=True)
 
-    def log_replayed(self, request: M) -> None:
-        a = self.answers
-        run_id, id_ = cast(Addressed, request).run_id, getattr(request, a.id_field)
-        log.info("%s %s/%s was already %s; replied with its first %s", a.what, run_id, id_, a.done, a.answer)
-
-
-def rejected(answer: type[A], id_field: str, stamped: str, **fields: Any) -> Callable[[Sender, str, Any], A]:
-    """The rejected-answer factory of a service: an `answer` with the sender's ids (`id_field` its own), status
-    rejected, the reason, `stamped` the time, and `fields`."""
-
-    def make(sender: Sender, reason: str, request: Any = None) -> A:
-        ids = {"run_id": sender.run_id, id_field: sender.id, "step": sender.step}
-        return answer(**ids, status=JudgeStatus.REJECTED, error=reason, **{stamped: time.time()}, **fields)
-
-    return make
+    def replied(self, request: M) -> None:
+        f = self.family
+        run_id, id_ = cast(Addressed, request).run_id, getattr(request, f.id_field)
+        log.info("%s %s/%s was answered before; replied with its first answer", f.what, run_id, id_)

@@ -7,8 +7,22 @@ the streams they append to (`maxlen`): the same arguments, under the same names,
 
 import functools
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
-from .settings import AnswerSettings
+
+class Settings(Protocol):
+    """The settings of a service answering a waiting publisher (common.settings: AnswerSettings, ServiceSettings)."""
+
+    @property
+    def answer_ttl_s(self) -> int: ...
+    @property
+    def reply_ttl_s(self) -> int: ...
+    @property
+    def kept_maxlen(self) -> int: ...
+    @property
+    def kept_ttl_s(self) -> int: ...
+    @property
+    def stream_maxlen(self) -> int: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,13 +34,13 @@ class Keeping:
     maxlen: int  # of the events and reply streams (stream_maxlen)
 
     @classmethod
-    def of(cls, settings: AnswerSettings, maxlen: int) -> "Keeping":
+    def of(cls, settings: Settings) -> "Keeping":
         return cls(
             answer_ttl_s=settings.answer_ttl_s,
             reply_ttl_s=settings.reply_ttl_s,
             kept_maxlen=settings.kept_maxlen,
             kept_ttl_s=settings.kept_ttl_s,
-            maxlen=maxlen,
+            maxlen=settings.stream_maxlen,
         )
 
     def kept(self, key: str) -> str:

@@ -11,6 +11,7 @@ entry pending for a reclaim to retry.
 """
 
 import logging
+import time
 from dataclasses import dataclass
 
 import msgspec
@@ -18,12 +19,11 @@ from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
 from rubricd.accuracy import Accuracy, parse_accuracy
-from rubricd.keys import COMPARERS
-from rubricd.messages import Comparison, Event, EventKind, JudgedComparison, JudgeStatus, Preference, RubricsUpdated
+from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
 from rubricd.store import RubricStore
-from rubricd_services.common import answering, events, prompts
-from rubricd_services.common.answering import Answered, Answering, Answers
-from rubricd_services.common.keeping import Keeping
+from rubricd_services.common import events, prompts
+from rubricd_services.common.answering import COMPARISONS, Answered, Answering
+from rubricd_services.common.intake import Sender
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
@@ -35,7 +35,7 @@ from rubricd_services.rubrics.sets import InForce, RubricCache
 from . import effects
 from .settings import ComparerSettings
 
-SERVICE = "comparer"
+SERVICE = COMPARISONS.service
 log = logging.getLogger("rubricd.comparer")
 
 
@@ -83,23 +83,7 @@ class Comparer(Answering[Comparison, Preference]):
     """Turns one comparisons entry into one committed Preference."""
 
     def __init__(self, settings: ComparerSettings, clients: Clients) -> None:
-        answers = Answers(
-            request=Comparison,
-            id_field="comparison_id",
-            what="comparison",
-            done="judged",
-            answer="preference",
-            max_bytes=("max_comparison_bytes", settings.max_comparison_bytes),
-            stream=lambda keys: keys.comparisons,
-            consumer_group=COMPARERS,
-            stored=lambda keys, c: keys.preference(c.run_id, c.comparison_id),
-            kept=lambda keys, c: keys.kept_comparisons(c.run_id),
-            keep=lambda c, p: JudgedComparison(comparison=c, preference=p),
-            event=event,
-            rejected=rejected,
-            script=effects.SCRIPT,
-        )
-        super().__init__(answers, clients.redis, clients.keys, Keeping.of(settings, settings.stream_maxlen))
+        super().__init__(COMPARISONS, effects.SCRIPT, settings, clients.redis, clients.keys)
         self.settings = settings
         self.metrics = PairwiseMetrics(clients.metrics)
         self.llm = clients.llm
@@ -118,6 +102,31 @@ class Comparer(Answering[Comparison, Preference]):
         preference = await self.judge(comparison, tally)
         spent = tally.usage(self.agent.model)
         return Answered(preference, spent, effects.effects(self.keys, comparison, preference))
+
+    def event(self, comparison: Comparison, p: Preference) -> Event:
+        kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
+        if p.status is not JudgeStatus.OK:
+            detail = p.error or ""
+        elif p.consistent is False:
+            detail = p.justification
+        else:
+            detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
+        return self.event_of(
+            comparison,
+            kind,
+            detail,
+            winner=p.winner,
+            consistent=p.consistent,
+            label=p.label,
+            correct=p.correct,
+            gatekeeper=p.gatekeeper,
+            rubric_version=p.rubric_version,
+            judge_ms=p.judge_ms,
+        )
+
+    def rejected(self, sender: Sender, reason: str, comparison: Comparison | None = None) -> Preference:
+        """The answer to a comparison that can never be judged as sent (its ids are the sender's)."""
+        return self.rejection(Preference, sender, reason, judged_at=time.time())
 
     async def observe(self, comparison: Comparison, preference: Preference) -> None:
         self.metrics.observe(preference)
@@ -176,32 +185,3 @@ class Comparer(Answering[Comparison, Preference]):
             await self.publish(event)
         except Exception:
             log.exception("reporting the judge accuracy of run %s failed", p.run_id)
-
-
-def event(comparison: Comparison, p: Preference) -> Event:
-    kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
-    if p.status is not JudgeStatus.OK:
-        detail = p.error or ""
-    elif p.consistent is False:
-        detail = p.justification
-    else:
-        detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
-    return events.event(
-        SERVICE,
-        kind,
-        run_id=comparison.run_id,
-        step=comparison.step,
-        detail=detail,
-        comparison_id=comparison.comparison_id,
-        winner=p.winner,
-        consistent=p.consistent,
-        label=p.label,
-        correct=p.correct,
-        gatekeeper=p.gatekeeper,
-        rubric_version=p.rubric_version,
-        judge_ms=p.judge_ms,
-    )
-
-
-# The answer to a comparison that can never be judged as sent (its ids are the sender's).
-rejected = answering.rejected(Preference, "comparison_id", "judged_at")

@@ -1,23 +1,16 @@
-"""What the scorer answers (`answers`: a rollout, its Score, its event) and what its commit writes besides the
-answering runtime's (common.answering): with the first score only, the rollout handed to the analyzers (unless
+"""What the scorer's commit writes besides the answering runtime's (common.answering): with the first score only, the rollout handed to the analyzers (unless
 not analysed) and the step's class statistics and rubric health; with every commit, a new verdict for the judge
 cache. What is written: docs/operators/recover.md, "Delivery".
 """
 
-import time
-
 from rubricd import health
-from rubricd.keys import SCORERS, Keys
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Score, ScoredRollout
-from rubricd.reward import POLICIES
-from rubricd_services.common import answering, events
-from rubricd_services.common.answering import Answers, Effects
-from rubricd_services.common.intake import Rejected, Sender
+from rubricd.keys import Keys
+from rubricd.messages import Rollout, Score
+from rubricd_services.common import answering
+from rubricd_services.common.answering import Effects
 
 from .schedule import stats_increments
 from .settings import ScorerSettings
-
-SERVICE = "scorer"
 
 # An optional key is '': `scored` (not analysed), `verdict` (no new verdict to keep for the judge cache).
 SCRIPT = answering.script(
@@ -35,26 +28,6 @@ SCRIPT = answering.script(
 if k_verdict ~= '' then redis.call('SET', k_verdict, a_verdict, 'EX', a_verdict_ttl) end
 """,
 )
-
-
-def answers(max_rollout_bytes: int) -> Answers[Rollout, Score]:
-    return Answers(
-        request=Rollout,
-        id_field="rollout_id",
-        what="rollout",
-        done="scored",
-        answer="score",
-        max_bytes=("max_rollout_bytes", max_rollout_bytes),
-        stream=lambda keys: keys.rollouts,
-        consumer_group=SCORERS,
-        stored=lambda keys, r: keys.score(r.run_id, r.rollout_id),
-        kept=lambda keys, r: keys.kept_rollouts(r.run_id),
-        keep=lambda r, score: ScoredRollout(rollout=r, score=score),
-        event=event,
-        rejected=rejected,
-        script=SCRIPT,
-        check=known_policy,
-    )
 
 
 def effects(
@@ -78,38 +51,3 @@ def effects(
         },
         maps={"stats": stats_increments(score), "health": health.increments(score, rollout.group)},
     )
-
-
-def event(rollout: Rollout, score: Score) -> Event:
-    kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
-    return events.event(
-        SERVICE,
-        kind,
-        run_id=rollout.run_id,
-        step=rollout.step,
-        rollout_id=rollout.rollout_id,
-        detail=score.error or "",
-        reward=score.reward,
-        rubric_version=score.rubric_version,
-        judge_ms=score.judge_ms,
-        **({"evaluation": True} if score.evaluation else {}),
-    )
-
-
-def rejected(sender: Sender, reason: str, rollout: Rollout | None = None) -> Score:
-    """The answer to a rollout that can never be scored as sent (its ids are the sender's)."""
-    return Score(
-        run_id=sender.run_id,
-        rollout_id=sender.id,
-        step=sender.step,
-        status=JudgeStatus.REJECTED,
-        reward=None,
-        rubric_version=0,
-        error=reason,
-        scored_at=time.time(),
-    )
-
-
-def known_policy(rollout: Rollout) -> None:
-    if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
-        raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")

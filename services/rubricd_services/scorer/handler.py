@@ -22,11 +22,11 @@ from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
 from rubricd.keys import SCORERS
-from rubricd.messages import JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
+from rubricd.reward import POLICIES
 from rubricd.store import RubricStore
-from rubricd_services.common.answering import Answered, Answering
-from rubricd_services.common.intake import Rejected, entry_id
-from rubricd_services.common.keeping import Keeping
+from rubricd_services.common.answering import ROLLOUTS, Answered, Answering
+from rubricd_services.common.intake import Rejected, Sender, entry_id
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges.cache import Cached, VerdictCache
@@ -39,12 +39,12 @@ from rubricd_services.rubrics.sets import RubricCache
 
 from . import effects
 from .canaries import CANARY, Canaries
-from .effects import SERVICE
 from .groups import Claimed, Gathering
 from .metrics import ScorerMetrics
 from .schedule import Schedule, candidates
 from .settings import ScorerSettings
 
+SERVICE = ROLLOUTS.service
 log = logging.getLogger("rubricd.scorer")
 DUE_GROUPS = 16  # groups one sweep claims at most
 
@@ -53,8 +53,7 @@ class Scorer(Answering[Rollout, Score]):
     """Turns one rollouts entry into one committed Score."""
 
     def __init__(self, settings: ScorerSettings, clients: Clients) -> None:
-        keeping = Keeping.of(settings, settings.stream_maxlen)
-        super().__init__(effects.answers(settings.max_rollout_bytes), clients.redis, clients.keys, keeping)
+        super().__init__(ROLLOUTS, effects.SCRIPT, settings, clients.redis, clients.keys)
         self.settings, self.llm = settings, clients.llm
         self.metrics = ScorerMetrics(clients.metrics)
         self.judge_settings = settings.agent(JUDGE)
@@ -145,6 +144,21 @@ class Scorer(Answering[Rollout, Score]):
 
     def refused(self, rollout: Rollout | None) -> None:
         self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
+
+    def event(self, rollout: Rollout, score: Score) -> Event:
+        kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
+        fields = {"reward": score.reward, "rubric_version": score.rubric_version, "judge_ms": score.judge_ms}
+        return self.event_of(
+            rollout, kind, score.error or "", **fields, **({"evaluation": True} if score.evaluation else {})
+        )
+
+    def rejected(self, sender: Sender, reason: str, rollout: Rollout | None = None) -> Score:
+        """The answer to a rollout that can never be scored as sent (its ids are the sender's)."""
+        return self.rejection(Score, sender, reason, reward=None, rubric_version=0, scored_at=time.time())
+
+    def check(self, rollout: Rollout) -> None:
+        if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
+            raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
 
     async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
         """Group judging: a member joins its group (its entry acked), and the group is judged if it completes it;
