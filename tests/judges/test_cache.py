@@ -82,12 +82,14 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
         asked.append(1)
         return answer
 
-    first = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT)
+    first = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=True)
     assert await first(messages, verdict) == answer and not first.answered and asked == [1]
     assert first.keep == (keys.verdict(key()), cache.encode(answer))  # its digest: of the messages it was given
     kept = effects.effects(keys, settings, ROLLOUT, score, first.keep)
     assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, {}, kept))
-    elsewhere = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT)  # another process: reads the kept one
+    elsewhere = VerdictCache(redis, keys, 60).judge(
+        ask, SET, JUDGE, ROLLOUT, on=True
+    )  # another process: reads the kept one
     assert await elsewhere(messages, verdict) == answer and elsewhere.answered and elsewhere.keep is None
     assert asked == [1]
     read = await redis.get(keys.verdict(key()))

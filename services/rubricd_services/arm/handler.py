@@ -19,7 +19,7 @@ import msgspec
 from rubricd import arm, wire
 from rubricd.arm import explain
 from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
-from rubricd_services.common import answering, prompts
+from rubricd_services.common import answering
 from rubricd_services.common.answering import ARM_ROLLOUTS, Answered, Answering
 from rubricd_services.common.intake import Sender
 from rubricd_services.common.seeds import Seeds
@@ -27,6 +27,7 @@ from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.pairwise import PAIRWISE
+from rubricd_services.judges.scoring import Judging
 from rubricd_services.rubrics import generation
 
 from . import rewards
@@ -43,8 +44,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
     def __init__(self, settings: ArmSettings, clients: Clients) -> None:
         super().__init__(ARM_ROLLOUTS, SCRIPT, settings, clients.redis, clients.keys)
         self.settings, self.llm = settings, clients.llm
-        self.judge_agent = settings.agent(PAIRWISE)
-        self.template = prompts.load(pairwise.__package__, PAIRWISE, settings.pairwise_prompt)
+        self.judging = Judging.pairwise(settings, settings.agent(PAIRWISE))
         self.anchors = generation.anchors(Seeds.load(settings).default)
         self.phases = Phases(clients.redis, clients.keys, settings.plan(), maxlen=settings.stream_maxlen)
         self.rewards = clients.metrics.counter(
@@ -56,7 +56,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
     async def answer(self, rollout: ArmRollout) -> Answered[ArmReward]:
         tally = Tally(PAIRWISE)
         reward = await self.reward(rollout, tally)
-        return Answered(reward, tally.usage(reward.judge_model or self.judge_agent.model))
+        return Answered(reward, tally.usage(reward.judge_model or self.judging.llm.model))
 
     def event(self, rollout: ArmRollout, reward: ArmReward) -> Event:
         if reward.status is not JudgeStatus.OK:
@@ -116,7 +116,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
             raise self.intake.refuse(
                 rollout, f"run has no preference prompt {rollout.prompt_id!r} (rubricd arm import)"
             )
-        judge_model = rollout.judge_model or self.judge_agent.model
+        judge_model = rollout.judge_model or self.judging.llm.model
         base = _base(rollout, judge_model=judge_model)
         candidate = rewards.candidate(
             rollout.completion, self.anchors, s.meta_classes, s.generate_max_rubrics, s.generate_max_points
@@ -124,7 +124,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
         if candidate.problem is not None:
             return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=candidate.problem)
         rubric_set = rewards.candidate_set(rollout.run_id, found.prompt_id, candidate.rubrics)
-        system = pairwise.system_message(self.template, rubric_set)
+        system = pairwise.system_message(self.judging.template, rubric_set)
         judge = pairwise.judge_by(caller(self.llm, tally, model=judge_model))
         judged = await asyncio.gather(
             *(
@@ -135,7 +135,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
                     judge,
                     both_orders=True,
                     ties=s.pairwise_ties,
-                    max_chars=self.judge_agent.prompt_chars(),
+                    max_chars=self.judging.llm.prompt_chars(),
                 )
                 for comparison in found.comparisons[: s.arm_max_comparisons]
             )

@@ -263,7 +263,10 @@ async def run_pairs(args: argparse.Namespace, ctx: Context, items: list[pairs.Pa
         raise Failed(f"{args.labelled}: no labelled comparison")
     settings = load(EvalSettings)
     package, agent = pairwise.__package__, pairwise.PAIRWISE
-    judging = Judging(llm=settings.agent(agent), template=load_prompt(package, agent, settings.pairwise_prompt))
+    try:
+        judging = Judging.pairwise(settings, settings.agent(agent))
+    except OSError as e:
+        raise Failed(f"cannot read the {agent} prompt {settings.pairwise_prompt}: {e}") from None
     reports = []
     async with ctx.redis() as redis:
         for config in configs(args.judge, judging, package, agent):

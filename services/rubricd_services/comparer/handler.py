@@ -21,7 +21,7 @@ from rubricd import wire
 from rubricd.accuracy import Accuracy, parse_accuracy
 from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
 from rubricd.store import RubricStore
-from rubricd_services.common import events, prompts
+from rubricd_services.common import events
 from rubricd_services.common.answering import COMPARISONS, Answered, Answering
 from rubricd_services.common.intake import Sender
 from rubricd_services.common.metrics import Metrics
@@ -29,6 +29,7 @@ from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
+from rubricd_services.judges.scoring import Judging
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import InForce, RubricCache
 
@@ -87,20 +88,19 @@ class Comparer(Answering[Comparison, Preference]):
         self.settings = settings
         self.metrics = PairwiseMetrics(clients.metrics)
         self.llm = clients.llm
-        self.agent = settings.agent(pairwise.PAIRWISE)
-        template = prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
+        self.judging = Judging.pairwise(settings, settings.agent(pairwise.PAIRWISE))
         self.rubrics = RubricCache(
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
-            prepare=lambda in_force: Prepared(in_force, pairwise.system_message(template, in_force.set)),
+            prepare=lambda in_force: Prepared(in_force, pairwise.system_message(self.judging.template, in_force.set)),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
 
     async def answer(self, comparison: Comparison) -> Answered[Preference]:
         tally = Tally(pairwise.PAIRWISE)
         preference = await self.judge(comparison, tally)
-        spent = tally.usage(self.agent.model)
+        spent = tally.usage(self.judging.llm.model)
         return Answered(preference, spent, effects.effects(self.keys, comparison, preference))
 
     def event(self, comparison: Comparison, p: Preference) -> Event:
@@ -152,7 +152,7 @@ class Comparer(Answering[Comparison, Preference]):
             pairwise.judge_by(caller(self.llm, tally)),
             both_orders=self.settings.pairwise_both_orders,
             ties=self.settings.pairwise_ties,
-            max_chars=self.agent.prompt_chars(),
+            max_chars=self.judging.llm.prompt_chars(),
         )
         if rubrics.generation is None:
             return preference

@@ -103,22 +103,28 @@ class VerdictCache:
     def __init__(self, redis: Redis, keys: Keys, ttl_s: float) -> None:
         self.redis, self.keys, self.recent = redis, keys, JudgeCache(ttl_s)
 
-    def judge(self, ask: Judge, rubric_set: RubricSet, llm: LLMSettings, rollout: Rollout) -> "Cached":
-        """The judge of `rollout` under `rubric_set` through this cache, asking `ask` (the LLM's judge, `llm`'s)."""
-        return Cached(self, ask, rubric_set, llm, rollout)
+    def judge(self, ask: Judge, rubric_set: RubricSet, llm: LLMSettings, rollout: Rollout, *, on: bool) -> "Cached":
+        """The judge of `rollout` under `rubric_set` through this cache, asking `ask` (the LLM's judge, `llm`'s);
+        `on` False (or a TTL of 0): `ask` itself."""
+        return Cached(self, ask, rubric_set, llm, rollout, on=on and self.recent.ttl_s > 0)
 
 
 class Cached:
     """One rollout's judge through the cache (a scoring.Judge). After judging: `answered`, whether the cache
-    answered (a kept verdict or a twin's: no call); `keep`, a new verdict's key and value, for the score's commit
-    to keep (None: nothing new)."""
+    answered (a kept verdict or a twin's: no call), or None (the cache is off, or the call failed); `keep`, a new
+    verdict's key and value, for the score's commit to keep (None: nothing new)."""
 
-    def __init__(self, cache: VerdictCache, ask: Judge, rubric_set: RubricSet, llm: LLMSettings, rollout: Rollout):
+    def __init__(
+        self, cache: VerdictCache, ask: Judge, rubric_set: RubricSet, llm: LLMSettings, rollout: Rollout, *, on: bool
+    ) -> None:
         self.cache, self.ask, self.rubric_set, self.llm, self.rollout = cache, ask, rubric_set, llm, rollout
-        self.answered = False
+        self.on = on
+        self.answered: bool | None = None
         self.keep: tuple[str, bytes] | None = None
 
     async def __call__(self, messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
+        if not self.on:
+            return await self.ask(messages, verdict)
         found = digest(self.rubric_set, self.llm, messages, self.rollout)
         key = self.cache.keys.verdict(found)
         kept = await self.cache.redis.get(key)

@@ -20,9 +20,9 @@ from rubricd_services.common import prompts
 from rubricd_services.common.settings import LLMSettings
 from rubricd_services.rubrics.sets import Generation, InForce
 
-from . import groups, rollouts, trajectories, verdicts
+from . import groups, pairwise, rollouts, trajectories, verdicts
 from .caller import Caller, JudgeFailed
-from .settings import JudgeSettings
+from .settings import JudgeSettings, PairwiseSettings
 from .votes import Voted, majority
 
 T = TypeVar("T")
@@ -93,6 +93,11 @@ class Judging:
             group_members=settings.judge_group_members,
             votes=settings.judge_votes,
         )
+
+    @classmethod
+    def pairwise(cls, settings: PairwiseSettings, llm: LLMSettings) -> "Judging":
+        """The pairwise judge's (the comparer's, the arm service's): its LLM settings and its prompt."""
+        return cls(llm=llm, template=prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt))
 
     def prepare(self, in_force: InForce) -> "Rubrics":
         """A rubric set ready to judge with (once per set, by the rubric cache)."""

@@ -29,7 +29,7 @@ from rubricd_services.common.answering import ROLLOUTS, Answered, Answering
 from rubricd_services.common.intake import Rejected, Sender, entry_id
 from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
-from rubricd_services.judges.cache import Cached, VerdictCache
+from rubricd_services.judges.cache import VerdictCache
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.evaluation.run import Config
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
@@ -101,22 +101,19 @@ class Scorer(Answering[Rollout, Score]):
         self.canaries.seen(rollout, rubrics.set.version)
         votes = rollout.judge_votes or self.judging.votes
         tally = Tally(JUDGE)
-        judge = judge_by(caller(self.llm, tally))
         # The verdict cache keeps one call's verdict: a set judged one call per rubric, or by votes, is judged
         # every time.
-        cached: Cached | None = None
-        if self.settings.judge_cache_ttl_s and self.judging.style.calls == "one" and votes == 1:
-            judge = cached = self.verdicts.judge(judge, rubrics.set, self.judge_settings, rollout)
-        score = await score_rollout(rollout, await self.scoring(rollout, rubrics), judge, votes=votes)
-        if cached is None:
-            return self.answered(rollout, score, tally.usage(self.judge_settings.model))
-        if score.status is JudgeStatus.OK:
-            self.metrics.judge_cache.labels("hit" if cached.answered else "miss").inc()
-        if cached.answered:
-            score = msgspec.structs.replace(score, judge_cached=True)
-        return self.answered(
-            rollout, score, tally.usage(self.judge_settings.model, cached=cached.answered), cached.keep
+        one_call = self.judging.style.calls == "one" and votes == 1
+        judge = self.verdicts.judge(
+            judge_by(caller(self.llm, tally)), rubrics.set, self.judge_settings, rollout, on=one_call
         )
+        score = await score_rollout(rollout, await self.scoring(rollout, rubrics), judge, votes=votes)
+        if judge.answered is not None:
+            self.metrics.judge_cache.labels("hit" if judge.answered else "miss").inc()
+        if judge.answered:
+            score = msgspec.structs.replace(score, judge_cached=True)
+        spent = tally.usage(self.judge_settings.model, cached=bool(judge.answered))
+        return self.answered(rollout, score, spent, judge.keep)
 
     async def scoring(self, rollout: Rollout, rubrics: Rubrics) -> Scoring:
         """How the rollout's verdicts become its Score: its policy, and the step's meta-class under `alternating`."""
