@@ -29,15 +29,8 @@ def test_the_sender_of_an_entry_nested_too_deep_is_read():
 @pytest.mark.parametrize("field", ["step", "metadata", "unknown"])
 def test_intake_rejects_a_rollout_nested_too_deep_with_an_answer(field: str):
     def rejected(sender: intake.Sender, reason: str, rollout: Rollout | None) -> Score:
-        return Score(
-            run_id=sender.run_id,
-            rollout_id=sender.id,
-            step=sender.step,
-            status=JudgeStatus.REJECTED,
-            reward=None,
-            rubric_version=0,
-            error=reason,
-        )
+        ids = {"run_id": sender.run_id, "rollout_id": sender.id, "step": sender.step}
+        return Score(**ids, status=JudgeStatus.REJECTED, reward=None, rubric_version=0, error=reason)
 
     taking = intake.Intake(
         type=Rollout,

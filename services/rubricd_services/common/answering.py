@@ -68,6 +68,7 @@ class Family:
         return self.kept_as(**dict(zip(self.kept_as.__struct_fields__, (request, answer), strict=True)))
 
 
+# service, request, kept as, requests' stream, consumer group, answer's key, kept requests' key
 ROLLOUTS = Family("scorer", "rollout", ScoredRollout, "rollouts", SCORERS, Keys.score, Keys.kept_rollouts)
 COMPARISONS = Family(
     "comparer", "comparison", JudgedComparison, "comparisons", COMPARERS, Keys.preference, Keys.kept_comparisons
