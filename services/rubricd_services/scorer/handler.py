@@ -14,7 +14,6 @@ judged once, by the handler of the member that completes it or by a scorer's swe
 (`judge_due_groups`), and each member's score committed as above.
 """
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.canaries import CanaryStep
 from rubricd.keys import SCORERS
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES, policy
 from rubricd.store import RubricStore
 from rubricd_services.common import events, intake, prompts
@@ -55,13 +54,12 @@ from . import cache
 from .cache import JudgeCache
 from .canaries import CANARY, Canaries
 from .effects import Effects
-from .groups import Claimed, Gathering
+from .groups import Claimed, Groups
 from .schedule import Decision, Schedule, candidates
 from .settings import ScorerSettings
 
 SERVICE = "scorer"
 log = logging.getLogger("rubricd.scorer")
-DUE_GROUPS = 16  # groups one sweep claims at most
 
 JUDGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
 REWARD_BUCKETS = tuple(i / 10 for i in range(11))
@@ -203,11 +201,11 @@ class Scorer:
             verdict_ttl_s=settings.judge_cache_ttl_s,
         )
 
-        self.gathering = Gathering(
+        self.groups = Groups(
             clients.redis,
             self.keys,
-            SCORERS,
             clients.consumer,
+            self.judge_group,
             deadline_s=settings.group_deadline_s,
             lease_s=settings.reclaim_idle_ms / 1000,
             ttl_s=settings.answer_ttl_s,
@@ -285,39 +283,12 @@ class Scorer:
             )
 
     async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
-        """Group judging: a member joins its group (its entry acked), and the group is judged if it completes it;
-        False if the member is to be judged alone (scored before: its first score again; or its group's judging
-        started: a late member)."""
-        first = await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))
-        if first is not None:
-            return False  # scored before: score_alone replies with its first score
-        members = await self.gathering.join(rollout, entry_id)
-        if members is None:
-            log.info("rollout %s/%s came after its group was judged; judged alone", rollout.run_id, rollout.rollout_id)
-            return False
-        if rollout.group_size is not None and members >= rollout.group_size:
-            await self.judge_due(self.gathering.key(rollout))
-        return True
+        """Group judging (groups.Groups.gather): False if the member is to be judged alone."""
+        return await self.groups.gather(rollout, entry_id)
 
     async def judge_due_groups(self) -> None:
         """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
-        due = await self.gathering.due(DUE_GROUPS)
-        for key, outcome in zip(due, await asyncio.gather(*(self.judge_due(k) for k in due), return_exceptions=True)):
-            if isinstance(outcome, Exception):  # the group falls due again when its claim runs out
-                log.warning("judging group %s failed: %r", key, outcome)
-
-    async def judge_due(self, key: str) -> None:
-        """Claim the group at `key` if it is due, judge its members still without a score, and finish it."""
-        claimed = await self.gathering.claim(key)
-        if claimed is None:
-            return
-        async with self.gathering.held(key):
-            keys = [self.keys.score(m.run_id, m.rollout_id) for m in claimed.members]
-            scored = await self.redis.mget(keys) if keys else []
-            todo = [m for m, first in zip(claimed.members, scored, strict=True) if first is None]
-            for part in _parts(todo):
-                await self.judge_group(part, claimed)
-            await self.gathering.finish(key)
+        await self.groups.judge_due_groups()
 
     async def judge_group(self, members: list[Rollout], claimed: Claimed) -> None:
         """Judge members of one group that share their prompt together, and commit each one's score."""
@@ -450,14 +421,6 @@ def failed(rollout: Rollout, rubrics: Rubrics, policy_name: str, error: str) -> 
         group=rollout.group,
         evaluation=rollout.evaluation,
     )
-
-
-def _parts(members: list[Rollout]) -> list[list[Rollout]]:
-    """The members split by what they are judged against: their prompt (instance), text or trajectory."""
-    parts: dict[tuple[str, bool], list[Rollout]] = {}
-    for member in members:
-        parts.setdefault((instance_key(member), bool(member.trajectory)), []).append(member)
-    return list(parts.values())
 
 
 def known_policy(rollout: Rollout) -> None:
