@@ -124,6 +124,8 @@ class Lua:
 
 
 class Joined(enum.IntEnum):
+    """What a member's `join` did."""
+
     LATE = -1  # the gathering was claimed: the member is the user's `late` to answer
     IN = 0
     COMPLETE = 1  # the member completed the gathering: it is due at once
