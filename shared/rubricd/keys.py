@@ -52,7 +52,7 @@ class Keys:
         self.events = f"{ns}:events"  # Event, every service -> `tail`
         self.dead_letters = f"{ns}:dead-letters"  # DeadLetter
         # Sorted set of the sample groups gathering for group judging (their `group` keys), each by when it is
-        # due: its deadline, at once when complete, or when a claim on it runs out (scorer.groups).
+        # due: its deadline, at once when complete, or when a claim on it runs out (a gathering: scorer.groups).
         self.groups_due = f"{ns}:groups-due"
         self._replies = f"{ns}:replies:"
 
@@ -104,21 +104,22 @@ class Keys:
         return f"{self.namespace}:step-unsampled:{run_id}:{step}"
 
     def analysis_group(self, run_id: str, step: int, group: str) -> str:
-        """Hash of one sample group as the analysis sample sees it: under `extremes`, `r:<rollout id>` its reward
-        ('' for none) and `b:<rollout id>` its ScoredRollout (dropped once decided), `n` members arrived,
-        `claim_until` while an analyzer decides it, `decided`, `failed` decisions; under k per group, `p:<rollout
-        id>` 1 if picked, else 0."""
+        """Hash of one sample group as the analysis sample sees it: under `extremes` a gathering, `m:<rollout id>`
+        its ScoredRollout ('' once decided), `~n` members arrived, `~opened`, `~claimed` once an analyzer first
+        claimed it (a member arriving later is left out), `~claimer`, `~claims`, `~failed` decisions; under k per
+        group, `p:<rollout id>` 1 if picked, else 0, and `n` members arrived."""
         return f"{self.namespace}:analysis-group:{run_id}:{step}:{group}"
 
     @property
     def analysis_groups(self) -> str:
         """Sorted set of the sample groups the analyzers have yet to decide (JSON [run_id, step, group]), scored
-        by when one may: the group's deadline, now once it is complete, or when a claim on it ends."""
+        by when one may: the group's deadline, now once it is complete, when a claim on it ends, or a retry."""
         return f"{self.namespace}:analysis-groups"
 
     @property
     def open_steps(self) -> str:
-        """Sorted set of open steps ('run_id|step'), scored by their summary deadline."""
+        """Sorted set of open steps ('run_id|step'), scored by when one may be claimed: its summary deadline, when
+        a claim on it ends, or a retry."""
         return f"{self.namespace}:open-steps"
 
     def update_lock(self, run_id: str, instance_key: str | None = None) -> str:
@@ -141,8 +142,9 @@ class Keys:
 
     def group(self, run_id: str, step: int, group: str) -> str:
         """Hash of a sample group gathering for group judging: `m:<rollout id>` -> the member's rollout (wire
-        bytes), `~n` members, `~opened` when the first arrived, `~claimed` once its judging started (a member that
-        arrives later is judged alone), `~claimer` (the consumer of the latest claim), `~claims`; expires with the scores (`answer_ttl_s`)."""
+        bytes; '' once judged), `~n` members, `~opened` when the first arrived, `~claimed` once its judging started
+        (a member that arrives later is judged alone), `~claimer` (the consumer of the latest claim), `~claims`;
+        expires with the scores (`answer_ttl_s`)."""
         return f"{self.namespace}:group:{run_id}:{step}:{group}"
 
     def preference(self, run_id: str, comparison_id: str) -> str:

@@ -137,7 +137,7 @@ async def test_an_analyzer_killed_while_deciding_a_group_loses_nothing_and_anoth
     await publish_step(redis, keys, [member("run", i, sample="extremes", response=slow) for i in range(G)])
     group = keys.analysis_group("run", 0, "g0")
     deadline = time.monotonic() + 60
-    while not await redis.hexists(group, "claim_until"):
+    while not await redis.hexists(group, "~claimer"):
         assert time.monotonic() < deadline, "the group was never claimed"
         await asyncio.sleep(0.02)
     first.kill()
@@ -148,26 +148,28 @@ async def test_an_analyzer_killed_while_deciding_a_group_loses_nothing_and_anoth
     assert await analyzed(redis, keys, "run") == {"r0": 1, "r7": 1}
 
 
-async def test_a_group_is_decided_at_its_deadline_and_a_member_arriving_after_is_left_out(redis, keys) -> None:
-    effects = Effects(redis, keys, ANALYZERS, maxlen=1000)
-    group = GroupRef("run", 0, "g0")
+async def test_a_group_is_decided_at_its_deadline_and_a_member_arriving_after_is_left_out(
+    redis, keys, eventually
+) -> None:
+    effects = Effects(redis, keys, "analyzer-a", maxlen=1000, deadline_s=0.5, lease_s=60)
+    samples, group = effects.samples, GroupRef("run", 0, "g0")
     members = [member("run", i, sample="extremes", size=None) for i in range(4)]
     for m in members[:3]:  # no group_size: never complete, only its deadline decides it
-        assert not await effects.gather(m, wire.encode(m), b"1-0", now=100.0, deadline_s=60)
-    assert await effects.due_groups(159.0) == [] and await effects.due_groups(160.0) == [group]
-    assert await effects.claim(group, 160.0, until=200.0)
-    assert not await effects.claim(group, 170.0, until=210.0)  # held
-    assert await effects.claim(group, 200.0, until=240.0)  # its holder died: the claim lapsed
-    gathered = await effects.gathered(group)
-    assert gathered.rewards == {"r0": 0.0, "r1": 0.1, "r2": 0.2} and set(gathered.bodies) == {"r0", "r1", "r2"}
+        assert not await effects.gather(m, wire.encode(m), b"1-0")
+    assert await samples.due(10) == []
+    assert await eventually(lambda: samples.due(10), "the group's deadline", every=0.05) == [group.name]
+    claim = await samples.claim(group.name)
+    assert claim is not None and claim.members == {m.rollout.rollout_id: wire.encode(m) for m in members[:3]}
+    assert await samples.claim(group.name) is None  # held
     best = RolloutAnalysis(run_id="run", rollout_id="r2", step=0, rubric_version=1, quality="q")
     announced = events.event("analyzer", EventKind.ROLLOUT_ANALYZED, run_id="run", step=0, rollout_id="r2")
     assert await effects.decide(group, [best], [announced], given_up=["r0"])
     assert not await effects.decide(group, [best], [announced], given_up=[])  # once
-    assert not await effects.gather(members[3], wire.encode(members[3]), b"1-0", now=300.0, deadline_s=60)
+    assert not await effects.gather(members[3], wire.encode(members[3]), b"1-0")
     unsampled = await redis.hgetall(keys.step_unsampled("run", 0))
     assert unsampled == {b"r1": b"extremes", b"r3": b"extremes"}
     assert await redis.smembers(keys.step_given_up("run", 0)) == {b"r0"}
     assert await redis.smembers(keys.step_analyses("run", 0)) == {b"r2"} and await redis.xlen(keys.analyses) == 1
-    assert not any(f.startswith(b"b:") for f in await redis.hkeys(keys.analysis_group("run", 0, "g0")))
+    stored = await redis.hgetall(keys.analysis_group("run", 0, "g0"))
+    assert {f: v for f, v in stored.items() if f.startswith(b"m:")} == {b"m:r0": b"", b"m:r1": b"", b"m:r2": b""}
     assert await redis.zcard(keys.analysis_groups) == 0

@@ -262,7 +262,7 @@ async def test_a_summarizer_killed_mid_work_loses_nothing_and_summarizes_every_s
     first = start_summarizer(**settings).wait_consuming(stack.redis_url, keys)
 
     async def all_claimed() -> bool:
-        return all([await redis.hexists(keys.step("run", s), "claim") for s in range(3)])
+        return all([await redis.hexists(keys.step("run", s), "~claimer") for s in range(3)])
 
     await eventually(all_claimed, "the summarizer to claim all 3 steps", every=0.05)
     first.kill()  # SIGKILL with every step claimed and its LLM calls in flight

@@ -110,24 +110,20 @@ def test_per_instance_mode_groups_by_instance_key() -> None:
     assert list(summary.by_instance(analyses, per_instance=False)) == [None]
 
 
-def test_a_step_is_due_when_complete_or_past_its_deadline() -> None:
+def test_a_step_is_complete_when_its_analyses_are_in() -> None:
     open_ = StepState(run_id="r", step=1)
-    assert not open_.closed and not open_.due(1e12)  # no StepClosed: never due
-    counted = StepState(run_id="r", step=1, expected=3, deadline=100.0, analyzed=frozenset({"a", "b"}))
-    assert not counted.complete and not counted.due(99.0) and counted.due(100.0)
+    assert not open_.closed and not open_.complete  # no StepClosed: never complete
+    counted = StepState(run_id="r", step=1, expected=3, analyzed=frozenset({"a", "b"}))
+    assert not counted.complete
     assert counted.missing == ()  # without ids only the count is known
-    assert StepState(run_id="r", step=1, expected=2, deadline=100.0, analyzed=frozenset({"a", "b"})).due(0.0)
-    named = StepState(
-        run_id="r", step=1, expected=2, rollout_ids=("a", "c"), deadline=100.0, analyzed=frozenset({"a", "b"})
-    )
+    assert StepState(run_id="r", step=1, expected=2, analyzed=frozenset({"a", "b"})).complete
+    named = StepState(run_id="r", step=1, expected=2, rollout_ids=("a", "c"), analyzed=frozenset({"a", "b"}))
     assert not named.complete and named.missing == ("c",)
-    assert not StepState(run_id="r", step=1, expected=0, summarized=True).due(1e12)
 
 
-def test_a_closure_without_a_count_is_summarized_at_its_deadline_with_what_arrived():
-    uncounted = StepState(run_id="r", step=1, closed_at=50.0, deadline=100.0, analyzed=frozenset({"a", "b"}))
+def test_a_closure_without_a_count_is_never_complete_only_its_deadline_makes_it_due():
+    uncounted = StepState(run_id="r", step=1, closed_at=50.0, analyzed=frozenset({"a", "b"}))
     assert uncounted.closed and not uncounted.complete
-    assert not uncounted.due(99.0) and uncounted.due(100.0)
 
 
 def test_chunks_also_fit_the_summarizers_prompt_budget_and_an_oversized_analysis_is_cut() -> None:
@@ -178,14 +174,10 @@ async def test_the_summarizers_are_told_how_many_analyses_report_each_hacking_ty
 def test_rollouts_the_analysis_sample_left_out_are_neither_waited_for_nor_missing() -> None:
     left_out = {f"r{i}": "extremes" for i in range(2, 8)}
     ids = tuple(f"r{i}" for i in range(8))
-    state = StepState(
-        run_id="r", step=1, expected=8, rollout_ids=ids, deadline=100.0, analyzed=frozenset({"r0"}), unsampled=left_out
-    )
+    state = StepState(run_id="r", step=1, expected=8, rollout_ids=ids, analyzed=frozenset({"r0"}), unsampled=left_out)
     assert not state.complete and state.missing == ("r1",)
-    done = StepState(
-        run_id="r", step=1, expected=8, deadline=100.0, analyzed=frozenset({"r0", "r1"}), unsampled=left_out
-    )
-    assert done.complete and done.due(0.0)
+    done = StepState(run_id="r", step=1, expected=8, analyzed=frozenset({"r0", "r1"}), unsampled=left_out)
+    assert done.complete
     assert done.sample({"r0", "r1"}) == StepSample(rule="extremes", analyzed=2, scored=8)
     assert StepState(run_id="r", step=1, unsampled={"r3": "2"}).sample({"r1", "r2"}) == StepSample(
         rule=2, analyzed=2, scored=3

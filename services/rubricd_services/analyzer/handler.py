@@ -17,17 +17,16 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.keys import ANALYZERS
 from rubricd.messages import Event, EventKind, RolloutAnalysis, Rubric, ScoredRollout
 from rubricd.store import RubricStore
 from rubricd_services.common import events, intake, prompts
 from rubricd_services.common.embedder import EMBEDDER
+from rubricd_services.common.gathering import Claim
 from rubricd_services.common.llm import LLMError
 from rubricd_services.common.memory import MemoryItem, MemoryKind
 from rubricd_services.common.outage import LLM, WEAVIATE
@@ -41,6 +40,7 @@ from .settings import AnalyzerSettings
 
 SERVICE = "analyzer"
 SWEEP_INTERVAL_S = 1.0  # how often undecided groups are checked for deadlines and lapsed claims
+DUE_GROUPS = 100  # groups one sweep takes at most
 RETRY_AFTER_S = 10.0  # a group whose decision failed is tried again after this
 log = logging.getLogger("rubricd.analyzer")
 
@@ -65,10 +65,13 @@ class Analyzer:
         self.llm = Metered(clients.llm, clients.redis, clients.keys)
         self.memory = clients.memory
         self.store = RubricStore(clients.redis, clients.keys)
-        self.effects = Effects(clients.redis, clients.keys, ANALYZERS, maxlen=settings.stream_maxlen)
+        lease_s = settings.handler_deadline([ANALYZER, EMBEDDER])  # a group's decision: its analyses at once
+        deadline_s, maxlen = settings.group_deadline_s, settings.stream_maxlen
+        self.effects = Effects(
+            clients.redis, clients.keys, self.consumer, maxlen=maxlen, deadline_s=deadline_s, lease_s=lease_s
+        )
         self.template = prompts.load(__package__, ANALYZER, settings.analyzer_prompt)
         self.prompt_chars = settings.agent(ANALYZER).prompt_chars()
-        self.claim_s = settings.handler_deadline([ANALYZER, EMBEDDER])  # a group's decision: its analyses at once
         self._rubrics: dict[tuple[str, str | None, int], list[Rubric]] = {}
         self._deciding: dict[GroupRef, asyncio.Task[None]] = {}
 
@@ -77,7 +80,7 @@ class Analyzer:
         entry_id = intake.entry_id(msg)
         rule = sampling.rule(scored.rollout, self.settings.analysis_sample)
         if rule == sampling.EXTREMES:
-            if await self.effects.gather(scored, msg.body, entry_id, time.time(), self.settings.group_deadline_s):
+            if await self.effects.gather(scored, msg.body, entry_id):
                 self.decide_later(GroupRef.of(scored.rollout))
             return
         if isinstance(rule, int) and not await self.effects.pick(scored, rule, entry_id):
@@ -123,8 +126,8 @@ class Analyzer:
 
     async def sweep(self) -> None:
         """Decide the groups that are due: past their deadline, or left by an analyzer that died deciding them."""
-        for group in await self.effects.due_groups(time.time()):
-            self.decide_later(group)
+        for name in await self.effects.samples.due(DUE_GROUPS):
+            self.decide_later(GroupRef.parse(name))
 
     async def stop(self) -> None:
         for task in list(self._deciding.values()):
@@ -133,30 +136,35 @@ class Analyzer:
     async def decide(self, group: GroupRef) -> None:
         """Claim a due `extremes` group, analyze its best and worst, and record the rest as left out. A failed
         decision is tried again after RETRY_AFTER_S; after `max_failures` of them, the chosen are given up on."""
-        now = time.time()
         try:
-            if not await self.effects.claim(group, now, now + self.claim_s):
+            claim = await self.effects.samples.claim(group.name)
+            if claim is None:
                 return
-            gathered = await self.effects.gathered(group)
-            chosen = [wire.decode(gathered.bodies[i], ScoredRollout) for i in sampling.extremes(gathered.rewards)]
-            given_up: list[str] = []
-            if gathered.failed >= self.settings.max_failures:
-                given_up, chosen = [s.rollout.rollout_id for s in chosen], []
-                log.warning("%s: giving up on analyzing %s after %d failures", SERVICE, group, gathered.failed)
-            analyses = list(await asyncio.gather(*(self.analyze(s) for s in chosen)))
-            await self.memory.put([memory_item(a) for a in analyses])
-            first = await self.effects.decide(group, analyses, [self.event(a) for a in analyses], given_up)
-            for analysis in analyses:
-                self.count(analysis, first)
-            if first:
-                self.left_out.inc(len(gathered.rewards) - len(analyses) - len(given_up))
+            async with self.effects.samples.held(group.name):
+                await self.choose(group, claim)
             self.outages.up(LLM, WEAVIATE)
         except Exception as e:
             outage = self.outages.down(f"analyzing sample group {group}", e)
             if not outage:
                 log.exception("%s: deciding %s failed", SERVICE, group)
             with contextlib.suppress(Exception):
-                await self.effects.retry(group, time.time() + RETRY_AFTER_S, failed=not outage)
+                await self.effects.samples.release(group.name, RETRY_AFTER_S, failed=not outage)
+
+    async def choose(self, group: GroupRef, claim: Claim) -> None:
+        """The claimed group's decision: its extremes analyzed, then announced with the rest left out, once."""
+        members = {i: wire.decode(body, ScoredRollout) for i, body in claim.members.items()}
+        chosen = [members[i] for i in sampling.extremes({i: s.score.reward for i, s in members.items()})]
+        given_up: list[str] = []
+        if claim.failed >= self.settings.max_failures:
+            given_up, chosen = [s.rollout.rollout_id for s in chosen], []
+            log.warning("%s: giving up on analyzing %s after %d failures", SERVICE, group, claim.failed)
+        analyses = list(await asyncio.gather(*(self.analyze(s) for s in chosen)))
+        await self.memory.put([memory_item(a) for a in analyses])
+        first = await self.effects.decide(group, analyses, [self.event(a) for a in analyses], given_up)
+        for analysis in analyses:
+            self.count(analysis, first)
+        if first:
+            self.left_out.inc(len(members) - len(analyses) - len(given_up))
 
     async def given_up(self, msg: RedisStreamMessage) -> None:
         """Before a scored rollout is dead-lettered: its step's summary need not wait for its analysis."""

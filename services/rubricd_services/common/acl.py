@@ -95,8 +95,8 @@ def services(keys: Keys) -> list[User]:
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
             # (GET, SET, DEL); canaries: the run's own set (GET), a step's claim (MULTI: HSETNX, EXPIRE), and its
             # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events); group judging's
-            # scripts (scorer.groups: HEXISTS, HGET, HSETNX, HINCRBY, EXPIRE, ZADD, XACK; ZSCORE, EXISTS, ZREM,
-            # HGETALL; HKEYS, HDEL) and its sweep (ZRANGEBYSCORE)
+            # gathering (common.gathering: TIME, HEXISTS, HGET, HSETNX, HSET, HINCRBY, EXPIRE, ZADD, XACK; ZSCORE,
+            # EXISTS, ZREM, HGETALL, HKEYS) and its sweep (ZRANGEBYSCORE)
             (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx")
             + ("watch", "unwatch", "hexists", "zscore", "exists", "hkeys", "hdel", "zrangebyscore"),
             keys=[
@@ -159,8 +159,8 @@ def services(keys: Keys) -> list[User]:
         User(
             "analyzer",
             # the announce script's SADD; the rollout's rubric set version (HGET); the analysis sample's scripts
-            # (HGET, HSETNX, HEXISTS, HKEYS, HDEL, ZSCORE, ZADD, ZREM) and reads (ZRANGEBYSCORE, HGETALL)
-            (*CONSUMER, *LLM_SLOTS, "sadd", "hget", "hsetnx", "hexists", "hkeys", "hdel", "zscore", "zrangebyscore"),
+            # (HGET, HINCRBY; its gathering's, as the scorer's) and its sweep (ZRANGEBYSCORE)
+            (*CONSUMER, *LLM_SLOTS, "sadd", "hget", "hsetnx", "hexists", "hkeys", "exists", "zscore", "zrangebyscore"),
             keys=[
                 *consuming(k, k.scored),
                 family(k.step_analyses("run", 0)),
@@ -175,8 +175,10 @@ def services(keys: Keys) -> list[User]:
         ),
         User(
             "summarizer",
-            # the step book's scripts and reads; a step's rubric health: HGETALL
-            (*CONSUMER, *LLM_SLOTS, "hget", "hmget", "hsetnx", "hexists", "hdel", "sadd", "smembers", "zrange"),
+            # the step book's scripts and reads, its steps' gathering (as the scorer's); a step's rubric health:
+            # HGETALL
+            (*CONSUMER, *LLM_SLOTS, "hget", "hsetnx", "hexists", "hkeys")
+            + ("exists", "zscore", "sadd", "smembers", "zrange"),
             keys=[
                 *consuming(k, k.steps, k.analyses),
                 family(k.step("run", 0)),

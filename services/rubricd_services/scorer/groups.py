@@ -1,103 +1,29 @@
-"""Gathering a sample group in Redis for group judging, so that members read by different scorers are judged once.
+"""Group judging on the gathering (common.gathering): a sample group's members, read by different scorers, are
+judged once.
 
-A member joins its group's hash (`join`), and its rollouts entry is acked in the same script: from then on the
-hash holds it, whichever process dies. The group is due at its deadline (`group_deadline_s` after its first
-member), or at once when its `group_size` members are in; the process that `claim`s a due group (the one whose
-member completed it, or any scorer's sweep) judges the members it took, and `finish`es it. A claim is a lease,
-renewed while its process judges (`held`), as the entries in hand are kept from going idle: if the process dies,
-the group falls due again when the lease runs out and another scorer claims it, judging only the members still
-without a score. A member that arrives once a claim was made is judged alone.
+A member joins its group's hash, its rollouts entry acked in the same script: from then on the hash holds it,
+whichever process dies. The group is due at its deadline (`group_deadline_s` after its first member), or at once
+when its `group_size` members are in; the scorer that claims it (the one whose member completed it, or any
+scorer's sweep) judges its members still without a score, under a lease renewed while it judges, and decides it.
+If that scorer dies, the lease runs out and another claims the group. A member that arrives once the group was
+claimed is judged alone.
 The details: docs/researchers/groups.md, "Group judging"; docs/operators/recover.md, "Delivery".
 """
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
 
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.keys import Keys
-from rubricd.messages import Rollout
+from rubricd.keys import SCORERS, Keys
+from rubricd.messages import Rollout, instance_key
+from rubricd_services.common.gathering import Gathering, Joined
 
 log = logging.getLogger("rubricd.scorer")
-
-# Every script reads the time from Redis, so the scorers' deadlines and leases keep one clock whatever their hosts'.
-_NOW = """
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-"""
-
-# KEYS: group, due, rollouts. ARGV: rollout id, the rollout, group size (0: unknown), deadline_s, consumer group,
-# entry id, ttl. Returns the members in, or -1: the group's judging started, the member is judged alone.
-_JOIN = (
-    _NOW
-    + """
-if redis.call('HEXISTS', KEYS[1], '~claimed') == 1 then return -1 end
-local n = tonumber(redis.call('HGET', KEYS[1], '~n') or '0')
-if redis.call('HSETNX', KEYS[1], 'm:' .. ARGV[1], ARGV[2]) == 1 then
-  n = redis.call('HINCRBY', KEYS[1], '~n', 1)
-end
-redis.call('HSETNX', KEYS[1], '~opened', now)
-redis.call('EXPIRE', KEYS[1], ARGV[7])
-local size = tonumber(ARGV[3])
-if size > 0 and n >= size then
-  redis.call('ZADD', KEYS[2], now, KEYS[1])
-else
-  redis.call('ZADD', KEYS[2], 'NX', now + tonumber(ARGV[4]), KEYS[1])
-end
-redis.call('XACK', KEYS[3], ARGV[5], ARGV[6])
-return n
-"""
-)
-
-# KEYS: group, due. ARGV: lease_s, consumer (kept as `~claimer`). Returns nil (not due, or claimed by another) or
-# {claims, rollout, ...}.
-_CLAIM = (
-    _NOW
-    + """
-local at = redis.call('ZSCORE', KEYS[2], KEYS[1])
-if not at or tonumber(at) > now then return nil end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('ZREM', KEYS[2], KEYS[1])
-  return nil
-end
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[1]), KEYS[1])
-redis.call('HSETNX', KEYS[1], '~claimed', now)
-redis.call('HSET', KEYS[1], '~claimer', ARGV[2])
-local claims = redis.call('HINCRBY', KEYS[1], '~claims', 1)
-local taken = {claims}
-local fields = redis.call('HGETALL', KEYS[1])
-for i = 1, #fields, 2 do
-  if string.sub(fields[i], 1, 2) == 'm:' then
-    taken[#taken + 1] = fields[i + 1]
-  end
-end
-return taken
-"""
-)
-
-# KEYS: group, due. ARGV: lease_s, consumer. The claim is renewed if the consumer still holds it.
-_KEEP = (
-    _NOW
-    + """
-if redis.call('HGET', KEYS[1], '~claimer') == ARGV[2] then
-  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), KEYS[1])
-end
-"""
-)
-
-# KEYS: group, due. The members' rollouts are dropped; the hash stays (with `~claimed`) until it expires.
-_FINISH = """
-redis.call('ZREM', KEYS[2], KEYS[1])
-local fields = redis.call('HKEYS', KEYS[1])
-for i = 1, #fields do
-  if string.sub(fields[i], 1, 2) == 'm:' then redis.call('HDEL', KEYS[1], fields[i]) end
-end
-"""
+DUE_GROUPS = 16  # groups one sweep claims at most
 
 
 @dataclass(frozen=True)
@@ -109,75 +35,83 @@ class Claimed:
     claims: int
 
 
-class Gathering:
-    """The groups gathering in one namespace; `deadline_s` from a group's first member, `lease_s` per claim."""
+Judge = Callable[[list[Rollout], Claimed], Awaitable[None]]  # judges members that share a prompt, commits scores
+
+
+class Groups:
+    """The scorer's sample groups: gathered in Redis, each judged once by `judge`."""
 
     def __init__(
-        self, redis: Redis, keys: Keys, group: str, consumer: str, *, deadline_s: float, lease_s: float, ttl_s: int
+        self,
+        redis: Redis,
+        keys: Keys,
+        consumer: str,
+        judge: Judge,
+        *,
+        deadline_s: float,
+        lease_s: float,
+        ttl_s: int,
     ) -> None:
-        self.redis, self.keys, self.group, self.consumer = redis, keys, group, consumer
-        self.deadline_s, self.lease_s, self.ttl_s = deadline_s, lease_s, ttl_s
-        self._join = redis.register_script(_JOIN)
-        self._claim = redis.register_script(_CLAIM)
-        self._finish = redis.register_script(_FINISH)
-        self._keep = redis.register_script(_KEEP)
+        self.redis, self.keys, self.judge = redis, keys, judge
+        self.gathering = Gathering(
+            redis,
+            keys.groups_due,
+            consumer,
+            deadline_s=deadline_s,
+            lease_s=lease_s,
+            ttl_s=ttl_s,
+            stream=keys.rollouts,
+            consumers=SCORERS,
+        )
 
     def key(self, rollout: Rollout) -> str:
         assert rollout.group is not None
         return self.keys.group(rollout.run_id, rollout.step, rollout.group)
 
-    async def join(self, rollout: Rollout, entry_id: bytes) -> int | None:
-        """Add `rollout` to its group and ack its entry; the members in, or None if the group's judging started
-        (judge it alone)."""
-        n = await self._join(
-            keys=[self.key(rollout), self.keys.groups_due, self.keys.rollouts],
-            args=[
-                rollout.rollout_id,
-                wire.encode(rollout),
-                rollout.group_size or 0,
-                self.deadline_s,
-                self.group,
-                entry_id,
-                self.ttl_s,
-            ],
+    async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
+        """A member joins its group (its entry acked), and the group is judged if it completes it; False if the
+        member is to be judged alone (scored before: its first score again; or its group was claimed: late)."""
+        if await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id)) is not None:
+            return False
+        key = self.key(rollout)
+        joined = await self.gathering.join(
+            key, rollout.rollout_id, wire.encode(rollout), size=rollout.group_size, entry_id=entry_id
         )
-        return None if int(n) < 0 else int(n)
+        if joined is Joined.LATE:
+            log.info("rollout %s/%s came after its group was judged; judged alone", rollout.run_id, rollout.rollout_id)
+            return False
+        if joined is Joined.COMPLETE:
+            await self.judge_due(key)
+        return True
 
-    async def due(self, limit: int) -> list[str]:
-        """The keys of the groups due now (claimed by no one, or their claim ran out), oldest first."""
-        seconds, micros = await self.redis.time()
-        now = seconds + micros / 1_000_000
-        found = cast(list[bytes], await self.redis.zrangebyscore(self.keys.groups_due, "-inf", now, start=0, num=limit))
-        return [k.decode() for k in found]
+    async def judge_due_groups(self) -> None:
+        """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
+        due = await self.gathering.due(DUE_GROUPS)
+        for key, outcome in zip(due, await asyncio.gather(*(self.judge_due(k) for k in due), return_exceptions=True)):
+            if isinstance(outcome, Exception):  # the group falls due again when its claim runs out
+                log.warning("judging group %s failed: %r", key, outcome)
 
-    async def claim(self, key: str) -> Claimed | None:
-        """The group at `key` with its members, claimed for `lease_s`; None if it is not due (or is gone)."""
-        taken = await self._claim(keys=[key, self.keys.groups_due], args=[self.lease_s, self.consumer])
-        if not taken:
-            return None
-        members = sorted((wire.decode(body, Rollout) for body in taken[1:]), key=lambda r: r.rollout_id)
-        return Claimed(key, members, int(taken[0]))
+    async def judge_due(self, key: str) -> None:
+        """Claim the group at `key` if it is due, judge its members still without a score, and decide it."""
+        claim = await self.gathering.claim(key)
+        if claim is None:
+            return
+        async with self.gathering.held(key):
+            members = sorted(
+                (wire.decode(body, Rollout) for body in claim.members.values()), key=lambda r: r.rollout_id
+            )
+            claimed = Claimed(key, members, claim.claims)
+            keys = [self.keys.score(m.run_id, m.rollout_id) for m in members]
+            scored = await self.redis.mget(keys) if keys else []
+            todo = [m for m, first in zip(members, scored, strict=True) if first is None]
+            for part in _parts(todo):
+                await self.judge(part, claimed)
+            await self.gathering.decide(key)
 
-    @contextlib.asynccontextmanager
-    async def held(self, key: str) -> AsyncIterator[None]:
-        """While the body judges the group claimed at `key`, its lease is renewed every quarter of it."""
 
-        async def keep() -> None:
-            while True:
-                await asyncio.sleep(self.lease_s / 4)
-                try:
-                    await self._keep(keys=[key, self.keys.groups_due], args=[self.lease_s, self.consumer])
-                except Exception as e:  # missed renewals let the lease run out: another scorer judges it too
-                    log.warning("could not renew the claim on group %s: %r", key, e)
-
-        task = asyncio.create_task(keep())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def finish(self, key: str) -> None:
-        """The group is judged: no longer due, its rollouts dropped."""
-        await self._finish(keys=[key, self.keys.groups_due])
+def _parts(members: list[Rollout]) -> list[list[Rollout]]:
+    """The members split by what they are judged against: their prompt (instance), text or trajectory."""
+    parts: dict[tuple[str, bool], list[Rollout]] = {}
+    for member in members:
+        parts.setdefault((instance_key(member), bool(member.trajectory)), []).append(member)
+    return list(parts.values())

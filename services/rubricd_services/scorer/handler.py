@@ -12,7 +12,6 @@ judged once, by the handler of the member that completes it or by a scorer's swe
 (`judge_due_groups`), and each member's score committed as above.
 """
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -21,8 +20,7 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.keys import SCORERS
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
+from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES
 from rubricd.store import RubricStore
 from rubricd_services.common.answering import ROLLOUTS, Answered, Answering
@@ -39,14 +37,13 @@ from rubricd_services.rubrics.sets import RubricCache
 
 from . import effects
 from .canaries import CANARY, Canaries
-from .groups import Claimed, Gathering
+from .groups import Claimed, Groups
 from .metrics import ScorerMetrics
 from .schedule import Schedule, candidates
 from .settings import ScorerSettings
 
 SERVICE = ROLLOUTS.service
 log = logging.getLogger("rubricd.scorer")
-DUE_GROUPS = 16  # groups one sweep claims at most
 
 
 class Scorer(Answering[Rollout, Score]):
@@ -78,11 +75,11 @@ class Scorer(Answering[Rollout, Score]):
             maxlen=settings.stream_maxlen,
             observe=self.metrics.canaries,
         )
-        self.gathering = Gathering(
+        self.groups = Groups(
             clients.redis,
             self.keys,
-            SCORERS,
             clients.consumer,
+            self.judge_group,
             deadline_s=settings.group_deadline_s,
             lease_s=settings.reclaim_idle_ms / 1000,
             ttl_s=settings.answer_ttl_s,
@@ -158,39 +155,12 @@ class Scorer(Answering[Rollout, Score]):
             raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
 
     async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
-        """Group judging: a member joins its group (its entry acked), and the group is judged if it completes it;
-        False if the member is to be judged alone (scored before: its first score again; or its group's judging
-        started: a late member)."""
-        first = await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id))
-        if first is not None:
-            return False  # scored before: `respond` replies with its first score
-        members = await self.gathering.join(rollout, entry_id)
-        if members is None:
-            log.info("rollout %s/%s came after its group was judged; judged alone", rollout.run_id, rollout.rollout_id)
-            return False
-        if rollout.group_size is not None and members >= rollout.group_size:
-            await self.judge_due(self.gathering.key(rollout))
-        return True
+        """Group judging (groups.Groups.gather): False if the member is to be judged alone."""
+        return await self.groups.gather(rollout, entry_id)
 
     async def judge_due_groups(self) -> None:
         """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
-        due = await self.gathering.due(DUE_GROUPS)
-        for key, outcome in zip(due, await asyncio.gather(*(self.judge_due(k) for k in due), return_exceptions=True)):
-            if isinstance(outcome, Exception):  # the group falls due again when its claim runs out
-                log.warning("judging group %s failed: %r", key, outcome)
-
-    async def judge_due(self, key: str) -> None:
-        """Claim the group at `key` if it is due, judge its members still without a score, and finish it."""
-        claimed = await self.gathering.claim(key)
-        if claimed is None:
-            return
-        async with self.gathering.held(key):
-            keys = [self.keys.score(m.run_id, m.rollout_id) for m in claimed.members]
-            scored = await self.redis.mget(keys) if keys else []
-            todo = [m for m, first in zip(claimed.members, scored, strict=True) if first is None]
-            for part in _parts(todo):
-                await self.judge_group(part, claimed)
-            await self.gathering.finish(key)
+        await self.groups.judge_due_groups()
 
     async def judge_group(self, members: list[Rollout], claimed: Claimed) -> None:
         """Judge members of one group that share their prompt together, and commit each one's score."""
@@ -253,14 +223,6 @@ def failed(rollout: Rollout, rubrics: Rubrics, policy_name: str, error: str) -> 
         group=rollout.group,
         evaluation=rollout.evaluation,
     )
-
-
-def _parts(members: list[Rollout]) -> list[list[Rollout]]:
-    """The members split by what they are judged against: their prompt (instance), text or trajectory."""
-    parts: dict[tuple[str, bool], list[Rollout]] = {}
-    for member in members:
-        parts.setdefault((instance_key(member), bool(member.trajectory)), []).append(member)
-    return list(parts.values())
 
 
 @dataclass

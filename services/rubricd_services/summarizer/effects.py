@@ -1,8 +1,9 @@
 """The summarizer's atomic Redis writes: what a step expects, what has arrived, who summarizes it.
 
 Every change is one Lua script, so a step's state survives any crash whole: `closed` and `analyzed` record
-what the trainer and the analyzers sent (and ack it), `claim` and `hold` give one summarizer the step while it
-works, and `commit` publishes the summaries exactly once however many summarizers raced or restarted.
+what the trainer and the analyzers sent (and ack it), and open the step with its deadline; the open steps are a
+gathering (common.gathering, `steps`) whose claim gives one summarizer a step while it works, and `commit`
+publishes the summaries exactly once however many summarizers raced or restarted.
 When a step is complete, claims, parts, expiry and the step hash's fields: docs/researchers/amaris.md, "Steps".
 """
 
@@ -18,12 +19,26 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import AnalysisSample, Event, RolloutAnalysis, StepClosed, StepSample, StepSummary
 from rubricd_services.common.commit import Script
+from rubricd_services.common.gathering import CLOCK, Gathering, Lua
+
+# A step's first closure opens it: it waits among the open steps until its deadline (Redis's clock, like its claim).
+_OPEN = """\
+local function open_step()
+  if redis.call('HSETNX', k_step, 'closed_at', now) == 1 then
+    local deadline = now + tonumber(a_deadline_s)
+    redis.call('HSET', k_step, 'deadline', deadline)
+    redis.call('ZADD', k_open_steps, deadline, a_member)
+  end
+end
+"""
 
 # A StepClosed: the whole step (`part` '') or one part of it, `part_json` that part's {"expected", "ids"}.
 _CLOSED = Script(
     keys="step open_steps steps",
-    args="expected ids now deadline member group entry_id ttl part parts part_json",
-    body="""
+    args="expected ids deadline_s member group entry_id ttl part parts part_json",
+    body=CLOCK
+    + _OPEN
+    + """
 if redis.call('HGET', k_step, 'summarized') ~= '1' then
   if a_part ~= '' then
     redis.call('HSETNX', k_step, 'parts', a_parts)
@@ -32,10 +47,7 @@ if redis.call('HGET', k_step, 'summarized') ~= '1' then
     if a_expected ~= '' then redis.call('HSET', k_step, 'expected', a_expected) end
     if a_ids ~= '[]' then redis.call('HSET', k_step, 'rollout_ids', a_ids) end
   end
-  if redis.call('HSETNX', k_step, 'closed_at', a_now) == 1 then
-    redis.call('HSET', k_step, 'deadline', a_deadline)
-    redis.call('ZADD', k_open_steps, a_deadline, a_member)
-  end
+  open_step()
   redis.call('EXPIRE', k_step, a_ttl)
 end
 ack(k_steps, a_group, a_entry_id)
@@ -46,59 +58,33 @@ return 1
 # An analysis: `rollouts_per_step` ('' = none) closes the step itself; `entry_id` '' acks nothing.
 _ANALYZED = Script(
     keys="step step_analyses open_steps analyses",
-    args="rollout_id rollouts_per_step now deadline member group entry_id ttl",
-    body="""
+    args="rollout_id rollouts_per_step deadline_s member group entry_id ttl",
+    body=CLOCK
+    + _OPEN
+    + """
 redis.call('SADD', k_step_analyses, a_rollout_id)
 redis.call('EXPIRE', k_step_analyses, a_ttl)
 redis.call('EXPIRE', k_step, a_ttl)
 if a_rollouts_per_step ~= '' and redis.call('HGET', k_step, 'summarized') ~= '1'
     and redis.call('HEXISTS', k_step, 'expected') == 0 then
   redis.call('HSET', k_step, 'expected', a_rollouts_per_step)
-  if redis.call('HSETNX', k_step, 'closed_at', a_now) == 1 then
-    redis.call('HSET', k_step, 'deadline', a_deadline)
-    redis.call('ZADD', k_open_steps, a_deadline, a_member)
-  end
+  open_step()
 end
 if a_entry_id ~= '' then ack(k_analyses, a_group, a_entry_id) end
 return 1
 """,
 )
 
-_CLAIM = Script(
-    keys="step",
-    args="token now until",
-    body="""
-local s = redis.call('HMGET', k_step, 'summarized', 'claim_until')
-if s[1] == '1' then return 0 end
-if s[2] and tonumber(s[2]) > tonumber(a_now) then return 0 end
-redis.call('HSET', k_step, 'claim', a_token, 'claim_until', a_until)
-return 1
-""",
-)
-
-_HOLD = Script(
-    keys="step",
-    args="token until",
-    body="""
-if redis.call('HGET', k_step, 'claim') == a_token then redis.call('HSET', k_step, 'claim_until', a_until) end
-return 1
-""",
-)
-
-_COMMIT = Script(
-    keys="step open_steps summaries events step_analyses",
-    args="member now maxlen event ttl",
+# The decision on a claimed step (common.gathering): it is marked summarized and its summaries published.
+_SUMMARIZED = Lua(
+    keys="summaries events step_analyses",
+    args="maxlen event",
     lists="summaries",
     body="""
-redis.call('ZREM', k_open_steps, a_member)
-if redis.call('HGET', k_step, 'summarized') == '1' then return 0 end
-redis.call('HSET', k_step, 'summarized', '1', 'summarized_at', a_now)
-redis.call('HDEL', k_step, 'claim', 'claim_until')
-redis.call('EXPIRE', k_step, a_ttl)
+redis.call('HSET', k_gathering, 'summarized', '1', 'summarized_at', now)
 redis.call('EXPIRE', k_step_analyses, a_ttl)
 for _, summary in ipairs(l_summaries) do append(k_summaries, a_maxlen, summary) end
 append(k_events, a_maxlen, a_event)
-return 1
 """,
 )
 
@@ -111,7 +97,6 @@ class StepState:
     step: int
     expected: int | None = None
     rollout_ids: tuple[str, ...] = ()
-    deadline: float | None = None
     summarized: bool = False
     analyzed: frozenset[str] = field(default_factory=frozenset)
     given_up: frozenset[str] = field(default_factory=frozenset)  # rollouts whose analysis was dead-lettered
@@ -138,12 +123,6 @@ class StepState:
         if self.rollout_ids:
             return self.closed and set(self.rollout_ids) <= settled
         return self.expected is not None and len(settled) >= self.expected
-
-    def due(self, now: float) -> bool:
-        """Ready to summarize: complete, or closed and past its deadline."""
-        if self.summarized or not self.closed:
-            return False
-        return self.complete or (self.deadline is not None and now >= self.deadline)
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -173,13 +152,14 @@ def parse_member(raw: bytes | str) -> tuple[str, int]:
 
 
 class StepBook:
-    """The summarizer's view of every step's accounting."""
+    """The summarizer's view of every step's accounting; its steps' claims and decisions are a gathering's."""
 
     def __init__(
         self,
         redis: Redis,
         keys: Keys,
         group: str,
+        consumer: str,
         *,
         deadline_s: float,
         claim_ttl_s: float,
@@ -191,15 +171,20 @@ class StepBook:
         self.keys = keys
         self.group = group
         self.deadline_s = deadline_s
-        self.claim_ttl_s = claim_ttl_s
         self.maxlen = maxlen
         self._closed = _CLOSED.register(redis)
         self._analyzed = _ANALYZED.register(redis)
-        self._claim = _CLAIM.register(redis)
-        self._commit = _COMMIT.register(redis)
-        self._hold = _HOLD.register(redis)
+        self.steps = Gathering(
+            redis,
+            keys.open_steps,
+            consumer,
+            lease_s=claim_ttl_s,
+            ttl_s=state_ttl_s,
+            key=lambda name: keys.step(*parse_member(name)),
+            decision=_SUMMARIZED,
+        )
 
-    async def closed(self, msg: StepClosed, now: float, entry_id: bytes | str) -> None:
+    async def closed(self, msg: StepClosed, entry_id: bytes | str) -> None:
         """Record the trainer's StepClosed (the whole step, or one part of it) and ack its entry."""
         expected = msg.rollouts if msg.rollouts is not None else (len(msg.rollout_ids) if msg.rollout_ids else None)
         ids = sorted(set(msg.rollout_ids))
@@ -212,8 +197,7 @@ class StepBook:
             args={
                 "expected": "" if expected is None else expected,
                 "ids": json.dumps(ids),
-                "now": now,
-                "deadline": now + self.deadline_s,
+                "deadline_s": self.deadline_s,
                 "member": member(msg.run_id, msg.step),
                 "group": self.group,
                 "entry_id": entry_id,
@@ -224,9 +208,7 @@ class StepBook:
             },
         )
 
-    async def analyzed(
-        self, analysis: RolloutAnalysis, now: float, entry_id: bytes | str, rollouts_per_step: int | None
-    ) -> None:
+    async def analyzed(self, analysis: RolloutAnalysis, entry_id: bytes | str, rollouts_per_step: int | None) -> None:
         """Count an announced analysis in its step and ack its entry."""
         run, step = analysis.run_id, analysis.step
         await self._analyzed(
@@ -239,8 +221,7 @@ class StepBook:
             args={
                 "rollout_id": analysis.rollout_id,
                 "rollouts_per_step": rollouts_per_step or "",
-                "now": now,
-                "deadline": now + self.deadline_s,
+                "deadline_s": self.deadline_s,
                 "member": member(run, step),
                 "group": self.group,
                 "entry_id": entry_id,
@@ -269,7 +250,6 @@ class StepBook:
             rollout_ids=ids,
             parts=int(h["parts"]) if "parts" in h else None,
             parts_in=len(parts),
-            deadline=float(h["deadline"]) if "deadline" in h else None,
             summarized=h.get("summarized") == "1",
             analyzed=frozenset(x.decode() for x in analyzed),
             given_up=frozenset(x.decode() for x in given_up),
@@ -281,37 +261,16 @@ class StepBook:
         members = cast(list[bytes], await self.redis.zrange(self.keys.open_steps, 0, -1))
         return [parse_member(m) for m in members]
 
-    async def claim(self, run_id: str, step: int, token: str, now: float) -> bool:
-        """Take the step for `claim_ttl_s` unless it is summarized or someone else holds it."""
-        return bool(
-            await self._claim(
-                keys={"step": self.keys.step(run_id, step)},
-                args={"token": token, "now": now, "until": now + self.claim_ttl_s},
-            )
-        )
-
-    async def hold(self, run_id: str, step: int, token: str, until: float) -> None:
-        """Move the end of our own claim (if it still is ours): to renew it, or to when a failed step is retried."""
-        await self._hold(keys={"step": self.keys.step(run_id, step)}, args={"token": token, "until": until})
-
-    async def commit(self, run_id: str, step: int, summaries: list[StepSummary], event: Event, now: float) -> bool:
-        """Mark the step summarized and publish its summaries, unless it already was; True if this call did."""
-        return bool(
-            await self._commit(
-                keys={
-                    "step": self.keys.step(run_id, step),
-                    "open_steps": self.keys.open_steps,
-                    "summaries": self.keys.summaries,
-                    "events": self.keys.events,
-                    "step_analyses": self.keys.step_analyses(run_id, step),
-                },
-                args={
-                    "member": member(run_id, step),
-                    "now": now,
-                    "maxlen": self.maxlen,
-                    "event": wire.encode(event),
-                    "ttl": self.state_ttl_s,
-                },
-                lists={"summaries": [wire.encode(s) for s in summaries]},
-            )
+    async def commit(self, run_id: str, step: int, summaries: list[StepSummary], event: Event) -> bool:
+        """Mark the claimed step summarized and publish its summaries, unless it already was; True if this call
+        did."""
+        return await self.steps.decide(
+            member(run_id, step),
+            keys={
+                "summaries": self.keys.summaries,
+                "events": self.keys.events,
+                "step_analyses": self.keys.step_analyses(run_id, step),
+            },
+            args={"maxlen": self.maxlen, "event": wire.encode(event)},
+            lists={"summaries": [wire.encode(s) for s in summaries]},
         )

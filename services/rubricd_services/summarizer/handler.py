@@ -16,9 +16,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -34,7 +31,7 @@ from rubricd_services.common.outage import LLM, WEAVIATE
 from rubricd_services.common.service import Clients
 from rubricd_services.common.usage import Metered
 
-from .effects import StepBook, StepState
+from .effects import StepBook, StepState, member
 from .settings import SummarizerSettings
 from .summary import (
     META_SUMMARIZER,
@@ -104,6 +101,7 @@ class Summarizer:
             clients.redis,
             self.keys,
             SUMMARIZERS,
+            clients.consumer,
             deadline_s=settings.step_deadline_s,
             claim_ttl_s=settings.claim_ttl_s,
             maxlen=settings.stream_maxlen,
@@ -117,12 +115,12 @@ class Summarizer:
 
     async def on_step_closed(self, msg: RedisStreamMessage) -> None:
         closed = intake.decode(msg.body, StepClosed, "step closure")
-        await self.book.closed(closed, time.time(), intake.entry_id(msg))
+        await self.book.closed(closed, intake.entry_id(msg))
         self.try_later(closed.run_id, closed.step)
 
     async def on_analysis(self, msg: RedisStreamMessage) -> None:
         analysis = intake.decode(msg.body, RolloutAnalysis, "analysis")
-        await self.book.analyzed(analysis, time.time(), intake.entry_id(msg), self.settings.rollouts_per_step)
+        await self.book.analyzed(analysis, intake.entry_id(msg), self.settings.rollouts_per_step)
         self.try_later(analysis.run_id, analysis.step)
 
     def try_later(self, run_id: str, step: int) -> None:
@@ -145,13 +143,13 @@ class Summarizer:
             task.cancel()
 
     async def try_step(self, run_id: str, step: int) -> None:
-        token = uuid.uuid4().hex
+        """Summarize the step if it is due (complete, or at its deadline) and this process claims it."""
+        name = member(run_id, step)
         try:
             state = await self.book.state(run_id, step)
-            now = time.time()
-            if not state.due(now) or not await self.book.claim(run_id, step, token, now):
+            if state.summarized or await self.book.steps.claim(name, complete=state.complete) is None:
                 return
-            async with self.holding(run_id, step, token):
+            async with self.book.steps.held(name):
                 await self.summarize(await self.book.state(run_id, step))
             self.outages.up(LLM, WEAVIATE)
         except Exception as e:
@@ -160,28 +158,11 @@ class Summarizer:
                 log.exception("summarizing %s step %s failed", run_id, step)
             self.summaries.labels("failed").inc()
             with contextlib.suppress(Exception):
-                await self.book.hold(run_id, step, token, time.time() + self.settings.retry_after_s)
+                await self.book.steps.release(name, self.settings.retry_after_s, failed=True)
                 failed = events.event(SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500])
                 await self.redis.xadd(
                     self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True
                 )
-
-    @contextlib.asynccontextmanager
-    async def holding(self, run_id: str, step: int, token: str) -> AsyncIterator[None]:
-        """Renew our claim on the step every `claim_ttl_s / 3` while the body runs."""
-        ttl = self.settings.claim_ttl_s
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(ttl / 3)
-                with contextlib.suppress(Exception):  # Redis down: the claim may lapse; commit is still once
-                    await self.book.hold(run_id, step, token, time.time() + ttl)
-
-        renewing = asyncio.create_task(renew())
-        try:
-            yield
-        finally:
-            renewing.cancel()
 
     async def summarize(self, state: StepState) -> None:
         """Summarize a claimed step: memory first (idempotent ids), then the summaries and the flag, once."""
@@ -228,7 +209,7 @@ class Summarizer:
             hacking=",".join(sorted({p.type for s in summaries for p in s.reward_hacking})),
             **({"parts": state.parts, "missing_parts": state.missing_parts} if state.parts else {}),
         )
-        if not await self.book.commit(state.run_id, state.step, summaries, event, time.time()):
+        if not await self.book.commit(state.run_id, state.step, summaries, event):
             log.info("%s step %s was summarized by another summarizer meanwhile", state.run_id, state.step)
             return
         self.summaries.labels("published").inc()
