@@ -2,8 +2,7 @@
 
 from pydantic import BaseModel, Field
 
-from rubricd.messages import JudgeMode
-from rubricd.messages._base import MAX_VOTES
+from rubricd.messages import MAX_VOTES, JudgeMode
 from rubricd_services.common.prompts import PromptFile
 
 from .groups import LABELS, MAX_MEMBERS
