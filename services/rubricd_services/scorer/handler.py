@@ -23,7 +23,6 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.canaries import CanaryStep
 from rubricd.keys import SCORERS
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score, instance_key
 from rubricd.reward import POLICIES, policy
@@ -36,7 +35,6 @@ from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.caller import Tally, caller
-from rubricd_services.judges.evaluation.run import Config
 from rubricd_services.judges.groups import GROUP
 from rubricd_services.judges.scoring import (
     TRAJECTORY,
@@ -53,7 +51,6 @@ from rubricd_services.rubrics.sets import RubricCache
 
 from . import cache
 from .cache import JudgeCache
-from .canaries import CANARY, Canaries
 from .effects import Effects
 from .groups import Claimed, Gathering
 from .schedule import Decision, Schedule, candidates
@@ -93,17 +90,6 @@ class ScorerMetrics:
             ["run_id", "meta_class"],
         )
         self._active: dict[str, tuple[int, str]] = {}  # run -> (its latest step seen, that step's class)
-        self.canary_agreement = metrics.gauge(
-            "rubricd_canary_agreement",
-            "the judge's agreement with the labels on the canary items of the run's latest canary step, as this "
-            "scorer last saw it (when it recorded one)",
-            ["run_id"],
-        )
-        self.canary_step = metrics.gauge("rubricd_canary_step", "that canary step", ["run_id"])
-        self._canary_steps: dict[str, int] = {}  # run -> its latest canary step seen
-        self.judge_drift = metrics.gauge(
-            "rubricd_judge_drift", "1 while that step's canary agreement is drift (judge_drift), else 0", ["run_id"]
-        )
 
     def observe(self, score: Score) -> None:
         self.scores.labels(score.status).inc()
@@ -113,15 +99,6 @@ class ScorerMetrics:
             self.reward.observe(score.reward)
         if score.instance_key is None:  # per-instance sets would make one series per prompt
             self.scored_rubric_version.labels(score.run_id).set(score.rubric_version)
-
-    def canaries(self, run_id: str, canary: CanaryStep) -> None:
-        if canary.step < self._canary_steps.get(run_id, -1):
-            return
-        self._canary_steps[run_id] = canary.step
-        self.canary_step.labels(run_id).set(canary.step)
-        self.judge_drift.labels(run_id).set(int(canary.drift))
-        if canary.agreement is not None:
-            self.canary_agreement.labels(run_id).set(canary.agreement)
 
     def active(self, run_id: str, decision: Decision) -> None:
         latest = self._active.get(run_id)
@@ -167,22 +144,6 @@ class Scorer:
             ),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
-        self.canaries = Canaries(
-            settings,
-            clients,
-            Config(
-                CANARY,
-                self.judge_settings,
-                template,
-                settings.judge_style(),
-                for_trajectories,
-                settings.judge_reasoning,
-            ),
-            service=SERVICE,
-            ttl_s=settings.kept_ttl_s,
-            maxlen=settings.stream_maxlen,
-            observe=self.metrics.canaries,
-        )
         self.intake = intake.Intake(
             Rollout,
             "rollout",
@@ -222,7 +183,6 @@ class Scorer:
 
     async def score_alone(self, rollout: Rollout, entry_id: bytes) -> None:
         rubrics = await self.rubrics.get(rollout)
-        self.canaries.seen(rollout, rubrics.set.version)
         votes = rollout.judge_votes or self.settings.judge_votes
         # The verdict cache keeps one call's verdict: a set judged one call per rubric, or by votes, is judged
         # every time.
@@ -323,8 +283,6 @@ class Scorer:
         """Judge members of one group that share their prompt together, and commit each one's score."""
         head = members[0]
         rubrics = await self.rubrics.get(head)
-        for member in members:
-            self.canaries.seen(member, rubrics.set.version)
         policy_name = head.reward_policy or self.settings.reward_policy
         active = await self.active_class(head, rubrics) if policy_name == "alternating" else None
         judged = Judged()
@@ -358,9 +316,6 @@ class Scorer:
         )
         self.metrics.active(rollout.run_id, decision)
         return decision.meta_class
-
-    async def stop(self) -> None:
-        await self.canaries.stop()
 
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""
