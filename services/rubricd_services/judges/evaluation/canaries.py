@@ -6,10 +6,10 @@ step and rubric version are all they need), so a rollout is answered without wai
 of a run with a labelled set (the run's own, `Keys.canary_set`, else RUBRICD_CANARY_SET, read once at start), the
 first scorer to claim the step judges that step's share of the set, as `rubricd judge eval` judges
 (`run.judge_item`: the scorer's judge prompt, schema, context fitting and LLM client, no verdict cache), and records
-the agreement with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at the step where agreement falls below the
-floor, or more than the margin below the run's first canary steps. Canaries never count as rollouts of a step,
-never enter the memory loop or the meta-class statistics; their calls go into the run's usage under their own
-agent, `canary`. Why and how: docs/researchers/judges.md, "Canaries during training".
+the agreement with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at the step where agreement
+falls below the floor, or more than the margin below the run's first canary steps. Canaries never count as
+rollouts of a step, never enter the memory loop or the meta-class statistics; their calls go into the run's usage
+under their own agent, `canary`. Why and how: docs/researchers/judges.md, "Canaries during training".
 """
 
 import asyncio
