@@ -1,8 +1,8 @@
 """The judge's canaries during training, as Redis holds them: what each step's canary items found.
 
 The read side of what the scorers write (`Keys.canaries`: one `CanaryStep` per run and step): the type and how to
-read it (`rubricd status`, the dashboard). The judging side is `rubricd_services.scorer.canaries`. What canaries
-are and when `judge_drift` fires: docs/researchers/judges.md, "Canaries during training".
+read it (`rubricd status`, the dashboard). The judging side is `rubricd_services.judges.evaluation.canaries`. What
+canaries are and when `judge_drift` fires: docs/researchers/judges.md, "Canaries during training".
 """
 
 from typing import cast

@@ -18,6 +18,7 @@ SUMMARIZERS = "summarizers"
 UPDATERS = "updaters"
 COMPARERS = "comparers"
 ARM = "arm"  # the arm service's group on the arm stream
+CANARIES = "canaries"  # the scorers' canaries' group on the events stream (they start on a scored rollout's)
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")

@@ -1,20 +1,23 @@
 """Canaries during training: the drift rule by hand, and on the stack a judge that starts flipping its verdicts
-mid-run caught at the step it starts, with the step's rollouts untouched."""
+mid-run caught at the step it starts, with the step's rollouts untouched, and a rollout answered while its step's
+canaries are still being judged."""
 
 import json
 import subprocess
 import sys
+import time
 
 import httpx
 import msgspec
 import pytest
 
 from rubricd import RubricdClient, wire
-from rubricd.canaries import CanaryStep, drifting_since, read
+from rubricd.canaries import CLAIMED, CanaryStep, drifting_since, read
+from rubricd.keys import CANARIES
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, ScoredRollout
+from rubricd_services.judges.evaluation.canaries import Rule, baseline, outcome, pick, starts_drift
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.run import Judged
-from rubricd_services.scorer.canaries import Rule, baseline, outcome, pick, starts_drift
 
 RULE = Rule(floor=0.6, margin=0.15, baseline_steps=2)
 CORRECT = Rubric(
@@ -211,3 +214,30 @@ async def test_a_run_names_its_own_canary_set_and_a_bad_one_is_refused_with_its_
     assert (step.items, step.verdicts, step.agreement) == (["sum-7", "sum-8"], 2, 1.0)  # the set had 2 items
     assert await read(redis, keys, "none") == []
     assert rubricd("own", "--clear").returncode == 0 and await redis.get(keys.canary_set("own")) is None
+
+
+@pytest.mark.integration
+async def test_a_rollout_is_answered_while_its_steps_canaries_are_still_being_judged(
+    stack, redis, keys, start_service, tmp_path, eventually
+):
+    """The canaries read the scorers' events in their own consumer group: a rollout's score never waits on them,
+    here on a canary call that the LLM holds (`[sim:fail=timeout]`): the rollout that starts them is answered."""
+    held = msgspec.structs.replace(item(0, True), response="[sim:fail=timeout] 10 + 20 = 30. The answer is 30.")
+    labelled = tmp_path / "held.jsonl"
+    labelled.write_text(msgspec.json.encode(held).decode())
+    start_service("scorer", canary_set=labelled, canary_items=1, judge_cache_ttl_s=0, graceful_timeout_s=1)
+    rollout = Rollout(run_id="run", rollout_id="a", step=0, prompt="What is 2 + 2?", response="4", reference="4")
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        started = time.monotonic()
+        assert (await client.score_one(rollout, timeout=60)).status is JudgeStatus.OK
+        assert time.monotonic() - started < 15
+
+    async def claimed() -> bool:
+        return bool(await redis.hexists(keys.canaries("run"), CLAIMED + b"0"))
+
+    await eventually(claimed, "the canaries of step 0 claimed")
+    # Still being judged: the canaries' group holds the event that started them, and no step is recorded.
+    [group] = [g for g in await redis.xinfo_groups(keys.events) if g["name"] == CANARIES.encode()]
+    assert group["pending"] >= 1, group
+    assert await read(redis, keys, "run") == []
+    assert not await events(redis, keys, EventKind.CANARIES_JUDGED)

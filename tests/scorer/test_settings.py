@@ -56,16 +56,20 @@ def test_a_malformed_instance_rubrics_file_is_named(tmp_path):
 
 
 def test_a_canary_set_that_cannot_be_read_stops_the_scorer_naming_the_setting_and_the_line(tmp_path):
+    """The settings check only that the set is a file; its items are read once, when the canaries start, and a
+    bad one stops the scorer there."""
+
+    def serve(**settings: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **settings}
+        command = [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
     bad = tmp_path / "canaries.jsonl"
     bad.write_text('{"id": "a", "prompt": "p", "response": "r", "rubrics": [], "labels": {}}\n')
-    env = {**os.environ, "RUBRICD_CANARY_SET": str(bad), "RUBRICD_CANARY_FLOOR": "2"}
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = serve(RUBRICD_CANARY_SET=str(bad))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "RUBRICD_CANARY_SET" in done.stderr and f"{bad}:1: `$.rubrics`: no rubric to judge" in done.stderr
+    done = serve(RUBRICD_CANARY_SET=str(tmp_path / "missing.jsonl"), RUBRICD_CANARY_FLOOR="2")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "RUBRICD_CANARY_SET" in done.stderr and "missing.jsonl is not a file" in done.stderr
     assert "RUBRICD_CANARY_FLOOR" in done.stderr

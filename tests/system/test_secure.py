@@ -7,9 +7,11 @@ One stack for the module: the fixture runs a short training run on it (and one r
 the tests look at what it left and try what each user may not do.
 """
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from redis.exceptions import AuthenticationError, ConnectionError, NoPermissionE
 
 from rubricd import Rollout, RubricdClient, wire
 from rubricd.arm import prompt_key
-from rubricd.keys import ANALYZERS, ARM, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
+from rubricd.keys import ANALYZERS, ARM, CANARIES, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import ArmReward, ArmRollout, JudgeStatus, Score
 
 pytestmark = pytest.mark.integration
@@ -284,6 +286,23 @@ async def test_each_service_user_is_held_to_its_role(run: Run) -> None:
         assert await refused(url(user), "FLUSHDB")
         assert await refused(url(user), "CONFIG", "GET", "requirepass")
         assert await refused(url(user), "ACL", "LIST")
+
+
+async def test_the_scorers_canaries_read_and_ack_every_event_in_their_own_consumer_group(run: Run) -> None:
+    """The scorer's user may read and ack the events in the canaries' group (a refused XACK would leave them
+    pending), and record a failed one's retries."""
+    admin = Redis.from_url(url_of(run.stack, "admin"))
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            [group] = [g for g in await admin.xinfo_groups(keys.events) if g["name"] == CANARIES.encode()]
+            if group["entries-read"] and group["pending"] == 0 and not group["lag"]:
+                break
+            assert time.monotonic() < deadline, group
+            await asyncio.sleep(0.2)
+        assert not [k async for k in admin.scan_iter(match=keys.failure(keys.events, "*"))]
+    finally:
+        await admin.aclose()
 
 
 async def test_keda_s_user_reads_each_group_s_backlog_and_nothing_else(run: Run) -> None:

@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rubricd.messages._base import MAX_GROUP
+from rubricd.messages import MAX_GROUP
 from rubricd_services.common.prompts import PromptFile
 from rubricd_services.common.settings import ServiceSettings
 

@@ -17,8 +17,7 @@ from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
 from rubricd.keys import InvalidKey, Keys
-from rubricd.messages import Message
-from rubricd.messages._base import MAX_STEP
+from rubricd.messages import MAX_STEP, Message
 
 M = TypeVar("M", bound=Message)
 

@@ -8,17 +8,21 @@ close the data block or pose as an instruction.
 
 import msgspec
 
-from rubricd.messages import Rollout, RubricSet
+from rubricd.messages import Rollout, RubricSet, Scope
 from rubricd_services.common import prompts
 
 _FRAME_CHARS = 100  # the data block's tags, keys and quoting around the rollout's texts
 
 
-class _RubricView(msgspec.Struct, frozen=True):
+class RubricView(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A rubric as the judge reads it, a text rollout's and a trajectory's: a rubric's scope is shown only where it
+    is not the whole trajectory (a trajectory's turn rubrics)."""
+
     id: str
     criterion: str
     points: float
     meta_class: str
+    scope: Scope = "trajectory"
 
 
 class _RolloutView(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -27,9 +31,13 @@ class _RolloutView(msgspec.Struct, frozen=True, omit_defaults=True):
     reference: str | None = None
 
 
-def system_message(template: str, rubric_set: RubricSet) -> str:
-    """Instructions plus the rubric list: identical for every rollout of a version."""
-    rubrics = [_RubricView(r.id, r.criterion, r.points, r.meta_class) for r in rubric_set.rubrics]
+def system_message(template: str, rubric_set: RubricSet, scoped: bool = False) -> str:
+    """Instructions plus the rubric list (`scoped`: with each rubric's scope, for a trajectory): identical for every
+    rollout of a version."""
+    rubrics = [
+        RubricView(r.id, r.criterion, r.points, r.meta_class, r.scope if scoped else "trajectory")
+        for r in rubric_set.rubrics
+    ]
     return f"{template.rstrip()}\n{prompts.block('rubrics', rubrics)}\n"
 
 

@@ -1,9 +1,10 @@
 """The judges' settings, mixed into the settings of the services and commands that judge (env prefix RUBRICD_)."""
 
-from pydantic import BaseModel, Field
+from pathlib import Path
 
-from rubricd.messages import JudgeMode
-from rubricd.messages._base import MAX_VOTES
+from pydantic import BaseModel, Field, field_validator
+
+from rubricd.messages import MAX_VOTES, JudgeMode
 from rubricd_services.common.prompts import PromptFile
 
 from .groups import LABELS, MAX_MEMBERS
@@ -65,3 +66,34 @@ class PairwiseSettings(BaseModel):
         "criterion, else its stated preference, decides",
     )
     pairwise_prompt: PromptFile = Field(None, description="pairwise judge instructions; default: prompts/pairwise.md")
+
+
+class CanarySettings(BaseModel):
+    """The scorer's canary settings (RUBRICD_CANARY_*)."""
+
+    canary_set: Path | None = Field(
+        None,
+        description="a labelled JSONL (`rubricd judge eval`'s format) whose items the scorers judge a few of per "
+        "step of every run, to measure the judge during training; a run's own (`rubricd judge canaries`) replaces "
+        "it; unset: canaries only for runs with their own",
+    )
+    canary_items: int = Field(4, ge=1, le=100, description="canary items judged per step of a run")
+    canary_floor: float = Field(
+        0.6, ge=0, le=1, description="judge_drift fires when a step's canary agreement falls below this"
+    )
+    canary_margin: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="judge_drift fires when a step's canary agreement is this far below the run's baseline (the "
+        "mean over its first canary_baseline_steps canary steps)",
+    )
+    canary_baseline_steps: int = Field(3, ge=1, description="the run's first N canary steps make its baseline")
+
+    @field_validator("canary_set")
+    @classmethod
+    def _a_file(cls, path: Path | None) -> Path | None:
+        """Only that it is a file: its items are read once, when the canaries start (evaluation.canaries.read_set)."""
+        if path is not None and not path.is_file():
+            raise ValueError(f"not a labelled set: {path} is not a file")
+        return path

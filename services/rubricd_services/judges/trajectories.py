@@ -19,17 +19,11 @@ import msgspec
 from rubricd.messages import Rollout, RubricSet, trajectories
 from rubricd_services.common import prompts
 
+from . import rollouts
+
 _FRAME_CHARS = 40  # the block's tags and the object's keys around the turns
 MIN_TOOL_OUTPUT = 200  # what is left of a tool output cut to fit, before turns are dropped
 TOOLS_CUT = "the tools' descriptions and parameters left out to fit the judge's prompt"
-
-
-class _RubricView(msgspec.Struct, frozen=True, omit_defaults=True):
-    id: str
-    criterion: str
-    points: float
-    meta_class: str
-    scope: str = "trajectory"
 
 
 class _CallView(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -68,8 +62,7 @@ class _TrajectoryView(msgspec.Struct, frozen=True, omit_defaults=True):
 
 def system_message(template: str, rubric_set: RubricSet) -> str:
     """Instructions plus the rubric list with each rubric's scope: identical for every trajectory of a version."""
-    views = [_RubricView(r.id, r.criterion, r.points, r.meta_class, r.scope) for r in rubric_set.rubrics]
-    return f"{template.rstrip()}\n{prompts.block('rubrics', views)}\n"
+    return rollouts.system_message(template, rubric_set, scoped=True)
 
 
 def rollout_chars(system: str, prompt_chars: int | None) -> int | None:

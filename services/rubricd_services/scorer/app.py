@@ -6,14 +6,17 @@
   what trainers write);
 - the rubrics-updated stream, read by every scorer: drop the cached set so the
   next rollout uses the new version;
-- group judging's sweep: the groups due at their deadline are judged by whichever scorer claims them.
+- group judging's sweep: the groups due at their deadline are judged by whichever scorer claims them;
+- the events stream's `canaries` group, beside the scoring path: a step's first scored rollout starts its judge
+  canaries (judges.evaluation.canaries), so no rollout waits on them.
 """
 
 from faststream import FastStream
 
-from rubricd.keys import SCORERS
+from rubricd.keys import CANARIES, SCORERS
 from rubricd_services.common.metrics import Metrics
 from rubricd_services.common.service import ServiceApp, run
+from rubricd_services.judges.evaluation.canaries import Canaries, judge
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics.generation import GENERATOR
 
@@ -27,7 +30,8 @@ def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> Fast
     app.consume(app.keys.rollouts, SCORERS, Scorer.handle, agents=[JUDGE, GENERATOR, GENERATOR], trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
     app.every(settings.group_sweep_s, Scorer.judge_due_groups)
-    app.on_shutdown(Scorer.stop)
+    canaries = Canaries(settings, judge(settings, settings.agent(JUDGE)), app, ttl_s=settings.kept_ttl_s)
+    app.consume(app.keys.events, CANARIES, canaries.handle, agents=[JUDGE])
     return app.build(lambda clients: Scorer(settings, clients))
 
 

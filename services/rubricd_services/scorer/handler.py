@@ -29,14 +29,12 @@ from rubricd_services.common.seeds import Seeds
 from rubricd_services.common.service import Clients
 from rubricd_services.judges.cache import VerdictCache
 from rubricd_services.judges.caller import Tally, caller
-from rubricd_services.judges.evaluation.run import Config
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.sets import RubricCache
 
 from . import effects
-from .canaries import CANARY, Canaries
 from .groups import Claimed, Groups
 from .metrics import ScorerMetrics
 from .schedule import Schedule, candidates
@@ -66,15 +64,6 @@ class Scorer(Answering[Rollout, Score]):
             prepare=self.judging.prepare,
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
-        self.canaries = Canaries(
-            settings,
-            clients,
-            Config(CANARY, self.judging),
-            service=SERVICE,
-            ttl_s=settings.kept_ttl_s,
-            maxlen=settings.stream_maxlen,
-            observe=self.metrics.canaries,
-        )
         self.groups = Groups(
             clients.redis,
             self.keys,
@@ -95,7 +84,6 @@ class Scorer(Answering[Rollout, Score]):
     async def answer(self, rollout: Rollout) -> Answered[Score]:
         """Judge a rollout alone."""
         rubrics = await self.rubrics.get(rollout)
-        self.canaries.seen(rollout, rubrics.set.version)
         votes = rollout.judge_votes or self.judging.votes
         tally = Tally(JUDGE)
         # The verdict cache keeps one call's verdict: a set judged one call per rubric, or by votes, is judged
@@ -166,8 +154,6 @@ class Scorer(Answering[Rollout, Score]):
         """Judge members of one group that share their prompt together, and commit each one's score."""
         head = members[0]
         rubrics = await self.rubrics.get(head)
-        for member in members:
-            self.canaries.seen(member, rubrics.set.version)
         policy_name = head.reward_policy or self.settings.reward_policy
         active = await self.active_class(head, rubrics) if policy_name == "alternating" else None
         judged = Judged()
@@ -197,9 +183,6 @@ class Scorer(Answering[Rollout, Score]):
         )
         self.metrics.active(rollout.run_id, decision)
         return decision.meta_class
-
-    async def stop(self) -> None:
-        await self.canaries.stop()
 
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""

@@ -1,7 +1,6 @@
 """The scorer's own figures, beside FastStream's and the LLM client's: scores, judge latency, rewards, the judge
-cache, the active meta-class and the canaries."""
+cache and the active meta-class (the canaries' are judges.evaluation.canaries')."""
 
-from rubricd.canaries import CanaryStep
 from rubricd.messages import Score
 from rubricd_services.common.metrics import Metrics
 
@@ -37,17 +36,6 @@ class ScorerMetrics:
             ["run_id", "meta_class"],
         )
         self._active: dict[str, tuple[int, str]] = {}  # run -> (its latest step seen, that step's class)
-        self.canary_agreement = metrics.gauge(
-            "rubricd_canary_agreement",
-            "the judge's agreement with the labels on the canary items of the run's latest canary step, as this "
-            "scorer last saw it (when it recorded one)",
-            ["run_id"],
-        )
-        self.canary_step = metrics.gauge("rubricd_canary_step", "that canary step", ["run_id"])
-        self._canary_steps: dict[str, int] = {}  # run -> its latest canary step seen
-        self.judge_drift = metrics.gauge(
-            "rubricd_judge_drift", "1 while that step's canary agreement is drift (judge_drift), else 0", ["run_id"]
-        )
 
     def observe(self, score: Score) -> None:
         self.scores.labels(score.status).inc()
@@ -57,15 +45,6 @@ class ScorerMetrics:
             self.reward.observe(score.reward)
         if score.instance_key is None:  # per-instance sets would make one series per prompt
             self.scored_rubric_version.labels(score.run_id).set(score.rubric_version)
-
-    def canaries(self, run_id: str, canary: CanaryStep) -> None:
-        if canary.step < self._canary_steps.get(run_id, -1):
-            return
-        self._canary_steps[run_id] = canary.step
-        self.canary_step.labels(run_id).set(canary.step)
-        self.judge_drift.labels(run_id).set(int(canary.drift))
-        if canary.agreement is not None:
-            self.canary_agreement.labels(run_id).set(canary.agreement)
 
     def active(self, run_id: str, decision: Decision) -> None:
         latest = self._active.get(run_id)

@@ -5,10 +5,9 @@ from pydantic import Field, field_validator
 from rubricd.reward import POLICIES, Undefined
 from rubricd_services.common.seeds import SeedSettings
 from rubricd_services.common.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings
-from rubricd_services.judges.settings import JudgeSettings
+from rubricd_services.judges.settings import CanarySettings, JudgeSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
 
-from .canaries import CanarySettings
 from .schedule import Rule, Strategy
 
 

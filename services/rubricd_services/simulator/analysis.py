@@ -50,14 +50,14 @@ HACKS: dict[str, tuple[str, str]] = {
 }
 # Rubric criteria that already target each hack (a met negative one penalises it).
 _TARGETS = {
-    "padding": (judging._PADDING_CRITERION, judging._CONCISE_CRITERION),
-    "sycophancy": (judging._FLATTERY_CRITERION,),
-    "judge_addressing": (judging._GRADER_CRITERION,),
-    "wrong_answer": (judging._CORRECT_CRITERION,),
-    "fabricated_tool_result": (trajectories._FABRICATED,),
-    "ignored_tool_result": (trajectories._IGNORED, trajectories._USES_RESULT),
-    "tool_loop": (trajectories._LOOP,),
-    "no_tool_call": (trajectories._CALLS_TOOL,),  # and a tool named (`_targets`), as the judge decides it
+    "padding": (judging.PADDING_CRITERION, judging.CONCISE_CRITERION),
+    "sycophancy": (judging.FLATTERY_CRITERION,),
+    "judge_addressing": (judging.GRADER_CRITERION,),
+    "wrong_answer": (judging.CORRECT_CRITERION,),
+    "fabricated_tool_result": (trajectories.FABRICATED,),
+    "ignored_tool_result": (trajectories.IGNORED, trajectories.USES_RESULT),
+    "tool_loop": (trajectories.LOOP,),
+    "no_tool_call": (trajectories.CALLS_TOOL,),  # and a tool named (`_targets`), as the judge decides it
 }
 _AGENT = ("no_tool_call", "fabricated_tool_result", "ignored_tool_result", "tool_loop")  # seen in a trajectory
 _SEVERITY = {"low": 0, "medium": 1, "high": 2}
@@ -65,17 +65,17 @@ _SEVERITY = {"low": 0, "medium": 1, "high": 2}
 
 def analysis(system: str, user: str) -> dict[str, Any]:
     """An AnalysisDraft as builtins, for a text rollout (`<rollout>`) or a trajectory (`<trajectory>`)."""
-    rollout = judging._block(user, "rollout") or {}
-    trajectory = judging._block(user, "trajectory")
-    score = judging._block(user, "score") or {}
-    context = judging._block(user, "context") or {}
+    rollout = judging.block(user, "rollout") or {}
+    trajectory = judging.block(user, "trajectory")
+    score = judging.block(user, "score") or {}
+    context = judging.block(user, "context") or {}
     results = [r for r in score.get("results") or [] if isinstance(r, dict)]
     reward = score.get("reward")
     if isinstance(trajectory, dict):
         hacks, seen = _agent_hacks(trajectory, reward)
     else:
         response, reference = str(rollout.get("response") or ""), rollout.get("reference")
-        hacks, seen = _hacks(response, reference, reward), f"{len(judging._WORD.findall(response.lower()))} words"
+        hacks, seen = _hacks(response, reference, reward), f"{len(judging.WORD.findall(response.lower()))} words"
     findings = _findings(hacks, results)
     quality_score = max(0.0, min(1.0, 1.0 - 0.25 * len(hacks)))
     stage = f"step {context.get('step', '?')} of {context.get('total_steps') or '?'}"
@@ -97,18 +97,18 @@ def analysis(system: str, user: str) -> dict[str, Any]:
 def _hacks(response: str, reference: Any, reward: Any) -> list[dict[str, str]]:
     lower = response.lower()
     hacks = []
-    long_, repetitive, n = judging._length(response, reference)
+    long_, repetitive, n = judging.length(response, reference)
     if long_ or repetitive:
         severity = "high" if long_ and repetitive else "medium"
         hacks.append({"type": "padding", "evidence": _repeated(response) or response[:160], "severity": severity})
-    if m := judging._FLATTERY.search(lower):
+    if m := judging.FLATTERY.search(lower):
         hacks.append({"type": "sycophancy", "evidence": _around(response, m), "severity": "medium"})
-    if m := judging._GRADER_TALK.search(lower):
+    if m := judging.GRADER_TALK.search(lower):
         hacks.append({"type": "judge_addressing", "evidence": _around(response, m), "severity": "high"})
     if (
         reference
-        and judging._normal(str(reference))
-        and f" {judging._normal(str(reference))} " not in f" {judging._normal(response)} "
+        and judging.normal(str(reference))
+        and f" {judging.normal(str(reference))} " not in f" {judging.normal(response)} "
     ):
         rewarded = isinstance(reward, (int, float)) and reward >= 0.5
         hacks.append({"type": "wrong_answer", "evidence": response[:160], "severity": "high" if rewarded else "low"})
@@ -127,12 +127,12 @@ def _agent_hacks(trajectory: dict[str, Any], reward: Any) -> tuple[list[dict[str
     final = policy[-1]
     shown: dict[str, list[dict[str, Any]]] = {}
     for turn in policy:
-        for kind, rule in (("fabricated_tool_result", trajectories._fabricated), ("tool_loop", trajectories._loop)):
+        for kind, rule in (("fabricated_tool_result", trajectories.fabricated), ("tool_loop", trajectories.loop)):
             if _decided(rule, turn, turns):
                 shown.setdefault(kind, []).append(turn)
-    if trajectory.get("tools") and _decided(trajectories._called_tool, final, turns) is False:
+    if trajectory.get("tools") and _decided(trajectories.called_tool, final, turns) is False:
         shown["no_tool_call"] = [final]
-    if _decided(trajectories._uses_result, final, turns) is False:
+    if _decided(trajectories.uses_result, final, turns) is False:
         shown["ignored_tool_result"] = [final]
     rewarded = isinstance(reward, (int, float)) and reward >= 0.5
     severity = {
@@ -171,7 +171,7 @@ def _at_turns(kind: str, turns: list[dict[str, Any]]) -> str:
 def _targets(kind: str, criterion: str) -> bool:
     """Whether the judge decides `criterion` by the heuristic that catches `kind`."""
     c = criterion.lower()
-    if kind == "no_tool_call" and not trajectories._TOOLISH.search(c):
+    if kind == "no_tool_call" and not trajectories.TOOLISH.search(c):
         return False
     return any(p.search(c) for p in _TARGETS[kind])
 
@@ -206,7 +206,7 @@ def _findings(hacks: list[dict[str, str]], results: list[dict[str, Any]]) -> lis
                 if (
                     r.get("met")
                     and float(r.get("points") or 0) > 0
-                    and judging._REASONING_CRITERION.search(str(r.get("criterion", "")).lower())
+                    and judging.REASONING_CRITERION.search(str(r.get("criterion", "")).lower())
                 ):
                     findings.append(
                         {
@@ -234,8 +234,8 @@ def _advice(kind: str) -> str:
 def _repeated(response: str) -> str:
     """The first sentence the response repeats, as written."""
     seen: set[str] = set()
-    for sentence in judging._SENTENCE.findall(response):
-        norm = judging._normal(sentence)
+    for sentence in judging.SENTENCE.findall(response):
+        norm = judging.normal(sentence)
         if len(norm.split()) >= 4 and norm in seen:
             return sentence.strip()
         seen.add(norm)
@@ -250,7 +250,7 @@ def _around(text: str, match: re.Match[str]) -> str:
 
 def summary(system: str, user: str) -> dict[str, Any]:
     """A SummaryDraft as builtins, for a chunk (`<analyses>`) or a meta-summary (`<chunk_summaries>`)."""
-    chunks = judging._block(user, "chunk_summaries")
+    chunks = judging.block(user, "chunk_summaries")
     counts: Counter[str] = Counter()
     severity: dict[str, str] = {}
     if isinstance(chunks, list):
@@ -260,7 +260,7 @@ def summary(system: str, user: str) -> dict[str, Any]:
                 counts[p["type"]] += int(p.get("rollouts") or 0)
                 severity[p["type"]] = _worse(severity.get(p["type"]), p.get("severity", "medium"))
     else:
-        analyses = judging._block(user, "analyses") or []
+        analyses = judging.block(user, "analyses") or []
         total = len(analyses)
         for a in analyses if isinstance(analyses, list) else []:
             for e in a.get("reward_hacking") or []:

@@ -27,7 +27,7 @@ def judge(system: str, user: str) -> Any:
 def judge_group(system: str, user: str) -> Any:
     """The judge's verdicts on a group, by label: each response judged as it would be alone (the simulator's
     rules read one response; side by side changes nothing for them)."""
-    group = judging._block(user, "group") or {}
+    group = judging.block(user, "group") or {}
     if not isinstance(group, dict):
         return {}
     verdicts = {}
@@ -59,7 +59,7 @@ AGENTS: dict[str, Callable[[str, str], Any]] = {
 }
 
 _NAMED = re.compile(r"JSON Schema named ([A-Za-z0-9_-]{1,64})")
-_WORD = re.compile(r"[A-Za-z0-9']+")
+WORD = re.compile(r"[A-Za-z0-9']+")
 _FORMATS = {
     "date-time": "1970-01-01T00:00:00Z",
     "date": "1970-01-01",
@@ -122,7 +122,7 @@ def answer(body: dict[str, Any], dialects: list[str] | tuple[str, ...] = ()) -> 
     name, schema = requested_schema(body, system, dialects)
     if name in AGENTS:
         return json.dumps(AGENTS[name](system, user)), name
-    words = _WORD.findall(re.sub(r"</?\w+>|\\u003c", " ", user))[:8] or ["simulated"]
+    words = WORD.findall(re.sub(r"</?\w+>|\\u003c", " ", user))[:8] or ["simulated"]
     if schema is not None:
         return json.dumps(instance(schema, words)), name or "schema"
     if (body.get("response_format") or {}).get("type") == "json_object":

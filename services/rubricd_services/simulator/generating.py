@@ -8,7 +8,7 @@ heuristic. The rules: docs/researchers/demo.md, "What it answers".
 import re
 from typing import Any
 
-from .judging import _block
+from .judging import block
 
 _WORD_LIMIT = re.compile(
     r"\b(?:in|within|under|at most|no more than|fewer than|less than|maximum of|max(?:imum)?)\s+(\d{1,4})\s+words?\b",
@@ -27,9 +27,9 @@ _STOP = {"what", "which", "when", "where", "with", "that", "this", "your", "answ
 
 def draft(system: str, user: str) -> dict[str, Any]:
     """A RubricDraft as builtins: {"rubrics": [{criterion, points, meta_class, rule}, ...]}."""
-    asked = _block(user, "prompt") or {}
-    limits = _block(user, "limits") or {}
-    anchors = _block(user, "anchors") or []
+    asked = block(user, "prompt") or {}
+    limits = block(user, "limits") or {}
+    anchors = block(user, "anchors") or []
     if not isinstance(asked, dict) or not isinstance(limits, dict) or not isinstance(anchors, list):
         return {"rubrics": []}
     prompt, reference = str(asked.get("prompt") or ""), asked.get("reference")

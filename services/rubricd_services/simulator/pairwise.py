@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from .judging import _block, decide
+from .judging import block, decide
 
 PREFER_FIRST = "[sim:prefer-first]"
 _ACCURACY = re.compile(r"@(0(?:\.\d+)?|1(?:\.0+)?)$")  # a model named `<name>@q`: a judge right with probability q
@@ -19,8 +19,8 @@ _ACCURACY = re.compile(r"@(0(?:\.\d+)?|1(?:\.0+)?)$")  # a model named `<name>@q
 def verdict(system: str, user: str) -> dict[str, Any]:
     """A PairwiseVerdict as builtins: per rubric whether the first and second responses meet it, the gatekeeper
     (the heaviest rubric that separates them), the preference from the net points, and a justification."""
-    rubrics = _block(system, "rubrics") or _block(user, "rubrics") or []
-    pair = _block(user, "comparison") or {}
+    rubrics = block(system, "rubrics") or block(user, "rubrics") or []
+    pair = block(user, "comparison") or {}
     if not isinstance(rubrics, list) or not isinstance(pair, dict):
         return {}
     biased = PREFER_FIRST in str(pair.get("prompt") or "")

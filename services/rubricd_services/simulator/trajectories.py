@@ -26,13 +26,15 @@ def _words(*words: str) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(words) + r")\b")
 
 
-_FABRICATED = _words(r"fabricat\w*", r"invent\w*", r"made[- ]up", r"never (?:received|returned|got)", r"no tool \w+")
-_IGNORED = _words(r"ignor\w*", r"contradict\w*", r"disregard\w*", r"inconsistent")
-_USES_RESULT = _words(r"uses? (?:the )?(?:latest |last )?(?:tool )?results?", r"consistent with", r"agrees? with")
+# The criterion classes and the turn rules (`fabricated`, `uses_result`, `loop`, `called_tool`): the analyst and the
+# updater read a trajectory by the same ones.
+FABRICATED = _words(r"fabricat\w*", r"invent\w*", r"made[- ]up", r"never (?:received|returned|got)", r"no tool \w+")
+IGNORED = _words(r"ignor\w*", r"contradict\w*", r"disregard\w*", r"inconsistent")
+USES_RESULT = _words(r"uses? (?:the )?(?:latest |last )?(?:tool )?results?", r"consistent with", r"agrees? with")
 _ARGUMENTS = _words(r"arguments?", r"valid json", r"parameters?")
-_LOOP = _words(r"loop\w*", r"repeat\w*", r"same call", r"again and again", r"redundant")
-_CALLS_TOOL = _words(r"calls?", r"uses? (?:a |the )?(?:\w+ )?tool", r"tool call\w*", r"invok\w*", r"consult\w*")
-_TOOLISH = _words(r"tools?", r"calculator", r"calc", r"lookup", r"search")
+LOOP = _words(r"loop\w*", r"repeat\w*", r"same call", r"again and again", r"redundant")
+CALLS_TOOL = _words(r"calls?", r"uses? (?:a |the )?(?:\w+ )?tool", r"tool call\w*", r"invok\w*", r"consult\w*")
+TOOLISH = _words(r"tools?", r"calculator", r"calc", r"lookup", r"search")
 
 Turn = dict[str, Any]
 # (the policy turn, every turn up to it) -> (applies, met, why)
@@ -42,8 +44,8 @@ TurnRule = Callable[[Turn, list[Turn]], tuple[bool, bool, str]]
 def verdict(system: str, user: str) -> dict[str, Any]:
     """A JudgeVerdict as builtins for a trajectory: a trajectory rubric's {explanation, met}, a turn rubric's
     {explanation, met_turns, unmet_turns}."""
-    rubrics = judging._block(system, "rubrics") or []
-    trajectory = judging._block(user, "trajectory") or {}
+    rubrics = judging.block(system, "rubrics") or []
+    trajectory = judging.block(user, "trajectory") or {}
     if not isinstance(rubrics, list) or not isinstance(trajectory, dict):
         return {}
     turns = read(trajectory)
@@ -95,18 +97,18 @@ Kind = Literal["behaviour", "kept", "text"]
 def _rule(c: str, points: float, reference: Any) -> tuple[TurnRule, Kind]:
     """The rule a criterion names, and its kind: a behaviour (met where it shows once), a rule every turn it
     applies to keeps, or the text rules."""
-    if _FABRICATED.search(c):
-        return _fabricated, "behaviour"
-    if _IGNORED.search(c):
-        return (lambda t, seen: _negated(_uses_result(t, seen))), "behaviour"
-    if _USES_RESULT.search(c):
-        return _uses_result, "kept"
+    if FABRICATED.search(c):
+        return fabricated, "behaviour"
+    if IGNORED.search(c):
+        return (lambda t, seen: _negated(uses_result(t, seen))), "behaviour"
+    if USES_RESULT.search(c):
+        return uses_result, "kept"
     if _ARGUMENTS.search(c):
         return _arguments, "kept"
-    if _LOOP.search(c):
-        return _loop, "behaviour"
-    if _CALLS_TOOL.search(c) and _TOOLISH.search(c):
-        return _called_tool, "kept"
+    if LOOP.search(c):
+        return loop, "behaviour"
+    if CALLS_TOOL.search(c) and TOOLISH.search(c):
+        return called_tool, "kept"
     return _text_rule(c, points, reference), "text"
 
 
@@ -129,7 +131,7 @@ def _results(seen: list[Turn]) -> list[str]:
     return [str(t.get("content") or "") for t in seen if t.get("role") == "tool"]
 
 
-def _fabricated(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+def fabricated(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
     """A turn that claims a tool result: met (fabricated) when a number it states is in no turn before it that
     the policy did not write (a tool's result, its input)."""
     text = str(turn.get("content") or "")
@@ -144,7 +146,7 @@ def _fabricated(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
     return True, False, "the tool results it claims were returned."
 
 
-def _uses_result(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+def uses_result(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
     """An answer after a tool result: met when the latest result's numbers are in it."""
     text = str(turn.get("content") or "")
     results = _results(seen)
@@ -164,7 +166,7 @@ def _arguments(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
     return True, not problems, f"tool calls: {', '.join(problems) or 'no problem'}."
 
 
-def _loop(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+def loop(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
     """A turn with tool calls: met (a loop) when one of its calls was made, the same, twice before."""
     calls = turn.get("tool_calls") or []
     if not calls:
@@ -174,7 +176,7 @@ def _loop(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
     return True, looping, "repeats one call three times or more." if looping else "no call repeated thrice."
 
 
-def _called_tool(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
+def called_tool(turn: Turn, seen: list[Turn]) -> tuple[bool, bool, str]:
     """An answer: met when a tool was called before it."""
     if not turn.get("answer"):
         return False, False, "is no answer."

@@ -42,7 +42,7 @@ HACKS = (
     Hack(
         "padding",
         _words(r"padd\w*", r"pads?", r"filler", r"verbos\w*", r"needless length", r"rambl\w*"),
-        judging._PADDING_CRITERION,
+        judging.PADDING_CRITERION,
         "responses padded with filler, repetition or needless length to look thorough",
         {
             "id": "no_padding",
@@ -55,7 +55,7 @@ HACKS = (
     Hack(
         "flattery",
         _words(r"flatter\w*", r"sycophan\w*", r"prais\w*"),
-        judging._FLATTERY_CRITERION,
+        judging.FLATTERY_CRITERION,
         "responses that flatter the user with sycophantic praise instead of answering",
         {
             "id": "no_flattery",
@@ -68,7 +68,7 @@ HACKS = (
     Hack(
         "grader addressing",
         _words(r"grader\w*", r"judge[ _-]addressing", r"addresses the (?:grader|judge)", r"full score", r"evaluator"),
-        judging._GRADER_CRITERION,
+        judging.GRADER_CRITERION,
         "responses that address the grader or ask for a full score instead of answering the user",
         {
             "id": "no_grader_addressing",
@@ -82,7 +82,7 @@ HACKS = (
     Hack(
         "no tool call",
         _words(r"no[_ ]tool[_ ]calls?", r"without (?:calling|a call to|using) (?:a |the |any )?(?:\w+ )?tools?"),
-        trajectories._CALLS_TOOL,
+        trajectories.CALLS_TOOL,
         "final answers given without calling the tool the task needs",
         {
             "id": "answers_after_tool_call",
@@ -92,12 +92,12 @@ HACKS = (
             "kind": "adaptive",
             "scope": "turn",
         },
-        also=trajectories._TOOLISH,
+        also=trajectories.TOOLISH,
     ),
     Hack(
         "fabricated tool result",
         _words(r"fabricat\w*", r"invent\w* (?:a )?tool results?", r"no tool turn returned"),
-        trajectories._FABRICATED,
+        trajectories.FABRICATED,
         "turns that state a tool result no tool returned, or claim a tool call never made",
         {
             "id": "no_fabricated_tool_result",
@@ -111,7 +111,7 @@ HACKS = (
     Hack(
         "ignored tool result",
         _words(r"ignored[_ ]tool[_ ]results?", r"(?:ignor|contradict)\w* (?:the |a )?(?:latest |last )?tool results?"),
-        trajectories._USES_RESULT,
+        trajectories.USES_RESULT,
         "final answers that ignore or contradict the latest tool result",
         {
             "id": "uses_latest_tool_result",
@@ -125,7 +125,7 @@ HACKS = (
     Hack(
         "tool loop",
         _words(r"tool[_ ]loops?", r"same (?:tool )?call", r"in a loop"),
-        trajectories._LOOP,
+        trajectories.LOOP,
         "the same tool call made again and again in a loop",
         {
             "id": "no_tool_loop",
@@ -141,8 +141,8 @@ HACKS = (
 
 def queries(system: str, user: str) -> dict[str, Any]:
     """A MemoryQueries: one query per hack the step summary names."""
-    summary = judging._block(user, "step_summary") or {}
-    budget = judging._block(user, "query_budget") or {}
+    summary = judging.block(user, "step_summary") or {}
+    budget = judging.block(user, "query_budget") or {}
     limit = int(budget.get("max_queries") or 4) if isinstance(budget, dict) else 4
     named = [h.query for h in _named(summary)]
     if not named:
@@ -153,9 +153,9 @@ def queries(system: str, user: str) -> dict[str, Any]:
 
 def proposal(system: str, user: str) -> dict[str, Any]:
     """An UpdateProposal: add a rubric against each named hack no current rubric catches; else maintenance."""
-    summary = judging._block(user, "step_summary")
-    rubrics = judging._block(user, "current_rubrics") or []
-    memories = judging._block(user, "dynamic_memory") or []
+    summary = judging.block(user, "step_summary")
+    rubrics = judging.block(user, "current_rubrics") or []
+    memories = judging.block(user, "dynamic_memory") or []
     if not isinstance(summary, dict):
         return {
             "strategy": "maintenance",
@@ -165,7 +165,7 @@ def proposal(system: str, user: str) -> dict[str, Any]:
         }
     current = [r for r in rubrics if isinstance(r, dict)]
     step = summary.get("step")
-    removes = _retired(current, judging._block(user, "uninformative_rubrics") or [], step)
+    removes = _retired(current, judging.block(user, "uninformative_rubrics") or [], step)
     adds: list[dict[str, Any]] = []
     consulted: list[str] = []
     for hack in _named(summary):

@@ -4,7 +4,18 @@ All are frozen msgspec Structs tagged by a `type` field; schemas evolve only
 additively (new fields have defaults).
 """
 
-from ._base import GroupId, InstanceKey, Message, RolloutId, RunId
+from ._base import (
+    MAX_GROUP,
+    MAX_PARTS,
+    MAX_ROLLOUTS_PER_STEP,
+    MAX_STEP,
+    MAX_VOTES,
+    GroupId,
+    InstanceKey,
+    Message,
+    RolloutId,
+    RunId,
+)
 from .analyses import (
     HackingEvidence,
     HackingPattern,
@@ -65,6 +76,11 @@ MESSAGES: tuple[type[Message], ...] = (
 
 __all__ = [
     "HEALTHBENCH_AXES",
+    "MAX_GROUP",
+    "MAX_PARTS",
+    "MAX_ROLLOUTS_PER_STEP",
+    "MAX_STEP",
+    "MAX_VOTES",
     "MESSAGES",
     "RENAMED_KINDS",
     "UPDATE_OUTCOMES",

@@ -11,8 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from rubricd.messages import Rollout, Rubric, RubricKind
-from rubricd.messages._base import GroupId
+from rubricd.messages import GroupId, Rollout, Rubric, RubricKind
 from rubricd.messages.trajectories import MAX_TURNS, Tools, Turns
 from rubricd_services.judges import verdicts
 

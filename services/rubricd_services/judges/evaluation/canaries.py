@@ -1,77 +1,72 @@
 """Canaries during training: a few labelled items judged per step of a run, to catch its judge drifting.
 
-The scorer tells `Canaries.seen` of each rollout (no I/O on the rollout's path). For each new step of a run
-with a labelled set (the run's own, `Keys.canary_set`, else RUBRICD_CANARY_SET), the first scorer to claim the
-step judges that step's share of the set in the background, as `rubricd judge eval` judges (`run.judge_item`:
-the scorer's judge prompt, schema, context fitting and LLM client, no verdict cache), and records the agreement
-with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at the step where agreement falls below the
-floor, or more than the margin below the run's first canary steps. Canaries never count as rollouts of a step,
-never enter the memory loop or the meta-class statistics; their calls go into the run's usage under their own
-agent, `canary`. Why and how: docs/researchers/judges.md, "Canaries during training".
+Beside the scoring path, in the scorer's process: the canaries read the events in a consumer group of their own
+(`CANARIES`), and the first `rollout_scored` (or `judge_failed`) event of a step starts that step's canaries (run,
+step and rubric version are all they need), so a rollout is answered without waiting on them. For each new step
+of a run with a labelled set (the run's own, `Keys.canary_set`, else RUBRICD_CANARY_SET, read once at start), the
+first scorer to claim the step judges that step's share of the set, as `rubricd judge eval` judges
+(`run.judge_item`: the scorer's judge prompt, schema, context fitting and LLM client, no verdict cache), and records
+the agreement with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at the step where agreement
+falls below the floor, or more than the margin below the run's first canary steps. Canaries never count as
+rollouts of a step, never enter the memory loop or the meta-class statistics; their calls go into the run's usage
+under their own agent, `canary`. Why and how: docs/researchers/judges.md, "Canaries during training".
 """
 
 import asyncio
 import collections
 import logging
 import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import msgspec
-from pydantic import BaseModel, Field, field_validator
+from faststream.redis.message import RedisStreamMessage
+from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from rubricd import wire
 from rubricd.canaries import CLAIMED, CanaryStep, parse
-from rubricd.messages import Event, EventKind, Rollout
-from rubricd_services.common import usage
+from rubricd.keys import CANARIES
+from rubricd.messages import Event, EventKind
+from rubricd_services.common import intake, usage
 from rubricd_services.common.events import event
-from rubricd_services.common.service import Clients
-from rubricd_services.judges.evaluation import figures, labelled
-from rubricd_services.judges.evaluation.labelled import Item
-from rubricd_services.judges.evaluation.run import Config, Judged, judge_item
+from rubricd_services.common.service import ServiceApp
+from rubricd_services.common.settings import LLMSettings
+from rubricd_services.judges.scoring import Judging
+from rubricd_services.judges.settings import CanarySettings, JudgeSettings
+
+from . import figures, labelled
+from .labelled import Item
+from .run import Config, Judged, judge_item
 
 CANARY = "canary"  # the agent its calls are counted under in a run's usage
-SEEN = 4096  # (run, step) pairs a scorer remembers having seen
+SEEN = 4096  # (run, step) pairs a process remembers having seen
+STARTS = (EventKind.ROLLOUT_SCORED, EventKind.JUDGE_FAILED)  # the events of a scored rollout
 log = logging.getLogger("rubricd.canaries")
 
 
-class CanarySettings(BaseModel):
-    """The scorer's canary settings (RUBRICD_CANARY_*)."""
+def read_set(path: Path | None) -> list[Item]:
+    """RUBRICD_CANARY_SET's items (none when unset), read once at start: a set that cannot be read stops the
+    service there, naming the setting and the line."""
+    if path is None:
+        return []
+    try:
+        items = labelled.read(path)
+    except (OSError, labelled.Invalid) as e:
+        sys.exit(f"invalid settings\n  RUBRICD_CANARY_SET: not a labelled set: {e}")
+    if not items:
+        sys.exit(f"invalid settings\n  RUBRICD_CANARY_SET: not a labelled set: {path} has no item")
+    return items
 
-    canary_set: Path | None = Field(
-        None,
-        description="a labelled JSONL (`rubricd judge eval`'s format) whose items the scorers judge a few of per "
-        "step of every run, to measure the judge during training; a run's own (`rubricd judge canaries`) replaces "
-        "it; unset: canaries only for runs with their own",
-    )
-    canary_items: int = Field(4, ge=1, le=100, description="canary items judged per step of a run")
-    canary_floor: float = Field(
-        0.6, ge=0, le=1, description="judge_drift fires when a step's canary agreement falls below this"
-    )
-    canary_margin: float = Field(
-        0.15,
-        ge=0,
-        le=1,
-        description="judge_drift fires when a step's canary agreement is this far below the run's baseline (the "
-        "mean over its first canary_baseline_steps canary steps)",
-    )
-    canary_baseline_steps: int = Field(3, ge=1, description="the run's first N canary steps make its baseline")
 
-    @field_validator("canary_set")
-    @classmethod
-    def _readable(cls, path: Path | None) -> Path | None:
-        if path is not None:
-            try:
-                items = labelled.read(path)
-            except (OSError, labelled.Invalid) as e:
-                raise ValueError(f"not a labelled set: {e}") from None
-            if not items:
-                raise ValueError(f"not a labelled set: {path} has no item")
-        return path
+def judge(settings: JudgeSettings, llm: LLMSettings) -> Config:
+    """The canaries' judge: the scorer's judging configuration (its prompts, style and LLM settings), each item
+    judged alone."""
+    return Config(CANARY, Judging.of(settings, llm))
 
 
 @dataclass(frozen=True)
@@ -140,59 +135,55 @@ def why(canary: CanaryStep, rule: Rule) -> str:
 
 
 class Canaries:
-    """A scorer's canaries: which steps it has seen, and the background tasks judging the ones it claimed."""
+    """A service's canaries, the consumer of the events' `CANARIES` group (`handle`), beside its own worker: which
+    steps this process has seen, and the judging of the ones it claims."""
 
-    def __init__(
-        self,
-        settings: CanarySettings,
-        clients: Clients,
-        config: Config,
-        *,
-        service: str,
-        ttl_s: int,
-        maxlen: int,
-        observe: Callable[[str, CanaryStep], None] = lambda run_id, latest: None,
-    ) -> None:
-        self.clients, self.redis, self.keys = clients, clients.redis, clients.keys
-        self.config, self.service, self.ttl_s, self.maxlen, self.observe = config, service, ttl_s, maxlen, observe
+    def __init__(self, settings: CanarySettings, config: Config, app: ServiceApp[Any], *, ttl_s: int) -> None:
+        self.app, self.config, self.service, self.ttl_s = app, config, app.name, ttl_s
+        self.keys, self.maxlen = app.keys, app.settings.stream_maxlen
         self.n = settings.canary_items
         self.rule = Rule(settings.canary_floor, settings.canary_margin, settings.canary_baseline_steps)
-        self.default = labelled.read(settings.canary_set) if settings.canary_set else []
+        self.default = read_set(settings.canary_set)
+        self.metrics = CanaryMetrics(app)
         self._own: dict[str, tuple[bytes, list[Item]]] = {}  # run -> its own set as read last, and its items
         self._seen: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    def seen(self, rollout: Rollout, rubric_version: int) -> None:
-        """A rollout was scored with `rubric_version`: the first of its step this scorer sees starts that step's
-        canaries, in the background (evaluation rollouts start none)."""
-        key = (rollout.run_id, rollout.step)
-        if rollout.evaluation or key in self._seen:
-            return
-        self._seen[key] = None
-        if len(self._seen) > SEEN:
-            self._seen.popitem(last=False)
-        task = asyncio.create_task(self.judge_step(rollout.run_id, rollout.step, rubric_version))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    @property
+    def redis(self) -> Redis:
+        return self.app.clients.redis
 
-    async def stop(self) -> None:
-        """Cancel the canaries being judged (a step's claim stays: its canaries are not judged again)."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def handle(self, _: object, msg: RedisStreamMessage) -> None:
+        """One events entry (the first argument, the service's own worker, is not the canaries'): the first
+        scored rollout of a step this process sees starts that step's canaries (evaluation rollouts start none);
+        acked once they are judged and recorded."""
+        try:
+            found = wire.decode(msg.body, Event)
+        except msgspec.DecodeError:  # not an event of this version's: nothing for the canaries
+            found = None
+        if found and found.kind in STARTS and found.run_id is not None and found.step is not None:
+            key = (found.run_id, found.step)
+            version = found.fields.get("rubric_version")
+            if not found.fields.get("evaluation") and isinstance(version, int) and key not in self._seen:
+                self._seen[key] = None
+                if len(self._seen) > SEEN:
+                    self._seen.popitem(last=False)
+                await self.judge_step(found.run_id, found.step, version)
+        await self.redis.xack(self.keys.events, CANARIES, intake.entry_id(msg))
 
     async def judge_step(self, run_id: str, step: int, rubric_version: int) -> None:
+        """Judge and record the step's canaries if this process claims it (a claim stays: a step whose judging
+        failed is not judged again)."""
         try:
             items = await self.items(run_id)
             if not items or not await self.claim(run_id, step):
                 return
             judged = await asyncio.gather(
-                *(judge_item(self.clients.llm, self.config, i) for i in pick(items, step, self.n))
+                *(judge_item(self.app.clients.llm, self.config, i) for i in pick(items, step, self.n))
             )
             steps = await self.commit(run_id, step, rubric_version, judged)
-            self.observe(run_id, steps[-1])
+            self.metrics.observe(run_id, steps[-1])
         except Exception as e:
-            if not self.clients.outages.down(f"judging the canaries of run {run_id} step {step}", e):
+            if not self.app.outages.down(f"judging the canaries of run {run_id} step {step}", e):
                 log.exception("%s: the canaries of run %s step %d failed", self.service, run_id, step)
 
     async def items(self, run_id: str) -> list[Item]:
@@ -214,7 +205,7 @@ class Canaries:
         """Whether this scorer judges the step's canaries: the first to ask does (the hash expires, claims too)."""
         key = self.keys.canaries(run_id)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hsetnx(key, CLAIMED + str(step).encode(), self.clients.consumer)
+            pipe.hsetnx(key, CLAIMED + str(step).encode(), self.app.consumer)
             pipe.expire(key, self.ttl_s)
             claimed, _ = await pipe.execute()
         return bool(claimed)
@@ -275,3 +266,29 @@ class Canaries:
                 event(self.service, EventKind.JUDGE_DRIFT, run_id=run_id, step=canary.step, detail=detail, **fields)
             )
         return events
+
+
+class CanaryMetrics:
+    """The canaries' figures: the run's latest canary step as this process last saw it (when it recorded one)."""
+
+    def __init__(self, app: ServiceApp[Any]) -> None:
+        self.agreement = app.metrics.gauge(
+            "rubricd_canary_agreement",
+            "the judge's agreement with the labels on the canary items of the run's latest canary step, as this "
+            "scorer last saw it (when it recorded one)",
+            ["run_id"],
+        )
+        self.step = app.metrics.gauge("rubricd_canary_step", "that canary step", ["run_id"])
+        self.drift = app.metrics.gauge(
+            "rubricd_judge_drift", "1 while that step's canary agreement is drift (judge_drift), else 0", ["run_id"]
+        )
+        self._steps: dict[str, int] = {}  # run -> its latest canary step seen
+
+    def observe(self, run_id: str, canary: CanaryStep) -> None:
+        if canary.step < self._steps.get(run_id, -1):
+            return
+        self._steps[run_id] = canary.step
+        self.step.labels(run_id).set(canary.step)
+        self.drift.labels(run_id).set(int(canary.drift))
+        if canary.agreement is not None:
+            self.agreement.labels(run_id).set(canary.agreement)
