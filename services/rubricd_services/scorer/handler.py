@@ -14,7 +14,6 @@ judged once, by the handler of the member that completes it or by a scorer's swe
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -153,22 +152,16 @@ class Scorer(Answering[Rollout, Score]):
     async def judge_group(self, members: list[Rollout], claimed: Claimed) -> None:
         """Judge members of one group that share their prompt together, and commit each one's score."""
         head = members[0]
-        rubrics = await self.rubrics.get(head)
-        policy_name = head.reward_policy or self.settings.reward_policy
-        active = await self.active_class(head, rubrics) if policy_name == "alternating" else None
-        judged = Judged()
+        scoring = await self.scoring(head, await self.rubrics.get(head))
+        tally = Tally(JUDGE)
         if claimed.claims > self.settings.max_failures:
             error = f"group judging was claimed {claimed.claims} times and never finished (max_failures)"
-            scores = [failed(m, rubrics, policy_name, error) for m in members]
+            scores = [failed(m, scoring, error) for m in members]
         else:
-            scores = await score_group(
-                members,
-                Scoring(rubrics, policy_name, active, self.settings.undefined_meta_class_reward),
-                judge_by(caller(self.llm, judged.tally)),
-                group=claimed.key,
-                votes=head.judge_votes or self.settings.judge_votes,
-            )
-        spent = judged.tally.usage(self.judge_settings.model)
+            judge = judge_by(caller(self.llm, tally))
+            votes = head.judge_votes or self.judging.votes
+            scores = await score_group(members, scoring, judge, group=claimed.key, votes=votes)
+        spent = tally.usage(self.judge_settings.model)
         for i, (member, score) in enumerate(zip(members, scores, strict=True)):
             try:
                 await self.commit(b"", member, score, spent if i == 0 else {})
@@ -190,7 +183,7 @@ class Scorer(Answering[Rollout, Score]):
             await self.publish(reloaded)
 
 
-def failed(rollout: Rollout, rubrics: Rubrics, policy_name: str, error: str) -> Score:
+def failed(rollout: Rollout, scoring: Scoring, error: str) -> Score:
     """A score whose judging failed for good, without a call."""
     return Score(
         run_id=rollout.run_id,
@@ -198,18 +191,11 @@ def failed(rollout: Rollout, rubrics: Rubrics, policy_name: str, error: str) -> 
         step=rollout.step,
         status=JudgeStatus.JUDGE_FAILED,
         reward=None,
-        rubric_version=rubrics.set.version,
-        instance_key=rubrics.set.instance_key,
-        policy=policy_name,
+        rubric_version=scoring.rubrics.set.version,
+        instance_key=scoring.rubrics.set.instance_key,
+        policy=scoring.policy_name,
         error=error,
         scored_at=time.time(),
         group=rollout.group,
         evaluation=rollout.evaluation,
     )
-
-
-@dataclass
-class Judged:
-    """How one group was judged: its calls."""
-
-    tally: Tally = field(default_factory=lambda: Tally(JUDGE))
