@@ -105,7 +105,7 @@ class Setting(msgspec.Struct):
 def settings_classes() -> list[tuple[str, type[BaseModel]]]:
     """(service, class) for ServiceSettings (the CLI reads it) and every subclass in rubricd_services.*.settings."""
     import rubricd_services
-    from rubricd_services.common.settings import ServiceSettings
+    from rubricd_services.settings import ServiceSettings
 
     for package in pkgutil.iter_modules(rubricd_services.__path__):
         name = f"rubricd_services.{package.name}.settings"
@@ -186,13 +186,13 @@ def _default(field: FieldInfo) -> str:
 
 def agent_defaults() -> tuple[list[str], list[str], dict[str, dict[str, object]]]:
     """The agents, the LLM fields one may override, and each agent's defaults (AGENT_DEFAULTS)."""
-    from rubricd_services.common.settings import AGENT_DEFAULTS, LLMSettings
+    from rubricd_services.settings import AGENT_DEFAULTS, LLMSettings
 
     return list(AGENT_DEFAULTS), list(LLMSettings.model_fields), AGENT_DEFAULTS
 
 
 def settings_page() -> str:
-    from rubricd_services.common.settings import LLMSettings
+    from rubricd_services.settings import LLMSettings
 
     agents, fields, defaults = agent_defaults()
     groups: dict[str, list[Setting]] = {}

@@ -34,9 +34,9 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import ANALYZERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import Event
-from rubricd_services.common.embedder import MiniLMEmbedder
-from rubricd_services.common.memory import Memory
-from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.memory.embedder import MiniLMEmbedder
+from rubricd_services.memory.store import Memory
+from rubricd_services.settings import ServiceSettings
 from rubricd_services.simulator.app import Simulator, serve_in_background
 from rubricd_services.simulator.faults import SimConfig
 

@@ -26,7 +26,7 @@
 #
 # Locked down (RUBRICD_SECURE=1; `make up SECURE=1`): Redis loads an ACL file
 # (default user off; an admin, a user per service, cli and trainer, each
-# limited to what it does: services/rubricd_services/common/acl.py), Weaviate wants an API key,
+# limited to what it does: services/rubricd_services/cli/redis_acl.py), Weaviate wants an API key,
 # and each service gets its own credentials. RUBRICD_REDIS_TLS=1 (`TLS=1`)
 # also serves Redis over TLS only, with a certificate from a CA made here.
 # The secrets are made once, under $STACK/secrets (mode 600), and their
@@ -93,7 +93,7 @@ LLAMA_CPP_PYTHON=0.3.36          # its sdist vendors llama.cpp (commit 0c1e570),
 LLAMA_BIN=${RUBRICD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rubricd}/llama-server-$LLAMA_CPP_PYTHON/llama-server
 
 COMPONENTS=(redis weaviate simulator model services)
-SERVICES=(scorer comparer arm summarizer updater gateway) # gateway: the HTTP reward gateway (its Redis user: common.acl.gateway)
+SERVICES=(scorer comparer arm summarizer updater gateway) # gateway: the HTTP reward gateway (its Redis user: cli.redis_acl.gateway)
 
 say() { echo "stack: $*"; }
 die() { echo "stack: $*" >&2; exit 1; }

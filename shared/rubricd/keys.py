@@ -214,7 +214,7 @@ class Keys:
         """Hash of what a run's LLM calls used: field `<agent>:<model>:<kind>` -> a count, kinds `calls`,
         `prompt_tokens`, `completion_tokens`, `ms` (the calls' wall time, waits for rate limits and slots included)
         and `cache_hits` (verdicts reused: no call, no tokens); kept as long as the run's rubric sets (no expiry);
-        common.usage."""
+        llm.usage."""
         return f"{self.namespace}:usage:{run_id}"
 
     def arm_pairs(self, run_id: str) -> str:
@@ -254,10 +254,10 @@ class Keys:
 
     def llm_slots(self, base_url: str) -> str:
         """Sorted set of an LLM endpoint's shared slots (`shared_slots`) held: member a lease id, score its expiry
-        (ms, Redis's clock); one per replica, each serves its own slots (common.slots)."""
+        (ms, Redis's clock); one per replica, each serves its own slots (llm.slots)."""
         return f"{self.namespace}:llm-slots:{endpoint_id(base_url)}"
 
     def llm_rate(self, base_url: str) -> str:
         """Hash of an LLM endpoint's rate limits (`rpm`, `tpm`): `requests` and `tokens`, when the next call may
-        start by each, and `paused`, no call before (a 429's Retry-After); µs of Redis's clock (common.limits)."""
+        start by each, and `paused`, no call before (a 429's Retry-After); µs of Redis's clock (llm.limits)."""
         return f"{self.namespace}:llm-rate:{endpoint_id(base_url)}"

@@ -1,6 +1,6 @@
 """What each run used of each agent (calls, tokens), read from its usage hash (`Keys.usage`), and its cost.
 
-The services add to the hash (`rubricd_services.common.usage`); `rubricd status`, the dashboard and the demo's
+The services add to the hash (`rubricd_services.llm.usage`); `rubricd status`, the dashboard and the demo's
 report read it here. Prices are the caller's (`RUBRICD_PRICES`): anything with `cost(prompt, completion)`.
 """
 

@@ -23,7 +23,7 @@ from rubricd.messages import (
 )
 from rubricd_services.analyzer import analysis, tool_use
 from rubricd_services.analyzer.analysis import AnalysisDraft, AnalysisFailed, EvidenceDraft, FindingDraft, FindingKind
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 TEMPLATE = prompts.load("rubricd_services.analyzer", analysis.ANALYZER)
 RUBRICS = [Rubric(id="correct", criterion="States the correct final answer.", points=5, kind="anchor")]

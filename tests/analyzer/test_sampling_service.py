@@ -26,8 +26,8 @@ from rubricd.messages import (
 )
 from rubricd.store import RubricStore
 from rubricd_services.analyzer.effects import Effects, GroupRef
-from rubricd_services.common import events
-from rubricd_services.common.memory import MemoryKind
+from rubricd_services.memory.store import MemoryKind
+from rubricd_services.runtime import events
 
 pytestmark = pytest.mark.integration
 

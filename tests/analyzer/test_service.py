@@ -25,7 +25,7 @@ from rubricd.messages import (
     Turn,
 )
 from rubricd.store import RubricStore
-from rubricd_services.common.memory import MemoryKind
+from rubricd_services.memory.store import MemoryKind
 
 pytestmark = pytest.mark.integration
 

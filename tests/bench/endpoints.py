@@ -31,8 +31,8 @@ import msgspec
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from rubricd_services.common.llm import LLMClient
-from rubricd_services.common.settings import LLMSettings
+from rubricd_services.llm import LLMClient
+from rubricd_services.settings import LLMSettings
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"

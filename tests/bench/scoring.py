@@ -38,11 +38,11 @@ import redis as redis_sync
 from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
 from rubricd.messages import Function, FunctionSpec, JudgeMode, Rollout, RubricSet, Tool, ToolCall, Turn
-from rubricd_services.common import prompts
-from rubricd_services.common.seeds import Seeds
 from rubricd_services.judges import rollouts as texts
 from rubricd_services.judges import trajectories, verdicts
 from rubricd_services.judges.scoring import TRAJECTORY
+from rubricd_services.rubrics.seeds import Seeds
+from rubricd_services.runtime import prompts
 from rubricd_services.scorer.settings import ScorerSettings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from rubricd import wire
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricKind, RubricResult, RubricSet, Score, ScoredRollout
 from rubricd.store import RubricStore
-from rubricd_services.common import healthbench
+from rubricd_services.rubrics import healthbench
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 

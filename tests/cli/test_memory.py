@@ -2,7 +2,7 @@
 
 import json
 
-from rubricd_services.common.memory import Memory, MemoryItem, MemoryKind
+from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
 
 
 async def test_memory_search_returns_what_was_put_for_the_run(stack, redis, cli, memory: Memory):

@@ -23,7 +23,7 @@ from rubricd.messages import (
     Strategy,
 )
 from rubricd.store import RubricStore
-from rubricd_services.common.memory import Memory, MemoryItem, MemoryKind
+from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
 
 ANCHOR = Rubric(id="correct", criterion="The final answer is correct.", points=5, kind=RubricKind.ANCHOR)
 CONCISE = Rubric(id="concise", criterion="The answer is short.", points=1, meta_class="style")

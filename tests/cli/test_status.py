@@ -13,7 +13,7 @@ from rubricd import RubricdClient, health, wire
 from rubricd.keys import ANALYZERS, SCORERS
 from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, Rubric, RubricResult, RubricSet, Score
 from rubricd.store import RubricStore
-from rubricd_services.common.groups import ensure_group
+from rubricd_services.runtime.consumer_groups import ensure_group
 from rubricd_services.scorer.schedule import Rule, Schedule
 
 

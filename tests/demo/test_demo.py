@@ -21,7 +21,7 @@ from rubricd_services.simulator import answers
 from rubricd_services.simulator.judging import decide
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SEEDS = Path(__file__).parents[2] / "services" / "rubricd_services" / "common" / "seed_rubrics.json"
+SEEDS = Path(__file__).parents[2] / "services" / "rubricd_services" / "rubrics" / "seed_rubrics.json"
 
 
 def test_counts_split_a_batch_by_shares_exactly() -> None:

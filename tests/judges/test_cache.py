@@ -8,14 +8,14 @@ import pytest
 
 from rubricd.keys import SCORERS
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
-from rubricd_services.common import prompts
-from rubricd_services.common.answering import ROLLOUTS, Answered, Answering
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import cache, rollouts, verdicts
 from rubricd_services.judges.cache import JudgeCache, VerdictCache, digest
 from rubricd_services.judges.caller import JudgeFailed
+from rubricd_services.runtime import prompts
+from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering
 from rubricd_services.scorer import effects
 from rubricd_services.scorer.settings import ScorerSettings
+from rubricd_services.settings import LLMSettings
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
 SET = RubricSet(run_id="run", version=3, rubrics=RUBRICS)

@@ -8,14 +8,14 @@ import msgspec
 import pytest
 
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
-from rubricd_services.common import prompts
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import groups, verdicts
 from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.judges.scoring import Judging, Scoring, score_group, score_rollout
 from rubricd_services.judges.verdicts import Decided
 from rubricd_services.judges.votes import majority
 from rubricd_services.rubrics.sets import InForce
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import LLMSettings
 
 SET = RubricSet(
     run_id="run",

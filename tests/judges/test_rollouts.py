@@ -3,8 +3,8 @@
 import json
 
 from rubricd.messages import Rollout, Rubric, RubricSet
-from rubricd_services.common import prompts
 from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.runtime import prompts
 
 RUBRICS = RubricSet(
     run_id="r",

@@ -3,11 +3,11 @@
 import msgspec
 
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
-from rubricd_services.common import prompts
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import LLMSettings
 
 SET = RubricSet(
     run_id="run",

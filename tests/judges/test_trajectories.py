@@ -8,12 +8,12 @@ import pytest
 
 from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
 from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
-from rubricd_services.common import prompts
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import cache, trajectories, verdicts
 from rubricd_services.judges.scoring import TRAJECTORY, Judging, Rubrics, Scoring, score_rollout
 from rubricd_services.rubrics.sets import InForce
+from rubricd_services.runtime import prompts
 from rubricd_services.scorer.settings import ScorerSettings
+from rubricd_services.settings import LLMSettings
 
 CALC = Tool(function=FunctionSpec(name="calc", description="evaluates arithmetic", parameters={"type": "object"}))
 

@@ -23,17 +23,17 @@ from rubricd.messages import (
     Strategy,
 )
 from rubricd.store import RubricStore
-from rubricd_services.common import prompts
-from rubricd_services.common.acl import services
-from rubricd_services.common.llm import LLMError
-from rubricd_services.common.seeds import Seeds
-from rubricd_services.common.settings import LLMSettings
+from rubricd_services.cli.redis_acl import services
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
+from rubricd_services.llm import LLMError
 from rubricd_services.rubrics.draft import RubricDraft, build, draft_type
 from rubricd_services.rubrics.generation import Generator
 from rubricd_services.rubrics.prompting import messages as generator_messages
+from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import RubricCache
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator import generating, judging
 from rubricd_services.simulator.faults import FaultPlan, SimConfig, directive
 from rubricd_services.updater.prompting import MemoryBudget, Prompts
@@ -286,7 +286,7 @@ async def test_the_updater_evolves_a_generated_set_like_any_other(redis, keys):
 
 
 async def test_the_scorer_s_redis_user_may_do_everything_generation_does(stack, redis, keys):
-    """Under the scorer's ACL (common.acl): the lock (taken, renewed, waited on, released), the failure record
+    """Under the scorer's ACL (cli.redis_acl): the lock (taken, renewed, waited on, released), the failure record
     (written, read, deleted), the set's publication and the events; Redis refuses nothing."""
     [user] = [u for u in services(keys) if u.name == "scorer"]
     name = f"scorer-{keys.namespace}"

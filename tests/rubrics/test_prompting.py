@@ -3,9 +3,9 @@
 import msgspec
 
 from rubricd.messages import Rollout
-from rubricd_services.common import prompts
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.prompting import messages as generator_messages
+from rubricd_services.runtime import prompts
 
 from .test_draft import ANCHORS, CLASSES
 

@@ -7,8 +7,8 @@ import pytest
 from rubricd import RubricdClient, usage, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, instance_key
 from rubricd.store import RubricStore
-from rubricd_services.common import prompts
 from rubricd_services.rubrics import generation
+from rubricd_services.runtime import prompts
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from rubricd.messages import (
     Turn,
 )
 from rubricd_services.analyzer import analysis as analyzer
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 from rubricd_services.simulator import analysis
 from rubricd_services.summarizer import summary
 from rubricd_services.summarizer.summary import StepInfo, SummaryDraft

@@ -18,8 +18,8 @@ import msgspec
 import pytest
 
 from rubricd.messages import Rollout, RolloutAnalysis, Rubric, RubricSet
-from rubricd_services.common import prompts
 from rubricd_services.judges import rollouts, verdicts
+from rubricd_services.runtime import prompts
 from rubricd_services.simulator.app import Simulator
 from rubricd_services.simulator.faults import SimConfig
 

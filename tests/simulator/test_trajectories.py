@@ -5,9 +5,9 @@ import msgspec
 import pytest
 
 from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
-from rubricd_services.common import prompts
 from rubricd_services.judges import groups, trajectories, verdicts
 from rubricd_services.judges.scoring import TRAJECTORY
+from rubricd_services.runtime import prompts
 from rubricd_services.simulator import answers
 
 CALC = Tool(function=FunctionSpec(name="calc", parameters={"type": "object"}))

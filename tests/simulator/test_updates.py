@@ -22,12 +22,12 @@ from rubricd.messages import (
 )
 from rubricd.messages.analyses import HackingPattern
 from rubricd_services.analyzer import analysis as analyzer
-from rubricd_services.common import prompts
-from rubricd_services.common.llm import LLMClient
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import trajectories as judge_trajectories
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.scoring import TRAJECTORY
+from rubricd_services.llm import LLMClient
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator import analysis as simulated
 from rubricd_services.simulator import answers, judging
 from rubricd_services.simulator.updates import proposal, queries

@@ -28,7 +28,7 @@ from rubricd.messages import (
 )
 from rubricd.store import RubricStore
 from rubricd_services.analyzer.handler import memory_item
-from rubricd_services.common.memory import MemoryKind
+from rubricd_services.memory.store import MemoryKind
 
 pytestmark = pytest.mark.integration
 

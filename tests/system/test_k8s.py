@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from rubricd.keys import ANALYZERS, ARM, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
-from rubricd_services.common.service import ServiceApp
-from rubricd_services.common.settings import AGENT_DEFAULTS, LLMSettings
 from rubricd_services.gateway.settings import GatewaySettings
+from rubricd_services.runtime.service import ServiceApp
+from rubricd_services.settings import AGENT_DEFAULTS, LLMSettings
 
 ROOT = Path(__file__).parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -14,7 +14,7 @@ import pytest
 from rubricd import wire
 from rubricd.keys import ARM, COMPARERS, SCORERS
 from rubricd.messages import ArmRollout, Comparison, DeadLetter, Rollout
-from rubricd_services.common.intake import MAX_ECHOED_ID_CHARS
+from rubricd_services.runtime.intake import MAX_ECHOED_ID_CHARS
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ import json
 import msgspec
 
 from rubricd.messages import RubricHealth, RubricSet, StepSummary
-from rubricd_services.common.memory import Hit, MemoryItem, MemoryKind
+from rubricd_services.memory.store import Hit, MemoryItem, MemoryKind
 from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
 
 from .test_proposal import CURRENT, LIMITS

@@ -11,7 +11,7 @@ from rubricd import wire
 from rubricd.keys import UPDATERS, Keys
 from rubricd.messages import Event, HackingPattern, RubricKind, RubricSet, RubricsUpdated, StepSummary
 from rubricd.store import RubricStore
-from rubricd_services.common.memory import Memory, MemoryItem, MemoryKind
+from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
 
 pytestmark = pytest.mark.integration
 

@@ -29,8 +29,8 @@ from rubricd.messages import (
     Severity,
     TurnResult,
 )
-from rubricd_services.common import prompts
 from rubricd_services.judges.trajectories import transcript
+from rubricd_services.runtime import prompts
 
 from . import tool_use
 

@@ -9,9 +9,9 @@ what tells an operator (or KEDA) to add workers.
 from faststream import FastStream
 
 from rubricd.keys import ANALYZERS
-from rubricd_services.common.embedder import EMBEDDER
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import ServiceApp, run
+from rubricd_services.memory.embedder import EMBEDDER
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import ServiceApp, run
 
 from .analysis import ANALYZER
 from .handler import SERVICE, SWEEP_INTERVAL_S, Analyzer

@@ -9,7 +9,7 @@ dead-lettered) goes into the step's given-up set, which the summarizer reads.
 
 The analysis sample (`sampling`) keeps its groups here too. Under k per group, `pick` picks the first k
 members to arrive; one not picked is recorded as left out (the step's unsampled hash, which the summarizer
-reads) and acked at once. Under `extremes`, each group is a gathering (common.gathering, `samples`): `gather`
+reads) and acked at once. Under `extremes`, each group is a gathering (runtime.gathering, `samples`): `gather`
 adds each member (its ScoredRollout) to its group's hash and acks its entry, so the group, not the entry, holds
 it; the group is due when complete or at its deadline, one analyzer claims it (a claim that lapses, its holder
 dead, gives it to the next), and `decide` announces the chosen analyses and records every other member as left
@@ -24,8 +24,8 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import ANALYZERS, Keys
 from rubricd.messages import Event, Rollout, RolloutAnalysis, ScoredRollout
-from rubricd_services.common.commit import Script
-from rubricd_services.common.gathering import Gathering, Joined, Lua
+from rubricd_services.runtime.commit import Script
+from rubricd_services.runtime.gathering import Gathering, Joined, Lua
 
 from .sampling import EXTREMES
 

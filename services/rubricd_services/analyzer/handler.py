@@ -24,14 +24,14 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.messages import Event, EventKind, RolloutAnalysis, Rubric, ScoredRollout
 from rubricd.store import RubricStore
-from rubricd_services.common import events, intake, prompts
-from rubricd_services.common.embedder import EMBEDDER
-from rubricd_services.common.gathering import Claim
-from rubricd_services.common.llm import LLMError
-from rubricd_services.common.memory import MemoryItem, MemoryKind
-from rubricd_services.common.outage import LLM, WEAVIATE
-from rubricd_services.common.service import Clients
-from rubricd_services.common.usage import Metered
+from rubricd_services.llm import LLMError
+from rubricd_services.llm.usage import Metered
+from rubricd_services.memory.embedder import EMBEDDER
+from rubricd_services.memory.store import MemoryItem, MemoryKind
+from rubricd_services.runtime import events, intake, prompts
+from rubricd_services.runtime.gathering import Claim
+from rubricd_services.runtime.outage import LLM, WEAVIATE
+from rubricd_services.runtime.service import Clients
 
 from . import sampling
 from .analysis import ANALYZER, AnalysisDraft, AnalysisFailed, analyze_rollout, render

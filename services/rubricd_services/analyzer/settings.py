@@ -1,12 +1,12 @@
-"""The analyzer's settings (env prefix RUBRICD_, see common.settings)."""
+"""The analyzer's settings (env prefix RUBRICD_, see settings)."""
 
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from rubricd.messages import MAX_GROUP
-from rubricd_services.common.prompts import PromptFile
-from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.runtime.prompts import PromptFile
+from rubricd_services.settings import ServiceSettings
 
 # Rollout.analysis_sample's values, as a setting: every rollout, each group's best and worst, or k per group.
 AnalysisSample = Literal["all", "extremes"] | Annotated[int, Field(ge=1, le=MAX_GROUP)]

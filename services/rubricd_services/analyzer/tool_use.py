@@ -12,7 +12,7 @@ from typing import Any
 
 from rubricd.messages import Rollout, Score
 from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED, tool_calls
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 LOOP = 3  # one call (the same tool with the same arguments) made this many times is a loop
 _SHOWN_ARGUMENTS = 80  # a looping call's arguments, cut to this in its sentence

@@ -9,9 +9,9 @@ import math
 from faststream import FastStream
 
 from rubricd.keys import ARM
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import ServiceApp, run
 from rubricd_services.judges.pairwise import PAIRWISE
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import ServiceApp, run
 
 from .handler import SERVICE, Rewarder
 from .settings import ArmSettings

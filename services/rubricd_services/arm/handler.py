@@ -4,7 +4,7 @@
 (`rewards`): a generator rollout by having the frozen judge compare its prompt's labelled pairs, in both orders,
 under the candidate rubric set (nothing cached across candidates); a judge rollout by reading its verdict against
 the label (no LLM call). The reward, its event, the reply and the calls' usage are committed in one step
-(common.answering). A rollout that can never be rewarded as sent (malformed, of the phase its step does not train, naming
+(runtime.answering). A rollout that can never be rewarded as sent (malformed, of the phase its step does not train, naming
 a prompt or comparison the run has not imported, or a generator whose rubrics were never written) is rejected:
 it goes to the dead letters, and the trainer gets a `rejected` reward naming why.
 """
@@ -19,16 +19,16 @@ import msgspec
 from rubricd import arm, wire
 from rubricd.arm import explain
 from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
-from rubricd_services.common import answering
-from rubricd_services.common.answering import ARM_ROLLOUTS, Answered, Answering
-from rubricd_services.common.intake import Sender
-from rubricd_services.common.seeds import Seeds
-from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.pairwise import PAIRWISE
 from rubricd_services.judges.scoring import Judging
 from rubricd_services.rubrics import generation
+from rubricd_services.rubrics.seeds import Seeds
+from rubricd_services.runtime import answering
+from rubricd_services.runtime.answering import ARM_ROLLOUTS, Answered, Answering
+from rubricd_services.runtime.intake import Sender
+from rubricd_services.runtime.service import Clients
 
 from . import rewards
 from .phases import Phases

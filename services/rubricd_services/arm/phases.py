@@ -17,7 +17,7 @@ from rubricd import wire
 from rubricd.arm import PhaseDecision, Plan, explain, read_plan
 from rubricd.keys import Keys
 from rubricd.messages import EventKind
-from rubricd_services.common import events
+from rubricd_services.runtime import events
 
 CACHED_DECISIONS = 4096  # decisions a process keeps in memory (they never change: a miss only costs a read)
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rubricd.messages import Comparison, JudgeStatus, Order, OrderJudgment, PairOutcome, Preference, Rubric, RubricSet
-from rubricd_services.common.llm.dialects import decode
-from rubricd_services.common.llm.errors import Retryable
 from rubricd_services.judges import pairwise
+from rubricd_services.llm.dialects import decode
+from rubricd_services.llm.errors import Retryable
 from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build
 from rubricd_services.rubrics.validation import RubricLimits
 

@@ -1,14 +1,14 @@
-"""The arm service's settings (env prefix RUBRICD_, see common.settings)."""
+"""The arm service's settings (env prefix RUBRICD_, see settings)."""
 
 from typing import Literal
 
 from pydantic import Field
 
 from rubricd.arm import Plan
-from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ServiceSettings
 from rubricd_services.judges.settings import PairwiseSettings
+from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
+from rubricd_services.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ServiceSettings
 
 
 class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):

@@ -12,8 +12,8 @@ import sys
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from rubricd.keys import InvalidKey, Keys
-from rubricd_services.common.llm import redact
-from rubricd_services.common.settings import ServiceSettings, load
+from rubricd_services.llm import redact
+from rubricd_services.settings import ServiceSettings, load
 
 from . import accuracy, acl, arm, dlq, export, judge, memory, rescore, rubrics, schedule, serve, status, tail
 from .context import Context, Failed

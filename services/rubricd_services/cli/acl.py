@@ -1,9 +1,9 @@
-"""`rubricd acl`: the Redis ACL file of a locked-down deployment (see common.acl)."""
+"""`rubricd acl`: the Redis ACL file of a locked-down deployment (see cli.redis_acl)."""
 
 import argparse
 from pathlib import Path
 
-from rubricd_services.common.acl import ADMIN, acl_file, users
+from rubricd_services.cli.redis_acl import ADMIN, acl_file, users
 
 from .context import Context, Failed
 

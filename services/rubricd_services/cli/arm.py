@@ -10,10 +10,10 @@ import msgspec
 
 from rubricd import arm
 from rubricd.arm import Plan, explain
-from rubricd_services.common import prompts
-from rubricd_services.common.llm import LLMClient
-from rubricd_services.common.seeds import Seeds
-from rubricd_services.common.settings import load
+from rubricd_services.llm import LLMClient
+from rubricd_services.rubrics.seeds import Seeds
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import load
 
 from .context import Context, Failed, clock, table
 

@@ -21,15 +21,15 @@ from rubricd import wire
 from rubricd.arm import ArmPrompt
 from rubricd.keys import Keys
 from rubricd.messages import GeneratedBy, Order, Rubric, RubricSet
-from rubricd_services.common.llm import LLMClient, LLMError
-from rubricd_services.common.llm.dialects import request, schema_of
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import pairwise
+from rubricd_services.llm import LLMClient, LLMError
+from rubricd_services.llm.dialects import request, schema_of
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.draft import InvalidDraft, RubricDraft, build, draft_type
 from rubricd_services.rubrics.generation import GENERATOR
 from rubricd_services.rubrics.prompting import messages as generator_messages
 from rubricd_services.rubrics.validation import RubricLimits
+from rubricd_services.settings import LLMSettings
 
 log = logging.getLogger("rubricd.arm")
 ORDERS: tuple[Order, ...] = ("AB", "BA")

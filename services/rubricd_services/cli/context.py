@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from rubricd.keys import Keys
-from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.settings import ServiceSettings
 
 
 @dataclass

@@ -156,7 +156,7 @@ def _fixed(path: Path, letter: DeadLetter, keys: Keys) -> bytes:
 
 
 def _event(dead_id: str, letter: DeadLetter, fixed: bool) -> Message:
-    from rubricd_services.common.events import event
+    from rubricd_services.runtime.events import event
 
     return event(
         "cli",

@@ -1,5 +1,5 @@
 """`rubricd rubrics import | report`: HealthBench examples in as a run's per-instance rubric sets, its scores out
-as HealthBench reports them (common.healthbench).
+as HealthBench reports them (rubrics.healthbench).
 
 `import FILE --run RUN` reads HealthBench JSON Lines and installs each example's
 set as version 1 of instance `prompt_id` of RUN, as a scorer seeds a set: an
@@ -39,7 +39,7 @@ from rubricd.keys import Keys
 from rubricd.messages import JudgeStatus, RubricKind, RubricSet, RunId, Score, ScoredRollout
 from rubricd.store import RubricStore
 from rubricd.wire import StreamEntry
-from rubricd_services.common import healthbench
+from rubricd_services.rubrics import healthbench
 
 from .context import Context, Failed
 

@@ -12,8 +12,6 @@ from pydantic import BaseModel, ValidationError
 
 from rubricd.canaries import drifting_since, read
 from rubricd_services.cli.settings import EvalSettings
-from rubricd_services.common import prompts
-from rubricd_services.common.settings import LLMSettings, load
 from rubricd_services.judges import pairwise, verdicts
 from rubricd_services.judges.evaluation import labelled, pairs
 from rubricd_services.judges.evaluation.labelled import Item
@@ -21,6 +19,8 @@ from rubricd_services.judges.evaluation.pairs import PairReport, evaluate_pairs
 from rubricd_services.judges.evaluation.run import Config, Mode, Report, evaluate
 from rubricd_services.judges.scoring import TRAJECTORY, Judging
 from rubricd_services.judges.verdicts import JUDGE
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import LLMSettings, load
 
 from .context import Context, Failed, share, table
 

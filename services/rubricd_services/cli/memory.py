@@ -35,9 +35,9 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 async def run_search(args: argparse.Namespace, ctx: Context) -> int:
     # Imported here: the Weaviate client and the embedder are slow to load, and only this command needs them.
-    from rubricd_services.common.embedder import EMBEDDER, make_embedder
-    from rubricd_services.common.llm import LLMClient
-    from rubricd_services.common.memory import Memory, MemoryKind
+    from rubricd_services.llm import LLMClient
+    from rubricd_services.memory.embedder import EMBEDDER, make_embedder
+    from rubricd_services.memory.store import Memory, MemoryKind
 
     llm = LLMClient.from_settings(ctx.settings, [EMBEDDER]) if ctx.settings.embedder == "openai" else None
     try:

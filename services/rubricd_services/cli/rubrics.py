@@ -16,7 +16,7 @@ from rubricd import health, wire
 from rubricd.history import changes, render_change, summary
 from rubricd.messages import RubricSet
 from rubricd.store import RubricStore
-from rubricd_services.common.announcements import announcements
+from rubricd_services.memory.announcements import announcements
 
 from . import healthbench
 from .context import Context, Failed, clock, table

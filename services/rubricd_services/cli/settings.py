@@ -1,9 +1,9 @@
 """What the CLI's commands that call an LLM read of the services' settings (env prefix RUBRICD_)."""
 
-from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import ServiceSettings
 from rubricd_services.judges.settings import JudgeSettings, PairwiseSettings
+from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
+from rubricd_services.settings import ServiceSettings
 
 
 class EvalSettings(ServiceSettings, JudgeSettings, PairwiseSettings):

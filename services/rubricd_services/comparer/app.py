@@ -9,10 +9,10 @@
 from faststream import FastStream
 
 from rubricd.keys import COMPARERS
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import ServiceApp, run
 from rubricd_services.judges.pairwise import PAIRWISE
 from rubricd_services.rubrics.generation import GENERATOR
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import ServiceApp, run
 
 from .handler import SERVICE, Comparer
 from .settings import ComparerSettings

@@ -1,4 +1,4 @@
-"""What the comparer's commit writes besides the answering runtime's (common.answering): the run's judge
+"""What the comparer's commit writes besides the answering runtime's (runtime.answering): the run's judge
 accuracy and the prompt of the Preference's instance (for `rubricd export`), with the first Preference only.
 What is kept: docs/researchers/rubric-arm.md, "Accuracy" and "Training records".
 """
@@ -6,8 +6,8 @@ What is kept: docs/researchers/rubric-arm.md, "Accuracy" and "Training records".
 from rubricd.accuracy import accuracy_increments
 from rubricd.keys import Keys
 from rubricd.messages import Comparison, Preference
-from rubricd_services.common import answering
-from rubricd_services.common.answering import Effects
+from rubricd_services.runtime import answering
+from rubricd_services.runtime.answering import Effects
 
 # `instance` is '' for a rubric set without an instance.
 SCRIPT = answering.script(

@@ -4,7 +4,7 @@
 rollout of that prompt gets it (rubrics.sets: per-instance and generated sets
 apply), asks the pairwise judge in one or both orders (`judges.pairwise`), and
 commits the Preference with the run's judge accuracy, its event, the reply and
-the calls' usage in one step (common.answering, with `effects`). A comparison that can never be
+the calls' usage in one step (runtime.answering, with `effects`). A comparison that can never be
 judged as sent is rejected: it goes to the dead letters, and the publisher, if
 it said where, gets a `rejected` Preference. Any other failure leaves the
 entry pending for a reclaim to retry.
@@ -21,17 +21,17 @@ from rubricd import wire
 from rubricd.accuracy import Accuracy, parse_accuracy
 from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
 from rubricd.store import RubricStore
-from rubricd_services.common import events
-from rubricd_services.common.answering import COMPARISONS, Answered, Answering
-from rubricd_services.common.intake import Sender
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.seeds import Seeds
-from rubricd_services.common.service import Clients
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.scoring import Judging
 from rubricd_services.rubrics import generation
+from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import InForce, RubricCache
+from rubricd_services.runtime import events
+from rubricd_services.runtime.answering import COMPARISONS, Answered, Answering
+from rubricd_services.runtime.intake import Sender
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import Clients
 
 from . import effects
 from .settings import ComparerSettings

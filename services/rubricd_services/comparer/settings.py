@@ -1,11 +1,11 @@
-"""The comparer's settings (env prefix RUBRICD_, see common.settings)."""
+"""The comparer's settings (env prefix RUBRICD_, see settings)."""
 
 from pydantic import Field
 
-from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import AnswerSettings, KeptMaxlen, KeptTTL, ServiceSettings
 from rubricd_services.judges.settings import PairwiseSettings
+from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
+from rubricd_services.settings import AnswerSettings, KeptMaxlen, KeptTTL, ServiceSettings
 
 
 class ComparerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from rubricd.keys import InvalidKey, Keys
 from rubricd.messages import EventKind
-from rubricd_services.common.settings import ServiceSettings, load
+from rubricd_services.settings import ServiceSettings, load
 
 from .reader import Reader
 

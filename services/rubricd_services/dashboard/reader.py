@@ -21,8 +21,8 @@ from rubricd.status import stream_status, streams
 from rubricd.store import RubricStore
 from rubricd.usage import run_usage
 from rubricd.wire import StreamEntry
-from rubricd_services.common.announcements import announcements
-from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.memory.announcements import announcements
+from rubricd_services.settings import ServiceSettings
 
 from . import rollouts
 

@@ -21,7 +21,7 @@ from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
 from rubricd.messages import AnalysisSample, JudgeMode
 from rubricd.usage import AgentUsage
-from rubricd_services.common.settings import ServiceSettings, load
+from rubricd_services.settings import ServiceSettings, load
 
 from . import report
 from .policy import TRADE_OFF_START

@@ -15,7 +15,7 @@ import msgspec
 
 from rubricd.messages import Action, EventKind, RubricModification
 from rubricd.usage import AgentUsage, total_cost
-from rubricd_services.common.settings import LLMSettings, Price
+from rubricd_services.settings import LLMSettings, Price
 
 from . import compare, judging, plots, transcript
 from .policy import Task

@@ -13,10 +13,10 @@ from typing import Any
 from faststream.asgi import AsgiFastStream, make_ping_asgi
 from prometheus_client import make_asgi_app
 
-from rubricd_services.common.logs import configure_logging
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import ServiceApp
-from rubricd_services.common.settings import load
+from rubricd_services.runtime.logs import configure_logging
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import ServiceApp
+from rubricd_services.settings import load
 
 from . import http
 from .gateway import SERVICE, RewardGateway
@@ -40,7 +40,7 @@ def create_app(settings: GatewaySettings, metrics: Metrics | None = None) -> Asg
 
 
 def main() -> None:
-    """As common.service.run, but the HTTP listener is the service itself: always on, on RUBRICD_GATEWAY_PORT."""
+    """As runtime.service.run, but the HTTP listener is the service itself: always on, on RUBRICD_GATEWAY_PORT."""
     settings = load(GatewaySettings)
     configure_logging(settings)
     app = create_app(settings, Metrics(SERVICE))

@@ -23,8 +23,8 @@ from redis.exceptions import NoPermissionError
 from rubricd import wire
 from rubricd.client import ArmRewardTimeout, InvalidRollout, RubricdClient, ScoreTimeout
 from rubricd.messages import AnalysisSample, ArmReward, ArmRollout, JudgeMode, Rollout, Score, TrainingContext
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import Clients
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import Clients
 
 from .contracts import Sample
 from .settings import GatewaySettings

@@ -1,8 +1,8 @@
-"""The gateway's settings (env prefix RUBRICD_, see common.settings)."""
+"""The gateway's settings (env prefix RUBRICD_, see settings)."""
 
 from pydantic import Field, model_validator
 
-from rubricd_services.common.settings import ServiceSettings
+from rubricd_services.settings import ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
-from rubricd_services.common.settings import LLMSettings
+from rubricd_services.settings import LLMSettings
 
 from .scoring import Judge
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import msgspec
 
-from rubricd_services.common import usage
-from rubricd_services.common.llm import Completion, LLMClient, LLMError
+from rubricd_services.llm import Completion, LLMClient, LLMError, usage
 
 
 class JudgeFailed(Exception):
@@ -33,7 +32,7 @@ class Tally:
     completions: list[Completion[Any]] = field(default_factory=list)
 
     def usage(self, model: str, *, cached: bool = False) -> dict[str, int]:
-        """What they add to the run's usage (common.usage); `cached`: a verdict reused from the judge cache (no
+        """What they add to the run's usage (llm.usage); `cached`: a verdict reused from the judge cache (no
         call)."""
         if cached:
             return usage.increments(self.agent, model, cached=True)

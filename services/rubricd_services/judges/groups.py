@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from rubricd.messages import Rollout, RubricSet
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 from . import rollouts, trajectories, verdicts
 

@@ -26,7 +26,7 @@ from rubricd.messages import (
     RubricSet,
     Winner,
 )
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 from .caller import Caller, JudgeFailed
 

@@ -9,7 +9,7 @@ close the data block or pose as an instruction.
 import msgspec
 
 from rubricd.messages import Rollout, RubricSet, Scope
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 _FRAME_CHARS = 100  # the data block's tags, keys and quoting around the rollout's texts
 

@@ -16,9 +16,9 @@ import msgspec
 
 from rubricd.messages import GroupJudged, JudgeStatus, Rollout, RubricResult, RubricSet, Score, TurnResult
 from rubricd.reward import Policy, Undefined, policy
-from rubricd_services.common import prompts
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.rubrics.sets import Generation, InForce
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import LLMSettings
 
 from . import groups, pairwise, rollouts, trajectories, verdicts
 from .caller import Caller, JudgeFailed

@@ -5,7 +5,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 
 from rubricd.messages import MAX_VOTES, JudgeMode
-from rubricd_services.common.prompts import PromptFile
+from rubricd_services.runtime.prompts import PromptFile
 
 from .groups import LABELS, MAX_MEMBERS
 from .verdicts import Calls, Style

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from rubricd.messages import Rollout, RubricSet, trajectories
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 from . import rollouts
 

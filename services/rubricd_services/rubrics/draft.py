@@ -12,7 +12,7 @@ from typing import Annotated, Literal, cast
 import msgspec
 
 from rubricd.messages import Rubric, RubricKind
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 from . import validation
 from .ids import new_id, normal

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import msgspec
 
 from rubricd.messages import Rubric
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 from .draft import RULES
 from .sets import Prompted

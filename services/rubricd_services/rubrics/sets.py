@@ -10,8 +10,8 @@ from typing import Generic, Literal, Protocol, TypeVar
 
 from rubricd.messages import Event, EventKind, Rubric, RubricSet, RubricsUpdated, instance_key
 from rubricd.store import RubricStore
-from rubricd_services.common import events
-from rubricd_services.common.seeds import Seeds
+from rubricd_services.rubrics.seeds import Seeds
+from rubricd_services.runtime import events
 
 T = TypeVar("T")
 

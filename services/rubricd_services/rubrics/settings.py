@@ -2,7 +2,7 @@
 
 from pydantic import BaseModel, Field, model_validator
 
-from rubricd_services.common.prompts import PromptFile
+from rubricd_services.runtime.prompts import PromptFile
 
 
 class GeneratorSettings(BaseModel):

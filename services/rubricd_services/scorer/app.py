@@ -1,7 +1,7 @@
 """The scorer service: rollouts in, scores out. Wiring only; the work is in `handler`.
 
 - the rollouts stream's `scorers` group: each rollout is scored by one scorer,
-  `max_in_flight` at once per process (the consumer pair of common.service);
+  `max_in_flight` at once per process (the consumer pair of runtime.service);
   the stream is trimmed below what every group has acked (no MAXLEN bounds
   what trainers write);
 - the rubrics-updated stream, read by every scorer: drop the cached set so the
@@ -14,11 +14,11 @@
 from faststream import FastStream
 
 from rubricd.keys import CANARIES, SCORERS
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import ServiceApp, run
 from rubricd_services.judges.evaluation.canaries import Canaries, judge
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics.generation import GENERATOR
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import ServiceApp, run
 
 from .handler import SERVICE, Scorer
 from .settings import ScorerSettings

@@ -1,4 +1,4 @@
-"""What the scorer's commit writes besides the answering runtime's (common.answering): with the first score only, the rollout handed to the analyzers (unless
+"""What the scorer's commit writes besides the answering runtime's (runtime.answering): with the first score only, the rollout handed to the analyzers (unless
 not analysed) and the step's class statistics and rubric health; with every commit, a new verdict for the judge
 cache. What is written: docs/operators/recover.md, "Delivery".
 """
@@ -6,8 +6,8 @@ cache. What is written: docs/operators/recover.md, "Delivery".
 from rubricd import health
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, Score
-from rubricd_services.common import answering
-from rubricd_services.common.answering import Effects
+from rubricd_services.runtime import answering
+from rubricd_services.runtime.answering import Effects
 
 from .schedule import stats_increments
 from .settings import ScorerSettings

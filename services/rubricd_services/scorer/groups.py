@@ -1,4 +1,4 @@
-"""Group judging on the gathering (common.gathering): a sample group's members, read by different scorers, are
+"""Group judging on the gathering (runtime.gathering): a sample group's members, read by different scorers, are
 judged once.
 
 A member joins its group's hash, its rollouts entry acked in the same script: from then on the hash holds it,
@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import SCORERS, Keys
 from rubricd.messages import Rollout, instance_key
-from rubricd_services.common.gathering import Gathering, Joined
+from rubricd_services.runtime.gathering import Gathering, Joined
 
 log = logging.getLogger("rubricd.scorer")
 DUE_GROUPS = 16  # groups one sweep claims at most

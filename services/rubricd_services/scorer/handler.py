@@ -1,6 +1,6 @@
 """The scorer's worker: one rollouts entry in, one committed Score out (or a dead letter).
 
-The answering runtime (common.answering) takes the entry, answers a rollout scored before with its first
+The answering runtime (runtime.answering) takes the entry, answers a rollout scored before with its first
 score (no judging) and commits; `answer` gets the run's rubric set in force and, under the `alternating` policy,
 the step's active meta-class (`schedule`), and asks the judge (`judges.scoring`; a verdict of the same call is
 reused, `judges.cache`). The Score is committed with its effects and the call's usage in one step (`effects`).
@@ -22,16 +22,16 @@ from rubricd import wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES
 from rubricd.store import RubricStore
-from rubricd_services.common.answering import ROLLOUTS, Answered, Answering
-from rubricd_services.common.intake import Rejected, Sender, entry_id
-from rubricd_services.common.seeds import Seeds
-from rubricd_services.common.service import Clients
 from rubricd_services.judges.cache import VerdictCache
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
+from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import RubricCache
+from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering
+from rubricd_services.runtime.intake import Rejected, Sender, entry_id
+from rubricd_services.runtime.service import Clients
 
 from . import effects
 from .groups import Claimed, Groups

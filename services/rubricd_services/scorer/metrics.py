@@ -2,7 +2,7 @@
 cache and the active meta-class (the canaries' are judges.evaluation.canaries')."""
 
 from rubricd.messages import Score
-from rubricd_services.common.metrics import Metrics
+from rubricd_services.runtime.metrics import Metrics
 
 from .schedule import Decision
 

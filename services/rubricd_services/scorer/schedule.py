@@ -29,7 +29,7 @@ from rubricd.schedule import (
     read_history,
     read_stats,
 )
-from rubricd_services.common import events
+from rubricd_services.runtime import events
 
 CACHED_DECISIONS = 4096  # decisions a scorer keeps in memory (they never change: a miss only costs a read)
 

@@ -1,12 +1,12 @@
-"""The scorer's settings (env prefix RUBRICD_, see common.settings)."""
+"""The scorer's settings (env prefix RUBRICD_, see settings)."""
 
 from pydantic import Field, field_validator
 
 from rubricd.reward import POLICIES, Undefined
-from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings
 from rubricd_services.judges.settings import CanarySettings, JudgeSettings
+from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
+from rubricd_services.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings
 
 from .schedule import Rule, Strategy
 

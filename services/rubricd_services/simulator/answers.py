@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 from . import analysis, generating, judging, pairwise, trajectories, updates
 

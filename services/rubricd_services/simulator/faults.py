@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import msgspec
 
 CONTENT_KINDS = ("timeout", "malformed", "invalid", "truncated")
-# Ways of asking for structured output (common.llm's dialects); `text` is always understood.
+# Ways of asking for structured output (llm's dialects); `text` is always understood.
 DIALECTS = ("json_schema", "json_object_schema", "guided_json", "format", "json_object", "text")
 MARKER = re.compile(r"\[sim:([^\]\n]{1,200})\]")
 _MAX_TRACKED = 100_000
@@ -29,7 +29,7 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     failures: list[str] = msgspec.field(default_factory=lambda: ["429", "500", "malformed", "truncated"])
     timeout_hold_s: float = 600.0  # how long a `timeout` holds a request whose client stays
     cache_ttl_s: float = 300.0  # a system message seen this recently counts as cached
-    # The structured-output requests it honours (see common.llm); like real servers, it answers an unsupported
+    # The structured-output requests it honours (see llm); like real servers, it answers an unsupported
     # response_format with a 500 that names the request invalid, and ignores unknown fields (guided_json, format).
     dialects: list[str] = msgspec.field(default_factory=lambda: list(DIALECTS))
     slots: int | None = None  # chat completions served at once (the rest wait in line), as a model server's

@@ -10,9 +10,9 @@ Wiring only; the work is in `handler`, the accounting in `effects`, the summariz
 from faststream import FastStream
 
 from rubricd.keys import SUMMARIZERS
-from rubricd_services.common.embedder import EMBEDDER
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import ServiceApp, run
+from rubricd_services.memory.embedder import EMBEDDER
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import ServiceApp, run
 
 from .handler import SERVICE, Summarizer
 from .settings import SummarizerSettings

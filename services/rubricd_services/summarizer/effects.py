@@ -2,7 +2,7 @@
 
 Every change is one Lua script, so a step's state survives any crash whole: `closed` and `analyzed` record
 what the trainer and the analyzers sent (and ack it), and open the step with its deadline; the open steps are a
-gathering (common.gathering, `steps`) whose claim gives one summarizer a step while it works, and `commit`
+gathering (runtime.gathering, `steps`) whose claim gives one summarizer a step while it works, and `commit`
 publishes the summaries exactly once however many summarizers raced or restarted.
 When a step is complete, claims, parts, expiry and the step hash's fields: docs/researchers/amaris.md, "Steps".
 """
@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import AnalysisSample, Event, RolloutAnalysis, StepClosed, StepSample, StepSummary
-from rubricd_services.common.commit import Script
-from rubricd_services.common.gathering import CLOCK, Gathering, Lua
+from rubricd_services.runtime.commit import Script
+from rubricd_services.runtime.gathering import CLOCK, Gathering, Lua
 
 # A step's first closure opens it: it waits among the open steps until its deadline (Redis's clock, like its claim).
 _OPEN = """\
@@ -75,7 +75,7 @@ return 1
 """,
 )
 
-# The decision on a claimed step (common.gathering): it is marked summarized and its summaries published.
+# The decision on a claimed step (runtime.gathering): it is marked summarized and its summaries published.
 _SUMMARIZED = Lua(
     keys="summaries events step_analyses",
     args="maxlen event",

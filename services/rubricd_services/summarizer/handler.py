@@ -24,12 +24,12 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import health, wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import EventKind, RolloutAnalysis, StepClosed, StepSummary
-from rubricd_services.common import events, intake, prompts
-from rubricd_services.common.memory import MemoryItem, MemoryKind
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.outage import LLM, WEAVIATE
-from rubricd_services.common.service import Clients
-from rubricd_services.common.usage import Metered
+from rubricd_services.llm.usage import Metered
+from rubricd_services.memory.store import MemoryItem, MemoryKind
+from rubricd_services.runtime import events, intake, prompts
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.outage import LLM, WEAVIATE
+from rubricd_services.runtime.service import Clients
 
 from .effects import StepBook, StepState, member
 from .settings import SummarizerSettings

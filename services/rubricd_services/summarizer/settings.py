@@ -1,9 +1,9 @@
-"""The summarizer's settings (env prefix RUBRICD_, see common.settings)."""
+"""The summarizer's settings (env prefix RUBRICD_, see settings)."""
 
 from pydantic import Field
 
-from rubricd_services.common.prompts import PromptFile
-from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
+from rubricd_services.runtime.prompts import PromptFile
+from rubricd_services.settings import InFlight, ReadSize, ServiceSettings
 
 
 class SummarizerSettings(ServiceSettings):

@@ -25,7 +25,7 @@ from rubricd.messages import (
     StepSample,
     StepSummary,
 )
-from rubricd_services.common import prompts
+from rubricd_services.runtime import prompts
 
 # The agents: settings `agents.<name>`, prompts prompts/<name>.md.
 SUMMARIZER = "summarizer"  # one chunk of a step's analyses

@@ -7,9 +7,9 @@ The summaries stream's `updaters` group, read one entry at a time by default
 from faststream import FastStream
 
 from rubricd.keys import UPDATERS
-from rubricd_services.common.embedder import EMBEDDER
-from rubricd_services.common.metrics import Metrics
-from rubricd_services.common.service import ServiceApp, run
+from rubricd_services.memory.embedder import EMBEDDER
+from rubricd_services.runtime.metrics import Metrics
+from rubricd_services.runtime.service import ServiceApp, run
 
 from .handler import SERVICE, Updater
 from .prompting import QUERY_WRITER, UPDATER

@@ -15,7 +15,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event
 from rubricd.store import RubricStore
-from rubricd_services.common import locks
+from rubricd_services.runtime import locks
 
 
 class Effects:

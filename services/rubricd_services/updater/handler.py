@@ -20,11 +20,11 @@ from faststream.redis.message import RedisStreamMessage
 from rubricd import wire
 from rubricd.keys import UPDATERS
 from rubricd.messages import Event, EventKind, StepSummary
-from rubricd_services.common import events, intake
-from rubricd_services.common.llm import LLMError
-from rubricd_services.common.seeds import Seeds
-from rubricd_services.common.service import Clients
-from rubricd_services.common.usage import Metered
+from rubricd_services.llm import LLMError
+from rubricd_services.llm.usage import Metered
+from rubricd_services.rubrics.seeds import Seeds
+from rubricd_services.runtime import events, intake
+from rubricd_services.runtime.service import Clients
 
 from .effects import Effects
 from .prompting import UPDATER, MemoryBudget, Prompts

@@ -7,9 +7,9 @@ import msgspec
 
 from rubricd import wire
 from rubricd.messages import Action, RubricsUpdated, StepSummary
-from rubricd_services.common import prompts
-from rubricd_services.common.memory import Hit, Memory, MemoryItem, MemoryKind
-from rubricd_services.common.usage import Ask
+from rubricd_services.llm.usage import Ask
+from rubricd_services.memory.store import Hit, Memory, MemoryItem, MemoryKind
+from rubricd_services.runtime import prompts
 
 from .prompting import QUERY_WRITER, MemoryBudget, query_writer_messages
 from .proposal import Rejection

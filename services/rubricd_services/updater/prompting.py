@@ -6,8 +6,8 @@ from pathlib import Path
 import msgspec
 
 from rubricd.messages import RubricKind, RubricSet, StepSummary
-from rubricd_services.common import prompts
-from rubricd_services.common.memory import Hit, MemoryItem
+from rubricd_services.memory.store import Hit, MemoryItem
+from rubricd_services.runtime import prompts
 
 from .proposal import Limits
 

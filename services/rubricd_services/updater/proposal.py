@@ -12,10 +12,10 @@ from typing import Annotated, cast
 import msgspec
 
 from rubricd.messages import HEALTHBENCH_AXES, Action, Rubric, RubricKind, RubricModification, Strategy
-from rubricd_services.common import prompts
 from rubricd_services.rubrics import validation
 from rubricd_services.rubrics.ids import new_id
 from rubricd_services.rubrics.validation import MAX_CRITERION_CHARS, RubricLimits
+from rubricd_services.runtime import prompts
 
 
 @dataclass(frozen=True, kw_only=True)

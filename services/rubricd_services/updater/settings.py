@@ -1,4 +1,4 @@
-"""The updater's settings (env prefix RUBRICD_, see common.settings).
+"""The updater's settings (env prefix RUBRICD_, see settings).
 
 The memory switches are the paper's ablations: static memory (the last K step
 summaries), dynamic memory (LLM-written queries over the run's memory) and
@@ -7,9 +7,9 @@ their budgets.
 
 from pydantic import Field, model_validator
 
-from rubricd_services.common.prompts import PromptFile
-from rubricd_services.common.seeds import SeedSettings
-from rubricd_services.common.settings import InFlight, ReadSize, ServiceSettings
+from rubricd_services.rubrics.seeds import SeedSettings
+from rubricd_services.runtime.prompts import PromptFile
+from rubricd_services.settings import InFlight, ReadSize, ServiceSettings
 
 
 class UpdaterSettings(ServiceSettings, SeedSettings):

@@ -22,9 +22,9 @@ from rubricd.messages import (
     Strategy,
 )
 from rubricd.store import RubricStore
-from rubricd_services.common.memory import Memory, MemoryKind
-from rubricd_services.common.seeds import Seeds
-from rubricd_services.common.usage import Ask
+from rubricd_services.llm.usage import Ask
+from rubricd_services.memory.store import Memory, MemoryKind
+from rubricd_services.rubrics.seeds import Seeds
 
 from .memory import describe, dynamic_memory, memory_item, static_memory
 from .prompting import UPDATER, MemoryBudget, Prompts, updater_messages

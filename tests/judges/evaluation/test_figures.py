@@ -3,10 +3,10 @@
 import pytest
 
 from rubricd.messages import Rubric
-from rubricd_services.common.settings import LLMSettings, Price
 from rubricd_services.judges.evaluation.figures import agreement, percentile
 from rubricd_services.judges.evaluation.run import Config, Judged, report
 from rubricd_services.judges.scoring import Judging
+from rubricd_services.settings import LLMSettings, Price
 
 # 10 verdicts: 4 met labelled met (tp), 1 met labelled unmet (fp), 2 unmet labelled met (fn), 3 unmet unmet (tn)
 PAIRS = [(True, True)] * 4 + [(False, True)] + [(True, False)] * 2 + [(False, False)] * 3

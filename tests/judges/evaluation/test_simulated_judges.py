@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 from rubricd.messages import Rubric
-from rubricd_services.common import prompts
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges import pairwise, verdicts
 from rubricd_services.judges.evaluation import labelled, pairs, probes
 from rubricd_services.judges.evaluation.labelled import Item
@@ -17,6 +15,8 @@ from rubricd_services.judges.evaluation.pairs import evaluate_pairs
 from rubricd_services.judges.evaluation.probes import PROBES, result
 from rubricd_services.judges.evaluation.run import Config, Judged, Mode, evaluate
 from rubricd_services.judges.scoring import Judging
+from rubricd_services.runtime import prompts
+from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator.app import serve_in_background
 from rubricd_services.simulator.faults import SimConfig
 

@@ -32,12 +32,13 @@ from rubricd import wire
 from rubricd.canaries import CLAIMED, CanaryStep, parse
 from rubricd.keys import CANARIES
 from rubricd.messages import Event, EventKind
-from rubricd_services.common import intake, usage
-from rubricd_services.common.events import event
-from rubricd_services.common.service import ServiceApp
-from rubricd_services.common.settings import LLMSettings
 from rubricd_services.judges.scoring import Judging
 from rubricd_services.judges.settings import CanarySettings, JudgeSettings
+from rubricd_services.llm import usage
+from rubricd_services.runtime import intake
+from rubricd_services.runtime.events import event
+from rubricd_services.runtime.service import ServiceApp
+from rubricd_services.settings import LLMSettings
 
 from . import figures, labelled
 from .labelled import Item

@@ -14,10 +14,10 @@ import msgspec
 
 from rubricd.messages import Comparison, JudgeStatus, Rubric, RubricSet
 from rubricd.messages.comparisons import Winner
-from rubricd_services.common.llm import LLMClient
-from rubricd_services.common.settings import Price
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
+from rubricd_services.llm import LLMClient
+from rubricd_services.settings import Price
 
 from . import figures
 from .figures import Agreement

@@ -1,0 +1,241 @@
+"""The evaluation memory every service shares: analyses, summaries and rubric updates in Weaviate.
+
+One Weaviate collection per namespace holds every run's memory; every read is
+filtered by run, so two runs never see each other's memory. Objects carry our
+own vectors (the collection has no vectorizer; see `embedder.py`) and a
+deterministic id derived from what the object is about (run, kind, instance,
+step, ref): a re-delivered message overwrites its object instead of adding a
+second one, which is what makes the services' effects exactly-once.
+"""
+
+import enum
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+import weaviate
+from weaviate.classes.config import Configure, DataType, Property, Tokenization
+from weaviate.classes.init import Auth
+from weaviate.classes.query import Filter, MetadataQuery, Sort
+from weaviate.collections import CollectionAsync
+from weaviate.collections.classes.data import DataObject
+from weaviate.exceptions import UnexpectedStatusCodeError
+
+from rubricd_services.memory.embedder import Embedder
+from rubricd_services.settings import ServiceSettings
+
+_ID_SPACE = uuid.UUID("8a3f2c1e-5b7d-4e2a-9c60-7d1b0e4f6a21")  # uuid5 namespace of memory object ids
+_PROPERTIES = ["kind", "run_id", "step", "text", "ref", "instance_key", "message"]
+
+
+class MemoryKind(enum.StrEnum):
+    ANALYSIS = "analysis"
+    CHUNK_SUMMARY = "chunk_summary"
+    STEP_SUMMARY = "step_summary"
+    RUBRIC_UPDATE = "rubric_update"
+
+
+class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One memory: `text` is what is embedded, searched and shown to LLMs; `message` the whole source."""
+
+    kind: MemoryKind
+    run_id: str
+    step: int
+    text: str
+    ref: str = ""  # rollout_id of an analysis, chunk index of a chunk summary, version of an update
+    instance_key: str | None = None
+    message: bytes = b""  # the full message JSON (RolloutAnalysis, StepSummary, RubricsUpdated, ...)
+
+
+class Hit(msgspec.Struct, frozen=True):
+    """A search result: the memory, its hybrid score (higher is closer) and its object id."""
+
+    item: MemoryItem
+    score: float
+    id: str
+
+
+def collection_name(namespace: str) -> str:
+    """Weaviate class names must match ^[A-Z][_0-9A-Za-z]*$; namespaces may hold '-'."""
+    return "Memory_" + namespace.replace("-", "_")
+
+
+def memory_id(namespace: str, item: MemoryItem) -> str:
+    """The object id of `item`: the same memory (re-delivered or recomputed) always gets the same one."""
+    key = "\x1f".join([namespace, item.kind, item.run_id, item.instance_key or "", str(item.step), item.ref])
+    return str(uuid.uuid5(_ID_SPACE, key))
+
+
+class Memory:
+    """Put, list and search one namespace's evaluation memory (create it with `connect`)."""
+
+    def __init__(self, client: weaviate.WeaviateAsyncClient, embedder: Embedder, namespace: str) -> None:
+        self.client, self.embedder, self.namespace = client, embedder, namespace
+        self.collection: CollectionAsync = client.collections.use(collection_name(namespace))
+
+    @classmethod
+    async def connect(cls, settings: ServiceSettings, embedder: Embedder) -> "Memory":
+        """Connect to `settings.weaviate_url` (+ gRPC port), with its API key if set, and make sure the collection
+        exists."""
+        url = urlsplit(settings.weaviate_url)
+        secure = url.scheme == "https"
+        host = url.hostname or "127.0.0.1"
+        key = settings.weaviate_api_key
+        client = weaviate.use_async_with_custom(
+            http_host=host,
+            http_port=url.port or (443 if secure else 80),
+            http_secure=secure,
+            grpc_host=host,
+            grpc_port=settings.weaviate_grpc_port,
+            grpc_secure=secure,
+            auth_credentials=Auth.api_key(key.get_secret_value()) if key else None,
+        )
+        await client.connect()
+        memory = cls(client, embedder, settings.namespace)
+        try:
+            await memory.ensure_collection()
+        except BaseException:
+            await client.close()
+            raise
+        return memory
+
+    async def ensure_collection(self) -> None:
+        """Create the collection if missing; another service creating it at the same time is fine."""
+        name = collection_name(self.namespace)
+        if await self.client.collections.exists(name):
+            return
+        exact: dict[str, Any] = {
+            "data_type": DataType.TEXT,
+            "tokenization": Tokenization.FIELD,
+            "index_searchable": False,
+        }
+        try:
+            await self.client.collections.create(
+                name,
+                vector_config=Configure.Vectors.self_provided(),
+                properties=[
+                    Property(name="run_id", **exact),
+                    Property(name="kind", **exact),
+                    Property(name="instance_key", **exact),
+                    Property(name="ref", **exact),
+                    Property(name="step", data_type=DataType.INT, index_range_filters=True),
+                    Property(name="text", data_type=DataType.TEXT, tokenization=Tokenization.WORD),
+                    # Kept whole for the reader, never filtered or searched.
+                    Property(name="message", data_type=DataType.TEXT, index_filterable=False, index_searchable=False),
+                ],
+            )
+        except UnexpectedStatusCodeError:
+            if not await self.client.collections.exists(name):
+                raise
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def drop(self) -> None:
+        """Delete this namespace's whole memory (tests, `clean`)."""
+        await self.client.collections.delete(collection_name(self.namespace))
+
+    async def put(self, items: list[MemoryItem]) -> list[str]:
+        """Store `items` (one embedding call for all); an item stored before is overwritten. Returns ids."""
+        if not items:
+            return []
+        vectors = await self.embedder.embed([item.text for item in items])
+        ids = [memory_id(self.namespace, item) for item in items]
+        objects = [
+            DataObject(properties=_properties(item), uuid=id_, vector=vector)
+            for item, id_, vector in zip(items, ids, vectors)
+        ]
+        done = await self.collection.data.insert_many(objects)
+        if done.has_errors:
+            first = next(iter(done.errors.values()))
+            raise RuntimeError(f"memory: {len(done.errors)} of {len(items)} objects not stored: {first.message}")
+        return ids
+
+    async def recent(
+        self,
+        run_id: str,
+        kind: MemoryKind,
+        *,
+        limit: int,
+        instance_key: str | None = None,
+        before_step: int | None = None,
+    ) -> list[MemoryItem]:
+        """The latest `limit` memories of `kind` in the run (and instance), highest step first."""
+        filters = _filters(run_id, [kind], instance_key)
+        if before_step is not None:
+            filters &= Filter.by_property("step").less_than(before_step)
+        found = await self.collection.query.fetch_objects(
+            filters=filters,
+            sort=Sort.by_property("step", ascending=False),
+            limit=limit,
+            return_properties=_PROPERTIES,
+        )
+        return [_item(o.properties) for o in found.objects]
+
+    async def search(
+        self,
+        run_id: str,
+        query: str,
+        *,
+        limit: int,
+        kinds: Sequence[MemoryKind] | None = None,
+        instance_key: str | None = None,
+        alpha: float = 0.5,
+    ) -> list[Hit]:
+        """The run's memories closest to `query`: hybrid of vector similarity (alpha=1) and BM25 on text (alpha=0)."""
+        [vector] = await self.embedder.embed([query])
+        found = await self.collection.query.hybrid(
+            query=query,
+            vector=vector,
+            alpha=alpha,
+            query_properties=["text"],
+            filters=_filters(run_id, kinds, instance_key),
+            limit=limit,
+            return_metadata=MetadataQuery(score=True),
+            return_properties=_PROPERTIES,
+        )
+        return [Hit(_item(o.properties), o.metadata.score or 0.0, str(o.uuid)) for o in found.objects]
+
+    async def count(self, run_id: str, kind: MemoryKind | None = None) -> int:
+        """How many memories the run holds (of one kind, if given)."""
+        found = await self.collection.aggregate.over_all(
+            filters=_filters(run_id, [kind] if kind else None, None), total_count=True
+        )
+        return found.total_count or 0
+
+
+def _filters(run_id: str, kinds: Sequence[MemoryKind] | None, instance_key: str | None) -> Any:
+    filters = Filter.by_property("run_id").equal(run_id)
+    if kinds:
+        filters &= Filter.by_property("kind").contains_any([str(k) for k in kinds])
+    if instance_key is not None:
+        filters &= Filter.by_property("instance_key").equal(instance_key)
+    return filters
+
+
+def _properties(item: MemoryItem) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "kind": str(item.kind),
+        "run_id": item.run_id,
+        "step": item.step,
+        "text": item.text,
+        "ref": item.ref,
+        "message": item.message.decode(),
+    }
+    if item.instance_key is not None:
+        props["instance_key"] = item.instance_key
+    return props
+
+
+def _item(props: Mapping[str, Any]) -> MemoryItem:
+    return MemoryItem(
+        kind=MemoryKind(props["kind"]),
+        run_id=props["run_id"],
+        step=int(props["step"]),
+        text=props["text"],
+        ref=props.get("ref") or "",
+        instance_key=props.get("instance_key"),
+        message=(props.get("message") or "").encode(),
+    )

@@ -1,0 +1,1 @@
+"""What every service runs on: the service template, intake, commits, dead letters, leases."""

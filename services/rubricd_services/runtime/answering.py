@@ -1,0 +1,279 @@
+"""The answering worker of the services a publisher waits on (scorer, comparer, arm): one runtime, one commit.
+
+`Answering.handle` takes a request entry in (`intake`: rejected and counted if it can never be answered as sent),
+replies the stored answer's bytes to a request answered before (no judging), else asks the service's `answer`
+and commits it, and logs. A service subclasses it for one `Family` (what it takes and keeps, below) and supplies
+`answer`, `event` and `rejected` (and, optionally, `check`, `observe` and `refused`). Its commit is `script`'s one
+Lua body: store the answer once, reply, keep the request with its answer, log the event, add the usage, ack; the
+service's own keys, arguments and maps go beside (`Effects`). How: docs/development.md, "The answering runtime".
+"""
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, cast, get_type_hints
+
+from faststream.redis.message import RedisStreamMessage
+from redis.asyncio import Redis
+
+from rubricd import wire
+from rubricd.keys import ARM, COMPARERS, SCORERS, Keys
+from rubricd.messages import (
+    Event,
+    EventKind,
+    JudgedComparison,
+    JudgeStatus,
+    Message,
+    RewardedArmRollout,
+    ScoredRollout,
+)
+from rubricd_services.runtime import events
+from rubricd_services.runtime.commit import Names, Script, Value, split
+from rubricd_services.runtime.intake import Addressed, Intake, Rejected, Sender, entry_id
+from rubricd_services.runtime.keeping import Keeping, Settings
+
+M = TypeVar("M", bound=Message)  # the request: Rollout, Comparison, ArmRollout
+A = TypeVar("A", bound=Message)  # its answer: Score, Preference, ArmReward
+
+log = logging.getLogger("rubricd.answering")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What an answering service takes and keeps: its name, the request's name in reasons and logs, the request
+    kept with its answer (a Struct of the two, in that order: its first field names the request, whose id is
+    `<that name>_id`), the requests' stream (a Keys attribute) and consumer group, the answer's key and the kept
+    requests' key (Keys methods)."""
+
+    service: str
+    what: str
+    kept_as: type[Message]
+    stream: str
+    consumer_group: str
+    stored: Callable[[Keys, str, str], str]
+    kept: Callable[[Keys, str], str]
+
+    @property
+    def request(self) -> type[Message]:
+        hints = get_type_hints(self.kept_as)
+        return cast(type[Message], hints[self.kept_as.__struct_fields__[0]])
+
+    @property
+    def id_field(self) -> str:
+        return f"{self.kept_as.__struct_fields__[0]}_id"
+
+    def keep(self, request: Message, answer: Message) -> Message:
+        """The request with its answer, as kept."""
+        return self.kept_as(**dict(zip(self.kept_as.__struct_fields__, (request, answer), strict=True)))
+
+
+# service, request, kept as, requests' stream, consumer group, answer's key, kept requests' key
+ROLLOUTS = Family("scorer", "rollout", ScoredRollout, "rollouts", SCORERS, Keys.score, Keys.kept_rollouts)
+COMPARISONS = Family(
+    "comparer", "comparison", JudgedComparison, "comparisons", COMPARERS, Keys.preference, Keys.kept_comparisons
+)
+ARM_ROLLOUTS = Family("arm", "arm rollout", RewardedArmRollout, "arm", ARM, Keys.arm_reward, Keys.kept_arm_rollouts)
+
+# The one body: `with_first` runs with the first answer only, `every_time` with every commit (the service's own
+# effects). An optional key is '': `kept` (kept_maxlen 0), `reply` (no reply_to). `replay` '1': `answer` holds the
+# stored answer's bytes, to reply again without storing anything.
+_BODY = """
+local stored = redis.call('GET', k_answer)
+local answer = stored or a_answer
+if not stored and a_replay == '' then
+  redis.call('SET', k_answer, answer, 'EX', a_answer_ttl)
+  if k_kept ~= '' then
+    append(k_kept, a_kept_maxlen, a_kept)
+    redis.call('EXPIRE', k_kept, a_kept_ttl)
+  end
+  append(k_events, a_maxlen, a_event)
+{with_first}
+end
+reply(k_reply, a_maxlen, answer, a_reply_ttl)
+hincrby(k_usage, m_usage)
+{every_time}
+if a_entry_id ~= '' then ack(k_requests, a_group, a_entry_id) end
+return stored
+"""
+_KEYS = ("answer", "kept", "events", "requests", "reply", "usage")
+_ARGS = tuple("answer kept event replay group entry_id answer_ttl reply_ttl kept_maxlen kept_ttl maxlen".split())
+
+
+def script(
+    *, keys: Names = (), args: Names = (), maps: Names = (), with_first: str = "", every_time: str = ""
+) -> Script:
+    """The commit script of an answering service: the one body, with the service's own `keys`, `args` and `maps`
+    (bound as `k_`, `a_`, `m_<name>`), written by its Lua `with_first` (the first answer only) and `every_time`."""
+    return Script(
+        body=_BODY.format(with_first=with_first.strip("\n"), every_time=every_time.strip("\n")),
+        keys=_KEYS + split(keys),
+        args=_ARGS + split(args),
+        maps=("usage", *split(maps)),
+        reply="reply",
+    )
+
+
+@dataclass(frozen=True)
+class Effects:
+    """A service's own effects in a commit: the values of the keys, arguments and maps its `script` declares."""
+
+    keys: Mapping[str, str] = field(default_factory=dict)
+    args: Mapping[str, Value] = field(default_factory=dict)
+    maps: Mapping[str, Mapping[str, Value]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Answered(Generic[A]):
+    """A service's answer to one request, with the judge calls' usage (added to the run's, answer stored or not)
+    and its own effects."""
+
+    answer: A
+    usage: Mapping[str, int] = field(default_factory=dict)
+    effects: Effects = Effects()
+
+
+class Answering(Generic[M, A]):
+    """The loop of an answering service: take, reject (counted), replay, answer, commit, log."""
+
+    def __init__(self, family: Family, script: Script, settings: Settings, redis: Redis, keys: Keys) -> None:
+        self.family, self.redis, self.keys, self.keeping = family, redis, keys, Keeping.of(settings)
+        setting = f"max_{family.what.replace(' ', '_')}_bytes"  # max_rollout_bytes
+        self.intake: Intake[M] = Intake(
+            type=cast(type[M], family.request),
+            what=family.what,
+            id_field=family.id_field,
+            max_bytes=getattr(settings, setting),
+            max_bytes_setting=setting,
+            keys=keys,
+            reply_ttl_s=settings.reply_ttl_s,
+            answer=self.rejected,
+            check=self.check,
+        )
+        self._commit = script.register(redis)
+        self._own = script.keys[len(_KEYS) :], script.args[len(_ARGS) :], script.maps[1:]
+
+    # What a service supplies.
+
+    async def answer(self, request: M) -> Answered[A]:
+        """The service's answer to a request not answered before; Rejected (`intake.refuse`) if it can never be
+        answered as sent. Any other error leaves the entry pending, for a reclaim to retry."""
+        raise NotImplementedError
+
+    def event(self, request: M, answer: A) -> Event:
+        """The event of a new answer (`event_of` fills the ids)."""
+        raise NotImplementedError
+
+    def rejected(self, sender: Sender, reason: str, request: M | None) -> Message:
+        """The answer to a request that can never be answered as sent (its ids the sender's; `request` given when
+        it was taken in, then refused)."""
+        raise NotImplementedError
+
+    def check(self, request: M) -> None:
+        """Raise Rejected for what the request's schema cannot say."""
+
+    async def observe(self, request: M, answer: A) -> None:
+        """After a new answer was committed: the service's figures."""
+
+    def refused(self, request: M | None) -> None:
+        """A rejected request (None: not taken in), to count."""
+
+    # The loop.
+
+    async def handle(self, msg: RedisStreamMessage) -> None:
+        """FastStream's handler of a request entry."""
+        await self.respond(entry_id(msg), self.take(msg.body))
+
+    def take(self, body: bytes) -> M:
+        """The request, or Rejected (counted, with a rejected answer for its publisher if it said where)."""
+        try:
+            return self.intake.take(body)
+        except Rejected:
+            self.refused(None)
+            raise
+
+    async def respond(self, entry_id: bytes, request: M) -> None:
+        """Answer a request taken in: its first answer again if it has one, else a new one, committed."""
+        stored: bytes | str | None = await self.redis.get(self.stored(request))
+        if stored is not None:  # published again, or redelivered after its commit: its first answer, as stored
+            await self.replay(entry_id, request, stored)
+            return
+        try:
+            answered = await self.answer(request)
+        except Rejected:
+            self.refused(request)
+            raise
+        await self.commit_answer(entry_id, request, answered)
+
+    async def commit_answer(self, entry_id: bytes, request: M, answered: Answered[A]) -> bool:
+        """Commit a new answer (`entry_id` b"": its entry was acked already); False if the request had one (its
+        first is replied). Raises Rejected, having written nothing, if its reply_to names a key that is not a
+        stream."""
+        answer = answered.answer
+        written: dict[str, Value] = {
+            "answer": wire.encode(answer),
+            "kept": wire.encode(self.family.keep(request, answer)),
+            "event": wire.encode(self.event(request, answer)),
+            "replay": "",
+        }
+        if await self._run(entry_id, request, written, answered.usage, answered.effects) is not None:
+            self.replied(request)
+            return False
+        await self.observe(request, answer)
+        return True
+
+    async def replay(self, entry_id: bytes, request: M, stored: bytes | str) -> None:
+        """Reply the stored answer's bytes again, and ack: nothing else is written."""
+        replayed: dict[str, Value] = {"answer": stored, "kept": "", "event": "", "replay": "1"}
+        await self._run(entry_id, request, replayed, {}, Effects())
+        self.replied(request)
+
+    async def _run(
+        self, entry_id: bytes, request: M, args: dict[str, Value], usage: Mapping[str, int], effects: Effects
+    ) -> Any:
+        keys, own_args, maps = self._own
+        sent = cast(Addressed, request)
+        return await self._commit(
+            keys={
+                "answer": self.stored(request),
+                "kept": self.keeping.kept(self.family.kept(self.keys, sent.run_id)),
+                "events": self.keys.events,
+                "requests": getattr(self.keys, self.family.stream),
+                "reply": sent.reply_to or "",
+                "usage": self.keys.usage(sent.run_id),
+                **dict.fromkeys(keys, ""),
+                **effects.keys,
+            },
+            args={
+                **args,
+                "group": self.family.consumer_group,
+                "entry_id": entry_id,
+                **self.keeping.args,
+                **dict.fromkeys(own_args, ""),
+                **effects.args,
+            },
+            maps={"usage": usage, **{name: {} for name in maps}, **effects.maps},
+        )
+
+    def stored(self, request: M) -> str:
+        """The key of the request's answer."""
+        return self.family.stored(self.keys, cast(Addressed, request).run_id, getattr(request, self.family.id_field))
+
+    def event_of(self, request: M, kind: EventKind, detail: str, **fields: Any) -> Event:
+        """The service's event about `request`: its run, step and id, and `fields`."""
+        sent, id_field = cast(Addressed, request), self.family.id_field
+        ids = {"run_id": sent.run_id, "step": sent.step, id_field: getattr(request, id_field)}
+        return events.event(self.family.service, kind, **ids, detail=detail, **fields)
+
+    def rejection(self, answer: type[A], sender: Sender, reason: str, **fields: Any) -> A:
+        """A rejected `answer` to `sender` (its ids), saying why, with `fields`."""
+        ids = {"run_id": sender.run_id, self.family.id_field: sender.id, "step": sender.step}
+        return answer(**ids, status=JudgeStatus.REJECTED, error=reason, **fields)
+
+    async def publish(self, event: Event) -> None:
+        """Log an event of the service's own (a reloaded rubric set, a judge's accuracy)."""
+        await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.keeping.maxlen, approximate=True)
+
+    def replied(self, request: M) -> None:
+        f = self.family
+        run_id, id_ = cast(Addressed, request).run_id, getattr(request, f.id_field)
+        log.info("%s %s/%s was answered before; replied with its first answer", f.what, run_id, id_)
