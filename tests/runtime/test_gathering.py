@@ -11,7 +11,7 @@ from rubricd_services.runtime.gathering import Gathering, Joined, Lua
 CONSUMERS = "workers"
 
 # The user's Lua: a late member is recorded in a set (and its entry acked); the decision appends to a stream.
-LATE = Lua(keys="late", body="redis.call('SADD', k_late, a_member)\nack(k_stream, a_consumers, a_entry_id)")
+LATE = Lua(keys="late", body="redis.call('SADD', k_late, a_member)\nack(k_stream, a_consumer_group, a_entry_id)")
 DECISION = Lua(
     keys="decisions",
     args="verdict",
@@ -36,7 +36,7 @@ def gathering(redis, keys, stream: str, claimant: str = "a", **times: float) -> 
         ttl_s=600,
         key=lambda name: f"{keys.namespace}:gathering:{name}",
         stream=stream,
-        consumers=CONSUMERS,
+        consumer_group=CONSUMERS,
         late=LATE,
         decision=DECISION,
     )

@@ -31,14 +31,14 @@ from .sampling import EXTREMES
 
 _ANNOUNCE = Script(
     keys="step_analyses analyses events scored",
-    args="rollout_id analysis event maxlen group entry_id",
+    args="rollout_id analysis event maxlen consumer_group entry_id",
     body="""
 local first = redis.call('SADD', k_step_analyses, a_rollout_id)
 if first == 1 then
   append(k_analyses, a_maxlen, a_analysis)
   append(k_events, a_maxlen, a_event)
 end
-ack(k_scored, a_group, a_entry_id)
+ack(k_scored, a_consumer_group, a_entry_id)
 return first
 """,
 )
@@ -47,7 +47,7 @@ return first
 # k per group: the first k members of a group to arrive are picked; the others are left out (and acked).
 _PICK = Script(
     keys="group step_unsampled scored",
-    args="rollout_id k rule ttl consumers entry_id",
+    args="rollout_id k rule ttl consumer_group entry_id",
     body="""
 local field = 'p:' .. a_rollout_id
 local picked = redis.call('HGET', k_group, field)
@@ -59,7 +59,7 @@ redis.call('EXPIRE', k_group, a_ttl)
 if picked == '1' then return 1 end
 redis.call('HSET', k_step_unsampled, a_rollout_id, a_rule)
 redis.call('EXPIRE', k_step_unsampled, a_ttl)
-ack(k_scored, a_consumers, a_entry_id)
+ack(k_scored, a_consumer_group, a_entry_id)
 return 0
 """,
 )
@@ -74,7 +74,7 @@ if redis.call('HEXISTS', k_gathering, 'm:' .. a_member) == 0 then
   redis.call('HSET', k_step_unsampled, a_member, a_rule)
   redis.call('EXPIRE', k_step_unsampled, a_ttl)
 end
-ack(k_stream, a_consumers, a_entry_id)
+ack(k_stream, a_consumer_group, a_entry_id)
 """,
 )
 
@@ -141,7 +141,7 @@ class Effects:
     ) -> None:
         self.redis = redis
         self.keys = keys
-        self.group = ANALYZERS
+        self.consumer_group = ANALYZERS
         self.maxlen = maxlen
         self._announce = _ANNOUNCE.register(redis)
         self._pick = _PICK.register(redis)
@@ -154,7 +154,7 @@ class Effects:
             ttl_s=GIVEN_UP_TTL_S,
             key=lambda name: self._group_key(GroupRef.parse(name)),
             stream=keys.scored,
-            consumers=ANALYZERS,
+            consumer_group=ANALYZERS,
             late=_LEFT_OUT,
             decision=_DECIDED,
         )
@@ -173,7 +173,7 @@ class Effects:
                 "analysis": wire.encode(analysis),
                 "event": wire.encode(event),
                 "maxlen": self.maxlen,
-                "group": self.group,
+                "consumer_group": self.consumer_group,
                 "entry_id": entry_id,
             },
         )
@@ -202,7 +202,7 @@ class Effects:
                 "k": k,
                 "rule": str(k),
                 "ttl": GIVEN_UP_TTL_S,
-                "consumers": self.group,
+                "consumer_group": self.consumer_group,
                 "entry_id": entry_id,
             },
         )

@@ -92,11 +92,13 @@ end
 reply(k_reply, a_maxlen, answer, a_reply_ttl)
 hincrby(k_usage, m_usage)
 {every_time}
-if a_entry_id ~= '' then ack(k_requests, a_group, a_entry_id) end
+if a_entry_id ~= '' then ack(k_requests, a_consumer_group, a_entry_id) end
 return stored
 """
 _KEYS = ("answer", "kept", "events", "requests", "reply", "usage")
-_ARGS = tuple("answer kept event replay group entry_id answer_ttl reply_ttl kept_maxlen kept_ttl maxlen".split())
+_ARGS = tuple(
+    "answer kept event replay consumer_group entry_id answer_ttl reply_ttl kept_maxlen kept_ttl maxlen".split()
+)
 
 
 def script(
@@ -245,7 +247,7 @@ class Answering(Generic[M, A]):
             },
             args={
                 **args,
-                "group": self.family.consumer_group,
+                "consumer_group": self.family.consumer_group,
                 "entry_id": entry_id,
                 **self.keeping.args,
                 **dict.fromkeys(own_args, ""),

@@ -38,8 +38,8 @@ end
 local function hincrbyfloat(key, map)
   for i = 1, #map, 2 do redis.call('HINCRBYFLOAT', key, map[i], map[i + 1]) end
 end
-local function ack(stream, group, entry_id)
-  redis.call('XACK', stream, group, entry_id)
+local function ack(stream, consumer_group, entry_id)
+  redis.call('XACK', stream, consumer_group, entry_id)
 end
 """
 

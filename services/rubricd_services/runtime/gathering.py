@@ -51,7 +51,7 @@ if redis.call('HSETNX', k_gathering, 'm:' .. a_member, a_value) == 1 then
 end
 redis.call('HSETNX', k_gathering, '~opened', now)
 redis.call('EXPIRE', k_gathering, a_ttl)
-ack(k_stream, a_consumers, a_entry_id)
+ack(k_stream, a_consumer_group, a_entry_id)
 if a_size ~= '' and n >= tonumber(a_size) then
   redis.call('ZADD', k_due, now, a_gathering)
   return 1
@@ -114,7 +114,7 @@ class Lua:
     """A user's Lua in one of the gathering's scripts, and the keys, arguments and lists it names beside the
     gathering's own: the keys `gathering` (its hash) and `due`, the arguments `gathering` (its name) and `ttl`, the
     local `now` (Redis's time) and the function `members(k_gathering)` (their ids); in `join`'s `late` also the
-    key `stream`, the arguments `member`, `consumers` and `entry_id` (to ack the entry: `ack` is the late's to
+    key `stream`, the arguments `member`, `consumer_group` and `entry_id` (to ack the entry: `ack` is the late's to
     call)."""
 
     body: str = ""
@@ -161,7 +161,7 @@ class Gathering:
     """The gatherings of one kind: their names wait in the sorted set `due`; `key` maps a name to its hash
     (default: the name is the key). `claimant` names this process in its claims; `deadline_s` runs from a
     gathering's first member, `lease_s` is a claim's, `ttl_s` a hash's after its last change. A member's entry
-    is acked on `stream` for the consumer group `consumers`."""
+    is acked on `stream` for the consumer group `consumer_group`."""
 
     def __init__(
         self,
@@ -174,19 +174,19 @@ class Gathering:
         deadline_s: float = 0.0,
         key: Callable[[str], str] = str,
         stream: str = "",
-        consumers: str = "",
+        consumer_group: str = "",
         late: Lua | None = None,
         decision: Lua | None = None,
     ) -> None:
         self.redis, self.due_key, self.claimant, self.key = redis, due, claimant, key
         self.lease_s, self.ttl_s, self.deadline_s = lease_s, ttl_s, deadline_s
-        self.stream, self.consumers = stream, consumers
+        self.stream, self.consumer_group = stream, consumer_group
         late_lua = late or Lua()
         base = ("gathering", "due")
         self._join = _script(
             _JOIN.format(late=late_lua.body.strip("\n")),
             (*base, "stream"),
-            "gathering ttl member value size deadline_s consumers entry_id",
+            "gathering ttl member value size deadline_s consumer_group entry_id",
             late_lua,
         ).register(redis)
         self._claim = _script(_CLAIM, base, "gathering claimant lease_s complete").register(redis)
@@ -222,7 +222,7 @@ class Gathering:
                 "value": value,
                 "size": "" if size is None else size,
                 "deadline_s": self.deadline_s,
-                "consumers": self.consumers,
+                "consumer_group": self.consumer_group,
                 "entry_id": entry_id,
                 **(args or {}),
             },

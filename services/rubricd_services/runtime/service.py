@@ -132,21 +132,21 @@ class ServiceApp(Generic[W]):
     def consume(
         self,
         stream: str,
-        group: str,
+        consumer_group: str,
         handle: Handler[W],
         *,
         agents: Sequence[str] = (),
         on_give_up: Handler[W] | None = None,
         trim: bool = False,
     ) -> None:
-        """The consumer pair on `stream`'s `group`; `on_give_up` runs before an entry is dead-lettered.
+        """The consumer pair on `stream`'s `consumer_group`; `on_give_up` runs before an entry is dead-lettered.
 
         `agents`: those the handler calls, one after another, for its deadline. With `trim`, the stream is trimmed
-        every `trim_interval_s` below what every group has acked: for the streams trainers write (rollouts,
+        every `trim_interval_s` below what every consumer group has acked: for the streams trainers write (rollouts,
         steps), which no MAXLEN bounds.
         """
         s = self.settings
-        self.groups.append((stream, group))
+        self.groups.append((stream, consumer_group))
         self.deadlines[stream] = deadline = s.handler_deadline(agents)
         # What a handler that succeeded has found answering (the LLM endpoint and the memory only if it calls them).
         answered = (REDIS, *((LLM, WEAVIATE) if agents and self.with_memory else (LLM,) if agents else ()))
@@ -154,7 +154,7 @@ class ServiceApp(Generic[W]):
             self._trimmed.append(stream)
 
         @self.broker.subscriber(
-            stream=StreamSub(stream, group=group, consumer=self.consumer, max_records=s.max_records),
+            stream=StreamSub(stream, group=consumer_group, consumer=self.consumer, max_records=s.max_records),
             max_workers=s.max_in_flight,
             ack_policy=AckPolicy.MANUAL,
             parser=intake.parse_entry,
@@ -165,7 +165,7 @@ class ServiceApp(Generic[W]):
                 await self._handle(handle, msg, deadline, answered)
 
         @self.broker.subscriber(
-            stream=StreamSub(stream, group=group, consumer=self.reclaimer, min_idle_time=s.reclaim_idle_ms),
+            stream=StreamSub(stream, group=consumer_group, consumer=self.reclaimer, min_idle_time=s.reclaim_idle_ms),
             max_workers=max(1, s.max_in_flight // 4),
             ack_policy=AckPolicy.MANUAL,
             parser=intake.parse_entry,

@@ -61,7 +61,7 @@ class Groups:
             lease_s=lease_s,
             ttl_s=ttl_s,
             stream=keys.rollouts,
-            consumers=SCORERS,
+            consumer_group=SCORERS,
         )
 
     def key(self, rollout: Rollout) -> str:

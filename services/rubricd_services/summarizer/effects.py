@@ -35,7 +35,7 @@ end
 # A StepClosed: the whole step (`part` '') or one part of it, `part_json` that part's {"expected", "ids"}.
 _CLOSED = Script(
     keys="step open_steps steps",
-    args="expected ids deadline_s member group entry_id ttl part parts part_json",
+    args="expected ids deadline_s member consumer_group entry_id ttl part parts part_json",
     body=CLOCK
     + _OPEN
     + """
@@ -50,7 +50,7 @@ if redis.call('HGET', k_step, 'summarized') ~= '1' then
   open_step()
   redis.call('EXPIRE', k_step, a_ttl)
 end
-ack(k_steps, a_group, a_entry_id)
+ack(k_steps, a_consumer_group, a_entry_id)
 return 1
 """,
 )
@@ -58,7 +58,7 @@ return 1
 # An analysis: `rollouts_per_step` ('' = none) closes the step itself; `entry_id` '' acks nothing.
 _ANALYZED = Script(
     keys="step step_analyses open_steps analyses",
-    args="rollout_id rollouts_per_step deadline_s member group entry_id ttl",
+    args="rollout_id rollouts_per_step deadline_s member consumer_group entry_id ttl",
     body=CLOCK
     + _OPEN
     + """
@@ -70,7 +70,7 @@ if a_rollouts_per_step ~= '' and redis.call('HGET', k_step, 'summarized') ~= '1'
   redis.call('HSET', k_step, 'expected', a_rollouts_per_step)
   open_step()
 end
-if a_entry_id ~= '' then ack(k_analyses, a_group, a_entry_id) end
+if a_entry_id ~= '' then ack(k_analyses, a_consumer_group, a_entry_id) end
 return 1
 """,
 )
@@ -158,7 +158,7 @@ class StepBook:
         self,
         redis: Redis,
         keys: Keys,
-        group: str,
+        consumer_group: str,
         consumer: str,
         *,
         deadline_s: float,
@@ -169,7 +169,7 @@ class StepBook:
         self.redis = redis
         self.state_ttl_s = state_ttl_s
         self.keys = keys
-        self.group = group
+        self.consumer_group = consumer_group
         self.deadline_s = deadline_s
         self.maxlen = maxlen
         self._closed = _CLOSED.register(redis)
@@ -199,7 +199,7 @@ class StepBook:
                 "ids": json.dumps(ids),
                 "deadline_s": self.deadline_s,
                 "member": member(msg.run_id, msg.step),
-                "group": self.group,
+                "consumer_group": self.consumer_group,
                 "entry_id": entry_id,
                 "ttl": self.state_ttl_s,
                 "part": "" if msg.part is None else msg.part,
@@ -223,7 +223,7 @@ class StepBook:
                 "rollouts_per_step": rollouts_per_step or "",
                 "deadline_s": self.deadline_s,
                 "member": member(run, step),
-                "group": self.group,
+                "consumer_group": self.consumer_group,
                 "entry_id": entry_id,
                 "ttl": self.state_ttl_s,
             },

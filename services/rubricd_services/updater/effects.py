@@ -19,10 +19,10 @@ from rubricd_services.runtime import locks
 
 
 class Effects:
-    def __init__(self, redis: Redis, keys: Keys, group: str, *, maxlen: int, update_lock_s: float) -> None:
+    def __init__(self, redis: Redis, keys: Keys, consumer_group: str, *, maxlen: int, update_lock_s: float) -> None:
         self.redis = redis
         self.keys = keys
-        self.group = group
+        self.consumer_group = consumer_group
         self.maxlen = maxlen
         self.update_lock_s = update_lock_s
         self.store = RubricStore(redis, keys)
@@ -48,5 +48,5 @@ class Effects:
                 pipe.xadd(self.keys.rubrics_updated, {wire.FIELD: announcement}, maxlen=self.maxlen, approximate=True)
             for event in events:
                 pipe.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
-            pipe.xack(self.keys.summaries, self.group, entry_id)
+            pipe.xack(self.keys.summaries, self.consumer_group, entry_id)
             await pipe.execute()
