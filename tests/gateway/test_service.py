@@ -12,8 +12,9 @@ import pytest
 
 from rubricd import wire
 from rubricd.arm import prompt_key
-from rubricd.messages import Rollout, Rubric, RubricSet, ScoredRollout
+from rubricd.messages import Rollout, ScoredRollout
 from rubricd.store import RubricStore
+from tests.factories import rubric_set
 
 from .conftest import RUN
 
@@ -194,12 +195,7 @@ async def test_nemo_gym_verify_judges_the_whole_trajectory_and_refuses_one_malfo
 
 async def test_per_turn_results_come_back_where_the_contract_has_room(redis, keys, start_scorer, start_gateway):
     run = "gw-turns"
-    rubrics = [
-        Rubric(id="correct", criterion="The response states the correct final answer, matching the reference.", points=5),
-        Rubric(id="uses", criterion="Each final answer uses the latest tool result", points=3, scope="turn"),
-        Rubric(id="fabricates", criterion="A turn states a tool result that no tool turn returned", points=-5, scope="turn"),
-    ]  # fmt: skip
-    assert await RubricStore(redis, keys).publish(RubricSet(run_id=run, version=1, rubrics=rubrics))
+    assert await RubricStore(redis, keys).publish(rubric_set("correct", "uses", "fabricates", run_id=run))
     start_scorer()
     url = start_gateway()
     honest = nemo_gym_tool_request() | {"rubricd_run": run}
