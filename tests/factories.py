@@ -1,7 +1,7 @@
 """What tests build again and again: rollouts (text and trajectories), sample groups, scored rollouts and rubric
 sets, with the defaults most tests want and every field open to a keyword override.
 
-`starter` makes each service folder's `start_<service>` fixture (its conftest.py).
+`starter` makes the `start_<service>` fixtures (tests/conftest.py).
 
 Import it as `from tests.factories import rollout, rubric_set` (pytest's importlib mode makes `tests` a package).
 The standard rubrics are worded so the simulated judge decides them by their words (rubricd_services.simulator:
@@ -157,8 +157,8 @@ def rubric_set(*rubrics: Rubric | str, run_id: str = "run", version: int = 1, **
 
 def starter(service: str, *, wait: bool = True, **defaults: object) -> Any:
     """The fixture `start_<service>(*args, **settings)`: SERVICE as a process in the test's namespace (conftest's
-    start_service), DEFAULTS overridden by SETTINGS; it returns once the process reads, unless WAIT is false. A
-    service folder's conftest.py: `start_scorer = starter("scorer", llm__max_retries=2)`."""
+    start_service), DEFAULTS overridden by SETTINGS; it returns once the process reads, unless WAIT is false. In a
+    conftest.py: `start_scorer = starter("scorer", llm__max_retries=2)`."""
 
     @pytest.fixture(name=f"start_{service}")
     def start(start_service: Callable[..., Any]) -> Callable[..., Any]:

@@ -3,8 +3,6 @@ with the simulator (a response is correct iff it holds the reference)."""
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 
 import httpx
@@ -289,19 +287,13 @@ async def test_a_bad_request_is_refused_naming_it(start_gateway):
 
 
 async def test_rubric_arm_rewards_over_http_and_a_rollout_of_the_other_phase_fails_loudly(
-    start_service, start_gateway, service_env, tmp_path
+    start_service, start_gateway, cli, tmp_path
 ):
     pairs = tmp_path / "preferences.jsonl"
     line = {"prompt": "Name the largest planet.", "chosen": "Jupiter.", "rejected": "It is Saturn, I think. " * 8}
     pairs.write_text(json.dumps(line) + "\n")
     for args in (["import", "arm-http", str(pairs)], ["phases", "arm-http", "--first", "generator", "--steps", "5"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "rubricd_services.cli", "arm", *args],
-            env=service_env,
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr
+        cli("arm", *args)
     start_service("arm")
     url = start_gateway()
     drafted = {
