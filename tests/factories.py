@@ -20,7 +20,6 @@ from rubricd.messages import (
     JudgeStatus,
     Rollout,
     Rubric,
-    RubricResult,
     RubricSet,
     Score,
     ScoredRollout,
@@ -34,7 +33,7 @@ from rubricd_services.demo.policy import respond
 def rollout(i: int = 0, *, run_id: str = "run", step: int = 0, **fields: object) -> Rollout:
     """Rollout I of STEP in RUN_ID (id `s<step>-r<i>`): "What is 2 + 2?" answered "4" (a trajectory's text is its
     own), unless FIELDS say otherwise."""
-    text = {} if "trajectory" in fields else {"prompt": "What is 2 + 2?", "response": "4"}  # a trajectory's own
+    text = {} if "trajectory" in fields else {"prompt": "What is 2 + 2?", "response": "4"}
     default = {"rollout_id": f"s{step}-r{i}", **text}
     return Rollout(run_id=run_id, step=step, **{**default, **fields})  # type: ignore[arg-type]
 
@@ -47,13 +46,12 @@ def answer(a: int, b: int, behaviour: str = "correct", i: int = 0, **fields: obj
     )
 
 
-def group(responses: Sequence[str], *, name: str = "g", size: int | None = -1, **fields: object) -> list[Rollout]:
-    """A sample group NAME: one rollout per response to the same prompt (ids `<name>-r<i>`), of SIZE members
-    (default: as many as RESPONSES; None leaves it open, so only the deadline completes it)."""
-    size = len(responses) if size == -1 else size
+def group(responses: Sequence[str], *, name: str = "g", **fields: object) -> list[Rollout]:
+    """Sample group NAME: one rollout per response to the same prompt (ids `<name>-r<i>`), its size as many as
+    RESPONSES unless FIELDS give `group_size` (None leaves it open: only its deadline completes it)."""
+    member = {"group": name, "group_size": len(responses), **fields}
     return [
-        rollout(i, **{"rollout_id": f"{name}-r{i}", "response": text, "group": name, "group_size": size, **fields})
-        for i, text in enumerate(responses)
+        rollout(i, **{"rollout_id": f"{name}-r{i}", "response": text, **member}) for i, text in enumerate(responses)
     ]
 
 
@@ -94,11 +92,6 @@ def scored(of: Rollout, reward: float | None = 1.0, **fields: object) -> ScoredR
     score = {"status": JudgeStatus.OK, "reward": reward, "rubric_version": 1, "instance_key": of.instance_key}
     ids = {"run_id": of.run_id, "rollout_id": of.rollout_id, "step": of.step, "group": of.group}
     return ScoredRollout(rollout=of, score=Score(**{**ids, **score, **fields}))  # type: ignore[arg-type]
-
-
-def met(*rubrics: Rubric, unmet: Sequence[Rubric] = ()) -> list[RubricResult]:
-    """The results of a score that met RUBRICS and missed UNMET."""
-    return [RubricResult(rubric_id=r.id, met=r not in unmet, points=r.points) for r in (*rubrics, *unmet)]
 
 
 STANDARD = {
