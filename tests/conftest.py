@@ -39,6 +39,7 @@ from rubricd_services.memory.store import Memory
 from rubricd_services.settings import ServiceSettings
 from rubricd_services.simulator.app import Simulator, serve_in_background
 from rubricd_services.simulator.faults import SimConfig
+from tests.factories import starter
 
 REPO = Path(__file__).resolve().parents[1]
 STACK_SH = REPO / "deploy" / "local" / "stack.sh"
@@ -434,6 +435,40 @@ def start_service(
     yield start
     for process in started:
         process.stop()
+
+
+# Each service as processes in this test's namespace, `start_scorer(*args, **settings)`: settings as RUBRICD_<NAME>,
+# over these defaults; it returns once the process reads, but for the analyzer (`--workers N` starts several) and
+# the summarizer, whose tests call `wait_consuming` themselves. A folder's conftest.py may define its own.
+start_scorer = starter("scorer", llm__max_retries=2)
+start_comparer = starter("comparer", llm__max_retries=2)
+start_arm = starter("arm", llm__max_retries=2)
+start_updater = starter("updater", llm__max_retries=2)
+start_analyzer = starter("analyzer", wait=False)
+start_summarizer = starter("summarizer", wait=False)
+
+
+@pytest.fixture
+def cli(service_env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """cli("status", "--json", check=True, timeout=120): `rubricd ...` in this test's namespace; with check, a bad
+    exit status fails the test with its output."""
+
+    def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "rubricd_services.cli", *args],
+            env=service_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and done.returncode != 0:
+            pytest.fail(
+                f"rubricd {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}", pytrace=False
+            )
+        return done
+
+    return run
 
 
 @pytest.fixture

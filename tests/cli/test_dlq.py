@@ -5,17 +5,19 @@ import time
 
 from rubricd import wire
 from rubricd.messages import DeadLetter, JudgeStatus, Rollout, ScoredRollout
+from tests.factories import rollout
 
 
-def rollout(response: str) -> Rollout:
-    return Rollout(run_id="run", rollout_id="big-1", step=4, prompt="What is 2 + 2?", response=response)
+def big(response: str) -> Rollout:
+    """The rollout `big-1` of step 4, answering RESPONSE."""
+    return rollout(step=4, rollout_id="big-1", response=response)
 
 
 async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(
     stack, redis, keys, cli, start_service, wait_len, tmp_path
 ):
     start_service("scorer", max_rollout_bytes=1024)
-    await redis.xadd(keys.rollouts, wire.entry(rollout("4 " + "and so on " * 200)))
+    await redis.xadd(keys.rollouts, wire.entry(big("4 " + "and so on " * 200)))
     await wait_len(keys.dead_letters, 1)
 
     [letter] = [json.loads(ln) for ln in cli("dlq", "list", "--json").stdout.splitlines()]
@@ -25,7 +27,7 @@ async def test_a_fixed_oversized_rollout_is_replayed_and_then_scored(
     assert letter["id"] in text and "oversized rollout" in text and "rollouts" in text
 
     fix = tmp_path / "fixed.json"
-    fix.write_bytes(wire.encode(rollout("4")))
+    fix.write_bytes(wire.encode(big("4")))
     replayed = cli("dlq", "replay", letter["id"], "--fix-file", str(fix)).stdout
     assert f"{letter['id']}: replayed onto {keys.rollouts}" in replayed and "fixed payload" in replayed
     assert await redis.xlen(keys.dead_letters) == 0
@@ -51,7 +53,7 @@ async def test_replay_refuses_a_stream_outside_the_namespace_and_a_fix_that_does
             service="scorer",
             reason="test",
             deliveries=1,
-            payload=wire.encode(rollout("4")),
+            payload=wire.encode(big("4")),
             at=time.time(),
         )
 
@@ -69,5 +71,5 @@ async def test_replay_refuses_a_stream_outside_the_namespace_and_a_fix_that_does
 
     cli("dlq", "replay", ours)  # as it was: the original payload
     [(_, fields)] = await redis.xrange(keys.rollouts)
-    assert wire.decode(wire.payload(fields), Rollout) == rollout("4")
+    assert wire.decode(wire.payload(fields), Rollout) == big("4")
     assert [i.decode() for i, _ in await redis.xrange(keys.dead_letters)] == [foreign]

@@ -9,9 +9,10 @@ import msgspec
 import pytest
 
 from rubricd import wire
-from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricKind, RubricResult, RubricSet, Score, ScoredRollout
+from rubricd.messages import JudgeStatus, Rubric, RubricKind, RubricResult, RubricSet, Score, ScoredRollout
 from rubricd.store import RubricStore
 from rubricd_services.rubrics import healthbench
+from tests.factories import rollout
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 
@@ -85,8 +86,8 @@ async def commit(redis, keys, score: Score, stream: bool = True) -> None:
     """What the scorer's commit leaves: the score's key, and its entry on the `scored` stream."""
     await redis.set(keys.score(score.run_id, score.rollout_id), wire.encode(score))
     if stream:
-        rollout = Rollout(run_id=score.run_id, rollout_id=score.rollout_id, step=score.step, prompt="p", response="r")
-        await redis.xadd(keys.scored, wire.entry(ScoredRollout(rollout=rollout, score=score)))
+        answered = rollout(run_id=score.run_id, step=score.step, rollout_id=score.rollout_id)
+        await redis.xadd(keys.scored, wire.entry(ScoredRollout(rollout=answered, score=score)))
 
 
 async def test_the_report_matches_healthbench_figures_computed_by_hand(stack, redis, keys, cli):

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from rubricd.messages import Rubric
 from rubricd.reward import policy
+from tests.factories import rubric
 
 SAMPLE = Path(__file__).parents[1] / "fixtures/labelled_sample.jsonl"
 SET = str(Path(__file__).parents[2] / "services/rubricd_services/judges/evaluation/data/judge-set.jsonl")
-RUBRICS = [Rubric(id="correct", criterion="c", points=5), Rubric(id="steps", criterion="s", points=2)]
+RUBRICS = [rubric(), rubric("shows_reasoning", id="steps")]  # 5 and 2 points
 
 
 def weighted(met: dict[str, bool]) -> float:

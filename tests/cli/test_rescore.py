@@ -3,16 +3,12 @@
 import json
 
 from rubricd import RubricdClient, wire
-from rubricd.messages import Rollout, Rubric, RubricKind, RubricSet, ScoredRollout
+from rubricd.messages import Rollout, ScoredRollout
 from rubricd.store import RubricStore
+from tests.factories import rollout, rubric, rubric_set
 
-CORRECT = Rubric(
-    id="correct",
-    criterion="The response states the correct final answer, matching the reference answer.",
-    points=5,
-    kind=RubricKind.ANCHOR,
-)
-PADDING = Rubric(id="no_padding", criterion="The response pads its answer with filler and repetition.", points=-5)
+CORRECT = rubric()
+PADDING = rubric("pads", id="no_padding", points=-5, meta_class="accuracy")  # as it was: one class
 ANSWERS = {
     "short": "The sum is 42.",
     "padded": "The sum is 42. " + "Let me say it once more to be sure. " * 8,
@@ -22,10 +18,10 @@ ANSWERS = {
 
 def rollouts(step: int) -> list[Rollout]:
     return [
-        Rollout(
+        rollout(
             run_id="rec",
-            rollout_id=f"s{step}-{name}",
             step=step,
+            rollout_id=f"s{step}-{name}",
             prompt="What is 17 + 25?",
             response=text,
             reference="42",
@@ -39,10 +35,10 @@ async def test_a_run_rescored_under_its_first_version_differs_where_the_update_c
 ):
     start_service("scorer")
     store = RubricStore(redis, keys)
-    assert await store.publish(RubricSet(run_id="rec", version=1, rubrics=[CORRECT]))
+    assert await store.publish(rubric_set(CORRECT, run_id="rec"))
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         first = await client.score(rollouts(0), timeout=60)
-        assert await store.publish(RubricSet(run_id="rec", version=2, step=0, rubrics=[CORRECT, PADDING]))
+        assert await store.publish(rubric_set(CORRECT, PADDING, run_id="rec", version=2, step=0))
         second = await client.score(rollouts(1), timeout=60)  # a later step: the scorer reads version 2
     assert [(s.rubric_version, s.reward) for s in first] == [(1, 1.0), (1, 1.0), (1, 0.0)]
     assert [(s.rubric_version, s.reward) for s in second] == [(2, 1.0), (2, 0.0), (2, 0.0)]  # padding penalised

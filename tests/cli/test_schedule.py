@@ -6,14 +6,13 @@ from rubricd import RubricdClient
 from rubricd.messages import Rollout
 from rubricd.schedule import ClassStats
 from rubricd_services.cli.schedule import undefined
+from tests.factories import rollout
 
 
 def rollouts(step: int) -> list[Rollout]:
     answers = ["42.", "It is 41.", "17 + 25 = 42, because 17 + 20 = 37 and then 37 + 5 = 42."]
     return [
-        Rollout(
-            run_id="sched", rollout_id=f"s{step}-r{i}", step=step, prompt="What is 17 + 25?", response=a, reference="42"
-        )
+        rollout(i, run_id="sched", step=step, prompt="What is 17 + 25?", response=a, reference="42")
         for i, a in enumerate(answers)
     ]
 

@@ -11,14 +11,16 @@ import pytest
 
 from rubricd import RubricdClient, health, wire
 from rubricd.keys import ANALYZERS, SCORERS
-from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, Rubric, RubricResult, RubricSet, Score
+from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, RubricResult, Score
 from rubricd.store import RubricStore
 from rubricd_services.runtime.consumer_groups import ensure_group
 from rubricd_services.scorer.schedule import Rule, Schedule
+from tests.factories import rollout, rubric_set
 
 
-def rollout(run: str, i: int, step: int = 0) -> Rollout:
-    return Rollout(run_id=run, rollout_id=f"r{i}", step=step, prompt="What is 2 + 2?", response=f"4 (answer {i})")
+def numbered(run: str, i: int) -> Rollout:
+    """Rollout i of RUN (id `r<i>`), its response its own: no judge-cache hit between two of them."""
+    return rollout(i, run_id=run, rollout_id=f"r{i}", response=f"4 (answer {i})")
 
 
 def stream(report: dict, name: str) -> dict:
@@ -31,7 +33,7 @@ async def test_status_matches_what_was_published_and_then_scored(
 ):
     await ensure_group(redis, keys.rollouts, SCORERS)
     for i in range(10):
-        await redis.xadd(keys.rollouts, wire.entry(rollout("run", i)))
+        await redis.xadd(keys.rollouts, wire.entry(numbered("run", i)))
 
     before = json.loads(cli("status", "--json").stdout)
     rollouts = stream(before, keys.rollouts)
@@ -69,9 +71,9 @@ async def test_status_shows_each_runs_tokens_per_agent_and_their_cost(
     start_service("scorer")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         # r1 twice: the second is the judge cache's (a hit, no call, no tokens)
-        await client.score([rollout("run", 1), rollout("run", 2)], timeout=30)
-        await client.score_one(msgspec.structs.replace(rollout("run", 1), rollout_id="r3"), timeout=30)
-        await client.score_one(rollout("other", 1), timeout=30)
+        await client.score([numbered("run", 1), numbered("run", 2)], timeout=30)
+        await client.score_one(msgspec.structs.replace(numbered("run", 1), rollout_id="r3"), timeout=30)
+        await client.score_one(numbered("other", 1), timeout=30)
     service_env["RUBRICD_PRICES"] = '{"rubricd-simulator": {"prompt_per_mtok": 2000, "completion_per_mtok": 8000}}'
 
     report = json.loads(cli("status", "--json").stdout)
@@ -97,7 +99,7 @@ async def test_status_shows_the_active_class_of_each_scheduled_runs_latest_step(
     for step in (0, 2, 1):  # step 1 late: the latest decided step is 2, decided before it
         await schedule.active("alt", step, HEALTHBENCH_AXES)
     await schedule.active("warming", 0, HEALTHBENCH_AXES)
-    await redis.xadd(keys.rollouts, wire.entry(rollout("unscheduled", 1)))  # a run without a schedule: no row
+    await redis.xadd(keys.rollouts, wire.entry(numbered("unscheduled", 1)))  # a run without a schedule: no row
 
     report = json.loads(cli("status", "--json").stdout)
     assert report["schedules"] == [
@@ -162,9 +164,7 @@ def test_the_installed_entry_point_runs_and_says_when_to_add_analyzers(stack, re
 
 async def test_status_shows_where_the_votes_split_at_each_voted_runs_latest_step(stack, redis, keys, cli):
     """What the scorer's commit adds for scores judged by 3 votes (rubricd.health.increments), read back."""
-    await RubricStore(redis, keys).publish(
-        RubricSet(run_id="voted", version=1, rubrics=[Rubric(id="correct", criterion="c", points=5, kind="anchor")])
-    )
+    await RubricStore(redis, keys).publish(rubric_set(run_id="voted"))
     for step, agreements in ((0, [1.0, 1.0]), (1, [2 / 3, 1.0, 1 / 3 + 1 / 3])):
         for i, agreement in enumerate(agreements):
             result = RubricResult(rubric_id="correct", met=True, points=5, agreement=agreement)

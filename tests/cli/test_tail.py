@@ -5,18 +5,15 @@ import subprocess
 import sys
 
 from rubricd import wire
-from rubricd.messages import Event, EventKind, Rollout
-
-
-def rollout(run: str, i: int) -> Rollout:
-    return Rollout(run_id=run, rollout_id=f"{run}-r{i}", step=2, prompt="What is 2 + 2?", response="4")
+from rubricd.messages import Event, EventKind
+from tests.factories import rollout
 
 
 async def test_tail_json_shows_the_scorers_events_of_one_run(stack, redis, keys, cli, start_service):
     start_service("scorer")
     for run, n in (("a", 3), ("b", 2)):
         for i in range(n):
-            await redis.xadd(keys.rollouts, wire.entry(rollout(run, i)))
+            await redis.xadd(keys.rollouts, wire.entry(rollout(i, run_id=run, step=2, rollout_id=f"{run}-r{i}")))
 
     done = cli(
         "tail", "--since", "0", "--run", "a", "--kind", "rollout_scored", "--count", "3", "--json", "--timeout", "60"
@@ -45,7 +42,7 @@ async def test_tail_follows_new_events_live(stack, redis, keys, service_env, sta
     try:
         assert tail.stderr is not None and tail.stderr.readline().startswith(f"following {keys.events}")
         for run, i in (("a", 0), ("b", 0), ("b", 1)):
-            await redis.xadd(keys.rollouts, wire.entry(rollout(run, i)))
+            await redis.xadd(keys.rollouts, wire.entry(rollout(i, run_id=run, step=2, rollout_id=f"{run}-r{i}")))
         out, _ = tail.communicate(timeout=60)
     finally:
         tail.kill()

@@ -7,16 +7,14 @@ import pytest
 from rubricd.messages import (
     Function,
     FunctionSpec,
-    JudgeStatus,
-    Rollout,
     RubricResult,
-    Score,
     ScoredRollout,
     Tool,
     ToolCall,
     Turn,
     TurnResult,
 )
+from tests.factories import call, result, rollout, scored
 
 # Policy text that would run in the page if it were written as HTML.
 SCRIPT = "<script>document.body.dataset.injected = 'script'</script>"
@@ -38,12 +36,8 @@ def scored_trajectory() -> ScoredRollout:
     trajectory = [
         Turn(role="system", content="You are a calculator. Use the tools."),
         Turn(role="user", content=f"What is 12 * 7? {SCRIPT}"),
-        Turn(
-            role="assistant",
-            content=None,
-            tool_calls=[ToolCall(id="call_1", function=Function(name="multiply", arguments='{"a": 12, "b": 7}'))],
-        ),
-        Turn(role="tool", tool_call_id="call_1", content="84"),
+        call("call_1", '{"a": 12, "b": 7}', "multiply"),
+        result("call_1", "84"),
         Turn(role="assistant", content="", tool_calls=[ToolCall(function=Function(name="lookup", arguments="{12*7"))]),
         Turn(role="assistant", content=f"12 * 7 = 84 {IMG}", reasoning="The tool said 84."),
     ]
@@ -56,8 +50,8 @@ def scored_trajectory() -> ScoredRollout:
             )
         )
     ]
-    rollout = Rollout(
-        run_id="agent", rollout_id="t/0", step=3, trajectory=trajectory, tools=tools, prompt_turns=2, reference="84"
+    agent = rollout(
+        run_id="agent", step=3, rollout_id="t/0", trajectory=trajectory, tools=tools, prompt_turns=2, reference="84"
     )
     results = [
         RubricResult(rubric_id="correct", met=True, points=5, explanation="84 is right"),
@@ -76,14 +70,4 @@ def scored_trajectory() -> ScoredRollout:
         TurnResult(turn=4, points=0, unmet=["valid_tool_calls"]),
         TurnResult(turn=5, points=3, met=["uses_tool_result"]),
     ]
-    score = Score(
-        run_id="agent",
-        rollout_id="t/0",
-        step=3,
-        status=JudgeStatus.OK,
-        reward=0.8,
-        rubric_version=2,
-        results=results,
-        turns=turns,
-    )
-    return ScoredRollout(rollout=rollout, score=score)
+    return scored(agent, 0.8, rubric_version=2, results=results, turns=turns)

@@ -33,7 +33,7 @@ from rubricd.messages import (
     ScoredRollout,
 )
 from rubricd_services.dashboard.reader import PAGE, RunTally, StepTally
-from rubricd_services.demo.policy import respond
+from tests.factories import answer, rollout, scored
 
 from .conftest import IMG, SCRIPT
 
@@ -46,21 +46,12 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / ".stack" / "artifacts"
 
 def rollouts(step: int) -> list[Rollout]:
     """Honest answers at step 0; from step 1 every other one is padded; at step 2 one judge call fails."""
-    out = []
-    for i in range(PER_STEP):
-        a, b = 10 + step, 20 + i
-        behaviour = "padded" if step >= 1 and i % 2 else "correct"
-        failing = step == 2 and i == 0
-        out.append(
-            Rollout(
-                run_id=RUN,
-                rollout_id=f"s{step}-r{i}",
-                step=step,
-                prompt=f"What is {a} + {b}?" + (FAIL_JUDGE if failing else ""),
-                response=respond(behaviour, a, b),
-                reference=str(a + b),
-            )
-        )
+    out = [
+        answer(10 + step, 20 + i, "padded" if step >= 1 and i % 2 else "correct", i, run_id=RUN, step=step)
+        for i in range(PER_STEP)
+    ]
+    if step == 2:
+        out[0] = msgspec.structs.replace(out[0], prompt=out[0].prompt + FAIL_JUDGE)
     return out
 
 
@@ -133,15 +124,7 @@ async def test_the_dashboard_shows_a_live_run(stack, keys, start_service, redis,
             scores[step] = await client.score(rollouts(step), timeout=120)
             await client.close_step(RUN, step, rollouts=PER_STEP)
             await client.wait_for_rubrics(RUN, step, timeout=300)
-        evaluation = Rollout(
-            run_id=RUN,
-            rollout_id="eval-0",
-            step=2,
-            prompt="What is 2 + 2?",
-            response="4",
-            reference="4",
-            evaluation=True,
-        )
+        evaluation = rollout(run_id=RUN, step=2, rollout_id="eval-0", reference="4", evaluation=True)
         [evaluated] = await client.score([evaluation], timeout=60)
     assert [s.status for s in scores[2]].count(JudgeStatus.JUDGE_FAILED) == 1
     updates = [wire.decode(wire.payload(f), RubricsUpdated) for _, f in await redis.xrange(keys.rubrics_updated)]
@@ -223,12 +206,8 @@ async def test_the_dashboard_shows_a_live_run(stack, keys, start_service, redis,
     assert not errors, errors
 
 
-def scored(step: int, status: JudgeStatus, reward: float | None, **score: object) -> ScoredRollout:
-    rollout = Rollout(run_id="r", rollout_id=f"x{reward}", step=step, prompt="p", response="a")
-    return ScoredRollout(
-        rollout=rollout,
-        score=Score(run_id="r", rollout_id="x", step=step, status=status, reward=reward, rubric_version=1, **score),
-    )
+def tallied(step: int, status: JudgeStatus, reward: float | None, **score: object) -> ScoredRollout:
+    return scored(rollout(run_id="r", step=step, rollout_id=f"x{reward}"), reward, status=status, **score)
 
 
 def test_a_step_tally_keeps_failures_rejections_masks_and_evaluation_apart():
@@ -237,12 +216,12 @@ def test_a_step_tally_keeps_failures_rejections_masks_and_evaluation_apart():
         RubricResult(rubric_id="correct", met=True, points=5),
         RubricResult(rubric_id="pad", met=False, points=-2),
     ]
-    tally.add(scored(0, JudgeStatus.OK, 1.0, results=results, meta_class_scores={"accuracy": 1.0}))
-    tally.add(scored(0, JudgeStatus.OK, 0.0, meta_class_scores={"accuracy": 0.0}))
-    tally.add(scored(0, JudgeStatus.JUDGE_FAILED, None))
-    tally.add(scored(0, JudgeStatus.REJECTED, None))
-    tally.add(scored(0, JudgeStatus.OK, None, masked=True))
-    tally.add(scored(0, JudgeStatus.OK, 0.25, evaluation=True))
+    tally.add(tallied(0, JudgeStatus.OK, 1.0, results=results, meta_class_scores={"accuracy": 1.0}))
+    tally.add(tallied(0, JudgeStatus.OK, 0.0, meta_class_scores={"accuracy": 0.0}))
+    tally.add(tallied(0, JudgeStatus.JUDGE_FAILED, None))
+    tally.add(tallied(0, JudgeStatus.REJECTED, None))
+    tally.add(tallied(0, JudgeStatus.OK, None, masked=True))
+    tally.add(tallied(0, JudgeStatus.OK, 0.25, evaluation=True))
     row = tally.row(0)
     assert (row["scored"], row["failed"], row["rejected"], row["masked"]) == (4, 1, 1, 1)
     assert row["failure_rate"] == 0.25
@@ -256,14 +235,14 @@ def test_a_step_tally_keeps_failures_rejections_masks_and_evaluation_apart():
 
 
 async def test_two_reads_at_once_count_each_kept_score_once(redis, keys):
-    entries = [scored(0, JudgeStatus.OK, i / 10) for i in range(PAGE + 5)]  # more than one page
+    entries = [tallied(0, JudgeStatus.OK, i / 10) for i in range(PAGE + 5)]  # more than one page
     for entry in entries:
         await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(entry)})
     tally = RunTally()
     await asyncio.gather(*(tally.catch_up(redis, keys, "r") for _ in range(3)))  # two tabs, a poll and a click
     [row] = tally.rows()
     assert row["scored"] == len(entries)
-    await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(scored(1, JudgeStatus.OK, 1.0))})
+    await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(tallied(1, JudgeStatus.OK, 1.0))})
     await tally.catch_up(redis, keys, "r")  # only what came since
     assert [r["scored"] for r in tally.rows()] == [len(entries), 1]
 
@@ -369,10 +348,7 @@ async def test_a_scored_trajectory_is_shown_turn_by_turn_with_the_verdicts_namin
     """A kept trajectory (its score as the scorer keeps it), drawn: each turn numbered with its role, the policy's
     marked, tool calls with what the policy got wrong, tool results with the call they answer, beside each turn
     the verdicts naming it and its points; the policy's HTML shown as text. A text rollout of the step as before."""
-    text = ScoredRollout(
-        rollout=Rollout(run_id="agent", rollout_id="t/1", step=3, prompt="What is 2 + 2?", response="4"),
-        score=Score(run_id="agent", rollout_id="t/1", step=3, status=JudgeStatus.OK, reward=1.0, rubric_version=2),
-    )
+    text = scored(rollout(run_id="agent", step=3, rollout_id="t/1"), rubric_version=2)
     for kept in (text, scored_trajectory):  # the step's first trajectory is shown, not its first rollout
         await redis.xadd(keys.kept_rollouts("agent"), {wire.FIELD: wire.encode(kept)})
     browser.get(dashboard + "#run=agent")
@@ -454,20 +430,8 @@ async def test_the_health_panel_shows_the_latest_step_marking_its_uninformative_
                 RubricResult(rubric_id="correct", met=correct, points=5),
                 RubricResult(rubric_id="shows_reasoning", met=reasons, points=2),
             ]
-            kept = ScoredRollout(
-                rollout=Rollout(
-                    run_id="healthy", rollout_id=f"s{step}-{i}", step=step, prompt="p", response="a", group=group
-                ),
-                score=Score(
-                    run_id="healthy",
-                    rollout_id=f"s{step}-{i}",
-                    step=step,
-                    status=JudgeStatus.OK,
-                    reward=1.0,
-                    rubric_version=1,
-                    results=results,
-                ),
-            )
+            member = rollout(run_id="healthy", step=step, rollout_id=f"s{step}-{i}", group=group)
+            kept = scored(member, results=results)
             await redis.xadd(keys.kept_rollouts("healthy"), wire.entry(kept))
             if step == 1:  # the step before has expired: only the latest is shown
                 for field, n in health.increments(kept.score, group).items():

@@ -9,15 +9,13 @@ from rubricd.messages import (
     Function,
     GroupJudged,
     JudgeStatus,
-    Rollout,
     RubricResult,
-    Score,
-    ScoredRollout,
     ToolCall,
     Turn,
 )
 from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
 from rubricd_services.dashboard import rollouts
+from tests.factories import group, rollout, scored
 
 
 def test_a_trajectory_is_shown_turn_by_turn_with_the_verdicts_naming_each_turn(scored_trajectory):
@@ -79,9 +77,7 @@ def test_trl_tool_calls_are_labelled_and_answered_by_the_tool_they_name():
         Turn(role="tool", name="weather", content="rain"),
         Turn(role="assistant", content="Sunny in Paris, rain in Rome."),
     ]
-    rollout = Rollout(run_id="r", rollout_id="x", step=0, trajectory=trajectory, prompt_turns=1)
-    score = Score(run_id="r", rollout_id="x", step=0, status=JudgeStatus.OK, reward=1.0, rubric_version=1)
-    shown = rollouts.view(ScoredRollout(rollout=rollout, score=score))["trajectory"]
+    shown = rollouts.view(scored(rollout(trajectory=trajectory, prompt_turns=1)))["trajectory"]
     assert [(c["call"], c["arguments"], c["problems"]) for c in shown[1]["tool_calls"]] == [
         ("1.0", '{"city": "Paris"}', []),
         ("1.1", "{}", [UNANSWERED]),  # no tools offered: none is "not offered"
@@ -91,33 +87,19 @@ def test_trl_tool_calls_are_labelled_and_answered_by_the_tool_they_name():
 
 
 def test_a_text_rollout_is_its_prompt_and_response():
-    rollout = Rollout(run_id="r", rollout_id="x", step=0, prompt="What is 2 + 2?", response="4")
-    score = Score(run_id="r", rollout_id="x", step=0, status=JudgeStatus.JUDGE_FAILED, reward=None, rubric_version=1)
-    view = rollouts.view(ScoredRollout(rollout=rollout, score=score))
+    view = rollouts.view(scored(rollout(), None, status=JudgeStatus.JUDGE_FAILED))
     assert (view["prompt"], view["response"], view["trajectory"], view["tools"]) == ("What is 2 + 2?", "4", [], [])
     assert (view["status"], view["reward"], view["results"]) == ("judge_failed", None, [])
 
 
 def test_a_rollout_judged_with_its_group_by_votes_says_so_and_where_the_votes_split():
-    rollout = Rollout(run_id="r", rollout_id="x", step=0, prompt="q", response="a", group="g", group_size=8)
+    [member, *_] = group(["a"] * 8)
     results = [
         RubricResult(rubric_id="correct", met=True, points=5, agreement=2 / 3),
         RubricResult(rubric_id="pads", met=False, points=-3, agreement=1.0),
     ]
-    score = Score(
-        run_id="r",
-        rollout_id="x",
-        step=0,
-        status=JudgeStatus.OK,
-        reward=1.0,
-        rubric_version=1,
-        results=results,
-        group="g",
-        grouping=GroupJudged(members=8, label="C", positions=[2, 5, 0]),
-        votes=3,
-        agreement=5 / 6,
-    )
-    view = rollouts.view(ScoredRollout(rollout=rollout, score=score))
+    grouping = GroupJudged(members=8, label="C", positions=[2, 5, 0])
+    view = rollouts.view(scored(member, results=results, grouping=grouping, votes=3, agreement=5 / 6))
     assert view["group"] == "g" and view["grouping"] == {"members": 8, "label": "C", "positions": [2, 5, 0]}
     assert (view["votes"], view["agreement"]) == (3, 5 / 6)
     assert [(r["rubric_id"], r["agreement"]) for r in view["results"]] == [("correct", 2 / 3), ("pads", 1.0)]
@@ -126,10 +108,7 @@ def test_a_rollout_judged_with_its_group_by_votes_says_so_and_where_the_votes_sp
 async def test_the_routes_list_a_steps_rollouts_and_return_one_with_its_turns_and_turn_results(
     redis, keys, dashboard, scored_trajectory
 ):
-    text = ScoredRollout(
-        rollout=Rollout(run_id="agent", rollout_id="t/1", step=3, prompt="p", response="a"),
-        score=Score(run_id="agent", rollout_id="t/1", step=3, status=JudgeStatus.OK, reward=0.5, rubric_version=2),
-    )
+    text = scored(rollout(run_id="agent", step=3, rollout_id="t/1"), 0.5, rubric_version=2)
     earlier = msgspec.structs.replace(
         text,
         rollout=msgspec.structs.replace(text.rollout, rollout_id="t/2", step=2),

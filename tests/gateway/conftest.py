@@ -6,8 +6,8 @@ import time
 import httpx
 import pytest
 
-from rubricd.messages import Rubric, RubricSet
 from rubricd.store import RubricStore
+from tests.factories import rubric_set, starter
 
 RUN = "gw-run"
 
@@ -42,14 +42,9 @@ def start_gateway(start_service):
 @pytest.fixture
 async def run_rubrics(redis, keys):
     """The test run's rubric set: one rubric, met iff the response holds the reference (the simulated judge)."""
-    rubric = Rubric(
-        id="correct", criterion="The response states the correct final answer, matching the reference.", points=5
-    )
-    assert await RubricStore(redis, keys).publish(RubricSet(run_id=RUN, version=1, rubrics=[rubric]))
+    assert await RubricStore(redis, keys).publish(rubric_set(run_id=RUN))
     return RUN
 
 
-@pytest.fixture
-def start_scorer(start_service):
-    """A scorer that judges every rollout (no judge cache), so a second judging would show at the simulator."""
-    return lambda **settings: start_service("scorer", **{"llm__max_retries": 1, "judge_cache_ttl_s": 0, **settings})
+# A scorer that judges every rollout (no judge cache), so a second judging would show at the simulator.
+start_scorer = starter("scorer", llm__max_retries=1, judge_cache_ttl_s=0)

@@ -3,8 +3,6 @@ with the simulator (a response is correct iff it holds the reference)."""
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 
 import httpx
@@ -12,8 +10,9 @@ import pytest
 
 from rubricd import wire
 from rubricd.arm import prompt_key
-from rubricd.messages import Rollout, Rubric, RubricSet, ScoredRollout
+from rubricd.messages import Rollout, ScoredRollout
 from rubricd.store import RubricStore
+from tests.factories import rubric_set
 
 from .conftest import RUN
 
@@ -194,12 +193,7 @@ async def test_nemo_gym_verify_judges_the_whole_trajectory_and_refuses_one_malfo
 
 async def test_per_turn_results_come_back_where_the_contract_has_room(redis, keys, start_scorer, start_gateway):
     run = "gw-turns"
-    rubrics = [
-        Rubric(id="correct", criterion="The response states the correct final answer, matching the reference.", points=5),
-        Rubric(id="uses", criterion="Each final answer uses the latest tool result", points=3, scope="turn"),
-        Rubric(id="fabricates", criterion="A turn states a tool result that no tool turn returned", points=-5, scope="turn"),
-    ]  # fmt: skip
-    assert await RubricStore(redis, keys).publish(RubricSet(run_id=run, version=1, rubrics=rubrics))
+    assert await RubricStore(redis, keys).publish(rubric_set("correct", "uses", "fabricates", run_id=run))
     start_scorer()
     url = start_gateway()
     honest = nemo_gym_tool_request() | {"rubricd_run": run}
@@ -293,19 +287,13 @@ async def test_a_bad_request_is_refused_naming_it(start_gateway):
 
 
 async def test_rubric_arm_rewards_over_http_and_a_rollout_of_the_other_phase_fails_loudly(
-    start_service, start_gateway, service_env, tmp_path
+    start_service, start_gateway, cli, tmp_path
 ):
     pairs = tmp_path / "preferences.jsonl"
     line = {"prompt": "Name the largest planet.", "chosen": "Jupiter.", "rejected": "It is Saturn, I think. " * 8}
     pairs.write_text(json.dumps(line) + "\n")
     for args in (["import", "arm-http", str(pairs)], ["phases", "arm-http", "--first", "generator", "--steps", "5"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "rubricd_services.cli", "arm", *args],
-            env=service_env,
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr
+        cli("arm", *args)
     start_service("arm")
     url = start_gateway()
     drafted = {

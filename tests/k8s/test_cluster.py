@@ -30,8 +30,7 @@ from redis.asyncio import Redis
 from rubricd import Rollout, RubricdClient, wire
 from rubricd.keys import SCORERS, Keys
 from rubricd.messages import ScoredRollout
-from rubricd.store import RubricStore
-from rubricd_services.demo.policy import respond
+from tests.sessions import Session, docker_daemon, sh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800, func_only=True)]
 
@@ -43,22 +42,7 @@ REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
 RUN = "k8s-1"
 ARTIFACTS = ROOT / ".stack/artifacts/k8s"
 KEYS = Keys()
-
-
-def timed(step: str, started: float) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with (ARTIFACTS / "steps.tsv").open("a") as out:
-        out.write(f"{step}\t{time.monotonic() - started:.1f}\n")
-    print(f"\nk8s-test: {step}: {time.monotonic() - started:.1f} s")
-
-
-def sh(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
-    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
-    if done.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(map(str, args))} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-    return done.stdout
+SESSION = Session(RUN, REDIS_URL, ARTIFACTS)
 
 
 class PortForward:
@@ -159,14 +143,13 @@ def cluster_sh(*args: str, timeout: float = 600) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    (ARTIFACTS / "steps.tsv").unlink(missing_ok=True)
-    dockerd = sh("deploy/docker/images.sh", "daemon").strip()  # a pid when this module started it
-    try:
+    SESSION.steps.unlink(missing_ok=True)
+    with docker_daemon():  # only the images need it
         started = time.monotonic()
         the: Cluster | None = None
         try:
             sh("make", "-s", "k8s-cluster", timeout=3600)  # builds on the first run: about 14 minutes on 2 cores
-            timed("make k8s-cluster (build if not cached, up, CoreDNS, KEDA, images loaded)", started)
+            SESSION.timed("make k8s-cluster (build if not cached, up, CoreDNS, KEDA, images loaded)", started)
             the = Cluster(cluster_sh("env"))
             yield the
         finally:
@@ -174,27 +157,6 @@ def cluster() -> Iterator[Cluster]:
                 the.redis.stop()
                 the.simulator.stop()
             cluster_sh("down", timeout=600)  # a cluster half started too
-    finally:
-        if dockerd:  # only the images needed it
-            os.kill(int(dockerd), signal.SIGTERM)
-
-
-def rollouts(step: int, n: int, tag: str) -> list[Rollout]:
-    """Honest and padded answers, in turns: padding the run's rubrics miss, so its first step updates them."""
-    out = []
-    for i in range(n):
-        a, b = 10 + i, 20 + step
-        out.append(
-            Rollout(
-                run_id=RUN,
-                rollout_id=f"{tag}-s{step}-r{i}",
-                step=step,
-                prompt=f"What is {a} + {b}?",
-                response=respond("padded" if i % 2 else "correct", a, b),
-                reference=str(a + b),
-            )
-        )
-    return out
 
 
 async def scorers_group() -> dict[str, Any]:
@@ -211,11 +173,6 @@ async def handed_on() -> list[str]:
         ]
 
 
-async def history() -> list[int]:
-    async with Redis.from_url(REDIS_URL) as redis:
-        return [r.version for r in await RubricStore(redis, KEYS).history(RUN)]
-
-
 def test_the_demo_overlay_comes_up_ready(cluster: Cluster) -> None:
     started = time.monotonic()
     cluster.kubectl("apply", "-k", str(OVERLAY))
@@ -223,7 +180,7 @@ def test_the_demo_overlay_comes_up_ready(cluster: Cluster) -> None:
         cluster.ready()
     except AssertionError as failed:
         raise AssertionError(f"{failed}\n{cluster.logs()}") from None
-    timed("kubectl apply -k overlays/local until every Deployment and StatefulSet is Ready", started)
+    SESSION.timed("kubectl apply -k overlays/local until every Deployment and StatefulSet is Ready", started)
     pods = cluster.get("pods")["items"]
     assert all(p["status"]["phase"] == "Running" for p in pods), [
         (p["metadata"]["name"], p["status"]["phase"]) for p in pods
@@ -236,17 +193,14 @@ def test_the_demo_overlay_comes_up_ready(cluster: Cluster) -> None:
 
 async def test_a_trainer_on_the_host_scores_a_step_and_the_rubrics_update(cluster: Cluster) -> None:
     started = time.monotonic()
-    async with RubricdClient(REDIS_URL, timeout=300) as client:
-        scores = await client.score(rollouts(0, 8, "a"))
-        await client.close_step(RUN, 0, rollout_ids=[s.rollout_id for s in scores])
-        await client.wait_for_rubrics(RUN, 0)
-    timed("a step scored through the port-forward, closed, its rubric update in place", started)
+    scores = await SESSION.step(0, 8, "a")
+    SESSION.timed("a step scored through the port-forward, closed, its rubric update in place", started)
     assert [s.status for s in scores] == ["ok"] * 8, [s.error for s in scores]
-    assert await history() == [1, 2], "the step's update made version 2"
+    assert await SESSION.history() == [1, 2], "the step's update made version 2"
 
 
 async def test_a_scorer_pod_deleted_while_it_holds_entries_loses_none(cluster: Cluster) -> None:
-    batch = rollouts(1, 24, "k")
+    batch = SESSION.rollouts(1, 24, "k")
     (pod,) = cluster.get("pods", "-l", "app.kubernetes.io/name=scorer")["items"]
     started = time.monotonic()
     cluster.latency(120_000)  # every judge call hangs: the scorer holds what it read
@@ -259,7 +213,7 @@ async def test_a_scorer_pod_deleted_while_it_holds_entries_loses_none(cluster: C
         cluster.kubectl("-n", NAMESPACE, "delete", "pod", pod["metadata"]["name"], "--grace-period=1")
         cluster.latency(0)
         result = await scores
-    timed(f"24 rollouts, the scorer pod deleted holding {held}, all scored by its replacement", started)
+    SESSION.timed(f"24 rollouts, the scorer pod deleted holding {held}, all scored by its replacement", started)
     assert sorted(s.rollout_id for s in result) == sorted(r.rollout_id for r in batch)
     assert all(s.status == "ok" for s in result), [s.error for s in result if s.status != "ok"]
     handed = [r for r in await handed_on() if r.startswith("k-")]
@@ -274,7 +228,7 @@ def backlog(n: int) -> list[Rollout]:
     (1200 analyses, each embedded on this machine's two cores, would hold up the next tests' steps)."""
     return [
         msgspec.structs.replace(r, run_id="k8s-backlog", group=f"g{i // 24}", group_size=24, analysis_sample=1)
-        for i, r in enumerate(rollouts(2, n, "b"))
+        for i, r in enumerate(SESSION.rollouts(2, n, "b"))
     ]
 
 
@@ -328,7 +282,7 @@ async def test_keda_scales_the_scorer_on_its_lag_and_back(cluster: Cluster) -> N
             assert time.monotonic() - started < 600, timeline
             await asyncio.sleep(2)
         result = await scores
-    timed(f"1200 rollouts: scaled to {max(t[5] for t in timeline)} scorers and back to 1", started)
+    SESSION.timed(f"1200 rollouts: scaled to {max(t[5] for t in timeline)} scorers and back to 1", started)
     with (ARTIFACTS / "scaling.tsv").open("w") as out:
         out.write("s\tlag\tpending\tkeda_lag\tkeda_pending\tdesired\tready\n")
         for row in timeline:
@@ -348,7 +302,7 @@ async def test_keda_scales_the_scorer_on_its_lag_and_back(cluster: Cluster) -> N
 async def test_redis_restarted_keeps_the_run_history(cluster: Cluster) -> None:
     async with Redis.from_url(REDIS_URL) as redis:
         lengths = {s: await redis.xlen(s) for s in (KEYS.rollouts, KEYS.scored)}
-    versions = await history()
+    versions = await SESSION.history()
     (pod,) = cluster.get("pods", "-l", "app.kubernetes.io/name=redis")["items"]
     started = time.monotonic()
     cluster.kubectl("-n", NAMESPACE, "delete", "pod", pod["metadata"]["name"])  # SIGTERM: Redis writes its AOF
@@ -366,18 +320,15 @@ async def test_redis_restarted_keeps_the_run_history(cluster: Cluster) -> None:
         assert time.monotonic() < deadline, pods
         time.sleep(1)
     cluster.redis.start()  # the old forward went with the old pod
-    timed("Redis's pod deleted and back Ready", started)
+    SESSION.timed("Redis's pod deleted and back Ready", started)
     async with Redis.from_url(REDIS_URL) as redis:
         assert {s: await redis.xlen(s) for s in lengths} == lengths
-    assert await history() == versions
+    assert await SESSION.history() == versions
     started = time.monotonic()
-    async with RubricdClient(REDIS_URL, timeout=300) as client:  # the services found the new Redis
-        scores = await client.score(rollouts(3, 8, "r"))
-        await client.close_step(RUN, 3, rollout_ids=[s.rollout_id for s in scores])
-        await client.wait_for_rubrics(RUN, 3)
-    timed("a step after the restart, scored and its rubric update in place", started)
+    scores = await SESSION.step(3, 8, "r")  # the services found the new Redis
+    SESSION.timed("a step after the restart, scored and its rubric update in place", started)
     assert all(s.status == "ok" for s in scores), [s.error for s in scores]
-    assert (await history())[: len(versions)] == versions
+    assert (await SESSION.history())[: len(versions)] == versions
 
 
 def test_teardown_leaves_nothing(cluster: Cluster) -> None:
@@ -385,7 +336,7 @@ def test_teardown_leaves_nothing(cluster: Cluster) -> None:
     cluster.simulator.stop()
     started = time.monotonic()
     out = cluster_sh("down", timeout=600)
-    timed("deploy/local/cluster.sh down", started)
+    SESSION.timed("deploy/local/cluster.sh down", started)
     assert out.splitlines()[-1] == "cluster: nothing of the cluster left", out
     # Asked again, apart from down: processes, mounts, netns, iptables chains, the bridge, cgroups, directories.
     assert cluster_sh("leftovers") == "cluster: nothing of the cluster left\n"

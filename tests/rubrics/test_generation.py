@@ -14,7 +14,6 @@ from rubricd.messages import (
     Action,
     Event,
     EventKind,
-    Rollout,
     Rubric,
     RubricModification,
     RubricSet,
@@ -41,7 +40,7 @@ from rubricd_services.updater.proposal import Limits, UpdateProposal
 from rubricd_services.updater.update import RubricUpdater
 
 from .test_draft import ANCHORS, CLASSES
-from .test_prompting import PROMPT, rollout
+from .test_prompting import PROMPT, primes
 
 JUDGING = Judging(llm=LLMSettings(), template=prompts.load("rubricd_services.judges", verdicts.JUDGE))
 
@@ -52,7 +51,7 @@ SEED = [*ANCHORS, Rubric(id="shows_reasoning", criterion="The response shows its
 
 
 def simulated_draft(prompt: str, reference: str | None, anchors=ANCHORS, max_rubrics: int = 8) -> RubricDraft:
-    messages = generator_messages("", rollout(prompt=prompt, reference=reference), anchors, CLASSES, max_rubrics)
+    messages = generator_messages("", primes(prompt=prompt, reference=reference), anchors, CLASSES, max_rubrics)
     answer = generating.draft(messages[0]["content"], messages[1]["content"])
     return msgspec.convert(answer, draft_type(CLASSES, max_rubrics))
 
@@ -80,8 +79,8 @@ async def test_the_simulated_generator_s_rubrics_are_judged_by_matching_heuristi
     async def sim_judge(messages, verdict):
         return msgspec.convert(judging.verdict(messages[0]["content"], messages[1]["content"]), verdict)
 
-    short = msgspec.structs.replace(rollout(), response="2, 3, 5.")
-    long = msgspec.structs.replace(rollout(), response="Primes are numbers. " * 30 + "Maybe 4.")
+    short = msgspec.structs.replace(primes(), response="2, 3, 5.")
+    long = msgspec.structs.replace(primes(), response="Primes are numbers. " * 30 + "Maybe 4.")
     rubrics_ = Rubrics(rubric_set, system)
     good = await score_rollout(short, Scoring(rubrics_, "weighted_sum"), sim_judge)
     bad = await score_rollout(long, Scoring(rubrics_, "weighted_sum"), sim_judge)
@@ -143,7 +142,7 @@ async def events(redis, keys: Keys, kind: EventKind) -> list[Event]:
 async def test_many_scorers_and_rollouts_of_a_new_prompt_make_one_generation_as_version_1(redis, keys):
     asked = Asked(delay=0.3)
     scorers = [cache(redis, keys, asked) for _ in range(4)]
-    got = await asyncio.gather(*(scorers[i % 4].get(rollout(i=i)) for i in range(40)))
+    got = await asyncio.gather(*(scorers[i % 4].get(primes(i=i)) for i in range(40)))
     assert asked.calls == ["generator"]
     assert {(r.set.version, r.generation) for r in got} == {(1, "generated")}
     stored = await RubricStore(redis, keys).current("run", got[0].set.instance_key)
@@ -154,7 +153,7 @@ async def test_many_scorers_and_rollouts_of_a_new_prompt_make_one_generation_as_
     assert stored.generated_by.prompt_sha256 == hashlib.sha256(b"Write rubrics.").hexdigest()
     [event] = await events(redis, keys, EventKind.RUBRICS_GENERATED)
     assert event.fields["version"] == 1 and event.fields["hard_rules"] == 1
-    later = await cache(redis, keys, asked).get(rollout(step=3))  # a new scorer, a later step: the stored set
+    later = await cache(redis, keys, asked).get(primes(step=3))  # a new scorer, a later step: the stored set
     assert later.set == stored and later.generation == "generated" and asked.calls == ["generator"]
 
 
@@ -162,16 +161,16 @@ async def test_a_failed_generation_falls_back_for_its_step_and_a_later_step_retr
     asked = Asked()
     asked.failing = "HTTP 500"
     scorers = [cache(redis, keys, asked) for _ in range(2)]
-    first = await asyncio.gather(*(scorers[i % 2].get(rollout(step=2, i=i)) for i in range(6)))
+    first = await asyncio.gather(*(scorers[i % 2].get(primes(step=2, i=i)) for i in range(6)))
     assert len(asked.calls) == 1
     assert {(r.set.version, r.generation) for r in first} == {(0, "fallback")}
     assert "HTTP 500" in first[0].generation_error and first[0].set.rubrics == SEED
     instance = first[0].set.instance_key
     assert await RubricStore(redis, keys).current("run", instance) is None  # the fallback is not stored
     asked.failing = None
-    again = await cache(redis, keys, asked).get(rollout(step=2, i=9))  # the same step, another scorer: no retry
+    again = await cache(redis, keys, asked).get(primes(step=2, i=9))  # the same step, another scorer: no retry
     assert again.generation == "fallback" and len(asked.calls) == 1
-    retried = await asyncio.gather(*(scorers[i % 2].get(rollout(step=3, i=i)) for i in range(6)))
+    retried = await asyncio.gather(*(scorers[i % 2].get(primes(step=3, i=i)) for i in range(6)))
     assert len(asked.calls) == 2
     assert {(r.set.version, r.generation, r.generation_error) for r in retried} == {(1, "generated", None)}
     assert await redis.get(keys.generation_failure("run", instance)) is None
@@ -180,7 +179,7 @@ async def test_a_failed_generation_falls_back_for_its_step_and_a_later_step_retr
 
 async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure(redis, keys):
     asked = Asked()
-    rubrics = await cache(redis, keys, asked).get(rollout(prompt="[sim:nothing] "))  # a valid draft first
+    rubrics = await cache(redis, keys, asked).get(primes(prompt="[sim:nothing] "))  # a valid draft first
     assert rubrics.generation == "generated"
 
     async def nothing_valid(run_id, agent, messages, type_):
@@ -195,13 +194,13 @@ async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure
         per_instance=True,
         prepare=JUDGING.prepare,
         generator=generator,
-    ).get(rollout(prompt="another prompt"))
+    ).get(primes(prompt="another prompt"))
     assert failed.generation == "fallback" and "no valid rubric" in failed.generation_error
 
     async def judged(messages, verdict):
         return msgspec.convert({i: {"explanation": "", "met": True} for i in failed.ids}, verdict)
 
-    score = await score_rollout(rollout(prompt="another prompt"), Scoring(failed, "weighted_sum"), judged)
+    score = await score_rollout(primes(prompt="another prompt"), Scoring(failed, "weighted_sum"), judged)
     assert (score.rubrics_generation, score.rubric_version, score.error) == ("fallback", 0, None)
     assert "no valid rubric" in score.rubrics_generation_error
     assert msgspec.json.decode(msgspec.json.encode(score), type=Score) == score
@@ -209,10 +208,10 @@ async def test_the_fallback_shows_on_the_score_and_an_invalid_draft_is_a_failure
 
 async def test_a_holder_that_died_lets_its_lock_expire_and_another_scorer_generates(redis, keys):
     asked = Asked()
-    instance = cache(redis, keys, asked).key(rollout())[1]
+    instance = cache(redis, keys, asked).key(primes())[1]
     await redis.set(keys.generation_lock("run", instance), b"dead-holder", px=1500)  # never renewed, never released
     started = time.monotonic()
-    got = await cache(redis, keys, asked, lock_s=1.5).get(rollout())
+    got = await cache(redis, keys, asked, lock_s=1.5).get(primes())
     assert got.generation == "generated" and asked.calls == ["generator"]
     # It waited out the dead holder's lock (1.5 s), and not forever: the upper bound is generous for a loaded machine.
     assert 1.0 < time.monotonic() - started < 30
@@ -222,9 +221,7 @@ async def test_predefined_instances_and_generation_off_are_not_generated(redis, 
     asked = Asked()
     instance = "known"
     predefined = Seeds(SEED, {instance: ANCHORS})
-    got = await cache(redis, keys, asked, seeds=predefined).get(
-        Rollout(run_id="run", rollout_id="r", step=0, prompt="p", response="r", instance_key=instance)
-    )
+    got = await cache(redis, keys, asked, seeds=predefined).get(primes(instance_key=instance))
     assert got.set.rubrics == ANCHORS and got.set.version == 1 and got.generation is None
     off = RubricCache(
         RubricStore(redis, keys),
@@ -232,7 +229,7 @@ async def test_predefined_instances_and_generation_off_are_not_generated(redis, 
         per_instance=True,
         prepare=JUDGING.prepare,
     )
-    assert (await off.get(rollout())).set.rubrics == SEED and asked.calls == []
+    assert (await off.get(primes())).set.rubrics == SEED and asked.calls == []
 
 
 class NoMemory:
@@ -251,7 +248,7 @@ class NoMemory:
 
 async def test_the_updater_evolves_a_generated_set_like_any_other(redis, keys):
     asked = Asked()
-    generated = (await cache(redis, keys, asked).get(rollout())).set
+    generated = (await cache(redis, keys, asked).get(primes())).set
     added = Rubric(
         id="no_flattery", criterion="The response flatters the user.", points=-3, meta_class="communication_quality"
     )
@@ -281,7 +278,7 @@ async def test_the_updater_evolves_a_generated_set_like_any_other(redis, keys):
     assert kept == generated.rubrics and new.id == "no_flattery"  # anchors and generated rubrics (rules) kept
     history = await store.history("run", generated.instance_key)
     assert history[0].generated_by is not None and history[1].generated_by is None
-    after = await cache(redis, keys, asked).get(rollout(step=1))
+    after = await cache(redis, keys, asked).get(primes(step=1))
     assert (after.set.version, after.generation) == (2, None) and asked.calls == ["generator"]
 
 
@@ -296,9 +293,9 @@ async def test_the_scorer_s_redis_user_may_do_everything_generation_does(stack, 
         asked = Asked(delay=0.5)  # longer than a renewal period (lock_s / 3)
         asked.failing = "HTTP 500"
         scorers = [cache(scorer_redis, keys, asked, lock_s=1.0) for _ in range(2)]
-        failed = await asyncio.gather(*(s.get(rollout(step=0)) for s in scorers))
+        failed = await asyncio.gather(*(s.get(primes(step=0)) for s in scorers))
         asked.failing = None
-        generated = await asyncio.gather(*(s.get(rollout(step=1)) for s in scorers))
+        generated = await asyncio.gather(*(s.get(primes(step=1)) for s in scorers))
     finally:
         await scorer_redis.aclose()
         await redis.execute_command("ACL", "DELUSER", name)
@@ -314,14 +311,14 @@ async def test_a_retry_after_the_updater_seeded_the_instance_is_that_set_s_next_
     asked = Asked()
     asked.failing = "HTTP 500"
     scorer = cache(redis, keys, asked)
-    instance = scorer.key(rollout())[1]
-    assert (await scorer.get(rollout(step=0))).generation == "fallback"
+    instance = scorer.key(primes())[1]
+    assert (await scorer.get(primes(step=0))).generation == "fallback"
     store = RubricStore(redis, keys)
     await store.seed(RubricSet(run_id="run", instance_key=instance, version=1, rubrics=SEED))  # as the updater does
     asked.failing = None
-    late = await cache(redis, keys, asked).get(rollout(step=0, i=1))
+    late = await cache(redis, keys, asked).get(primes(step=0, i=1))
     assert (late.set.version, late.generation) == (1, "fallback") and len(asked.calls) == 1
-    retried = await scorer.get(rollout(step=1))
+    retried = await scorer.get(primes(step=1))
     assert (retried.set.version, retried.generation) == (2, "generated") and len(asked.calls) == 2
     assert retried.set.rubrics[:2] == ANCHORS and "shows_reasoning" not in retried.ids
     assert (await store.current("run", instance)) == retried.set

@@ -5,6 +5,7 @@ import pytest
 
 from rubricd import wire
 from rubricd.messages import MESSAGES, Rollout, Score, instance_key
+from tests.factories import rollout
 
 
 def test_a_minimal_rollout_from_any_language_decodes():
@@ -37,9 +38,9 @@ def test_unknown_fields_are_ignored_so_schemas_can_grow():
 
 
 def test_instance_key_defaults_to_a_hash_of_the_prompt():
-    a = Rollout(run_id="r", rollout_id="1", step=0, prompt="same", response="x")
-    b = Rollout(run_id="r", rollout_id="2", step=0, prompt="same", response="y")
-    c = Rollout(run_id="r", rollout_id="3", step=0, prompt="other", response="y", instance_key="mine")
+    a = rollout(1, prompt="same", response="x")
+    b = rollout(2, prompt="same", response="y")
+    c = rollout(3, prompt="other", response="y", instance_key="mine")
     assert instance_key(a) == instance_key(b) != instance_key(c) == "mine"
 
 

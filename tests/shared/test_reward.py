@@ -4,11 +4,13 @@ import pytest
 
 from rubricd.messages import Rubric
 from rubricd.reward import alternating, healthbench_score, meta_class_scores, policy, weighted_sum
+from tests.factories import rubric
 
+# Points 5, 3 and -4; of accuracy, completeness and communication.
 RUBRICS = [
-    Rubric(id="correct", criterion="correct answer", points=5, meta_class="accuracy"),
-    Rubric(id="steps", criterion="shows steps", points=3, meta_class="completeness"),
-    Rubric(id="pads", criterion="pads the answer", points=-4, meta_class="communication"),
+    rubric(),
+    rubric("shows_reasoning", id="steps", points=3),
+    rubric("pads", points=-4, meta_class="communication"),
 ]
 
 # Shaped as a HealthBench example's rubrics: each criterion's `axis:` tag is its meta-class, points in -10..10.

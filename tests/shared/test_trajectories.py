@@ -6,6 +6,7 @@ import pytest
 
 from rubricd import wire
 from rubricd.messages import Rollout
+from tests.factories import rollout as text_rollout
 
 HEAD = '"run_id":"r","rollout_id":"a","step":0'
 USER = '{"role":"user","content":"What is 17*23?"}'
@@ -63,5 +64,5 @@ def test_a_malformed_trajectory_names_the_turn_and_the_field(turns, extra, where
 
 
 def test_a_text_rollout_is_unchanged():
-    r = Rollout(run_id="r", rollout_id="a", step=0, prompt="p", response="x")
+    r = text_rollout(prompt="p")
     assert r.trajectory == [] and r.policy_turns == [] and msgspec.json.decode(wire.encode(r))["prompt"] == "p"

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.request
@@ -26,8 +25,7 @@ from redis.asyncio import Redis
 
 from rubricd import Rollout, RubricdClient, Score
 from rubricd.keys import SCORERS, Keys
-from rubricd.store import RubricStore
-from rubricd_services.demo.policy import respond
+from tests.sessions import Session, docker_daemon, sh
 
 # func_only: the first build (several minutes on a fresh machine) has its own deadline, in the fixture.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900, func_only=True)]
@@ -46,23 +44,7 @@ REDIS_URL = f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0"
 SERVICES = ["scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "dashboard", "simulator"]
 RUN = "compose-1"
 Settled = Callable[[Redis, float], Awaitable[None]]  # conftest's `settled`
-STEPS = ROOT / ".stack/artifacts/compose/steps.tsv"
-
-
-def timed(step: str, started: float) -> None:
-    """Record how long STEP took (the note and the README quote these)."""
-    STEPS.parent.mkdir(parents=True, exist_ok=True)
-    with STEPS.open("a") as out:
-        out.write(f"{step}\t{time.monotonic() - started:.1f}\n")
-
-
-def sh(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
-    if done.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-    return done.stdout
+SESSION = Session(RUN, REDIS_URL, ROOT / ".stack/artifacts/compose")
 
 
 class Compose:
@@ -110,14 +92,13 @@ class Compose:
 
 @pytest.fixture(scope="module")
 def compose() -> Iterator[Compose]:
-    STEPS.unlink(missing_ok=True)
+    SESSION.steps.unlink(missing_ok=True)
     started = time.monotonic()
-    dockerd = sh("deploy/docker/images.sh", "daemon").strip()  # a pid when this module started it
-    timed("dockerd (started here)" if dockerd else "dockerd (running)", started)
-    try:
+    with docker_daemon() as started_here:
+        SESSION.timed("dockerd (started here)" if started_here else "dockerd (running)", started)
         started = time.monotonic()
         exports = sh("deploy/docker/images.sh", "build", timeout=1800).split()[1:]  # `export A=x B=y ...`
-        timed("images built (or found)", started)
+        SESSION.timed("images built (or found)", started)
         binary = sh("make", "-s", "compose-path").strip()
         assert Path(binary).is_file(), f"no Compose at {binary}: run make compose-tools"
         stack = Compose(binary, dict(pair.split("=", 1) for pair in exports))
@@ -126,37 +107,6 @@ def compose() -> Iterator[Compose]:
         finally:
             stack.files = ["-f", "compose.yaml"]
             stack("down", "-v", "--remove-orphans", "--timeout", "30")
-    finally:
-        if dockerd:
-            os.kill(int(dockerd), signal.SIGTERM)
-            for _ in range(300):
-                if subprocess.run(["kill", "-0", dockerd], capture_output=True).returncode != 0:
-                    break
-                time.sleep(0.1)
-
-
-def rollouts(step: int, n: int, tag: str) -> list[Rollout]:
-    """Honest and padded answers, in turns: padding the run's rubrics miss, so its first step updates them."""
-    out = []
-    for i in range(n):
-        a, b = 10 + i, 20 + step
-        behaviour = "padded" if i % 2 else "correct"
-        out.append(
-            Rollout(
-                run_id=RUN,
-                rollout_id=f"{tag}-s{step}-r{i}",
-                step=step,
-                prompt=f"What is {a} + {b}?",
-                response=respond(behaviour, a, b),
-                reference=str(a + b),
-            )
-        )
-    return out
-
-
-async def history() -> list[int]:
-    async with Redis.from_url(REDIS_URL) as redis:
-        return [r.version for r in await RubricStore(redis, Keys()).history(RUN)]
 
 
 def memory_objects() -> int:
@@ -179,7 +129,7 @@ def get(port_name: str, path: str) -> tuple[int, str]:
 def test_the_stack_comes_up_healthy(compose: Compose) -> None:
     started = time.monotonic()
     compose.up()
-    timed("up -d --wait", started)
+    SESSION.timed("up -d --wait", started)
     states = compose.states()
     running = {row["Service"] for row in states.values() if row["State"] == "running"}
     assert running == {"redis", "weaviate", *SERVICES}, states
@@ -193,13 +143,10 @@ def test_the_stack_comes_up_healthy(compose: Compose) -> None:
 
 async def test_a_trainer_scores_a_step_and_the_rubrics_update(compose: Compose) -> None:
     started = time.monotonic()
-    async with RubricdClient(REDIS_URL, timeout=300) as client:
-        scores = await client.score(rollouts(0, 8, "a"))
-        await client.close_step(RUN, 0, rollout_ids=[s.rollout_id for s in scores])
-        await client.wait_for_rubrics(RUN, 0)
-    timed("a step scored, closed and its rubric update in place", started)
+    scores = await SESSION.step(0, 8, "a")
+    SESSION.timed("a step scored, closed and its rubric update in place", started)
     assert [s.status for s in scores] == ["ok"] * 8, [s.error for s in scores]
-    assert await history() == [1, 2], "the step's update made version 2"
+    assert await SESSION.history() == [1, 2], "the step's update made version 2"
 
 
 async def pending(group: str, stream: str) -> int:
@@ -228,29 +175,28 @@ async def mid_batch(
 async def test_a_scorer_killed_mid_batch_finishes_the_batch_once_restarted(compose: Compose) -> None:
     started = time.monotonic()
     async with RubricdClient(REDIS_URL, timeout=300) as client:
-        async with mid_batch(compose, client, rollouts(1, 24, "k")) as batch:
+        async with mid_batch(compose, client, SESSION.rollouts(1, 24, "k")) as batch:
             compose("kill", "scorer")
             assert compose.states()[f"{PROJECT}-scorer-1"]["State"] == "exited"
         compose("start", "scorer")
         scores = await batch
-    timed("24 rollouts, the scorer killed and started mid-batch", started)
-    assert sorted(s.rollout_id for s in scores) == sorted(r.rollout_id for r in rollouts(1, 24, "k"))
+    SESSION.timed("24 rollouts, the scorer killed and started mid-batch", started)
+    assert sorted(s.rollout_id for s in scores) == sorted(r.rollout_id for r in SESSION.rollouts(1, 24, "k"))
     assert all(s.status == "ok" for s in scores), [s.error for s in scores if s.status != "ok"]
     assert await pending(SCORERS, Keys().rollouts) == 0
 
 
 async def test_a_redis_restart_loses_nothing(compose: Compose) -> None:
     started = time.monotonic()
-    before = await history()
+    before = await SESSION.history()
     async with RubricdClient(REDIS_URL, timeout=300) as client:
-        async with mid_batch(compose, client, rollouts(2, 16, "r")) as batch:
+        async with mid_batch(compose, client, SESSION.rollouts(2, 16, "r")) as batch:
             compose("restart", "redis")
         scores = await batch
-        await client.close_step(RUN, 2, rollout_ids=[s.rollout_id for s in scores])
-        await client.wait_for_rubrics(RUN, 2)
-    timed("16 rollouts across a Redis restart, then the step's update", started)
+        await SESSION.close(client, 2, scores)
+    SESSION.timed("16 rollouts across a Redis restart, then the step's update", started)
     assert len({s.rollout_id for s in scores}) == 16 and all(s.status == "ok" for s in scores)
-    assert (await history())[: len(before)] == before, "every version from before the restart is still there"
+    assert (await SESSION.history())[: len(before)] == before, "every version from before the restart is still there"
 
 
 @pytest.fixture
@@ -262,21 +208,21 @@ def keys() -> Keys:
 async def test_down_then_up_keeps_the_run_history(compose: Compose, settled: Settled) -> None:
     async with Redis.from_url(REDIS_URL) as redis:
         await settled(redis, 120)  # every analysis and summary written before counting what memory holds
-    versions, objects = await history(), memory_objects()
+    versions, objects = await SESSION.history(), memory_objects()
     assert objects > 0, "the analyses and step summaries are in Weaviate"
     started = time.monotonic()
     compose("down", "--timeout", "30")
     assert compose.states() == {}
     compose.up()
-    timed("down, then up -d --wait on the same volumes", started)
-    assert await history() == versions
+    SESSION.timed("down, then up -d --wait on the same volumes", started)
+    assert await SESSION.history() == versions
     assert memory_objects() == objects
 
 
 def test_every_service_stops_gracefully_within_the_grace_period(compose: Compose) -> None:
     started = time.monotonic()
     compose("stop", "--timeout", "30")
-    timed("stop (every container, SIGTERM)", started)
+    SESSION.timed("stop (every container, SIGTERM)", started)
     exits = {row["Name"]: row["ExitCode"] for row in compose.states().values() if row["Service"] in SERVICES}
     # A service still running when the grace period ends is SIGKILLed: exit 137, not 0.
     assert exits and all(code == 0 for code in exits.values()), f"a service was killed or failed on SIGTERM: {exits}"
@@ -296,7 +242,7 @@ async def test_the_secure_overlay_logs_each_service_in_as_its_own_user(compose: 
         str(secrets / "secrets/compose.env"),
     ]
     compose.up()
-    timed("secure overlay: down -v, secrets, up -d --wait", started)
+    SESSION.timed("secure overlay: down -v, secrets, up -d --wait", started)
     password = {user: (secrets / f"secrets/redis-{user}").read_text().strip() for user in ("admin", "trainer")}
     port = PORTS["RUBRICD_REDIS_PORT"]
     with pytest.raises(redis_sync.AuthenticationError):
@@ -305,7 +251,7 @@ async def test_the_secure_overlay_logs_each_service_in_as_its_own_user(compose: 
         users = {client["user"] for client in admin.client_list()}
     assert {"scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "cli"} <= users, users
     async with RubricdClient(f"redis://trainer:{password['trainer']}@127.0.0.1:{port}/0", timeout=300) as client:
-        scores = await client.score(rollouts(0, 4, "s"))
+        scores = await client.score(SESSION.rollouts(0, 4, "s"))
     assert all(s.status == "ok" for s in scores), [s.error for s in scores]
 
 
@@ -313,5 +259,5 @@ def test_down_v_leaves_nothing_behind(compose: Compose) -> None:
     started = time.monotonic()
     compose.files = ["-f", "compose.yaml"]
     compose("down", "-v", "--timeout", "30")
-    timed("down -v", started)
+    SESSION.timed("down -v", started)
     assert compose.leftovers() == []

@@ -25,9 +25,9 @@ import redis as redis_sync
 from prometheus_client.parser import text_string_to_metric_families
 
 from rubricd import RubricdClient, wire
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RolloutAnalysis, RubricKind, StepSummary
+from rubricd.messages import Event, EventKind, JudgeStatus, RolloutAnalysis, RubricKind, StepSummary
 from rubricd.store import RubricStore
-from rubricd_services.demo.policy import respond
+from tests.factories import answer
 
 pytestmark = pytest.mark.integration
 
@@ -85,17 +85,7 @@ async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_s
     ]
     for service in services:
         service.wait_consuming(stack.redis_url, keys)
-    rollouts = [
-        Rollout(
-            run_id=RUN,
-            rollout_id=behaviour,
-            step=0,
-            prompt="What is 17 + 25?",
-            response=respond(behaviour, 17, 25),
-            reference="42",
-        )
-        for behaviour in BEHAVIOURS
-    ]
+    rollouts = [answer(17, 25, behaviour, run_id=RUN, rollout_id=behaviour) for behaviour in BEHAVIOURS]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         scores = await client.score(rollouts, timeout=900)
         await client.close_step(RUN, 0, rollouts=len(rollouts))

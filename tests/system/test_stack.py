@@ -15,10 +15,11 @@ import weaviate
 from redis.asyncio import Redis
 from weaviate.classes.config import Configure, DataType, Property
 
-from rubricd import Rollout, RubricdClient, wire
+from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
-from rubricd.messages import Rubric, RubricSet, StepSummary
+from rubricd.messages import StepSummary
 from rubricd.store import RubricStore
+from tests.factories import rollout, rubric_set
 
 pytestmark = pytest.mark.integration
 
@@ -60,9 +61,8 @@ async def test_redis_answers_with_append_only_file(redis: Redis) -> None:
 
 async def test_a_rubric_set_survives_a_redis_restart(stack, redis: Redis) -> None:
     keys = Keys("restart")
-    rubrics = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
     for version in (1, 2):
-        assert await RubricStore(redis, keys).publish(RubricSet(run_id="run", version=version, rubrics=rubrics))
+        assert await RubricStore(redis, keys).publish(rubric_set(version=version))
     await redis.aclose()
 
     stack.sh("down", "redis")
@@ -138,10 +138,9 @@ async def test_stack_up_runs_the_whole_loop_with_health_metrics_and_clean_logs(
     marker = "Zanzibar-quokka"  # rollout text that must not reach a log
     padded = f"17 + 25 = 42. {marker}. " + "Let me restate the whole calculation once more to be thorough. " * 10
     rollouts = [
-        Rollout(
+        rollout(
+            i,
             run_id="stack",
-            rollout_id=f"s0-r{i}",
-            step=0,
             prompt=f"What is 17 + 25? {marker}",
             reference="42",
             response=padded if i % 2 else "17 + 25 = 42.",

@@ -13,8 +13,9 @@ import msgspec
 import pytest
 
 from rubricd import wire
-from rubricd.messages import JudgeStatus, Rubric, RubricSet, ScoredRollout, Turn
+from rubricd.messages import JudgeStatus, Rubric, ScoredRollout, Turn
 from rubricd.store import RubricStore
+from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +38,7 @@ CASES = [
 async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
     stack, redis, keys, start_service, tmp_path, frameworks_python
 ):
-    rubric = Rubric(
-        id="correct", criterion="The response states the correct final answer, matching the reference.", points=5
-    )
-    assert await RubricStore(redis, keys).publish(RubricSet(run_id=RUN, version=1, rubrics=[rubric]))
+    assert await RubricStore(redis, keys).publish(rubric_set(run_id=RUN))
     start_service("scorer", llm__max_retries=1, judge_cache_ttl_s=0)
     functions = ["compute_score", "compute_score_async"]
     done = subprocess.run(
@@ -86,13 +84,8 @@ async def test_verls_tool_agent_loop_sends_its_conversation_and_takes_the_reward
     """verl's ToolAgentLoop for real (tests/frameworks/verl_agent_loop.py: a scripted policy calls a function tool,
     then answers), through the docs' agent loop file: the reward function reads the conversation verl hands it,
     and the loop that scores itself gets verl's reward and per-turn rewards."""
-    rubrics = [
-        Rubric(
-            id="correct", criterion="The response states the correct final answer, matching the reference.", points=5
-        ),
-        Rubric(id="args", criterion="Each tool call passes arguments the tool accepts", points=2, scope="turn"),
-    ]
-    assert await RubricStore(redis, keys).publish(RubricSet(run_id="verl-agent", version=1, rubrics=rubrics))
+    args = Rubric(id="args", criterion="Each tool call passes arguments the tool accepts", points=2, scope="turn")
+    assert await RubricStore(redis, keys).publish(rubric_set("correct", args, run_id="verl-agent"))
     start_service("scorer", llm__max_retries=1)
     done = subprocess.run(
         [frameworks_python, str(ROOT / "tests" / "frameworks" / "verl_agent_loop.py"), str(tmp_path)],

@@ -10,6 +10,7 @@ from rubricd.adapters.trl import TrlGroups, trl_groups
 from rubricd.adapters.verl import VerlReward
 from rubricd.client import InvalidRollout, grouped
 from rubricd.messages import Rollout
+from tests.factories import rollout
 
 
 def batch(prompts: list[str], generations: int) -> list[Sample]:
@@ -85,13 +86,13 @@ def test_a_group_identity_outside_the_alphabet_is_hashed_the_same_each_time() ->
     assert group_id("a b") == group_id("a b") != group_id("a c") and group_id("a b").startswith("h-")
 
 
-def rollout(rid: str, group: str | None, size: int | None) -> Rollout:
-    return Rollout(run_id="r", rollout_id=rid, step=0, prompt="p", response="a", group=group, group_size=size)
+def member(rid: str, group: str | None, size: int | None) -> Rollout:
+    return rollout(rollout_id=rid, group=group, group_size=size)
 
 
 def test_the_client_refuses_a_group_that_disagrees_on_its_size_or_outnumbers_it() -> None:
-    grouped([rollout("a", "g", 2), rollout("b", "g", 2), rollout("a", "g", 2), rollout("c", "h", None)])
+    grouped([member("a", "g", 2), member("b", "g", 2), member("a", "g", 2), member("c", "h", None)])
     with pytest.raises(InvalidRollout, match=r"sizes \[2, 3\]"):
-        grouped([rollout("a", "g", 2), rollout("b", "g", 3)])
+        grouped([member("a", "g", 2), member("b", "g", 3)])
     with pytest.raises(InvalidRollout, match="3 rollouts, more than its size 2"):
-        grouped([rollout("a", "g", 2), rollout("b", "g", 2), rollout("c", "g", None)])
+        grouped([member("a", "g", 2), member("b", "g", 2), member("c", "g", None)])
