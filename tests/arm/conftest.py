@@ -1,4 +1,4 @@
-"""Arm processes and the `rubricd` command for the arm service's integration tests (see tests/conftest.py)."""
+"""The `rubricd` command and preference sets for the arm service's integration tests (see tests/conftest.py)."""
 
 import json
 import subprocess
@@ -7,12 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture
-def start_arm(start_service):
-    """start_arm(**settings): an arm service in this test's namespace, reading once it returns."""
-    return lambda **settings: start_service("arm", **{"llm__max_retries": 2, **settings})
 
 
 @pytest.fixture
