@@ -97,7 +97,7 @@ def scored(of: Rollout, reward: float | None = 1.0, **fields: object) -> ScoredR
 STANDARD = {
     r.id: r
     for r in [
-        # The built-in seed's three (rubricd_services/common/seed_rubrics.json).
+        # The built-in seed's three (rubricd_services/rubrics/seed_rubrics.json).
         Rubric(
             id="correct",
             criterion="The response states the correct final answer, matching the reference answer.",
@@ -150,11 +150,11 @@ def rubric_set(*rubrics: Rubric | str, run_id: str = "run", version: int = 1, **
 
 def starter(service: str, *, wait: bool = True, **defaults: object) -> Any:
     """The fixture `start_<service>(*args, **settings)`: SERVICE as a process in the test's namespace (conftest's
-    start_service), DEFAULTS overridden by SETTINGS; it returns once the process reads, unless WAIT is false. In a
+    start_service), DEFAULTS overridden by SETTINGS; it returns once the process reads, unless WAIT (or a `wait` setting) is false. In a
     conftest.py: `start_scorer = starter("scorer", llm__max_retries=2)`."""
 
     @pytest.fixture(name=f"start_{service}")
     def start(start_service: Callable[..., Any]) -> Callable[..., Any]:
-        return lambda *args, **settings: start_service(service, *args, wait=wait, **{**defaults, **settings})
+        return lambda *args, **settings: start_service(service, *args, **{"wait": wait, **defaults, **settings})
 
     return start
