@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -137,7 +137,18 @@ compose-path:
 # the cache (about 14 minutes cold on 2 cores), started with CoreDNS, KEDA and the PodMonitor CRD, with the images
 # deploy/docker/images.sh builds loaded onto its node. Then `eval "$$(deploy/local/cluster.sh env)"` and
 # `kubectl apply -k deploy/k8s/overlays/local`; `make k8s-cluster-down` removes the cluster and what it made.
-k8s-cluster: install k8s-tools
+# What deploy/local/cluster.sh runs the cluster with, installed when missing (needs root): Debian's containerd,
+# runc, the CNI plugins, iptables, openssl and curl.
+k8s-deps:
+	@missing=""; for tool in containerd runc iptables openssl curl; do \
+	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	[ -x /usr/lib/cni/bridge ] || missing="$$missing containernetworking-plugins"; \
+	[ -z "$$missing" ] || { \
+	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make k8s-deps' (or apt-get install$$missing)"; exit 1; }; \
+	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -q && apt-get install -y -q $$missing; }
+
+k8s-cluster: install k8s-tools k8s-deps
 	deploy/local/cluster.sh build
 	deploy/docker/images.sh daemon >/dev/null
 	deploy/docker/images.sh build >/dev/null
@@ -149,7 +160,7 @@ k8s-cluster-down:
 
 # deploy/k8s on that cluster, for real (tests/k8s): its own suite, not in `make test` (a cold build alone would take
 # half of CI's time). Run it whenever deploy/k8s changes; it starts the cluster and removes it however it ends.
-k8s-test: install
+k8s-test: install k8s-deps
 	$(PY) -m pytest -q -s tests/k8s
 
 # The tests start their own stack (.stack/test, other ports) and take it down.
