@@ -337,6 +337,11 @@ async def test_a_redis_outage_is_one_line_each_way_and_no_traceback(
 
 async def test_junk_on_a_listened_stream_is_one_warning_not_a_traceback(stack, redis, keys, start_service, eventually):
     scorer = start_service("scorer")
+
+    async def listening() -> bool:  # its listener reads from the stream's end: what is written before, it never sees
+        return any(c["cmd"] == "xread" and "b" in c["flags"] for c in await redis.client_list())
+
+    await eventually(listening, "the scorer's listener to wait on the rubric updates")
     await redis.xadd(keys.rubrics_updated, {wire.FIELD: b'{"run_id": 1}'})
     await redis.xadd(keys.rubrics_updated, {b"other": b"field"})
     await eventually(lambda: scorer.log.read_text().count("skipped entry") == 2, "the scorer to skip both entries")
