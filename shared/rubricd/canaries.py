@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from .keys import Keys
 
 CLAIMED = b"claimed:"  # the prefix of a hash field that says which scorer judges a step's canaries
+STARTED = "started:"  # the prefix of a hash field that says a step's canaries are due (set by the scorer's commit)
 
 
 class CanaryStep(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,8 +40,8 @@ async def read(redis: Redis, keys: Keys, run_id: str) -> list[CanaryStep]:
 
 
 def parse(fields: dict[bytes, bytes]) -> list[CanaryStep]:
-    """The canary steps of a run's hash, in step order (claims left out)."""
-    steps = [msgspec.json.decode(raw, type=CanaryStep) for name, raw in fields.items() if not name.startswith(CLAIMED)]
+    """The canary steps of a run's hash, in step order (its `claimed:` and `started:` fields left out)."""
+    steps = [msgspec.json.decode(raw, type=CanaryStep) for name, raw in fields.items() if name.isdigit()]
     return sorted(steps, key=lambda c: c.step)
 
 

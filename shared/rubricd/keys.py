@@ -18,7 +18,7 @@ SUMMARIZERS = "summarizers"
 UPDATERS = "updaters"
 COMPARERS = "comparers"
 ARM = "arm"  # the arm service's group on the arm stream
-CANARIES = "canaries"  # the scorers' canaries' group on the events stream (they start on a scored rollout's)
+CANARIES = "canaries"  # the scorers' canaries' group on the canary-steps stream (one entry per run and step)
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -51,6 +51,7 @@ class Keys:
         self.summaries = f"{ns}:summaries"  # StepSummary, summarizer -> updater
         self.rubrics_updated = f"{ns}:rubrics-updated"  # RubricsUpdated, updater -> all
         self.events = f"{ns}:events"  # Event, every service -> `tail`
+        self.canary_steps = f"{ns}:canary-steps"  # Event, scorer commit -> the canaries: a step's first score's
         self.dead_letters = f"{ns}:dead-letters"  # DeadLetter
         # Sorted set of the sample groups gathering for group judging (their `group` keys), each by when it is
         # due: its deadline, at once when complete, or when a claim on it runs out (a gathering: scorer.groups).
@@ -195,7 +196,8 @@ class Keys:
 
     def canaries(self, run_id: str) -> str:
         """Hash of a run's judge canaries (rubricd.canaries reads it): field <step> -> that step's `CanaryStep`,
-        written once; `claimed:<step>` -> the scorer judging it (HSETNX). Expires the scorer's `kept_ttl_s` after
+        written once; `started:<step>`, set by the commit of the step's first score (HSETNX), which alone puts the
+        step on the canary-steps stream; `claimed:<step>` -> the scorer judging it (HSETNX). Expires the scorer's `kept_ttl_s` after
         its last write."""
         return f"{self.namespace}:canaries:{run_id}"
 

@@ -395,12 +395,12 @@ async def test_a_redis_that_lost_its_data_stops_the_service_and_started_again_it
     lines = [json.loads(line) for line in first.log.read_text().splitlines() if line.startswith("{")]
     gone = [x["message"] for x in lines if "is gone" in x["message"]]
     said = "is gone: Redis lost its data (a FLUSHALL, or a restart without persistence); stopping with exit code "
-    # whichever of the scorer's consumer groups a read finds gone first: its rollouts' or its canaries' events'
+    # whichever of the scorer's consumer groups a read finds gone first: its rollouts' or its canaries' steps'
     assert gone in (
         [
             f"scorer: consumer group {group} of {stream} {said}{EXIT_GROUP_GONE}, to be started again, which makes it again"
         ]
-        for group, stream in ((SCORERS, keys.rollouts), (CANARIES, keys.events))
+        for group, stream in ((SCORERS, keys.rollouts), (CANARIES, keys.canary_steps))
     ), gone
     assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines
 

@@ -236,8 +236,8 @@ async def test_a_rollout_is_answered_while_its_steps_canaries_are_still_being_ju
         return bool(await redis.hexists(keys.canaries("run"), CLAIMED + b"0"))
 
     await eventually(claimed, "the canaries of step 0 claimed")
-    # Still being judged: the canaries' group holds the event that started them, and no step is recorded.
-    [group] = [g for g in await redis.xinfo_groups(keys.events) if g["name"] == CANARIES.encode()]
+    # Still being judged: the canaries' group holds the canary-steps entry that started them, and no step is recorded.
+    [group] = [g for g in await redis.xinfo_groups(keys.canary_steps) if g["name"] == CANARIES.encode()]
     assert group["pending"] >= 1, group
     assert await read(redis, keys, "run") == []
     assert not await events(redis, keys, EventKind.CANARIES_JUDGED)

@@ -267,9 +267,9 @@ def test_each_consumer_is_scaled_on_the_groups_it_reads() -> None:
             triggers = obj["spec"]["triggers"]
             assert {t["type"] for t in triggers} == {"redis-streams"}
             groups = {(t["metadata"]["stream"], t["metadata"]["consumerGroup"]) for t in triggers}
-            # The canaries' consumer group (the scorers' judge canaries, on the events) is not scaled on: no rollout
+            # The canaries' consumer group (the scorers' judge canaries, on the canary steps) is not scaled on: no rollout
             # waits on it, and its entries follow the scorers' own.
-            read = set(wiring(name).groups) - {(keys.events, CANARIES)}
+            read = set(wiring(name).groups) - {(keys.canary_steps, CANARIES)}
             assert groups == expected[name] == read, name
             # Per group, one trigger on its lag and one on what its replicas hold (each at most max_in_flight).
             in_flight = str(wiring(name).settings.max_in_flight)

@@ -288,14 +288,14 @@ async def test_each_service_user_is_held_to_its_role(run: Run) -> None:
         assert await refused(url(user), "ACL", "LIST")
 
 
-async def test_the_scorers_canaries_read_and_ack_every_event_in_their_own_consumer_group(run: Run) -> None:
-    """The scorer's user may read and ack the events in the canaries' group (a refused XACK would leave them
+async def test_the_scorers_canaries_read_and_ack_the_canary_steps_in_their_own_consumer_group(run: Run) -> None:
+    """The scorer's user may read and ack the canary steps in the canaries' group (a refused XACK would leave them
     pending), and record a failed one's retries."""
     admin = Redis.from_url(url_of(run.stack, "admin"))
     deadline = time.monotonic() + 60
     try:
         while True:
-            [group] = [g for g in await admin.xinfo_groups(keys.events) if g["name"] == CANARIES.encode()]
+            [group] = [g for g in await admin.xinfo_groups(keys.canary_steps) if g["name"] == CANARIES.encode()]
             if group["entries-read"] and group["pending"] == 0 and not group["lag"]:
                 break
             assert time.monotonic() < deadline, group

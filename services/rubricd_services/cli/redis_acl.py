@@ -93,8 +93,9 @@ def services(keys: Keys) -> list[User]:
             # sets: HGET, and the store's seed script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
             # statistics: HINCRBYFLOAT, and to its rubric health: HINCRBY; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
-            # (GET, SET, DEL); canaries: their consumer group on the events stream (the template's commands, failure
-            # records of its entries), the run's own set (GET), a step's claim (MULTI: HSETNX, EXPIRE), and its
+            # (GET, SET, DEL); canaries: the commit's HSETNX of a step's start and XADD to the canary-steps stream,
+            # their consumer group on it (the template's commands, failure records of its entries), the run's own
+            # set (GET), a step's claim (MULTI: HSETNX, EXPIRE), and its
             # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events); group judging's
             # gathering (runtime.gathering: TIME, HEXISTS, HGET, HSETNX, HSET, HINCRBY, EXPIRE, ZADD, XACK; ZSCORE,
             # EXISTS, ZREM, HGETALL, HKEYS) and its sweep (ZRANGEBYSCORE)
@@ -102,7 +103,7 @@ def services(keys: Keys) -> list[User]:
             + ("watch", "unwatch", "hexists", "zscore", "exists", "hkeys", "hdel", "zrangebyscore"),
             keys=[
                 *consuming(k, k.rollouts),
-                k.failure(k.events, "*"),  # the canaries' consumer group
+                *consuming(k, k.canary_steps),  # the canaries
                 family(k.score("run", "rollout")),
                 family(k.schedule("run")),
                 family(k.class_stats("run", 0)),

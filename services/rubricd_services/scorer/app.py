@@ -7,8 +7,8 @@
 - the rubrics-updated stream, read by every scorer: drop the cached set so the
   next rollout uses the new version;
 - group judging's sweep: the groups due at their deadline are judged by whichever scorer claims them;
-- the events stream's `canaries` group, beside the scoring path: a step's first scored rollout starts its judge
-  canaries (judges.evaluation.canaries), so no rollout waits on them.
+- the canary-steps stream's `canaries` group, beside the scoring path: a step's first scored rollout starts its
+  judge canaries (judges.evaluation.canaries), so no rollout waits on them.
 """
 
 from faststream import FastStream
@@ -31,7 +31,7 @@ def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> Fast
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
     app.every(settings.group_sweep_s, Scorer.judge_due_groups)
     canaries = Canaries(settings, judge(settings, settings.agent(JUDGE)), app, ttl_s=settings.kept_ttl_s)
-    app.consume(app.keys.events, CANARIES, canaries.handle, agents=[JUDGE])
+    app.consume(app.keys.canary_steps, CANARIES, canaries.handle, agents=[JUDGE])
     return app.build(lambda clients: Scorer(settings, clients))
 
 

@@ -1,9 +1,11 @@
-"""What the scorer's commit writes besides the answering runtime's (runtime.answering): with the first score only, the rollout handed to the analyzers (unless
-not analysed) and the step's class statistics and rubric health; with every commit, a new verdict for the judge
-cache. What is written: docs/operators/recover.md, "Delivery".
+"""What the scorer's commit writes besides the answering runtime's (runtime.answering): with the first score only, the
+rollout handed to the analyzers (unless not analysed), the step's class statistics and rubric health, and, for the
+step's first score, its event on the canary-steps stream (the canaries start there, off the scoring path); with every
+commit, a new verdict for the judge cache. What is written: docs/operators/recover.md, "Delivery".
 """
 
 from rubricd import health
+from rubricd.canaries import STARTED
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, Score
 from rubricd_services.runtime import answering
@@ -12,10 +14,11 @@ from rubricd_services.runtime.answering import Effects
 from .schedule import stats_increments
 from .settings import ScorerSettings
 
-# An optional key is '': `scored` (not analysed), `verdict` (no new verdict to keep for the judge cache).
+# An optional key is '': `scored` (not analysed), `canaries` (an evaluation rollout: it starts no canaries),
+# `verdict` (no new verdict to keep for the judge cache).
 SCRIPT = answering.script(
-    keys="scored stats health verdict",
-    args="stats_ttl verdict verdict_ttl",
+    keys="scored stats health canaries canary_steps verdict",
+    args="stats_ttl canary_step verdict verdict_ttl",
     maps="stats health",
     with_first="""
   if k_scored ~= '' then append(k_scored, a_maxlen, a_kept) end
@@ -23,6 +26,10 @@ SCRIPT = answering.script(
   if #m_stats > 0 then redis.call('EXPIRE', k_stats, a_stats_ttl) end
   hincrby(k_health, m_health)
   if #m_health > 0 then redis.call('EXPIRE', k_health, a_stats_ttl) end
+  if k_canaries ~= '' and redis.call('HSETNX', k_canaries, a_canary_step, 1) == 1 then
+    redis.call('EXPIRE', k_canaries, a_kept_ttl)
+    append(k_canary_steps, a_maxlen, a_event)
+  end
 """,
     every_time="""
 if k_verdict ~= '' then redis.call('SET', k_verdict, a_verdict, 'EX', a_verdict_ttl) end
@@ -37,15 +44,19 @@ def effects(
     unless it is an evaluation rollout not analysed; `verdict`, a new verdict's key and value, kept for
     `judge_cache_ttl_s` (the judge cache), whether or not the rollout had a score."""
     analyze = not rollout.evaluation or settings.analyze_evaluation
+    canaries = "" if rollout.evaluation else keys.canaries(rollout.run_id)
     return Effects(
         keys={
             "scored": keys.scored if analyze else "",
             "stats": keys.class_stats(rollout.run_id, rollout.step),
             "health": keys.rubric_health(rollout.run_id, rollout.step, score.instance_key),
+            "canaries": canaries,
+            "canary_steps": keys.canary_steps if canaries else "",
             "verdict": verdict[0] if verdict else "",
         },
         args={
             "stats_ttl": settings.schedule_stats_ttl_s,
+            "canary_step": f"{STARTED}{rollout.step}",
             "verdict": verdict[1] if verdict else "",
             "verdict_ttl": settings.judge_cache_ttl_s,
         },

@@ -1,15 +1,16 @@
 """Canaries during training: a few labelled items judged per step of a run, to catch its judge drifting.
 
-Beside the scoring path, in the scorer's process: the canaries read the events in a consumer group of their own
-(`CANARIES`), and the first `rollout_scored` (or `judge_failed`) event of a step starts that step's canaries (run,
-step and rubric version are all they need), so a rollout is answered without waiting on them. For each new step
-of a run with a labelled set (the run's own, `Keys.canary_set`, else RUBRICD_CANARY_SET, read once at start), the
-first scorer to claim the step judges that step's share of the set, as `rubricd judge eval` judges
-(`run.judge_item`: the scorer's judge prompt, schema, context fitting and LLM client, no verdict cache), and records
-the agreement with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at the step where agreement
-falls below the floor, or more than the margin below the run's first canary steps. Canaries never count as
-rollouts of a step, never enter the memory loop or the meta-class statistics; their calls go into the run's usage
-under their own agent, `canary`. Why and how: docs/researchers/judges.md, "Canaries during training".
+Beside the scoring path, in the scorer's process: the commit of a step's first score (scorer.effects) puts its
+event on the canary-steps stream, once per run and step, and the canaries read that stream in a consumer group of
+their own (`CANARIES`): run, step and rubric version are all they need, so a rollout is answered without waiting on
+them and costs them nothing. For each new step of a run with a labelled set (the run's own, `Keys.canary_set`, else
+RUBRICD_CANARY_SET, read once at start), the first scorer to claim the step judges that step's share of the set, as
+`rubricd judge eval` judges (`run.judge_item`: the scorer's judge prompt, schema, context fitting and LLM client, no
+verdict cache), and records the agreement with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at
+the step where agreement falls below the floor, or more than the margin below the run's first canary steps.
+Canaries never count as rollouts of a step, never enter the memory loop or the meta-class statistics; their calls
+go into the run's usage under their own agent, `canary`. Why and how: docs/researchers/judges.md, "Canaries during
+training".
 """
 
 import asyncio
@@ -45,8 +46,6 @@ from .labelled import Item
 from .run import Config, Judged, judge_item
 
 CANARY = "canary"  # the agent its calls are counted under in a run's usage
-SEEN = 4096  # (run, step) pairs a process remembers having seen
-STARTS = (EventKind.ROLLOUT_SCORED, EventKind.JUDGE_FAILED)  # the events of a scored rollout
 log = logging.getLogger("rubricd.canaries")
 
 
@@ -136,8 +135,8 @@ def why(canary: CanaryStep, rule: Rule) -> str:
 
 
 class Canaries:
-    """A service's canaries, the consumer of the events' `CANARIES` group (`handle`), beside its own worker: which
-    steps this process has seen, and the judging of the ones it claims."""
+    """A service's canaries, the consumer of the canary-steps stream's `CANARIES` group (`handle`), beside its own
+    worker: the judging of the steps it claims."""
 
     def __init__(self, settings: CanarySettings, config: Config, app: ServiceApp[Any], *, ttl_s: int) -> None:
         self.app, self.config, self.service, self.ttl_s = app, config, app.name, ttl_s
@@ -147,29 +146,23 @@ class Canaries:
         self.default = read_set(settings.canary_set)
         self.metrics = CanaryMetrics(app)
         self._own: dict[str, tuple[bytes, list[Item]]] = {}  # run -> its own set as read last, and its items
-        self._seen: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
 
     @property
     def redis(self) -> Redis:
         return self.app.clients.redis
 
     async def handle(self, _: object, msg: RedisStreamMessage) -> None:
-        """One events entry (the first argument, the service's own worker, is not the canaries'): the first
-        scored rollout of a step this process sees starts that step's canaries (evaluation rollouts start none);
-        acked once they are judged and recorded."""
+        """One canary-steps entry, the event of a step's first score (the first argument, the service's own worker,
+        is not the canaries'): that step's canaries, judged and recorded, then the entry acked."""
         try:
             found = wire.decode(msg.body, Event)
         except msgspec.DecodeError:  # not an event of this version's: nothing for the canaries
             found = None
-        if found and found.kind in STARTS and found.run_id is not None and found.step is not None:
-            key = (found.run_id, found.step)
+        if found and found.run_id is not None and found.step is not None:
             version = found.fields.get("rubric_version")
-            if not found.fields.get("evaluation") and isinstance(version, int) and key not in self._seen:
-                self._seen[key] = None
-                if len(self._seen) > SEEN:
-                    self._seen.popitem(last=False)
+            if isinstance(version, int):
                 await self.judge_step(found.run_id, found.step, version)
-        await self.redis.xack(self.keys.events, CANARIES, intake.entry_id(msg))
+        await self.redis.xack(self.keys.canary_steps, CANARIES, intake.entry_id(msg))
 
     async def judge_step(self, run_id: str, step: int, rubric_version: int) -> None:
         """Judge and record the step's canaries if this process claims it (a claim stays: a step whose judging
