@@ -195,6 +195,12 @@ bench: install
 	$(PY) tests/bench/scoring.py
 	$(PY) tests/bench/endpoints.py
 
+# The soak (tests/bench/soak.py): a long run of the whole memory loop on its own stack (.stack/soak), every step's
+# costs measured, a report with plots and the growth table in reports/soak-<time>/. Not in `make test`: about 30
+# minutes on 2 cores at its defaults (300 steps); SOAK="--steps 3000 --latency-ms 200" for others.
+soak: install weaviate
+	$(PY) tests/bench/soak.py $(SOAK)
+
 # The judge evaluation (docs/researchers/judges.md) of MODEL on LABELLED, with the probes: MODEL=simulator (the
 # default) or MODEL=smollm2 (SmolLM2-135M-Instruct behind llama.cpp's server, as `make up LLM=local` serves it),
 # each on its own stack (.stack/judge-eval, own ports); the table on stdout, the plot in build/judge-eval.png.

@@ -111,6 +111,7 @@ async def test_a_summary_naming_padding_adds_a_rule_against_it_and_leaves_anchor
     assert "summary reports padding" in update.modifications[0].rationale
     [event] = await events(redis, keys, "rubrics_updated")
     assert event.fields["version"] == 2 and event.fields["consulted"]  # the dynamic memory was used and cited
+    assert isinstance(event.fields["retrieval_ms"], float) and event.fields["retrieval_ms"] > 0  # it was read
     [record] = await memory.recent("run", MemoryKind.RUBRIC_UPDATE, limit=5)
     assert record.ref == "2" and "added no_padding" in record.text
     assert (await redis.xpending(keys.summaries, UPDATERS))["pending"] == 0
@@ -197,7 +198,7 @@ async def test_memory_switches_decide_what_the_updater_consults(stack, redis, ke
     await wait_step(store, "run", 0)
     assert (await sim_stats(stack))["schemas"].get("MemoryQueries", 0) == before  # no query writer
     [event] = await events(redis, keys, "rubrics_updated")
-    assert event.fields["queries"] == 0 and event.fields["consulted"] == ""
+    assert event.fields["queries"] == 0 and event.fields["consulted"] == "" and event.fields["retrieval_ms"] == 0
     assert [s.version for s in await store.history("run")] == [1, 2]  # the summary alone still drives the update
 
 

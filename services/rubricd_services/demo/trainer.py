@@ -101,6 +101,12 @@ class StepRecord:
     calls: dict[str, int] = field(default_factory=dict)
     prompt_tokens: dict[str, int] = field(default_factory=dict)
     completion_tokens: dict[str, int] = field(default_factory=dict)
+    # When (time.time()) the batch was published, the step closed (its scores all back) and its rubric update
+    # in; each rollout's publish-to-score seconds (its Score's scored_at).
+    published_at: float = 0.0
+    closed_at: float = 0.0
+    updated_at: float = 0.0
+    score_latencies: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -241,8 +247,10 @@ async def one_step(
     mode = run.judge_mode if run.group_size else None
     sample = run.analysis_sample if run.group_size else None
     batch = policy.sample(run.run_id, step, run.rollouts, run.reward_policy, run.group_size, mode, sample)
+    published_at = time.time()
     scores = await client.score([r for _, r in batch], timeout=timeout)
     await client.close_step(run.run_id, step, rollouts=len(batch))
+    closed_at = time.time()
 
     behaviours = run.task.behaviours
     rewards: dict[str, list[float]] = {}
@@ -265,6 +273,7 @@ async def one_step(
     schedule = (await read_history(client.redis, client.keys, run.run_id)).get(step)
 
     await client.wait_for_rubrics(run.run_id, step, timeout=timeout)
+    updated_at = time.time()
     current = await client.rubrics.current(run.run_id)
     assert current is not None, "the scorer seeds a run's rubrics before its first score"
     update = await announcements.update_after(step, previous=used[-1], current=current)
@@ -289,4 +298,8 @@ async def one_step(
         calls={u.agent: u.calls for u in spent},
         prompt_tokens={u.agent: u.prompt_tokens for u in spent},
         completion_tokens={u.agent: u.completion_tokens for u in spent},
+        published_at=published_at,
+        closed_at=closed_at,
+        updated_at=updated_at,
+        score_latencies=[s.scored_at - published_at for s in scores if s.scored_at is not None],
     )

@@ -48,6 +48,11 @@ class Updater:
         self.current_rubric_version = metrics.gauge(
             "rubricd_current_rubric_version", "the run's current rubric version (global sets)", ["run_id"]
         )
+        self.retrieval = metrics.histogram(
+            "rubricd_memory_retrieval_seconds",
+            "the memory reads of one update's prompt (recent step summaries and the searches), not the LLM's calls",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
         self.effects = Effects(
             clients.redis, clients.keys, UPDATERS, maxlen=settings.stream_maxlen, update_lock_s=settings.update_lock_s
         )
@@ -97,6 +102,8 @@ class Updater:
         except LLMError as e:
             log.warning("run %s step %d: no update, the LLM failed: %s", summary.run_id, summary.step, e)
             return [self.event(EventKind.UPDATE_FAILED, summary, detail=str(e))], None
+        if outcome.proposal is not None:
+            self.retrieval.observe(outcome.retrieval_s)
         return [self.outcome_event(summary, outcome)], wire.encode(outcome.update) if outcome.update else None
 
     async def given_up(self, msg: RedisStreamMessage) -> None:
@@ -124,6 +131,7 @@ class Updater:
                 "queries": len(outcome.queries),
                 "consulted": ",".join(outcome.consulted),
                 "rejected": len(outcome.rejected),
+                "retrieval_ms": round(outcome.retrieval_s * 1000, 1),
             }
         detail = outcome.proposal.rationale if outcome.proposal else ""
         if outcome.rejected:

@@ -1,5 +1,6 @@
 """The updater's memory: what it reads (static and dynamic memory) and the record of an update it writes."""
 
+import time
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -41,18 +42,20 @@ async def static_memory(
 
 async def dynamic_memory(
     memory: Memory, summary: StepSummary, ask: Ask, template: str, budget: MemoryBudget
-) -> tuple[list[str], list[Hit] | None]:
-    """(queries, deduplicated hits) from the query writer's searches (None when switched off)."""
+) -> tuple[list[str], list[Hit] | None, float]:
+    """(queries, deduplicated hits, seconds spent searching) from the query writer's searches (None when switched
+    off); the seconds leave out the query writer's call."""
     if not budget.dynamic:
-        return [], None
+        return [], None, 0.0
     written = await ask(summary.run_id, QUERY_WRITER, query_writer_messages(template, summary, budget), MemoryQueries)
     queries = list(dict.fromkeys(q.strip() for q in written.queries if q.strip()))[: budget.max_queries]
     hits: dict[str, Hit] = {}
+    started = time.monotonic()
     for query in queries:
         for hit in await memory.search(summary.run_id, query, limit=budget.results_per_query, kinds=SEARCHED_KINDS):
             if hit.id not in hits or hit.score > hits[hit.id].score:
                 hits[hit.id] = hit
-    return queries, sorted(hits.values(), key=lambda h: -h.score)
+    return queries, sorted(hits.values(), key=lambda h: -h.score), time.monotonic() - started
 
 
 def memory_item(update: RubricsUpdated, text: str) -> MemoryItem:

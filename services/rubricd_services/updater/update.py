@@ -42,6 +42,7 @@ class Outcome:
     rejected: list[Rejection] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
     consulted: list[str] = field(default_factory=list)
+    retrieval_s: float = 0.0  # the memory's reads for the prompt (recent summaries, searches), not the LLM's
 
 
 async def current_set(store: RubricStore, run_id: str, instance_key: str | None, seeds: Seeds) -> RubricSet:
@@ -81,8 +82,12 @@ class RubricUpdater:
         done = await applied_for(self.store, summary, instance_key)
         if done is not None:
             return Outcome(EventKind.RUBRICS_REANNOUNCED, current, update=await self.recorded(done))
+        started = time.monotonic()
         static = await static_memory(self.memory, summary, instance_key, self.budget)
-        queries, dynamic = await dynamic_memory(self.memory, summary, self.ask, self.prompts.query_writer, self.budget)
+        recent_s = time.monotonic() - started
+        queries, dynamic, searched_s = await dynamic_memory(
+            self.memory, summary, self.ask, self.prompts.query_writer, self.budget
+        )
         messages = updater_messages(
             self.prompts.updater, summary, current, static, dynamic, self.limits, self.prompt_chars
         )
@@ -100,6 +105,7 @@ class RubricUpdater:
             rejected=checked.rejected,
             queries=queries,
             consulted=consulted,
+            retrieval_s=recent_s + searched_s,
         )
         if not checked.accepted:
             return outcome

@@ -1,0 +1,449 @@
+"""Soak: a long run of the whole memory loop, and whether step N costs what step 1 cost.
+
+    make soak                                   # 300 steps x 8 rollouts in groups of 4: about 30 minutes on 2 cores
+    .venv/bin/python tests/bench/soak.py --steps 3000 --rollouts 16 --group-size 4 --latency-ms 200
+
+Starts its own stack (.stack/soak, own ports): Redis, Weaviate, the LLM simulator (a test tool; its judge latency
+--latency-ms, default 0), the scorer, comparer, arm, gateway, summarizer, updater, two analyzers, and the dashboard.
+The demo's trainer (demo.trainer.one_step, its simulated policy) publishes each step's rollouts in sample groups,
+closes the step and waits for its rubric update; after each step the soak records:
+
+- publish-to-score latency p50/p99 (each Score's scored_at against the publish);
+- step close to its summary (the summarizer's event) and to its rubric update (the trainer's wait);
+- the prompt tokens of each agent in the step (judge, analyzer, summarizer, query writer, updater);
+- the rubric set's size and version;
+- Redis's used_memory and its keys by family (the key's second part: `<ns>:<family>:...`);
+- Weaviate's objects (the run's memories) and its process's RSS, the updater's memory retrieval (its event's
+  retrieval_ms);
+- each service's RSS and the CPU seconds it spent on the step;
+- how long `rubricd status`, `rubricd rubrics health RUN` and the dashboard's API (the runs list and the run's
+  view) take to answer (the commands run in this process: no interpreter start-up counted).
+
+It writes reports/soak-<time>/: soak.json (every step's figures), a PNG per group of figures, and report.md with the
+growth table: each figure's mean over the run's last tenth against its first tenth. A per-step figure is flat when
+that ratio is at most 1.10; a memory figure (Redis, Weaviate, RSS) should plateau, or grow only with what the run
+keeps: the table gives its growth per step over the second half. Not part of `make test`: it is a benchmark, and
+prints its figures.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import matplotlib
+import msgspec
+import psutil
+from redis.asyncio import Redis
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from rubricd import RubricdClient, usage, wire
+from rubricd.messages import Event
+from rubricd_services.cli.__main__ import main as cli
+from rubricd_services.demo.policy import Policy
+from rubricd_services.demo.trainer import TASKS, Announcements, Run, StepRecord, one_step
+from rubricd_services.memory.embedder import make_embedder
+from rubricd_services.memory.store import Memory
+from rubricd_services.settings import ServiceSettings, load
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = REPO / "deploy/local/stack.sh"
+PORTS = {
+    "RUBRICD_REDIS_PORT": 6395,
+    "RUBRICD_WEAVIATE_PORT": 8085,
+    "RUBRICD_WEAVIATE_GRPC_PORT": 30055,
+    "RUBRICD_SIMULATOR_PORT": 8094,
+    "RUBRICD_METRICS_BASE_PORT": 9500,
+}
+DASHBOARD_PORT = 9490
+NAMESPACE = "soak"
+ENV = {
+    "RUBRICD_STACK_DIR": str(REPO / ".stack/soak"),
+    **{k: str(v) for k, v in PORTS.items()},
+    "RUBRICD_NAMESPACE": NAMESPACE,
+    "RUBRICD_REDIS_URL": f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0",
+    "RUBRICD_WEAVIATE_URL": f"http://127.0.0.1:{PORTS['RUBRICD_WEAVIATE_PORT']}",
+    "RUBRICD_WEAVIATE_GRPC_PORT": str(PORTS["RUBRICD_WEAVIATE_GRPC_PORT"]),
+    "RUBRICD_LLM__BASE_URL": f"http://127.0.0.1:{PORTS['RUBRICD_SIMULATOR_PORT']}/v1",
+    "RUBRICD_LOG_LEVEL": "WARNING",
+}
+FLAT = 1.10  # a per-step figure's last tenth / first tenth at most this
+# What the soak records of a step, by kind: per-step figures must stay flat; memory figures may grow with what
+# the run keeps. (A figure's name, its group's PNG.)
+PER_STEP = "per step"
+MEMORY = "memory"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th quantile (0..1) of `values`, by the nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def tenths(values: list[float]) -> tuple[float, float]:
+    """The mean of the first and of the last tenth of a run's values (at least one value each)."""
+    n = max(1, len(values) // 10)
+    return statistics.fmean(values[:n]), statistics.fmean(values[-n:])
+
+
+def growth(values: list[float]) -> float | None:
+    """The last tenth's mean over the first tenth's (None when the first is 0)."""
+    first, last = tenths(values)
+    return last / first if first else None
+
+
+def slope(values: list[float]) -> float:
+    """Growth per step over the second half of the run (least squares)."""
+    half = values[len(values) // 2 :]
+    if len(half) < 2:
+        return 0.0
+    xs = range(len(half))
+    mx, my = statistics.fmean(xs), statistics.fmean(half)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, half, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+class Stack:
+    """The soak's own stack (deploy/local/stack.sh with the soak's directory and ports) and its dashboard."""
+
+    def __init__(self, latency_ms: float) -> None:
+        self.env = {**os.environ, **ENV, "RUBRICD_SIM_LATENCY_MS": f"{latency_ms:g}"}
+        self.dir = Path(ENV["RUBRICD_STACK_DIR"])
+        self.dashboard: subprocess.Popen[bytes] | None = None
+
+    def up(self) -> None:
+        subprocess.run([str(STACK), "down"], env=self.env, check=False, capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)  # every soak starts from empty data
+        subprocess.run([str(STACK), "up", "redis", "weaviate", "simulator", "services"], env=self.env, check=True)
+        log = (self.dir / "logs").joinpath("dashboard.log").open("ab")
+        self.dashboard = subprocess.Popen(
+            [sys.executable, "-m", "rubricd_services.cli", "serve", "dashboard", "--port", str(DASHBOARD_PORT)],
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while not self.answers("/api/runs"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the dashboard did not answer on {DASHBOARD_PORT}: {self.dir}/logs/dashboard.log")
+            time.sleep(0.5)
+
+    def down(self) -> None:
+        if self.dashboard is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.dashboard.pid, 15)
+            self.dashboard.wait(timeout=30)
+        subprocess.run([str(STACK), "down"], env=self.env, check=False)
+
+    def answers(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{DASHBOARD_PORT}{path}", timeout=30) as r:
+                r.read()
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def processes(self) -> dict[str, psutil.Process]:
+        """The stack's processes by name (their pid files), the dashboard's too."""
+        found = {}
+        for pidfile in sorted((self.dir / "run").glob("*.pid")):
+            with contextlib.suppress(ValueError, psutil.Error):
+                found[pidfile.stem] = psutil.Process(int(pidfile.read_text()))
+        if self.dashboard is not None:
+            found["dashboard"] = psutil.Process(self.dashboard.pid)
+        return found
+
+
+def timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def quietly(argv: list[str]) -> None:
+    """Run a `rubricd` command here, its output dropped; a command that fails stops the soak."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = cli(argv)
+    if code:
+        raise RuntimeError(f"rubricd {' '.join(argv)} exited {code}")
+
+
+async def key_families(redis: Redis) -> dict[str, int]:
+    """Redis's keys by family: the part after the namespace (`soak:score:run:r1` -> `score`)."""
+    families: dict[str, int] = {}
+    async for raw in redis.scan_iter(count=1000):
+        parts = raw.decode().split(":")
+        family = parts[1] if len(parts) > 1 and parts[0] == NAMESPACE else parts[0]
+        families[family] = families.get(family, 0) + 1
+    return families
+
+
+async def step_events(redis: Redis, run_id: str, step: int) -> dict[str, Event]:
+    """The summarizer's and the updater's events of one step, from the newest events."""
+    found: dict[str, Event] = {}
+    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], await redis.xrevrange(f"{NAMESPACE}:events", count=500))
+    for _, fields in entries:
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            event = wire.decode(wire.payload(fields), Event)
+            if event.run_id == run_id and event.step == step and event.service in ("summarizer", "updater"):
+                found.setdefault(event.service, event)
+    return found
+
+
+class Soak:
+    """One run of S steps, measured after each."""
+
+    def __init__(self, args: argparse.Namespace, stack: Stack) -> None:
+        self.args, self.stack = args, stack
+        self.run = Run(
+            run_id=f"soak-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}",
+            steps=args.steps,
+            rollouts=args.rollouts,
+            seed=7,
+            learning_rate=1.0,
+            namespace=NAMESPACE,
+            started_at=time.time(),
+            start=dict(TASKS["amaris"].start),
+            group_size=args.group_size,
+        )
+        self.steps: list[dict[str, Any]] = []
+        self._tokens: dict[str, int] = {}
+        self._cpu: dict[str, float] = {}
+
+    async def go(self) -> None:
+        settings = load(ServiceSettings)
+        memory = await Memory.connect(settings, make_embedder(settings, None))
+        processes = self.stack.processes()
+        self._cpu = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
+        run = self.run
+        policy = Policy(run.steps, seed=run.seed, learning_rate=run.learning_rate, start=dict(run.start), task=run.task)
+        try:
+            async with RubricdClient(ENV["RUBRICD_REDIS_URL"], namespace=NAMESPACE) as client:
+                announcements = Announcements(client.redis, client.keys, run.run_id)
+                await announcements.start()
+                for step in range(run.steps):
+                    record = await one_step(client, announcements, policy, run, step, timeout=300)
+                    figures = await self.measure(client, memory, processes, record)
+                    self.steps.append(figures)
+                    if step % 10 == 0 or step == run.steps - 1:
+                        print(
+                            f"step {step}: score p50 {figures['score_p50_ms']:.0f} ms, close to update "
+                            f"{figures['close_to_update_s']:.2f} s, rubrics v{figures['rubric_version']} "
+                            f"({figures['rubrics']}), Redis {figures['redis_used_mb']:.1f} MB, memories "
+                            f"{figures['memories']}",
+                            flush=True,
+                        )
+        finally:
+            await memory.close()
+
+    async def measure(
+        self, client: RubricdClient, memory: Memory, processes: dict[str, psutil.Process], record: StepRecord
+    ) -> dict[str, Any]:
+        run_id, redis = self.run.run_id, client.redis
+        latencies = [s * 1000 for s in record.score_latencies]
+        events = await step_events(redis, run_id, record.step)
+        summarized = events.get("summarizer")
+        updated = events.get("updater")
+        spent = {u.agent: u.prompt_tokens for u in await usage.read(redis, client.keys, run_id)}
+        tokens = {agent: n - self._tokens.get(agent, 0) for agent, n in spent.items()}
+        self._tokens = spent
+        current = await client.rubrics.current(run_id)
+        info = await redis.info("memory")
+        cpu, rss = {}, {}
+        for name, p in processes.items():
+            with contextlib.suppress(psutil.Error):
+                used = sum(p.cpu_times()[:2])
+                cpu[name] = (used - self._cpu.get(name, used)) * 1000
+                self._cpu[name] = used
+                rss[name] = p.memory_info().rss / 2**20
+        retrieval = updated.fields.get("retrieval_ms") if updated else None
+        return {
+            "step": record.step,
+            "score_p50_ms": percentile(latencies, 0.5),
+            "score_p99_ms": percentile(latencies, 0.99),
+            "close_to_summary_s": summarized.at - record.closed_at if summarized else None,
+            "close_to_update_s": record.updated_at - record.closed_at,
+            "tokens": tokens,
+            "rubrics": len(current.rubrics) if current else 0,
+            "rubric_version": current.version if current else 0,
+            "redis_used_mb": int(info["used_memory"]) / 2**20,
+            "redis_keys": await key_families(redis),
+            "memories": await memory.count(run_id),
+            "retrieval_ms": float(retrieval) if isinstance(retrieval, int | float) else None,
+            "cpu_ms": cpu,
+            "rss_mb": rss,
+            "status_s": await asyncio.to_thread(timed, lambda: quietly(["status", "--json"])),
+            "health_s": await asyncio.to_thread(timed, lambda: quietly(["rubrics", "health", run_id, "--json"])),
+            "dashboard_runs_s": await asyncio.to_thread(timed, lambda: self.stack.answers("/api/runs")),
+            "dashboard_run_s": await asyncio.to_thread(timed, lambda: self.stack.answers(f"/api/runs/{run_id}")),
+        }
+
+
+def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[float]]]:
+    """Every figure as (group, name, kind, values per step); a figure missing at a step counts as 0."""
+
+    def of(key: str) -> list[float]:
+        return [float(s[key] or 0) for s in steps]
+
+    def nested(key: str) -> dict[str, list[float]]:
+        names = sorted({n for s in steps for n in s[key]})
+        return {n: [float(s[key].get(n, 0)) for s in steps] for n in names}
+
+    yield "latency", "score p50 (ms)", PER_STEP, of("score_p50_ms")
+    yield "latency", "score p99 (ms)", PER_STEP, of("score_p99_ms")
+    yield "loop", "close to summary (s)", PER_STEP, of("close_to_summary_s")
+    yield "loop", "close to update (s)", PER_STEP, of("close_to_update_s")
+    for agent, values in nested("tokens").items():
+        yield "tokens", f"{agent} prompt tokens", PER_STEP, values
+    yield "rubrics", "rubric set size", MEMORY, of("rubrics")
+    yield "rubrics", "rubric version", MEMORY, of("rubric_version")
+    yield "redis", "Redis used_memory (MB)", MEMORY, of("redis_used_mb")
+    for family, values in nested("redis_keys").items():
+        yield "redis", f"keys {family}", MEMORY, values
+    yield "weaviate", "memories", MEMORY, of("memories")
+    yield "weaviate", "memory retrieval (ms)", PER_STEP, of("retrieval_ms")
+    for name, values in nested("rss_mb").items():
+        yield "services", f"{name} RSS (MB)", MEMORY, values
+    for name, values in nested("cpu_ms").items():
+        yield "cpu", f"{name} CPU (ms)", PER_STEP, values
+    yield "reads", "rubricd status (s)", PER_STEP, of("status_s")
+    yield "reads", "rubricd rubrics health (s)", PER_STEP, of("health_s")
+    yield "reads", "dashboard /api/runs (s)", PER_STEP, of("dashboard_runs_s")
+    yield "reads", "dashboard /api/runs/RUN (s)", PER_STEP, of("dashboard_run_s")
+
+
+def table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The growth table: per figure, its first and last tenth, their ratio, and whether it passes."""
+    rows = []
+    for group, name, kind, values in series(steps):
+        first, last = tenths(values)
+        ratio = last / first if first else None
+        if kind == PER_STEP:
+            verdict = "flat" if ratio is None or ratio <= FLAT else "GROWS"
+        else:
+            verdict = f"{slope(values):+.3g} per step (second half)"
+        rows.append(
+            {
+                "group": group,
+                "figure": name,
+                "kind": kind,
+                "first": first,
+                "last": last,
+                "ratio": ratio,
+                "verdict": verdict,
+            }
+        )
+    return rows
+
+
+def plot(steps: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """One PNG per group of figures, each figure against the step."""
+    groups: dict[str, list[tuple[str, list[float]]]] = {}
+    for group, name, _, values in series(steps):
+        groups.setdefault(group, []).append((name, values))
+    xs = [s["step"] for s in steps]
+    written = []
+    for group, figures in groups.items():
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for name, values in figures:
+            ax.plot(xs, values, label=name, linewidth=1)
+        ax.set_xlabel("step")
+        ax.set_title(f"soak: {group}")
+        ax.legend(fontsize=7, loc="upper left", ncol=2)
+        path = folder / f"{group}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write(soak: Soak, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = table(soak.steps)
+    (folder / "soak.json").write_text(
+        json.dumps(
+            {
+                "run_id": soak.run.run_id,
+                "args": vars(soak.args) | {"reports": str(soak.args.reports)},
+                "steps": soak.steps,
+                "growth": rows,
+            },
+            indent=1,
+        )
+    )
+    pngs = plot(soak.steps, folder)
+    lines = [
+        f"# Soak {soak.run.run_id}",
+        "",
+        f"{len(soak.steps)} steps x {soak.args.rollouts} rollouts (sample groups of {soak.args.group_size}), judge "
+        f"latency {soak.args.latency_ms:g} ms (the simulator). Plots: {', '.join(p.name for p in pngs)}.",
+        "",
+        "| figure | kind | first tenth | last tenth | last / first | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        lines.append(f"| {r['figure']} | {r['kind']} | {r['first']:.4g} | {r['last']:.4g} | {ratio} | {r['verdict']} |")
+    report = folder / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="soak", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rollouts", type=int, default=8, help="rollouts per step")
+    parser.add_argument("--group-size", type=int, default=4, help="responses per prompt (a sample group)")
+    parser.add_argument("--latency-ms", type=float, default=0, help="the simulator's judge latency")
+    parser.add_argument(
+        "--reports", type=Path, default=REPO / "reports", help="the report goes to REPORTS/soak-<time>/"
+    )
+    args = parser.parse_args(argv)
+    if args.steps < 10 or args.rollouts < 1 or args.group_size < 1 or args.latency_ms < 0:
+        parser.error(
+            "--steps at least 10 (a tenth is a step), --rollouts and --group-size at least 1, --latency-ms >= 0"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    os.environ.update(ENV)  # the commands timed here read the soak stack's settings
+    stack = Stack(args.latency_ms)
+    stack.up()
+    soak = Soak(args, stack)
+    try:
+        asyncio.run(soak.go())
+    except KeyboardInterrupt:
+        print("interrupted: the steps done are reported", file=sys.stderr)
+    finally:
+        stack.down()
+    if len(soak.steps) < 10:
+        print(f"only {len(soak.steps)} steps done: no report", file=sys.stderr)
+        return 1
+    report = write(soak, args.reports / soak.run.run_id)
+    print(report.read_text())
+    print(f"report: {report}")
+    failing = [r["figure"] for r in table(soak.steps) if r["verdict"] == "GROWS"]
+    print(f"per-step figures growing beyond {FLAT}: {', '.join(failing) if failing else 'none'}")
+    return 0 if len(soak.steps) == args.steps else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
