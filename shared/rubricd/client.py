@@ -369,7 +369,8 @@ class RubricdClient:
         deadline = time.monotonic() + limit
         wanted = {s for s in self._closed.get(run_id, ()) if s <= step} | {step}
         doing = f"waiting for the rubrics of run {run_id!r} step {step}"
-        last = await self._retrying(lambda: self._last_id(self.keys.rubrics_updated), deadline, doing)
+        log = self.keys.rubric_step_log(run_id)
+        last = await self._retrying(lambda: self._last_id(log), deadline, doing)
         while undone := await self._retrying(lambda: self.rubrics.undone(run_id, wanted), deadline, doing):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -377,11 +378,11 @@ class RubricdClient:
                 raise TimeoutError(
                     f"rubrics for run {run_id!r} step {step} not in place after {limit:g} s (steps {steps})"
                 )
-            # Woken by the next RubricsUpdated, or re-checks at least once a block (an outage or a slow read: the
-            # next check retries, and tells which).
+            # Woken by the next step the updater completes for the run (its step log), or re-checks at least once
+            # a block (an outage or a slow read: the next check retries, and tells which).
             with contextlib.suppress(*_OUTAGE):
                 block_ms = max(1, min(int(remaining * 1000), self._block_ms))
-                response = cast(_XRead, await self.redis.xread({self.keys.rubrics_updated: last}, block=block_ms))
+                response = cast(_XRead, await self.redis.xread({log: last}, block=block_ms))
                 for _, entries in response or []:
                     last = entries[-1][0]
 

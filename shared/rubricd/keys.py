@@ -83,6 +83,11 @@ class Keys:
         """Sorted set of the steps whose rubric update (or decision not to) is complete; member and score: the step."""
         return f"{self.namespace}:rubric-steps:{run_id}"
 
+    def rubric_step_log(self, run_id: str) -> str:
+        """Stream of a run's steps as their rubric update (or decision not to) completes, one entry each (`step`;
+        the newest hundred, kept a day after the last): what a trainer waiting on them blocks on."""
+        return f"{self.namespace}:rubric-step-log:{run_id}"
+
     def failure(self, stream: str, entry_id: str) -> str:
         """Hash of a stream entry's failures, kept for its retries and its dead letter: `error` (the last one),
         `failed` (how often it failed for a reason of its own), `transient` (how often an outage failed it)."""

@@ -28,9 +28,11 @@ redis.call('HSET', KEYS[1], 'v' .. ARGV[2], ARGV[3], 'current', ARGV[3])
 return 1
 """
 
-# KEYS: step marker, done steps. ARGV: step
+# KEYS: step marker, done steps, step log. ARGV: step
 _ADVANCE = """
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100, '*', 'step', ARGV[1])
+redis.call('EXPIRE', KEYS[3], 86400)
 local cur = tonumber(redis.call('GET', KEYS[1]) or '-1')
 if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
 return math.max(cur, tonumber(ARGV[1]))
@@ -81,8 +83,8 @@ class RubricStore:
 
     async def advance_step(self, run_id: str, step: int) -> int:
         """Record that the rubrics for `step` are in place: among the run's done steps, and in its marker
-        (the highest such step, never going back)."""
-        keys = [self.keys.rubric_step(run_id), self.keys.rubric_steps(run_id)]
+        (the highest such step, never going back); and on its log, to wake the trainers waiting on it."""
+        keys = [self.keys.rubric_step(run_id), self.keys.rubric_steps(run_id), self.keys.rubric_step_log(run_id)]
         return int(await self._advance(keys=keys, args=[step]))
 
     async def undone(self, run_id: str, steps: Iterable[int]) -> list[int]:

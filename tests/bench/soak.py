@@ -70,15 +70,18 @@ PORTS = {
 }
 DASHBOARD_PORT = 9490
 NAMESPACE = "soak"
-ENV = {
+STACK_ENV = {
     "RUBRICD_STACK_DIR": str(REPO / ".stack/soak"),
     **{k: str(v) for k, v in PORTS.items()},
     "RUBRICD_NAMESPACE": NAMESPACE,
+    "RUBRICD_LOG_LEVEL": "WARNING",
+}
+# Where this process (the trainer, the commands it times) finds the stack.
+ENV = {
+    **STACK_ENV,
     "RUBRICD_REDIS_URL": f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0",
     "RUBRICD_WEAVIATE_URL": f"http://127.0.0.1:{PORTS['RUBRICD_WEAVIATE_PORT']}",
-    "RUBRICD_WEAVIATE_GRPC_PORT": str(PORTS["RUBRICD_WEAVIATE_GRPC_PORT"]),
     "RUBRICD_LLM__BASE_URL": f"http://127.0.0.1:{PORTS['RUBRICD_SIMULATOR_PORT']}/v1",
-    "RUBRICD_LOG_LEVEL": "WARNING",
 }
 FLAT = 1.10  # a per-step figure's last tenth / first tenth at most this
 # What the soak records of a step, by kind: per-step figures must stay flat; memory figures may grow with what
@@ -119,8 +122,8 @@ class Stack:
     """The soak's own stack (deploy/local/stack.sh with the soak's directory and ports) and its dashboard."""
 
     def __init__(self, latency_ms: float) -> None:
-        self.env = {**os.environ, **ENV, "RUBRICD_SIM_LATENCY_MS": f"{latency_ms:g}"}
-        self.dir = Path(ENV["RUBRICD_STACK_DIR"])
+        self.env = {**os.environ, **STACK_ENV, "RUBRICD_SIM_LATENCY_MS": f"{latency_ms:g}"}
+        self.dir = Path(STACK_ENV["RUBRICD_STACK_DIR"])
         self.dashboard: subprocess.Popen[bytes] | None = None
 
     def up(self) -> None:
@@ -130,7 +133,7 @@ class Stack:
         log = (self.dir / "logs").joinpath("dashboard.log").open("ab")
         self.dashboard = subprocess.Popen(
             [sys.executable, "-m", "rubricd_services.cli", "serve", "dashboard", "--port", str(DASHBOARD_PORT)],
-            env=self.env,
+            env={**self.env, **ENV},
             stdout=log,
             stderr=log,
             start_new_session=True,
@@ -424,9 +427,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    os.environ.update(ENV)  # the commands timed here read the soak stack's settings
     stack = Stack(args.latency_ms)
     stack.up()
+    os.environ.update(ENV)  # the commands timed here read the soak stack's settings
     soak = Soak(args, stack)
     try:
         asyncio.run(soak.go())

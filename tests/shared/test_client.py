@@ -122,6 +122,20 @@ async def test_wait_for_rubrics_returns_once_the_step_is_in_place(stack, redis):
     assert await store.advance_step("run", 1) == 2  # never goes back
 
 
+async def test_wait_for_rubrics_wakes_as_the_updater_completes_the_step(stack, redis):
+    """A step completed without a new version (nothing announced) wakes its waiter through the run's step log,
+    not at the waiter's next re-check."""
+    keys = Keys("tclient-wake")
+    store = RubricStore(redis, keys)
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        client._block_ms = 600_000  # its next re-check: in ten minutes
+        waiting = asyncio.create_task(client.wait_for_rubrics("run", 0, timeout=900))
+        await store.advance_step("run", 0)
+        await asyncio.wait_for(waiting, 60)
+    [(_, fields)] = await redis.xrange(keys.rubric_step_log("run"))
+    assert fields == {b"step": b"0"} and await redis.ttl(keys.rubric_step_log("run")) > 0
+
+
 async def test_wait_for_rubrics_waits_for_every_step_it_closed_up_to_the_one_asked(stack, redis):
     keys = Keys("tclient-order")
     store = RubricStore(redis, keys)

@@ -197,7 +197,7 @@ def services(keys: Keys) -> list[User]:
         User(
             "updater",
             # the run lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, PTTL, DEL); the store: HGET,
-            # HGETALL, its publish script (HGET, HSET) and its step script (ZADD, GET, SET)
+            # HGETALL, its publish script (HGET, HSET) and its step script (ZADD, GET, SET, XADD, EXPIRE)
             (*CONSUMER, *LLM_SLOTS, "set", "get", "pttl", "del", "hget"),
             keys=[
                 *consuming(k, k.summaries),
@@ -205,6 +205,7 @@ def services(keys: Keys) -> list[User]:
                 rubric_sets,
                 family(k.rubric_step("run")),
                 family(k.rubric_steps("run")),
+                family(k.rubric_step_log("run")),
                 k.rubrics_updated,
                 *every,
             ],
@@ -243,6 +244,7 @@ def trainer(keys: Keys, name: str) -> User:
             family(k.rubric_set("run")),
             family(k.rubric_step("run")),
             family(k.rubric_steps("run")),
+            family(k.rubric_step_log("run")),
             family(k.schedule("run")),
         ],
         write=[k.rollouts, k.steps, k.comparisons, k.arm],
