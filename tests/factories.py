@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from rubricd import health
 from rubricd.messages import (
     Function,
     FunctionSpec,
@@ -158,3 +159,12 @@ def starter(service: str, *, wait: bool = True, **defaults: object) -> Any:
         return lambda *args, **settings: start_service(service, *args, **{"wait": wait, **defaults, **settings})
 
     return start
+
+
+async def count_health(redis, keys, score, group: str | None, ttl_s: int = 3600) -> None:
+    """What the scorer's commit adds to the rubric health of a score's step: its counts, and the step in the run's
+    health index (until the hash expires, by Redis's clock)."""
+    for field, n in health.increments(score, group).items():
+        await redis.hincrby(keys.rubric_health(score.run_id, score.step, score.instance_key), field, n)
+    now, _ = await redis.time()
+    await redis.zadd(keys.rubric_health_steps(score.run_id, score.instance_key), {str(score.step): now + ttl_s})

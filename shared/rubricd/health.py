@@ -83,11 +83,8 @@ async def read(redis: Redis, keys: Keys, run_id: str, step: int, instance_key: s
 
 
 async def steps(redis: Redis, keys: Keys, run_id: str, instance_key: str | None = None) -> list[int]:
-    """The steps of a run (and instance) whose health hash is still kept, in order."""
-    prefix, suffix = keys.rubric_health(run_id, 0, instance_key).rsplit(":0:", 1)
-    found = set()
-    async for key in redis.scan_iter(match=f"{prefix}:*:{suffix}", count=1000):
-        step = wire.string(key).removeprefix(prefix + ":").removesuffix(":" + suffix)
-        if step.isdigit():
-            found.add(int(step))
-    return sorted(found)
+    """The steps of a run (and instance) whose health hash is still kept, in order: those of its index
+    (`Keys.rubric_health_steps`) whose hash has not expired by Redis's clock."""
+    now, _ = await redis.time()
+    found = await redis.zrangebyscore(keys.rubric_health_steps(run_id, instance_key), now, "+inf")
+    return sorted(int(step) for step in found)

@@ -199,6 +199,11 @@ class Keys:
         `schedule_stats_ttl_s` after the step's last score."""
         return f"{self.namespace}:rubric-health:{run_id}:{step}:{instance_key or GLOBAL}"
 
+    def rubric_health_steps(self, run_id: str, instance_key: str | None = None) -> str:
+        """Sorted set of a run's (and instance's) steps with a rubric health hash, each scored by when its hash
+        expires (Redis's clock): the index its readers take instead of scanning the keyspace."""
+        return f"{self.namespace}:rubric-health-steps:{run_id}:{instance_key or GLOBAL}"
+
     def canaries(self, run_id: str) -> str:
         """Hash of a run's judge canaries (rubricd.canaries reads it): field <step> -> that step's `CanaryStep`,
         written once; `started:<step>`, set by the commit of the step's first score (HSETNX), which alone puts the

@@ -6,7 +6,7 @@ import time
 
 import msgspec
 
-from rubricd import health, wire
+from rubricd import wire
 from rubricd.messages import (
     Action,
     GeneratedBy,
@@ -24,6 +24,7 @@ from rubricd.messages import (
 )
 from rubricd.store import RubricStore
 from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
+from tests.factories import count_health
 
 ANCHOR = Rubric(id="correct", criterion="The final answer is correct.", points=5, kind=RubricKind.ANCHOR)
 CONCISE = Rubric(id="concise", criterion="The answer is short.", points=1, meta_class="style")
@@ -210,19 +211,18 @@ async def test_diff_shows_a_change_the_updater_made_with_its_rationale(
     assert "corrective" in history and "+no_padding" in history
 
 
-async def count_health(redis, keys, run: str, step: int, scored: list[tuple[str | None, dict[str, bool]]]) -> None:
+async def counted(redis, keys, run: str, step: int, scored: list[tuple[str | None, dict[str, bool]]]) -> None:
     """What the scorer's commit adds for each (group, verdicts) of a step."""
     for group, verdicts in scored:
         results = [RubricResult(rubric_id=r, met=m, points=1) for r, m in verdicts.items()]
         score = Score(
             run_id=run, rollout_id="r", step=step, status=JudgeStatus.OK, reward=1.0, rubric_version=1, results=results
         )
-        for field, n in health.increments(score, group).items():
-            await redis.hincrby(keys.rubric_health(run, step), field, n)
+        await count_health(redis, keys, score, group)
 
 
 async def test_health_shows_each_step_s_rubrics_marking_the_uninformative_ones(stack, redis, keys, cli):
-    await count_health(
+    await counted(
         redis,
         keys,
         "run",
@@ -230,7 +230,7 @@ async def test_health_shows_each_step_s_rubrics_marking_the_uninformative_ones(s
         [("a", {"correct": True, "concise": True}), ("a", {"correct": False, "concise": True})]
         + [("b", {"correct": True, "concise": True})] * 2,
     )
-    await count_health(redis, keys, "run", 5, [(None, {"correct": True}), (None, {"correct": False})])
+    await counted(redis, keys, "run", 5, [(None, {"correct": True}), (None, {"correct": False})])
     text = cli("rubrics", "health", "run").stdout
     assert text.index("step 2: 2 rubrics, 1 uninformative") < text.index("step 5: 1 rubrics, 0 uninformative")
     rows = [ln.split() for ln in text.splitlines()]

@@ -9,13 +9,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, health, wire
+from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, SCORERS
 from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, RubricResult, Score
 from rubricd.store import RubricStore
 from rubricd_services.runtime.consumer_groups import ensure_group
 from rubricd_services.scorer.schedule import Rule, Schedule
-from tests.factories import rollout, rubric_set
+from tests.factories import count_health, rollout, rubric_set
 
 
 def numbered(run: str, i: int) -> Rollout:
@@ -178,8 +178,7 @@ async def test_status_shows_where_the_votes_split_at_each_voted_runs_latest_step
                 results=[result],
                 votes=3,
             )
-            for field, n in health.increments(score, "g").items():
-                await redis.hincrby(keys.rubric_health("voted", step, None), field, n)
+            await count_health(redis, keys, score, "g")
     report = json.loads(cli("status", "--json").stdout)
     assert report["votes"] == [
         {"run_id": "voted", "step": 1, "rubrics": [{"rubric_id": "correct", "voted": 3, "split": 2}]}

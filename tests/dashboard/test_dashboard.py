@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from rubricd import RubricdClient, health, wire
+from rubricd import RubricdClient, wire
 from rubricd.arm import PhaseDecision, Plan
 from rubricd.canaries import CanaryStep
 from rubricd.messages import (
@@ -33,7 +33,7 @@ from rubricd.messages import (
     ScoredRollout,
 )
 from rubricd_services.dashboard.reader import PAGE, RunTally, StepTally
-from tests.factories import answer, rollout, scored
+from tests.factories import answer, count_health, rollout, scored
 
 from .conftest import IMG, SCRIPT
 
@@ -434,8 +434,7 @@ async def test_the_health_panel_shows_the_latest_step_marking_its_uninformative_
             kept = scored(member, results=results)
             await redis.xadd(keys.kept_rollouts("healthy"), wire.entry(kept))
             if step == 1:  # the step before has expired: only the latest is shown
-                for field, n in health.increments(kept.score, group).items():
-                    await redis.hincrby(keys.rubric_health("healthy", step), field, n)
+                await count_health(redis, keys, kept.score, group)
     browser.get(dashboard + "#run=healthy")
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#health tr[data-rubric]"))
     assert texts(browser, "#health .note") == ["step 1: 1 of 2 rubrics uninformative"]

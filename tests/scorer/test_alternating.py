@@ -6,7 +6,7 @@ import httpx
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, wire
+from rubricd import RubricdClient, health, wire
 from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd.schedule import ClassStats, Decision, parse_stats
 from rubricd.store import RubricStore
@@ -179,6 +179,8 @@ async def test_statistics_are_what_the_committed_scores_imply_and_most_room_read
     assert decision.meta_class == min(CLASSES, key=lambda c: (means[c], CLASSES.index(c)))
     assert {s.active_meta_class for s in chosen} == {decision.meta_class}
     check_rewards([*warm, *chosen])
+    assert await health.steps(redis, keys, "st") == [0, 1]  # the commits' index of the steps with rubric health
+    assert 0 < await redis.ttl(keys.rubric_health_steps("st")) <= 7 * 24 * 3600
 
 
 async def test_an_undefined_active_class_masks_the_sample(stack, redis, keys, start_scorer):

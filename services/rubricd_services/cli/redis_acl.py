@@ -91,7 +91,7 @@ def services(keys: Keys) -> list[User]:
             "scorer",
             # listen: XREAD; score records and kept verdicts: GET, SET, and one MGET of both before judging; rubric
             # sets: HGET, and the store's seed script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
-            # statistics: HINCRBYFLOAT, and to its rubric health: HINCRBY; the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
+            # statistics: HINCRBYFLOAT, and to its rubric health: HINCRBY (its index: TIME, ZADD, ZREMRANGEBYSCORE); the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
             # (GET, SET, DEL); canaries: the commit's HSETNX of a step's start and XADD to the canary-steps stream,
             # their consumer group on it (the template's commands, failure records of its entries), the run's own
@@ -108,6 +108,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.schedule("run")),
                 family(k.class_stats("run", 0)),
                 family(k.rubric_health("run", 0)),
+                family(k.rubric_health_steps("run")),
                 family(k.kept_rollouts("run")),
                 family(k.verdict("digest")),
                 family(k.canaries("run")),

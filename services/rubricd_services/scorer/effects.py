@@ -1,5 +1,5 @@
 """What the scorer's commit writes besides the answering runtime's (runtime.answering): with the first score only, the
-rollout handed to the analyzers (unless not analysed), the step's class statistics and rubric health, and, for the
+rollout handed to the analyzers (unless not analysed), the step's class statistics and rubric health (and its step in the run's health index), and, for the
 step's first score, its event on the canary-steps stream (the canaries start there, off the scoring path); with every
 commit, a new verdict for the judge cache. What is written: docs/operators/recover.md, "Delivery".
 """
@@ -17,15 +17,21 @@ from .settings import ScorerSettings
 # An optional key is '': `scored` (not analysed), `canaries` (an evaluation rollout: it starts no canaries),
 # `verdict` (no new verdict to keep for the judge cache).
 SCRIPT = answering.script(
-    keys="scored stats health canaries canary_steps verdict",
-    args="stats_ttl canary_step verdict verdict_ttl",
+    keys="scored stats health health_steps canaries canary_steps verdict",
+    args="stats_ttl step canary_step verdict verdict_ttl",
     maps="stats health",
     with_first="""
   if k_scored ~= '' then append(k_scored, a_maxlen, a_kept) end
   hincrbyfloat(k_stats, m_stats)
   if #m_stats > 0 then redis.call('EXPIRE', k_stats, a_stats_ttl) end
   hincrby(k_health, m_health)
-  if #m_health > 0 then redis.call('EXPIRE', k_health, a_stats_ttl) end
+  if #m_health > 0 then
+    redis.call('EXPIRE', k_health, a_stats_ttl)
+    local now = tonumber(redis.call('TIME')[1])
+    redis.call('ZADD', k_health_steps, now + a_stats_ttl, a_step)
+    redis.call('ZREMRANGEBYSCORE', k_health_steps, '-inf', now)
+    redis.call('EXPIRE', k_health_steps, a_stats_ttl)
+  end
   if k_canaries ~= '' and redis.call('HSETNX', k_canaries, a_canary_step, 1) == 1 then
     redis.call('EXPIRE', k_canaries, a_kept_ttl)
     append(k_canary_steps, a_maxlen, a_event)
@@ -50,12 +56,14 @@ def effects(
             "scored": keys.scored if analyze else "",
             "stats": keys.class_stats(rollout.run_id, rollout.step),
             "health": keys.rubric_health(rollout.run_id, rollout.step, score.instance_key),
+            "health_steps": keys.rubric_health_steps(rollout.run_id, score.instance_key),
             "canaries": canaries,
             "canary_steps": keys.canary_steps if canaries else "",
             "verdict": verdict[0] if verdict else "",
         },
         args={
             "stats_ttl": settings.schedule_stats_ttl_s,
+            "step": rollout.step,
             "canary_step": f"{STARTED}{rollout.step}",
             "verdict": verdict[1] if verdict else "",
             "verdict_ttl": settings.judge_cache_ttl_s,
