@@ -13,11 +13,11 @@ closes the step and waits for its rubric update; after each step the soak record
 - the prompt tokens of each agent in the step (judge, analyzer, summarizer, query writer, updater);
 - the rubric set's size and version;
 - Redis's used_memory and its keys by family (the key's second part: `<ns>:<family>:...`);
-- Weaviate's objects (the run's memories) and its process's RSS, the updater's memory retrieval (its event's
+- Weaviate's objects (its shards' statistics) and its process's RSS, the updater's memory retrieval (its event's
   retrieval_ms);
-- each service's RSS and the CPU seconds it spent on the step;
-- how long `rubricd status`, `rubricd rubrics health RUN` and the dashboard's API (the runs list and the run's
-  view) take to answer (the commands run in this process: no interpreter start-up counted).
+- each service's RSS and the CPU milliseconds it spent on the step (the soak's own reads below are left out);
+- how long `rubricd status`, `rubricd rubrics health RUN --step S` and the dashboard's API (the runs list and the
+  run's view) take to answer (the commands run in this process: no interpreter start-up counted).
 
 It writes reports/soak-<time>/: soak.json (every step's figures), a PNG per group of figures, and report.md with the
 growth table: each figure's mean over the run's last tenth against its first tenth. A per-step figure is flat when
@@ -194,6 +194,13 @@ async def key_families(redis: Redis) -> dict[str, int]:
     return families
 
 
+async def objects(memory: Memory) -> int:
+    """Weaviate's objects in the memory's collection: an aggregate without a filter, which Weaviate answers from
+    its index's count (a run's filtered count would scan, and be part of what is measured)."""
+    found = await memory.collection.aggregate.over_all(total_count=True)
+    return found.total_count or 0
+
+
 async def step_events(redis: Redis, run_id: str, step: int) -> dict[str, Event]:
     """The summarizer's and the updater's events of one step, from the newest events."""
     found: dict[str, Event] = {}
@@ -245,7 +252,7 @@ class Soak:
                         print(
                             f"step {step}: score p50 {figures['score_p50_ms']:.0f} ms, close to update "
                             f"{figures['close_to_update_s']:.2f} s, rubrics v{figures['rubric_version']} "
-                            f"({figures['rubrics']}), Redis {figures['redis_used_mb']:.1f} MB, memories "
+                            f"({figures['rubrics']}), Redis {figures['redis_used_mb']:.1f} MB, Weaviate objects "
                             f"{figures['memories']}",
                             flush=True,
                         )
@@ -273,7 +280,7 @@ class Soak:
                 self._cpu[name] = used
                 rss[name] = p.memory_info().rss / 2**20
         retrieval = updated.fields.get("retrieval_ms") if updated else None
-        return {
+        figures = {
             "step": record.step,
             "score_p50_ms": percentile(latencies, 0.5),
             "score_p99_ms": percentile(latencies, 0.99),
@@ -284,15 +291,21 @@ class Soak:
             "rubric_version": current.version if current else 0,
             "redis_used_mb": int(info["used_memory"]) / 2**20,
             "redis_keys": await key_families(redis),
-            "memories": await memory.count(run_id),
+            "memories": await objects(memory),
             "retrieval_ms": float(retrieval) if isinstance(retrieval, int | float) else None,
             "cpu_ms": cpu,
             "rss_mb": rss,
             "status_s": await asyncio.to_thread(timed, lambda: quietly(["status", "--json"])),
-            "health_s": await asyncio.to_thread(timed, lambda: quietly(["rubrics", "health", run_id, "--json"])),
+            "health_s": await asyncio.to_thread(
+                timed, lambda: quietly(["rubrics", "health", run_id, "--step", str(record.step), "--json"])
+            ),
             "dashboard_runs_s": await asyncio.to_thread(timed, lambda: self.stack.answers("/api/runs")),
             "dashboard_run_s": await asyncio.to_thread(timed, lambda: self.stack.answers(f"/api/runs/{run_id}")),
         }
+        for name, p in processes.items():  # the next step's CPU counts from here: the reads above are not its
+            with contextlib.suppress(psutil.Error):
+                self._cpu[name] = sum(p.cpu_times()[:2])
+        return figures
 
 
 def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[float]]]:
@@ -316,7 +329,7 @@ def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[fl
     yield "redis", "Redis used_memory (MB)", MEMORY, of("redis_used_mb")
     for family, values in nested("redis_keys").items():
         yield "redis", f"keys {family}", MEMORY, values
-    yield "weaviate", "memories", MEMORY, of("memories")
+    yield "weaviate", "Weaviate objects", MEMORY, of("memories")
     yield "weaviate", "memory retrieval (ms)", PER_STEP, of("retrieval_ms")
     for name, values in nested("rss_mb").items():
         yield "services", f"{name} RSS (MB)", MEMORY, values
