@@ -168,3 +168,9 @@ async def count_health(redis, keys, score, group: str | None, ttl_s: int = 3600)
         await redis.hincrby(keys.rubric_health(score.run_id, score.step, score.instance_key), field, n)
     now, _ = await redis.time()
     await redis.zadd(keys.rubric_health_steps(score.run_id, score.instance_key), {str(score.step): now + ttl_s})
+
+
+async def indexed(redis, keys, *run_ids: str) -> None:
+    """Runs in the runs index, as a committed answer or a rubric set of theirs puts them there."""
+    now, _ = await redis.time()
+    await redis.zadd(keys.runs, dict.fromkeys(run_ids, now))

@@ -9,6 +9,7 @@ dashboard show. What it means: docs/researchers/groups.md, "Rubric health".
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from redis.asyncio import Redis
 
@@ -86,5 +87,5 @@ async def steps(redis: Redis, keys: Keys, run_id: str, instance_key: str | None 
     """The steps of a run (and instance) whose health hash is still kept, in order: those of its index
     (`Keys.rubric_health_steps`) whose hash has not expired by Redis's clock."""
     now, _ = await redis.time()
-    found = await redis.zrangebyscore(keys.rubric_health_steps(run_id, instance_key), now, "+inf")
+    found = cast(list[bytes], await redis.zrangebyscore(keys.rubric_health_steps(run_id, instance_key), now, "+inf"))
     return sorted(int(step) for step in found)

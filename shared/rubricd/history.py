@@ -12,49 +12,38 @@ from typing import Any, cast
 import msgspec
 from redis.asyncio import Redis
 
-from . import wire
-from .keys import GLOBAL, Keys
+from . import runs, wire
+from .keys import Keys
 from .messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
 
 COMPARED = ("criterion", "points", "meta_class", "kind", "scope")
 
 
 async def rubric_versions(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
-    """The current version of each run's global set; per-instance sets counted per run."""
-    prefix = keys.rubric_set("", None).removesuffix(f":{GLOBAL}")  # "<ns>:rubric-set:"
-    runs: dict[str, dict[str, Any]] = {}
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        run_id, _, instance = wire.string(key).removeprefix(prefix).rpartition(":")
-        raw = await redis.hget(key, "current")
-        if not raw:
+    """The current version of each run's global set; per-instance sets counted per run (the runs index's runs
+    that have one)."""
+    run_ids = await runs.listed(redis, keys)
+    current = await runs.each(redis, run_ids, lambda pipe, run: pipe.hget(keys.rubric_set(run, None), "current"))
+    instances = await runs.each(redis, run_ids, lambda pipe, run: pipe.hvals(keys.rubric_instances(run)))
+    markers = await runs.each(redis, run_ids, lambda pipe, run: pipe.get(keys.rubric_step(run)))
+    rows = []
+    for run_id, raw, versions, marker in zip(run_ids, current, instances, markers, strict=True):
+        if not raw and not versions:
             continue
-        current = msgspec.json.decode(raw, type=RubricSet)
-        row = runs.setdefault(
-            run_id,
+        found = msgspec.json.decode(raw, type=RubricSet) if raw else None
+        rows.append(
             {
                 "run_id": run_id,
-                "version": None,
-                "step": None,
-                "rubrics": None,
-                "updated_at": None,
-                "instance_sets": 0,
-                "max_instance_version": None,
-            },
-        )
-        if instance == GLOBAL:
-            row |= {
-                "version": current.version,
-                "step": current.step,
-                "rubrics": len(current.rubrics),
-                "updated_at": current.created_at,
+                "version": found.version if found else None,
+                "step": found.step if found else None,
+                "rubrics": len(found.rubrics) if found else None,
+                "updated_at": found.created_at if found else None,
+                "instance_sets": len(versions),
+                "max_instance_version": max((int(v) for v in versions), default=None),
+                "rubrics_ready_for_step": int(marker) if marker is not None else None,
             }
-        else:
-            row["instance_sets"] += 1
-            row["max_instance_version"] = max(row["max_instance_version"] or 0, current.version)
-    for run_id, row in runs.items():
-        marker = await redis.get(keys.rubric_step(run_id))
-        row["rubrics_ready_for_step"] = int(marker) if marker is not None else None
-    return sorted(runs.values(), key=lambda r: r["run_id"])
+        )
+    return rows
 
 
 async def announced(redis: Redis, keys: Keys, run_id: str, instance: str | None) -> dict[int, RubricsUpdated]:

@@ -56,6 +56,9 @@ class Keys:
         # Sorted set of the sample groups gathering for group judging (their `group` keys), each by when it is
         # due: its deadline, at once when complete, or when a claim on it runs out (a gathering: scorer.groups).
         self.groups_due = f"{ns}:groups-due"
+        # Sorted set of the namespace's runs, each by when it was last active (an answer committed for it, or a
+        # rubric set of its written): what `rubricd status` and the dashboard list, instead of scanning.
+        self.runs = f"{ns}:runs"
         self._replies = f"{ns}:replies:"
 
     def replies(self, client_id: str) -> str:
@@ -74,6 +77,10 @@ class Keys:
     def rubric_set(self, run_id: str, instance_key: str | None = None) -> str:
         """Hash of a run's rubric set versions: field N -> RubricSet, `current` -> N."""
         return f"{self.namespace}:rubric-set:{run_id}:{instance_key or GLOBAL}"
+
+    def rubric_instances(self, run_id: str) -> str:
+        """Hash of a run's per-instance rubric sets: instance key -> its current version (written with each)."""
+        return f"{self.namespace}:rubric-instances:{run_id}"
 
     def rubric_step(self, run_id: str) -> str:
         """The last step whose rubric update (or decision not to) is complete."""

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from .keys import Keys
 from .messages import RubricSet
 
+# KEYS: the rubric set, the runs index, the run's instance sets. ARGV: expected version, version, set, run, instance
 _PUBLISH = """
 local cur = redis.call('HGET', KEYS[1], 'current')
 local expected = tonumber(ARGV[1])
@@ -25,6 +26,8 @@ elseif expected ~= 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'v' .. ARGV[2], ARGV[3], 'current', ARGV[3])
+redis.call('ZADD', KEYS[2], redis.call('TIME')[1], ARGV[4])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[5], ARGV[2]) end
 return 1
 """
 
@@ -64,10 +67,21 @@ class RubricStore:
         return sorted(sets, key=lambda s: s.version)
 
     async def publish(self, rubric_set: RubricSet) -> bool:
-        """Write `rubric_set` as the new current version; False if it does not follow."""
+        """Write `rubric_set` as the new current version (its run in the runs index, an instance set's version in
+        the run's instance sets); False if it does not follow."""
         written = await self._publish(
-            keys=[self.keys.rubric_set(rubric_set.run_id, rubric_set.instance_key)],
-            args=[rubric_set.version - 1, rubric_set.version, msgspec.json.encode(rubric_set)],
+            keys=[
+                self.keys.rubric_set(rubric_set.run_id, rubric_set.instance_key),
+                self.keys.runs,
+                self.keys.rubric_instances(rubric_set.run_id),
+            ],
+            args=[
+                rubric_set.version - 1,
+                rubric_set.version,
+                msgspec.json.encode(rubric_set),
+                rubric_set.run_id,
+                rubric_set.instance_key or "",
+            ],
         )
         return bool(written)
 

@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
+from . import runs
 from .keys import Keys
-from .wire import string
 
 KINDS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "ms")
 
@@ -68,16 +68,18 @@ def total_cost(usage: Iterable[AgentUsage], prices: Mapping[str, Price]) -> floa
 
 
 async def run_usage(redis: Redis, keys: Keys, prices: Mapping[str, Price]) -> list[dict[str, Any]]:
-    """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's."""
-    prefix = keys.usage("")
-    runs = []
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        agents = parse(await redis.hgetall(key))
-        runs.append(
-            {
-                "run_id": string(key).removeprefix(prefix),
-                "agents": [asdict(u) | {"cost": u.cost(prices)} for u in agents],
-                "cost": total_cost(agents, prices),
-            }
-        )
-    return sorted(runs, key=lambda r: r["run_id"])
+    """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's (the
+    runs index's runs that used any)."""
+    run_ids = await runs.listed(redis, keys)
+    found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.usage(run)))
+    rows = []
+    for run_id, raw in zip(run_ids, found, strict=True):
+        if agents := parse(raw):
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "agents": [asdict(u) | {"cost": u.cost(prices)} for u in agents],
+                    "cost": total_cost(agents, prices),
+                }
+            )
+    return rows

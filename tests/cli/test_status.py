@@ -15,7 +15,7 @@ from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, RubricResul
 from rubricd.store import RubricStore
 from rubricd_services.runtime.consumer_groups import ensure_group
 from rubricd_services.scorer.schedule import Rule, Schedule
-from tests.factories import count_health, rollout, rubric_set
+from tests.factories import count_health, indexed, rollout, rubric_set
 
 
 def numbered(run: str, i: int) -> Rollout:
@@ -99,6 +99,7 @@ async def test_status_shows_the_active_class_of_each_scheduled_runs_latest_step(
     for step in (0, 2, 1):  # step 1 late: the latest decided step is 2, decided before it
         await schedule.active("alt", step, HEALTHBENCH_AXES)
     await schedule.active("warming", 0, HEALTHBENCH_AXES)
+    await indexed(redis, keys, "alt", "warming")  # scheduled as their first rollouts are scored
     await redis.xadd(keys.rollouts, wire.entry(numbered("unscheduled", 1)))  # a run without a schedule: no row
 
     report = json.loads(cli("status", "--json").stdout)

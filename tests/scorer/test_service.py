@@ -6,7 +6,8 @@ import httpx
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, wire
+from rubricd import RubricdClient, runs, wire
+from rubricd.history import rubric_versions
 from rubricd.keys import SCORERS
 from rubricd.messages import (
     DeadLetter,
@@ -307,6 +308,17 @@ async def test_per_instance_mode_keeps_one_rubric_set_per_instance(stack, redis,
         again = await client.score([rollout("run", 3), msgspec.structs.replace(other, rollout_id="s0-r4")], timeout=30)
     assert [s.rubric_version for s in again] == [2, 1]
     assert (await store.current("run")) is None  # no global set in per-instance mode
+    # the run indexed (its scores' commits, its sets' writes), each instance set's version beside it
+    assert await runs.listed(redis, keys) == ["run"]
+    instances = await redis.hgetall(keys.rubric_instances("run"))
+    assert instances == {first.instance_key.encode(): b"2", second.instance_key.encode(): b"1"}
+    [versions] = await rubric_versions(redis, keys)
+    assert (versions["run_id"], versions["version"], versions["instance_sets"], versions["max_instance_version"]) == (
+        "run",
+        None,
+        2,
+        2,
+    )
 
 
 async def test_per_instance_sets_start_from_their_predefined_rubrics(stack, redis, keys, start_scorer, tmp_path):

@@ -83,6 +83,8 @@ def consuming(keys: Keys, *streams: str) -> list[str]:
 def services(keys: Keys) -> list[User]:
     k = keys
     rubric_sets = family(k.rubric_set("run"))
+    # what a rubric set's write indexes (RubricStore.publish): its run, and an instance set's version
+    indexed = [k.runs, family(k.rubric_instances("run"))]
     llm = [family(k.llm_slots("endpoint")), family(k.llm_rate("endpoint"))]
     every = [k.events, k.dead_letters, family(k.usage("run")), *llm]  # what all services write (usage: HINCRBY)
     generating = [family(k.generation_lock("run", "instance")), family(k.generation_failure("run", "instance"))]
@@ -116,6 +118,7 @@ def services(keys: Keys) -> list[User]:
                 k.groups_due,
                 *generating,
                 rubric_sets,
+                *indexed,
                 family(k.replies("c")),
                 k.scored,
                 *every,
@@ -135,6 +138,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.accuracy("run")),
                 *generating,
                 rubric_sets,
+                *indexed,
                 family(k.replies("c")),
                 *every,
             ],
@@ -150,6 +154,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.arm_reward("run", "rollout")),
                 family(k.kept_arm_rollouts("run")),
                 family(k.arm_phases("run")),
+                k.runs,  # the commit's ZADD
                 family(k.replies("c")),
                 *every,
             ],
@@ -204,6 +209,7 @@ def services(keys: Keys) -> list[User]:
                 *consuming(k, k.summaries),
                 family(k.update_lock("run")),
                 rubric_sets,
+                *indexed,
                 family(k.rubric_step("run")),
                 family(k.rubric_steps("run")),
                 family(k.rubric_step_log("run")),

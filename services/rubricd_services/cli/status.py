@@ -4,12 +4,12 @@ calls, tokens and cost per
 agent."""
 
 import argparse
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import arm, canaries, health
+from rubricd import arm, canaries, health, runs
 from rubricd.history import rubric_versions
 from rubricd.keys import Keys
 from rubricd.schedule import Decision
@@ -56,13 +56,14 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 async def run(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
+        run_ids = await runs.listed(redis, ctx.keys)
         report: dict[str, Any] = {
             "namespace": ctx.keys.namespace,
             "streams": [await stream_status(redis, name) for name in streams(ctx.keys)],
             "rubrics": await rubric_versions(redis, ctx.keys),
-            "schedules": await active_classes(redis, ctx.keys),
-            "canaries": await canary_runs(redis, ctx.keys),
-            "arm_phases": await arm_phases(redis, ctx.keys),
+            "schedules": await active_classes(redis, ctx.keys, run_ids),
+            "canaries": await canary_runs(redis, ctx.keys, run_ids),
+            "arm_phases": await arm_phases(redis, ctx.keys, run_ids),
             "usage": await run_usage(redis, ctx.keys, ctx.settings.prices),
         }
         report["votes"] = await vote_splits(redis, ctx.keys, [r["run_id"] for r in report["rubrics"]])
@@ -70,20 +71,19 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-async def active_classes(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+async def active_classes(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict[str, Any]]:
     """Each run with a schedule (alternating rewards): its latest decided step, that step's active meta-class (None:
     the weighted total) and why, and how many steps are decided."""
-    prefix = keys.schedule("")
-    runs = []
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        decisions = await redis.hgetall(key)  # the cli user may HGETALL, not HKEYS
+    found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.schedule(run)))
+    rows = []
+    for run_id, decisions in zip(run_ids, found, strict=True):
         if not decisions:
             continue
-        step, raw = max(((int(s), d) for s, d in decisions.items()), key=lambda found: found[0])
+        step, raw = max(((int(s), d) for s, d in decisions.items()), key=lambda decided: decided[0])
         latest = msgspec.json.decode(raw, type=Decision)
-        runs.append(
+        rows.append(
             {
-                "run_id": string(key).removeprefix(prefix),
+                "run_id": run_id,
                 "step": step,
                 "meta_class": latest.meta_class,
                 "reason": latest.reason,
@@ -91,33 +91,36 @@ async def active_classes(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
                 "decided_steps": len(decisions),
             }
         )
-    return sorted(runs, key=lambda r: r["run_id"])
+    return rows
 
 
 async def vote_splits(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict[str, Any]]:
     """Each run judged by votes: at its latest step with rubric health, each rubric's voted rollouts and those
     whose votes split on it (`rubricd rubrics health RUN`: every step)."""
-    runs = []
-    for run_id in run_ids:
-        steps = await health.steps(redis, keys, run_id)
-        found = await health.read(redis, keys, run_id, steps[-1]) if steps else []
-        voted = [{"rubric_id": h.rubric_id, "voted": h.voted, "split": h.votes_split} for h in found if h.voted]
+    now, _ = await redis.time()
+    indexed = await runs.each(
+        redis, run_ids, lambda pipe, run: pipe.zrangebyscore(keys.rubric_health_steps(run), now, "+inf")
+    )
+    latest = {run: max(int(s) for s in steps) for run, steps in zip(run_ids, indexed, strict=True) if steps}
+    found = await runs.each(redis, list(latest), lambda pipe, run: pipe.hgetall(keys.rubric_health(run, latest[run])))
+    rows = []
+    for (run_id, step), raw in zip(latest.items(), found, strict=True):
+        rubrics = health.health({string(k): int(v) for k, v in raw.items()})
+        voted = [{"rubric_id": h.rubric_id, "voted": h.voted, "split": h.votes_split} for h in rubrics if h.voted]
         if voted:
-            runs.append({"run_id": run_id, "step": steps[-1], "rubrics": voted})
-    return runs
+            rows.append({"run_id": run_id, "step": step, "rubrics": voted})
+    return rows
 
 
-async def canary_runs(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+async def canary_runs(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict[str, Any]]:
     """Each run with canaries: its latest canary step, that step's agreement and baseline, how many steps were
     judged, and the step its current judge drift began at (None: none)."""
-    prefix = keys.canaries("")
-    runs = []
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        run_id = string(key).removeprefix(prefix)
-        steps = await canaries.read(redis, keys, run_id)
-        if steps:
+    found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.canaries(run)))
+    rows = []
+    for run_id, fields in zip(run_ids, found, strict=True):
+        if steps := canaries.parse(fields):
             latest = steps[-1]
-            runs.append(
+            rows.append(
                 {
                     "run_id": run_id,
                     "step": latest.step,
@@ -127,20 +130,19 @@ async def canary_runs(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
                     "drift_since": canaries.drifting_since(steps),
                 }
             )
-    return sorted(runs, key=lambda r: r["run_id"])
+    return rows
 
 
-async def arm_phases(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
+async def arm_phases(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict[str, Any]]:
     """Each Rubric-ARM run: what its latest decided step trains and why, and its phase's span."""
-    prefix = keys.arm_phases("")
-    runs = []
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        decided = arm.parse_decisions(cast(dict[bytes, bytes], await redis.hgetall(key)))
-        if decided:
+    found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.arm_phases(run)))
+    rows = []
+    for run_id, fields in zip(run_ids, found, strict=True):
+        if decided := arm.parse_decisions(fields):
             latest = decided[max(decided)]
-            runs.append(
+            rows.append(
                 {
-                    "run_id": string(key).removeprefix(prefix),
+                    "run_id": run_id,
                     "step": latest.step,
                     "training": latest.training,
                     "why": latest.why,
@@ -148,7 +150,7 @@ async def arm_phases(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
                     "decided_steps": len(decided),
                 }
             )
-    return sorted(runs, key=lambda r: r["run_id"])
+    return rows
 
 
 def money(cost: float | None) -> str:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar, cast
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import arm, canaries, health, wire
+from rubricd import arm, canaries, health, runs, wire
 from rubricd.events import matches
 from rubricd.history import changes, render_change, rubric_versions
 from rubricd.keys import Keys
@@ -244,28 +244,23 @@ class Reader:
         return self.listed[1]
 
     async def list_runs(self) -> list[dict[str, Any]]:
+        """The runs index's runs with a rubric set, kept rollouts or usage."""
+        run_ids = await runs.listed(self.redis, self.keys)
         found = {r["run_id"]: r for r in await rubric_versions(self.redis, self.keys)}
-        prefix = self.keys.kept_rollouts("")
-        async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
-            run_id = key.decode().removeprefix(prefix)
-            found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
-            found[run_id]["kept_rollouts"] = await self.redis.xlen(key)
-        prefix = self.keys.kept_arm_rollouts("")
-        async for key in self.redis.scan_iter(match=prefix + "*", count=1000):
-            run_id = key.decode().removeprefix(prefix)
-            found.setdefault(run_id, {"run_id": run_id, "version": None, "instance_sets": 0})
-            found[run_id]["kept_arm_rollouts"] = await self.redis.xlen(key)
+        kept = await runs.each(self.redis, run_ids, lambda pipe, run: pipe.xlen(self.keys.kept_rollouts(run)))
+        kept_arm = await runs.each(self.redis, run_ids, lambda pipe, run: pipe.xlen(self.keys.kept_arm_rollouts(run)))
         costs = {u["run_id"]: u["cost"] for u in await run_usage(self.redis, self.keys, self.settings.prices)}
         return [
             {
-                "run_id": r["run_id"],
-                "version": r["version"],
-                "instance_sets": r["instance_sets"],
-                "kept_rollouts": r.get("kept_rollouts", 0),
-                "kept_arm_rollouts": r.get("kept_arm_rollouts", 0),
-                "cost": costs.get(r["run_id"]),
+                "run_id": run_id,
+                "version": found[run_id]["version"] if run_id in found else None,
+                "instance_sets": found[run_id]["instance_sets"] if run_id in found else 0,
+                "kept_rollouts": n,
+                "kept_arm_rollouts": n_arm,
+                "cost": costs.get(run_id),
             }
-            for _, r in sorted(found.items())
+            for run_id, n, n_arm in zip(run_ids, kept, kept_arm, strict=True)
+            if run_id in found or n or n_arm or run_id in costs
         ]
 
     async def tally(self, run_id: str) -> RunTally | None:

@@ -4,7 +4,7 @@
 replies the stored answer's bytes to a request answered before (no judging), else asks the service's `answer`
 and commits it, and logs. A service subclasses it for one `Family` (what it takes and keeps, below) and supplies
 `answer`, `event` and `rejected` (and, optionally, `check`, `observe` and `refused`). Its commit is `script`'s one
-Lua body: store the answer once, reply, keep the request with its answer, log the event, add the usage, ack; the
+Lua body: store the answer once (its run in the runs index), reply, keep the request with its answer, log the event, add the usage, ack; the
 service's own keys, arguments and maps go beside (`Effects`). How: docs/development.md, "The answering runtime".
 """
 
@@ -87,6 +87,7 @@ if not stored and a_replay == '' then
     redis.call('EXPIRE', k_kept, a_kept_ttl)
   end
   append(k_events, a_maxlen, a_event)
+  redis.call('ZADD', k_runs, redis.call('TIME')[1], a_run)
 {with_first}
 end
 reply(k_reply, a_maxlen, answer, a_reply_ttl)
@@ -95,9 +96,9 @@ hincrby(k_usage, m_usage)
 if a_entry_id ~= '' then ack(k_requests, a_consumer_group, a_entry_id) end
 return stored
 """
-_KEYS = ("answer", "kept", "events", "requests", "reply", "usage")
+_KEYS = ("answer", "kept", "events", "requests", "reply", "usage", "runs")
 _ARGS = tuple(
-    "answer kept event replay consumer_group entry_id answer_ttl reply_ttl kept_maxlen kept_ttl maxlen".split()
+    "answer kept event replay run consumer_group entry_id answer_ttl reply_ttl kept_maxlen kept_ttl maxlen".split()
 )
 
 
@@ -242,11 +243,13 @@ class Answering(Generic[M, A]):
                 "requests": getattr(self.keys, self.family.stream),
                 "reply": sent.reply_to or "",
                 "usage": self.keys.usage(sent.run_id),
+                "runs": self.keys.runs,
                 **dict.fromkeys(keys, ""),
                 **effects.keys,
             },
             args={
                 **args,
+                "run": sent.run_id,
                 "consumer_group": self.family.consumer_group,
                 "entry_id": entry_id,
                 **self.keeping.args,
