@@ -19,6 +19,11 @@ closes the step and waits for its rubric update; after each step the soak record
 - how long `rubricd status`, `rubricd rubrics health RUN --step S` and the dashboard's API (the runs list and the
   run's view) take to answer (the commands run in this process: no interpreter start-up counted).
 
+Then the many-runs check: one small run alone (K steps of one sample group, each closed and waited on, as a
+synchronous trainer does), then --runs of them at once (a client each, as separate trainers), then --idle-runs
+more runs of one evaluation rollout each, so that Redis holds that many runs' keys, and `rubricd status` and the
+dashboard's runs list timed over them (median of five).
+
 It writes reports/soak-<time>/: soak.json (every step's figures), a PNG per group of figures, and report.md with the
 growth table: each figure's mean over the run's last tenth against its first tenth. A per-step figure is flat when
 that ratio is at most 1.10; a memory figure (Redis, Weaviate, RSS) should plateau, or grow only with what the run
@@ -51,8 +56,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from rubricd import RubricdClient, usage, wire
+from rubricd.keys import Keys
 from rubricd.messages import Event
 from rubricd_services.cli.__main__ import main as cli
+from rubricd_services.dashboard.reader import Reader
 from rubricd_services.demo.policy import Policy
 from rubricd_services.demo.trainer import TASKS, Announcements, Run, StepRecord, one_step
 from rubricd_services.memory.embedder import make_embedder
@@ -230,6 +237,7 @@ class Soak:
             group_size=args.group_size,
         )
         self.steps: list[dict[str, Any]] = []
+        self.many: dict[str, Any] | None = None
         self._tokens: dict[str, int] = {}
         self._cpu: dict[str, float] = {}
 
@@ -306,6 +314,90 @@ class Soak:
             with contextlib.suppress(psutil.Error):
                 self._cpu[name] = sum(p.cpu_times()[:2])
         return figures
+
+
+async def small_run(run_id: str, steps: int, rollouts: int) -> list[float]:
+    """A synchronous trainer's run of `steps` steps of one sample group: each step's seconds from publish to its
+    rubric update in place."""
+    policy = Policy(steps, seed=sum(map(ord, run_id)), task=TASKS["amaris"])
+    took = []
+    async with RubricdClient(ENV["RUBRICD_REDIS_URL"], namespace=NAMESPACE) as client:
+        for step in range(steps):
+            started = time.monotonic()
+            batch = [r for _, r in policy.sample(run_id, step, rollouts, group_size=rollouts)]
+            await client.score(batch, timeout=1800)
+            await client.close_step(run_id, step, rollouts=len(batch))
+            await client.wait_for_rubrics(run_id, step, timeout=1800)
+            took.append(time.monotonic() - started)
+    return took
+
+
+async def idle_runs(n: int) -> None:
+    """`n` runs of one evaluation rollout each (scored, not analysed): their rubric sets, scores, kept rollouts and
+    usage in Redis, as finished runs leave them."""
+    async with RubricdClient(ENV["RUBRICD_REDIS_URL"], namespace=NAMESPACE) as client:
+        for start in range(0, n, 100):
+            batch = [
+                msgspec.structs.replace(r, evaluation=True)
+                for i in range(start, min(n, start + 100))
+                for _, r in Policy(1, seed=i, task=TASKS["amaris"]).sample(f"idle-{i:04d}", 0, 1)
+            ]
+            await client.score(batch, timeout=1800)
+
+
+def median_time(fn: Callable[[], object], times: int = 5) -> float:
+    return statistics.median(timed(fn) for _ in range(times))
+
+
+async def many_runs(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    """The many-runs check: one run alone, then `args.runs` at once; then `rubricd status` over all the runs."""
+    k, g = args.run_steps, args.group_size
+    print(f"many runs: one run of {k} steps x {g} rollouts alone, then {args.runs} at once", flush=True)
+    started = time.monotonic()
+    alone = await small_run("alone", k, g)
+    alone_s = time.monotonic() - started
+    started = time.monotonic()
+    together = await asyncio.gather(*(small_run(f"many-{i:03d}", k, g) for i in range(args.runs)))
+    together_s = time.monotonic() - started
+    per_run = sorted(sum(t) for t in together)
+    steps = [s for t in together for s in t]
+    print(f"many runs: {args.idle_runs} idle runs more, then rubricd status over them all", flush=True)
+    await idle_runs(args.idle_runs)
+    listed = len(json.loads(await asyncio.to_thread(status_json))["rubrics"])
+    return {
+        "runs": args.runs,
+        "steps_per_run": k,
+        "rollouts_per_step": g,
+        "alone_step_p50_s": statistics.median(alone),
+        "alone_steps_per_s": k / alone_s,
+        "together_step_p50_s": statistics.median(steps),
+        "together_step_p99_s": percentile(steps, 0.99),
+        "together_steps_per_s": len(steps) / together_s,
+        "slowest_over_median_run": per_run[-1] / statistics.median(per_run),
+        "runs_listed": listed,
+        "status_s": await asyncio.to_thread(median_time, lambda: quietly(["status", "--json"])),
+        "dashboard_runs_s": await dashboard_list_s(),
+    }
+
+
+async def dashboard_list_s(times: int = 5) -> float:
+    """The dashboard's read of its run list (what /api/runs answers from, read again every 15 s), median."""
+    settings = load(ServiceSettings)
+    async with Redis.from_url(settings.redis_url) as redis:
+        reader = Reader(settings, Keys(NAMESPACE), redis)
+        took = []
+        for _ in range(times):
+            started = time.perf_counter()
+            await reader.list_runs()
+            took.append(time.perf_counter() - started)
+    return statistics.median(took)
+
+
+def status_json() -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli(["status", "--json"])
+    return out.getvalue()
 
 
 def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[float]]]:
@@ -397,6 +489,7 @@ def write(soak: Soak, folder: Path) -> Path:
                 "args": vars(soak.args) | {"reports": str(soak.args.reports)},
                 "steps": soak.steps,
                 "growth": rows,
+                "many_runs": soak.many,
             },
             indent=1,
         )
@@ -414,6 +507,27 @@ def write(soak: Soak, folder: Path) -> Path:
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         lines.append(f"| {r['figure']} | {r['kind']} | {r['first']:.4g} | {r['last']:.4g} | {ratio} | {r['verdict']} |")
+    if soak.many:
+        m = soak.many
+        lines += [
+            "",
+            "## Many runs",
+            "",
+            f"One run of {m['steps_per_run']} steps x {m['rollouts_per_step']} rollouts alone, then {m['runs']} such "
+            "runs at once (a client each), each step closed and its rubric update waited on.",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            f"| step, publish to rubric update, alone: p50 | {m['alone_step_p50_s']:.2f} s |",
+            f"| steps per second, alone | {m['alone_steps_per_s']:.2f} |",
+            f"| step, {m['runs']} runs at once: p50 / p99 | {m['together_step_p50_s']:.2f} / "
+            f"{m['together_step_p99_s']:.2f} s |",
+            f"| steps per second, {m['runs']} runs at once (the shared capacity) | {m['together_steps_per_s']:.2f} |",
+            f"| slowest run / median run (1.0: every run served alike) | {m['slowest_over_median_run']:.2f} |",
+            f"| runs `rubricd status` lists | {m['runs_listed']} |",
+            f"| `rubricd status` (median of 5) | {m['status_s'] * 1000:.0f} ms |",
+            f"| the dashboard's run list read (median of 5) | {m['dashboard_runs_s'] * 1000:.0f} ms |",
+        ]
     report = folder / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
@@ -427,6 +541,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rollouts", type=int, default=8, help="rollouts per step")
     parser.add_argument("--group-size", type=int, default=4, help="responses per prompt (a sample group)")
     parser.add_argument("--latency-ms", type=float, default=0, help="the simulator's judge latency")
+    parser.add_argument("--runs", type=int, default=100, help="the many-runs check: runs at once (0: no check)")
+    parser.add_argument("--run-steps", type=int, default=2, help="the many-runs check: steps of each run")
+    parser.add_argument("--idle-runs", type=int, default=900, help="the many-runs check: runs of one rollout more")
     parser.add_argument(
         "--reports", type=Path, default=REPO / "reports", help="the report goes to REPORTS/soak-<time>/"
     )
@@ -446,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     soak = Soak(args, stack)
     try:
         asyncio.run(soak.go())
+        if args.runs:
+            soak.many = asyncio.run(many_runs(args, stack))
     except KeyboardInterrupt:
         print("interrupted: the steps done are reported", file=sys.stderr)
     finally:

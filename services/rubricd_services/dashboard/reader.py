@@ -30,7 +30,7 @@ PAGE = 1000  # kept entries read at a time
 EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
 EVENTS_SHOWN = 100
 MISSING_RETRY_S = 30.0  # how often an announcement not found (stream trimmed, memory down) is looked for again
-RUNS_EVERY_S = 15.0  # how often the run list is read again: it SCANs the keyspace, which holds a key per score
+RUNS_EVERY_S = 15.0  # how often the run list is read again (a read per run of the runs index)
 ROLLOUTS_LISTED = 500  # a step's kept rollouts listed for the page to pick one, at most
 
 
