@@ -221,7 +221,7 @@ def services(keys: Keys) -> list[User]:
 
 
 def cli(keys: Keys) -> User:
-    """`rubricd`: reads every stream and rubric set of the namespace (tail, status, rubrics, dlq list);
+    """`rubricd`: reads every stream and rubric set of the namespace and its indexes (tail, status, rubrics, dlq list);
     `dlq replay` writes a stream the letter came from, deletes the letter and logs an event (a script);
     `rubrics import` seeds rubric sets (the store's script: HGET, HSET); `judge canaries` sets a run's canary set
     (SET, DEL); `rescore` seeds the re-scored run's sets,
@@ -229,7 +229,7 @@ def cli(keys: Keys) -> User:
     replaces a run's preference pairs (MULTI: DEL, HSET), `arm phases` sets its plan (SET), `arm dataset` keeps a
     frozen generator's rubric sets (HSETNX), asking the generator through the LLM client (its slots and limits)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
-    reads = (*streams, "scan", "hget", "hgetall", "get")
+    reads = (*streams, "scan", "hget", "hgetall", "hvals", "get", "time", "zrange", "zrangebyscore")
     writes = ("xadd", "xdel", "del", "set", "hset", "hsetnx", "multi", "exec", "evalsha", "script|load")
     return User(CLI, ("ping", *reads, *writes, *LLM_SLOTS), keys=[f"{keys.namespace}:*"])
 
