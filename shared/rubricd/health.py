@@ -13,7 +13,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from . import wire
+from . import runs, wire
 from .keys import Keys
 from .messages import JudgeStatus, RubricHealth, Score
 
@@ -89,3 +89,13 @@ async def steps(redis: Redis, keys: Keys, run_id: str, instance_key: str | None 
     now, _ = await redis.time()
     found = cast(list[bytes], await redis.zrangebyscore(keys.rubric_health_steps(run_id, instance_key), now, "+inf"))
     return sorted(int(step) for step in found)
+
+
+async def latest_steps(redis: Redis, keys: Keys, run_ids: list[str]) -> dict[str, int]:
+    """Each of `run_ids`' latest step whose (global) health hash is still kept, as `steps` reads them, in one
+    pipeline; runs with none left out."""
+    now, _ = await redis.time()
+    found = await runs.each(
+        redis, run_ids, lambda pipe, run: pipe.zrangebyscore(keys.rubric_health_steps(run), now, "+inf")
+    )
+    return {run: max(int(step) for step in steps) for run, (steps,) in zip(run_ids, found, strict=True) if steps}

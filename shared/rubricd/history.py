@@ -19,15 +19,19 @@ from .messages import Action, Rubric, RubricModification, RubricSet, RubricsUpda
 COMPARED = ("criterion", "points", "meta_class", "kind", "scope")
 
 
-async def rubric_versions(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
-    """The current version of each run's global set; per-instance sets counted per run (the runs index's runs
-    that have one)."""
-    run_ids = await runs.listed(redis, keys)
-    current = await runs.each(redis, run_ids, lambda pipe, run: pipe.hget(keys.rubric_set(run, None), "current"))
-    instances = await runs.each(redis, run_ids, lambda pipe, run: pipe.hvals(keys.rubric_instances(run)))
-    markers = await runs.each(redis, run_ids, lambda pipe, run: pipe.get(keys.rubric_step(run)))
+async def rubric_versions(redis: Redis, keys: Keys, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """The current version of each run's global set; per-instance sets counted per run (of `run_ids`, default the
+    runs index's, those that have one)."""
+    run_ids = await runs.listed(redis, keys) if run_ids is None else run_ids
+    read = await runs.each(
+        redis,
+        run_ids,
+        lambda pipe, run: pipe.hget(keys.rubric_set(run, None), "current"),
+        lambda pipe, run: pipe.hvals(keys.rubric_instances(run)),
+        lambda pipe, run: pipe.get(keys.rubric_step(run)),
+    )
     rows = []
-    for run_id, raw, versions, marker in zip(run_ids, current, instances, markers, strict=True):
+    for run_id, (raw, versions, marker) in zip(run_ids, read, strict=True):
         if not raw and not versions:
             continue
         found = msgspec.json.decode(raw, type=RubricSet) if raw else None

@@ -17,9 +17,13 @@ async def listed(redis: Redis, keys: Keys) -> list[str]:
     return sorted(string(run) for run in found)
 
 
-async def each(redis: Redis, run_ids: list[str], read: Callable[[Any, str], object]) -> list[Any]:
-    """One read per run, in one pipeline: `read(pipeline, run_id)` queues it; the replies in `run_ids`' order."""
+async def each(redis: Redis, run_ids: list[str], *reads: Callable[[Any, str], object]) -> list[tuple[Any, ...]]:
+    """Each of `reads` for each run, in one pipeline (`read(pipeline, run_id)` queues one command): per run, in
+    `run_ids`' order, its replies in `reads`' order."""
     async with redis.pipeline(transaction=False) as pipe:
         for run_id in run_ids:
-            read(pipe, run_id)
-        return list(await pipe.execute())
+            for read in reads:
+                read(pipe, run_id)
+        replies = await pipe.execute()
+    n = len(reads)
+    return [tuple(replies[i * n : (i + 1) * n]) for i in range(len(run_ids))]

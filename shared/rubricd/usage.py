@@ -67,13 +67,15 @@ def total_cost(usage: Iterable[AgentUsage], prices: Mapping[str, Price]) -> floa
     return sum(costs) if costs else None
 
 
-async def run_usage(redis: Redis, keys: Keys, prices: Mapping[str, Price]) -> list[dict[str, Any]]:
-    """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's (the
-    runs index's runs that used any)."""
-    run_ids = await runs.listed(redis, keys)
+async def run_usage(
+    redis: Redis, keys: Keys, prices: Mapping[str, Price], run_ids: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Each run's LLM usage per agent and model, with its cost (None: no price for the model) and the run's (of
+    `run_ids`, default the runs index's, those that used any)."""
+    run_ids = await runs.listed(redis, keys) if run_ids is None else run_ids
     found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.usage(run)))
     rows = []
-    for run_id, raw in zip(run_ids, found, strict=True):
+    for run_id, (raw,) in zip(run_ids, found, strict=True):
         if agents := parse(raw):
             rows.append(
                 {

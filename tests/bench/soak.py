@@ -183,12 +183,14 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def quietly(argv: list[str]) -> None:
-    """Run a `rubricd` command here, its output dropped; a command that fails stops the soak."""
-    with contextlib.redirect_stdout(io.StringIO()):
+def command(argv: list[str]) -> str:
+    """Run a `rubricd` command here and return what it printed; a command that fails stops the soak."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
         code = cli(argv)
     if code:
         raise RuntimeError(f"rubricd {' '.join(argv)} exited {code}")
+    return out.getvalue()
 
 
 async def key_families(redis: Redis) -> dict[str, int]:
@@ -303,9 +305,9 @@ class Soak:
             "retrieval_ms": float(retrieval) if isinstance(retrieval, int | float) else None,
             "cpu_ms": cpu,
             "rss_mb": rss,
-            "status_s": await asyncio.to_thread(timed, lambda: quietly(["status", "--json"])),
+            "status_s": await asyncio.to_thread(timed, lambda: command(["status", "--json"])),
             "health_s": await asyncio.to_thread(
-                timed, lambda: quietly(["rubrics", "health", run_id, "--step", str(record.step), "--json"])
+                timed, lambda: command(["rubrics", "health", run_id, "--step", str(record.step), "--json"])
             ),
             "dashboard_runs_s": await asyncio.to_thread(timed, lambda: self.stack.answers("/api/runs")),
             "dashboard_run_s": await asyncio.to_thread(timed, lambda: self.stack.answers(f"/api/runs/{run_id}")),
@@ -363,7 +365,7 @@ async def many_runs(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
     steps = [s for t in together for s in t]
     print(f"many runs: {args.idle_runs} idle runs more, then rubricd status over them all", flush=True)
     await idle_runs(args.idle_runs)
-    listed = len(json.loads(await asyncio.to_thread(status_json))["rubrics"])
+    listed = len(json.loads(await asyncio.to_thread(command, ["status", "--json"]))["rubrics"])
     return {
         "runs": args.runs,
         "steps_per_run": k,
@@ -375,7 +377,7 @@ async def many_runs(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         "together_steps_per_s": len(steps) / together_s,
         "slowest_over_median_run": per_run[-1] / statistics.median(per_run),
         "runs_listed": listed,
-        "status_s": await asyncio.to_thread(median_time, lambda: quietly(["status", "--json"])),
+        "status_s": await asyncio.to_thread(median_time, lambda: command(["status", "--json"])),
         "dashboard_runs_s": await dashboard_list_s(),
     }
 
@@ -391,13 +393,6 @@ async def dashboard_list_s(times: int = 5) -> float:
             await reader.list_runs()
             took.append(time.perf_counter() - started)
     return statistics.median(took)
-
-
-def status_json() -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        cli(["status", "--json"])
-    return out.getvalue()
 
 
 def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[float]]]:

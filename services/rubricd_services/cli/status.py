@@ -60,11 +60,11 @@ async def run(args: argparse.Namespace, ctx: Context) -> int:
         report: dict[str, Any] = {
             "namespace": ctx.keys.namespace,
             "streams": [await stream_status(redis, name) for name in streams(ctx.keys)],
-            "rubrics": await rubric_versions(redis, ctx.keys),
+            "rubrics": await rubric_versions(redis, ctx.keys, run_ids),
             "schedules": await active_classes(redis, ctx.keys, run_ids),
             "canaries": await canary_runs(redis, ctx.keys, run_ids),
             "arm_phases": await arm_phases(redis, ctx.keys, run_ids),
-            "usage": await run_usage(redis, ctx.keys, ctx.settings.prices),
+            "usage": await run_usage(redis, ctx.keys, ctx.settings.prices, run_ids),
         }
         report["votes"] = await vote_splits(redis, ctx.keys, [r["run_id"] for r in report["rubrics"]])
     print(msgspec.json.encode(report).decode() if args.json else render(report, ctx.keys.namespace))
@@ -76,7 +76,7 @@ async def active_classes(redis: Redis, keys: Keys, run_ids: list[str]) -> list[d
     the weighted total) and why, and how many steps are decided."""
     found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.schedule(run)))
     rows = []
-    for run_id, decisions in zip(run_ids, found, strict=True):
+    for run_id, (decisions,) in zip(run_ids, found, strict=True):
         if not decisions:
             continue
         step, raw = max(((int(s), d) for s, d in decisions.items()), key=lambda decided: decided[0])
@@ -97,14 +97,10 @@ async def active_classes(redis: Redis, keys: Keys, run_ids: list[str]) -> list[d
 async def vote_splits(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict[str, Any]]:
     """Each run judged by votes: at its latest step with rubric health, each rubric's voted rollouts and those
     whose votes split on it (`rubricd rubrics health RUN`: every step)."""
-    now, _ = await redis.time()
-    indexed = await runs.each(
-        redis, run_ids, lambda pipe, run: pipe.zrangebyscore(keys.rubric_health_steps(run), now, "+inf")
-    )
-    latest = {run: max(int(s) for s in steps) for run, steps in zip(run_ids, indexed, strict=True) if steps}
+    latest = await health.latest_steps(redis, keys, run_ids)
     found = await runs.each(redis, list(latest), lambda pipe, run: pipe.hgetall(keys.rubric_health(run, latest[run])))
     rows = []
-    for (run_id, step), raw in zip(latest.items(), found, strict=True):
+    for (run_id, step), (raw,) in zip(latest.items(), found, strict=True):
         rubrics = health.health({string(k): int(v) for k, v in raw.items()})
         voted = [{"rubric_id": h.rubric_id, "voted": h.voted, "split": h.votes_split} for h in rubrics if h.voted]
         if voted:
@@ -117,7 +113,7 @@ async def canary_runs(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict
     judged, and the step its current judge drift began at (None: none)."""
     found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.canaries(run)))
     rows = []
-    for run_id, fields in zip(run_ids, found, strict=True):
+    for run_id, (fields,) in zip(run_ids, found, strict=True):
         if steps := canaries.parse(fields):
             latest = steps[-1]
             rows.append(
@@ -137,7 +133,7 @@ async def arm_phases(redis: Redis, keys: Keys, run_ids: list[str]) -> list[dict[
     """Each Rubric-ARM run: what its latest decided step trains and why, and its phase's span."""
     found = await runs.each(redis, run_ids, lambda pipe, run: pipe.hgetall(keys.arm_phases(run)))
     rows = []
-    for run_id, fields in zip(run_ids, found, strict=True):
+    for run_id, (fields,) in zip(run_ids, found, strict=True):
         if decided := arm.parse_decisions(fields):
             latest = decided[max(decided)]
             rows.append(

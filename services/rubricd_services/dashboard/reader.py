@@ -246,10 +246,15 @@ class Reader:
     async def list_runs(self) -> list[dict[str, Any]]:
         """The runs index's runs with a rubric set, kept rollouts or usage."""
         run_ids = await runs.listed(self.redis, self.keys)
-        found = {r["run_id"]: r for r in await rubric_versions(self.redis, self.keys)}
-        kept = await runs.each(self.redis, run_ids, lambda pipe, run: pipe.xlen(self.keys.kept_rollouts(run)))
-        kept_arm = await runs.each(self.redis, run_ids, lambda pipe, run: pipe.xlen(self.keys.kept_arm_rollouts(run)))
-        costs = {u["run_id"]: u["cost"] for u in await run_usage(self.redis, self.keys, self.settings.prices)}
+        found = {r["run_id"]: r for r in await rubric_versions(self.redis, self.keys, run_ids)}
+        kept = await runs.each(
+            self.redis,
+            run_ids,
+            lambda pipe, run: pipe.xlen(self.keys.kept_rollouts(run)),
+            lambda pipe, run: pipe.xlen(self.keys.kept_arm_rollouts(run)),
+        )
+        usage = await run_usage(self.redis, self.keys, self.settings.prices, run_ids)
+        costs = {u["run_id"]: u["cost"] for u in usage}
         return [
             {
                 "run_id": run_id,
@@ -259,7 +264,7 @@ class Reader:
                 "kept_arm_rollouts": n_arm,
                 "cost": costs.get(run_id),
             }
-            for run_id, n, n_arm in zip(run_ids, kept, kept_arm, strict=True)
+            for run_id, (n, n_arm) in zip(run_ids, kept, strict=True)
             if run_id in found or n or n_arm or run_id in costs
         ]
 

@@ -74,9 +74,10 @@ COMPARISONS = Family(
 )
 ARM_ROLLOUTS = Family("arm", "arm rollout", RewardedArmRollout, "arm", ARM, Keys.arm_reward, Keys.kept_arm_rollouts)
 
-# The one body: `with_first` runs with the first answer only, `every_time` with every commit (the service's own
-# effects). An optional key is '': `kept` (kept_maxlen 0), `reply` (no reply_to). `replay` '1': `answer` holds the
-# stored answer's bytes, to reply again without storing anything.
+# The one body: `with_first` runs with the first answer only (and may read `now`, Redis's clock in seconds),
+# `every_time` with every commit (the service's own effects). An optional key is '': `kept` (kept_maxlen 0),
+# `reply` (no reply_to). `replay` '1': `answer` holds the stored answer's bytes, to reply again without storing
+# anything.
 _BODY = """
 local stored = redis.call('GET', k_answer)
 local answer = stored or a_answer
@@ -87,7 +88,8 @@ if not stored and a_replay == '' then
     redis.call('EXPIRE', k_kept, a_kept_ttl)
   end
   append(k_events, a_maxlen, a_event)
-  redis.call('ZADD', k_runs, redis.call('TIME')[1], a_run)
+  local now = tonumber(redis.call('TIME')[1])
+  redis.call('ZADD', k_runs, now, a_run)
 {with_first}
 end
 reply(k_reply, a_maxlen, answer, a_reply_ttl)

@@ -27,7 +27,6 @@ SCRIPT = answering.script(
   hincrby(k_health, m_health)
   if #m_health > 0 then
     redis.call('EXPIRE', k_health, a_stats_ttl)
-    local now = tonumber(redis.call('TIME')[1])
     redis.call('ZADD', k_health_steps, now + a_stats_ttl, a_step)
     redis.call('ZREMRANGEBYSCORE', k_health_steps, '-inf', now)
     redis.call('EXPIRE', k_health_steps, a_stats_ttl)
