@@ -109,6 +109,33 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
     assert await redis.exists(keys.verdict("other")) == 0
 
 
+async def test_a_verdict_read_ahead_answers_its_call_without_another_read_and_other_messages_read_their_own(
+    redis, keys
+):
+    verdict = verdicts.verdict_type(("correct",))
+    answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
+    messages = rollouts.messages(rollouts.system_message(TEMPLATE, SET), ROLLOUT)
+    asked = []
+
+    async def ask(messages, verdict):
+        asked.append(messages)
+        return answer
+
+    judge = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=True)
+    assert judge.ahead(messages) == (keys.verdict(key()),)
+    judge.read([cache.encode(answer)])  # as the scorer reads it, with the rollout's stored score
+    assert await redis.exists(keys.verdict(key())) == 0  # so only the value read ahead can answer
+    assert await judge(messages, verdict) == answer and judge.answered and asked == []
+    other = [{**messages[0]}, {"role": "user", "content": "another rollout"}]
+    await redis.set(keys.verdict(digest(SET, JUDGE, other)), cache.encode(answer))
+    again = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=True)
+    again.ahead(messages)
+    again.read([None])  # nothing kept for these messages; the call is made with others: their own read
+    assert await again(other, verdict) == answer and again.answered and asked == []
+    off = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=False)
+    assert off.ahead(messages) == () and await off(messages, verdict) == answer and asked == [messages]
+
+
 async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(eventually):
     verdict = verdicts.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)

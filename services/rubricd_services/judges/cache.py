@@ -2,9 +2,9 @@
 
 A verdict is kept (`Keys.verdict`, for `judge_cache_ttl_s`) under the sha256 of everything that decided it:
 the exact messages the judge reads, its model and temperature, and the rubric set and version. `Cached`, the
-judge of one rollout, computes that digest from the messages it is given, reads the verdict kept under it, and
-otherwise asks the judge it wraps; it says whether it answered (`answered`: no call) and leaves a new verdict
-for the score's commit to keep (`keep`). In a process, a call being made, or made in the last `ttl_s` (its twin
+judge of one rollout, computes that digest from the messages it is given, reads the verdict kept under it (or
+takes it as read ahead, in its caller's round trip), and otherwise asks the judge it wraps; it says whether it
+answered (`answered`: no call) and leaves a new verdict for the score's commit to keep (`keep`). In a process, a call being made, or made in the last `ttl_s` (its twin
 may have read Redis before its commit kept it), is shared with its twin, and a failed call is not kept. The
 rules: docs/integrators/index.md, "The judge cache".
 """
@@ -13,7 +13,7 @@ import asyncio
 import collections
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 from redis.asyncio import Redis
@@ -110,9 +110,10 @@ class VerdictCache:
 
 
 class Cached:
-    """One rollout's judge through the cache (a scoring.Judge). After judging: `answered`, whether the cache
-    answered (a kept verdict or a twin's: no call), or None (the cache is off, or the call failed); `keep`, a new
-    verdict's key and value, for the score's commit to keep (None: nothing new)."""
+    """One rollout's judge through the cache (a scoring.Judge). Before judging, `ahead` names the verdict's key for
+    the caller to read with its own reads, and `read` hands its value back. After judging: `answered`, whether
+    the cache answered (a kept verdict or a twin's: no call), or None (the cache is off, or the call failed);
+    `keep`, a new verdict's key and value, for the score's commit to keep (None: nothing new)."""
 
     def __init__(
         self, cache: VerdictCache, ask: Judge, rubric_set: RubricSet, llm: LLMSettings, rollout: Rollout, *, on: bool
@@ -121,15 +122,33 @@ class Cached:
         self.on = on
         self.answered: bool | None = None
         self.keep: tuple[str, bytes] | None = None
+        self._ahead: tuple[list[dict[str, str]], str, bytes | str | None] | None = None  # messages, digest, kept
+
+    def ahead(self, messages: list[dict[str, str]]) -> tuple[str, ...]:
+        """The key of the verdict of the call with these `messages` (none: the cache is off), to read before the
+        call, with the caller's own reads; `read` hands back its value."""
+        if not self.on:
+            return ()
+        found = digest(self.rubric_set, self.llm, messages, self.rollout)
+        self._ahead = (messages, found, None)
+        return (self.cache.keys.verdict(found),)
+
+    def read(self, values: Sequence[bytes | str | None]) -> None:
+        """The values of the `ahead` keys, as read."""
+        if self._ahead is not None:
+            [kept] = values
+            self._ahead = (self._ahead[0], self._ahead[1], kept)
 
     async def __call__(self, messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
         if not self.on:
             return await self.ask(messages, verdict)
-        found = digest(self.rubric_set, self.llm, messages, self.rollout)
-        key = self.cache.keys.verdict(found)
-        kept = await self.cache.redis.get(key)
+        if self._ahead is not None and self._ahead[0] == messages:  # read ahead
+            _, found, kept = self._ahead
+        else:
+            found = digest(self.rubric_set, self.llm, messages, self.rollout)
+            kept = await self.cache.redis.get(self.cache.keys.verdict(found))
         value, self.answered = await self.cache.recent.verdict(
             found, verdict, kept, lambda: self.ask(messages, verdict)
         )
-        self.keep = None if self.answered else (key, encode(value))
+        self.keep = None if self.answered else (self.cache.keys.verdict(found), encode(value))
         return value

@@ -3,13 +3,14 @@
 `Answering.handle` takes a request entry in (`intake`: rejected and counted if it can never be answered as sent),
 replies the stored answer's bytes to a request answered before (no judging), else asks the service's `answer`
 and commits it, and logs. A service subclasses it for one `Family` (what it takes and keeps, below) and supplies
-`answer`, `event` and `rejected` (and, optionally, `check`, `observe` and `refused`). Its commit is `script`'s one
-Lua body: store the answer once (its run in the runs index), reply, keep the request with its answer, log the event, add the usage, ack; the
-service's own keys, arguments and maps go beside (`Effects`). How: docs/development.md, "The answering runtime".
+`answer` (or `prepare`, to read keys of its own in the stored answer's round trip), `event` and `rejected` (and,
+optionally, `check`, `observe` and `refused`). Its commit is `script`'s one Lua body: store the answer once (its
+run in the runs index), reply, keep the request with its answer, log the event, add the usage, ack; the service's
+own keys, arguments and maps go beside (`Effects`). How: docs/development.md, "The answering runtime".
 """
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast, get_type_hints
 
@@ -137,6 +138,18 @@ class Answered(Generic[A]):
     effects: Effects = Effects()
 
 
+Read = bytes | str | None  # a value read from Redis
+
+
+@dataclass(frozen=True)
+class Prepared(Generic[A]):
+    """A service's answer, ready to make: the keys it reads in the stored answer's round trip (the judge cache's
+    verdict), and the answer given their values."""
+
+    reads: tuple[str, ...]
+    answer: Callable[[Sequence[Read]], Awaitable[Answered[A]]]
+
+
 class Answering(Generic[M, A]):
     """The loop of an answering service: take, reject (counted), replay, answer, commit, log."""
 
@@ -163,6 +176,11 @@ class Answering(Generic[M, A]):
         """The service's answer to a request not answered before; Rejected (`intake.refuse`) if it can never be
         answered as sent. Any other error leaves the entry pending, for a reclaim to retry."""
         raise NotImplementedError
+
+    async def prepare(self, request: M) -> Prepared[A]:
+        """The answer to come, with the keys to read beside the stored answer (by default none, then `answer`):
+        a key the service would read anyway costs no round trip of its own. Raises as `answer` does."""
+        return Prepared((), lambda _: self.answer(request))
 
     def event(self, request: M, answer: A) -> Event:
         """The event of a new answer (`event_of` fills the ids)."""
@@ -198,16 +216,17 @@ class Answering(Generic[M, A]):
 
     async def respond(self, entry_id: bytes, request: M) -> None:
         """Answer a request taken in: its first answer again if it has one, else a new one, committed."""
-        stored: bytes | str | None = await self.redis.get(self.stored(request))
-        if stored is not None:  # published again, or redelivered after its commit: its first answer, as stored
-            await self.replay(entry_id, request, stored)
-            return
         try:
-            answered = await self.answer(request)
+            prepared = await self.prepare(request)
+            stored, *read = await self.redis.mget([self.stored(request), *prepared.reads])
+            answered = None if stored is not None else await prepared.answer(read)
         except Rejected:
             self.refused(request)
             raise
-        await self.commit_answer(entry_id, request, answered)
+        if answered is None:  # published again, or redelivered after its commit: its first answer, as stored
+            await self.replay(entry_id, request, cast(bytes, stored))
+        else:
+            await self.commit_answer(entry_id, request, answered)
 
     async def commit_answer(self, entry_id: bytes, request: M, answered: Answered[A]) -> bool:
         """Commit a new answer (`entry_id` b"": its entry was acked already); False if the request had one (its

@@ -1,7 +1,7 @@
 """The scorer's worker: one rollouts entry in, one committed Score out (or a dead letter).
 
 The answering runtime (runtime.answering) takes the entry, answers a rollout scored before with its first
-score (no judging) and commits; `answer` gets the run's rubric set in force and, under the `alternating` policy,
+score (no judging) and commits; `prepare` gets the run's rubric set in force and, under the `alternating` policy,
 the step's active meta-class (`schedule`), and asks the judge (`judges.scoring`; a verdict of the same call is
 reused, `judges.cache`). The Score is committed with its effects and the call's usage in one step (`effects`).
 A rollout that can never be scored as sent is rejected: it goes to the dead letters, and the trainer, if it said
@@ -14,6 +14,7 @@ judged once, by the handler of the member that completes it or by a scorer's swe
 
 import logging
 import time
+from collections.abc import Sequence
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -29,7 +30,7 @@ from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import RubricCache
-from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering
+from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering, Prepared, Read
 from rubricd_services.runtime.intake import Rejected, Sender, entry_id
 from rubricd_services.runtime.service import Clients
 
@@ -80,8 +81,9 @@ class Scorer(Answering[Rollout, Score]):
                 return
         await self.respond(entry_id(msg), rollout)
 
-    async def answer(self, rollout: Rollout) -> Answered[Score]:
-        """Judge a rollout alone."""
+    async def prepare(self, rollout: Rollout) -> Prepared[Score]:
+        """Judge a rollout alone: its rubric set first, so that the judge cache's verdict is read with its stored
+        score."""
         rubrics = await self.rubrics.get(rollout)
         votes = rollout.judge_votes or self.judging.votes
         tally = Tally(JUDGE)
@@ -91,13 +93,20 @@ class Scorer(Answering[Rollout, Score]):
         judge = self.verdicts.judge(
             judge_by(caller(self.llm, tally)), rubrics.set, self.judge_settings, rollout, on=one_call
         )
-        score = await score_rollout(rollout, await self.scoring(rollout, rubrics), judge, votes=votes)
-        if judge.answered is not None:
-            self.metrics.judge_cache.labels("hit" if judge.answered else "miss").inc()
-        if judge.answered:
-            score = msgspec.structs.replace(score, judge_cached=True)
-        spent = tally.usage(self.judge_settings.model, cached=bool(judge.answered))
-        return self.answered(rollout, score, spent, judge.keep)
+        calls = rubrics.calls(rollout)
+        reads = judge.ahead(calls[0].messages(rollout)) if len(calls) == 1 else ()
+
+        async def answer(read: Sequence[Read]) -> Answered[Score]:
+            judge.read(read)
+            score = await score_rollout(rollout, await self.scoring(rollout, rubrics), judge, votes=votes)
+            if judge.answered is not None:
+                self.metrics.judge_cache.labels("hit" if judge.answered else "miss").inc()
+            if judge.answered:
+                score = msgspec.structs.replace(score, judge_cached=True)
+            spent = tally.usage(self.judge_settings.model, cached=bool(judge.answered))
+            return self.answered(rollout, score, spent, judge.keep)
+
+        return Prepared(reads, answer)
 
     async def scoring(self, rollout: Rollout, rubrics: Rubrics) -> Scoring:
         """How the rollout's verdicts become its Score: its policy, and the step's meta-class under `alternating`."""
