@@ -128,8 +128,10 @@ def slope(values: list[float]) -> float:
 class Stack:
     """The soak's own stack (deploy/local/stack.sh with the soak's directory and ports) and its dashboard."""
 
-    def __init__(self, latency_ms: float) -> None:
+    def __init__(self, latency_ms: float, retention: str) -> None:
         self.env = {**os.environ, **STACK_ENV, "RUBRICD_SIM_LATENCY_MS": f"{latency_ms:g}"}
+        if retention:
+            self.env["RUBRICD_MEMORY_KEEP_STEPS"] = retention  # the summarizer's
         self.dir = Path(STACK_ENV["RUBRICD_STACK_DIR"])
         self.dashboard: subprocess.Popen[bytes] | None = None
 
@@ -494,7 +496,8 @@ def write(soak: Soak, folder: Path) -> Path:
         f"# Soak {soak.run.run_id}",
         "",
         f"{len(soak.steps)} steps x {soak.args.rollouts} rollouts (sample groups of {soak.args.group_size}), judge "
-        f"latency {soak.args.latency_ms:g} ms (the simulator). Plots: {', '.join(p.name for p in pngs)}.",
+        f"latency {soak.args.latency_ms:g} ms (the simulator), memory retention "
+        f"{soak.args.retention or 'none'}. Plots: {', '.join(p.name for p in pngs)}.",
         "",
         "| figure | kind | first tenth | last tenth | last / first | verdict |",
         "|---|---|---|---|---|---|",
@@ -540,6 +543,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-steps", type=int, default=2, help="the many-runs check: steps of each run")
     parser.add_argument("--idle-runs", type=int, default=900, help="the many-runs check: runs of one rollout more")
     parser.add_argument(
+        "--retention",
+        default="",
+        metavar="JSON",
+        help='the summarizer\'s RUBRICD_MEMORY_KEEP_STEPS, e.g. \'{"analysis": 20, "chunk_summary": 50}\' (default: none)',
+    )
+    parser.add_argument(
         "--reports", type=Path, default=REPO / "reports", help="the report goes to REPORTS/soak-<time>/"
     )
     args = parser.parse_args(argv)
@@ -552,7 +561,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    stack = Stack(args.latency_ms)
+    stack = Stack(args.latency_ms, args.retention)
     stack.up()
     os.environ.update(ENV)  # the commands timed here read the soak stack's settings
     soak = Soak(args, stack)

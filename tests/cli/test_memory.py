@@ -1,4 +1,5 @@
-"""`rubricd memory search`: a run's memories, found by meaning, kind and instance, never another run's."""
+"""`rubricd memory show | search`: what a run's memory holds; its memories, found by meaning, kind and instance,
+never another run's."""
 
 import json
 
@@ -32,3 +33,28 @@ async def test_memory_search_returns_what_was_put_for_the_run(stack, redis, cli,
     text = cli("memory", "search", "run", "verbose filler padding", "--limit", "1").stdout.splitlines()
     assert text[0].split() == ["KIND", "STEP", "SCORE", "REF", "TEXT"]
     assert text[1].startswith("analysis") and "pads a correct answer" in text[1] and len(text) == 2
+
+
+async def test_memory_show_counts_each_kind_and_its_steps(stack, redis, cli, memory: Memory):
+    await memory.put(
+        [
+            MemoryItem(kind=MemoryKind.ANALYSIS, run_id="run", step=s, ref=f"r{i}", text="x")
+            for s in (3, 4)
+            for i in (1, 2)
+        ]
+        + [MemoryItem(kind=MemoryKind.RUBRIC_UPDATE, run_id="run", step=1, ref="2", text="v2")]
+    )
+    shown = [json.loads(ln) for ln in cli("memory", "show", "run", "--json").stdout.splitlines()]
+    assert shown == [
+        {"kind": "analysis", "count": 4, "first_step": 3, "last_step": 4},
+        {"kind": "rubric_update", "count": 1, "first_step": 1, "last_step": 1},
+    ]
+    text = cli("memory", "show", "run").stdout.splitlines()
+    assert text[0].split() == ["KIND", "MEMORIES", "FROM", "STEP", "TO", "STEP"] and text[1].split() == [
+        "analysis",
+        "4",
+        "3",
+        "4",
+    ]
+    missing = cli("memory", "show", "nothing", check=False)
+    assert missing.returncode == 1 and "run 'nothing' has no memories" in missing.stderr

@@ -11,6 +11,7 @@ from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, Rub
 from rubricd_services.judges import cache, rollouts, verdicts
 from rubricd_services.judges.cache import JudgeCache, VerdictCache, digest
 from rubricd_services.judges.caller import JudgeFailed
+from rubricd_services.judges.scoring import Rubrics
 from rubricd_services.runtime import prompts
 from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering
 from rubricd_services.scorer import effects
@@ -121,19 +122,21 @@ async def test_a_verdict_read_ahead_answers_its_call_without_another_read_and_ot
         asked.append(messages)
         return answer
 
+    [call] = Rubrics(SET, rollouts.system_message(TEMPLATE, SET)).calls(ROLLOUT)  # the messages `key` hashes
     judge = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=True)
-    assert judge.ahead(messages) == (keys.verdict(key()),)
+    assert judge.ahead([call, call]) == ()  # a rollout judged in several calls: each reads its own
+    assert judge.ahead([call]) == (keys.verdict(key()),)
     judge.read([cache.encode(answer)])  # as the scorer reads it, with the rollout's stored score
     assert await redis.exists(keys.verdict(key())) == 0  # so only the value read ahead can answer
     assert await judge(messages, verdict) == answer and judge.answered and asked == []
     other = [{**messages[0]}, {"role": "user", "content": "another rollout"}]
     await redis.set(keys.verdict(digest(SET, JUDGE, other)), cache.encode(answer))
     again = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=True)
-    again.ahead(messages)
+    again.ahead([call])
     again.read([None])  # nothing kept for these messages; the call is made with others: their own read
     assert await again(other, verdict) == answer and again.answered and asked == []
     off = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=False)
-    assert off.ahead(messages) == () and await off(messages, verdict) == answer and asked == [messages]
+    assert off.ahead([call]) == () and await off(messages, verdict) == answer and asked == [messages]
 
 
 async def test_a_call_being_made_is_not_made_again_beside_it_and_a_failed_one_is_not_shared(eventually):

@@ -151,6 +151,40 @@ async def test_recent_is_highest_step_first_and_honours_before_step(memory: Memo
     assert await memory.recent("run-a", S, limit=2, before_step=0) == []
 
 
+async def test_recent_of_one_step_holds_that_step_only(memory: Memory) -> None:
+    await memory.put([analysis("run-a", s, f"analysis {i} of step {s}") for s in (0, 1, 2) for i in range(2)])
+    assert sorted(i.text for i in await memory.recent("run-a", A, limit=10, step=1)) == [
+        "analysis 0 of step 1",
+        "analysis 1 of step 1",
+    ]
+
+
+async def test_forget_deletes_one_kinds_older_steps_of_one_run_and_never_the_rubric_history(memory: Memory) -> None:
+    await memory.put(
+        [
+            analysis(run, s, f"{run} analysis {i} of step {s}")
+            for run in ("run-a", "run-b")
+            for s in range(4)
+            for i in range(3)
+        ]
+        + [
+            MemoryItem(kind=kind, run_id="run-a", step=s, text=f"{kind} of step {s}")
+            for kind in (S, U)
+            for s in range(4)
+        ]
+    )
+    assert await memory.forget("run-a", A, before_step=2) == 6  # steps 0 and 1, three each
+    kept = await memory.kept("run-a")
+    assert (kept[A].count, kept[A].first_step, kept[A].last_step) == (6, 2, 3)
+    assert (kept[S].count, kept[S].first_step, kept[U].count) == (4, 0, 4)  # other kinds untouched
+    assert (await memory.kept("run-b"))[A].count == 12  # and another run's
+    assert await memory.forget("run-a", A, before_step=2) == 0  # again: nothing more
+    with pytest.raises(ValueError, match="rubric history"):
+        await memory.forget("run-a", U, before_step=4)
+    assert (await memory.kept("run-a"))[U].count == 4
+    assert await memory.kept("no-such-run") == {}
+
+
 def test_collection_names_are_valid_weaviate_class_names() -> None:
     assert collection_name("rubricd") == "Memory_rubricd"
     assert collection_name("t-1_x") == "Memory_t_1_x"

@@ -1,6 +1,9 @@
 """The summarizer service against the real Redis, Weaviate and the LLM simulator."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -345,3 +348,45 @@ async def test_a_step_summary_holds_the_rubric_health_of_every_first_ok_score_of
     assert metric(page, "rubricd_rubric_met_rate", run_id="grp", rubric_id="correct") == 0.75
     assert metric(page, "rubricd_rubric_uninformative", run_id="grp", rubric_id="correct") == 0
     assert metric(page, "rubricd_rubric_uninformative", run_id="grp", rubric_id="addresses_grader") == 1
+
+
+async def test_retention_deletes_older_analyses_after_a_summary_but_never_an_open_steps(
+    stack, redis, keys, memory, start_summarizer, eventually
+):
+    start_summarizer(memory_keep_steps='{"analysis": 1}').wait_consuming(stack.redis_url, keys)
+    for step in (0, 1, 2):
+        await record(redis, keys, memory, [analysis("run", step, i) for i in range(2)])
+    await close(redis, keys, "run", 0, rollouts=2)
+    await summaries(redis, keys, 1)  # step 0's own analyses are the last step's: kept
+    await close(redis, keys, "run", 1, rollouts=3)  # open, waiting for its third analysis
+    await close(redis, keys, "run", 2, rollouts=2)
+
+    async def forgotten() -> list[Event]:
+        found = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+        return [e for e in found if e.kind == "memory_forgotten"]
+
+    [event] = await eventually(forgotten, "the retention after step 2's summary")
+    assert (event.step, event.fields["analysis"]) == (2, 2) and "before step 1" in event.detail
+    kept = await memory.kept("run")
+    assert (kept[MemoryKind.ANALYSIS].count, kept[MemoryKind.ANALYSIS].first_step) == (4, 1)  # open step 1 kept
+    assert kept[MemoryKind.STEP_SUMMARY].count == 2  # a kind not named: kept for good
+    await record(redis, keys, memory, [analysis("run", 1, 2)])
+    late = (await summaries(redis, keys, 3))[-1]
+    assert (late.step, late.analyses, late.missing_rollouts) == (1, 3, [])  # every analysis of it was there
+
+
+def test_a_retention_of_the_rubric_history_stops_the_summarizer_with_the_settings_name():
+    for keep, why in (
+        ('{"rubric_update": 5}', "rubric history"),
+        ('{"analysis": 0}', "at least 1"),
+        ('{"analyses": 3}', "unknown memory kind 'analyses'"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "rubricd_services.cli", "serve", "summarizer"],
+            env={**os.environ, "RUBRICD_MEMORY_KEEP_STEPS": keep},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode != 0 and "RUBRICD_MEMORY_KEEP_STEPS" in done.stderr, done.stderr
+        assert why in done.stderr and "Traceback" not in done.stderr

@@ -26,8 +26,17 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--namespace", help="key namespace of the deployment (default: RUBRICD_NAMESPACE or rubricd)")
     top.add_argument("--redis-url", help="Redis of the deployment (default: RUBRICD_REDIS_URL)")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # A command is a module named as it: SUMMARY (its line here), HELP (its own --help; else the summary),
+    # `arguments(parser)`, which sets its handler, and the handler.
     for module in (serve, tail, status, schedule, accuracy, arm, judge, export, rescore, rubrics, memory, dlq, acl):
-        module.add(commands)
+        module.arguments(
+            commands.add_parser(
+                module.__name__.rpartition(".")[2],
+                help=module.SUMMARY,
+                description=getattr(module, "HELP", module.SUMMARY),
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
     return top
 
 

@@ -23,13 +23,10 @@ Preference (<ns>:accuracy:<run>).
 """
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "accuracy",
-        help="pairwise judge accuracy of a run per rubric version: overall, by meta-class, position consistency",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+SUMMARY = "pairwise judge accuracy of a run per rubric version: overall, by meta-class, position consistency"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--json", action="store_true", help="one JSON object: per version and the run's total")
     p.set_defaults(handler=run)

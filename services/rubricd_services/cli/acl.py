@@ -7,15 +7,15 @@ from rubricd_services.cli.redis_acl import ADMIN, acl_file, users
 
 from .context import Context, Failed
 
+SUMMARY = "print the Redis ACL file of a locked-down deployment"
+HELP = """\
+Print the Redis ACL file (for redis-server --aclfile) of this namespace: default off, admin, one
+user per service, cli, keda (KEDA's scaler) and each trainer, limited to the commands and keys it
+needs. Passwords are read from DIR/redis-<user> and written as SHA-256 hashes.
+"""
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "acl",
-        help="print the Redis ACL file of a locked-down deployment",
-        description="Print the Redis ACL file (for redis-server --aclfile) of this namespace: default off, admin, "
-        "one user per service, cli, keda (KEDA's scaler) and each trainer, limited to the commands and keys it needs. Passwords are "
-        "read from DIR/redis-<user> and written as SHA-256 hashes.",
-    )
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--passwords", type=Path, required=True, metavar="DIR", help="holds one file redis-<user> per user")
     p.add_argument(
         "--trainer",

@@ -39,13 +39,10 @@ Docs: researchers/rubric-arm.md, "Training the generator and the judge".
 """
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "arm",
-        help="Rubric-ARM training: import preference pairs, write training prompts, set or show the phases",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+SUMMARY = "Rubric-ARM training: import preference pairs, write training prompts, set or show the phases"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="arm_command", required=True, metavar="COMMAND")
     i = sub.add_parser("import", help="import a run's preference pairs (JSONL)")
     i.add_argument("run_id", metavar="RUN")

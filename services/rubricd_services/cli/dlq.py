@@ -39,8 +39,10 @@ return id
 """
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("dlq", help="dead letters: list them, replay them")
+SUMMARY = "dead letters: list them, replay them"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     ls = sub.add_parser("list", help="dead letters, oldest first")
     ls.add_argument("--limit", type=int, default=50, help="at most this many, the newest (default 50)")

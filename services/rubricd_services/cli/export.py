@@ -48,14 +48,13 @@ PAGE = 500
 SETS_KEPT = 256  # rubric sets looked up by the judge records, kept for the next ones
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "export",
-        help="JSON Lines of a run's judge records (comparison -> preference) and generator records (prompt -> "
-        "generated rubric set, with the judge accuracy it led to)",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+SUMMARY = (
+    "JSON Lines of a run's judge records (comparison -> preference) and generator records (prompt -> "
+    "generated rubric set, with the judge accuracy it led to)"
+)
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--only", choices=("judge", "generator", "arm"), help="only these records")

@@ -84,8 +84,10 @@ def modes(text: str) -> list[Mode]:
     return found
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("judge", help="measure a judge: agreement with labelled verdicts")
+SUMMARY = "measure a judge: agreement with labelled verdicts"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="judge_command", required=True, metavar="COMMAND")
     e = sub.add_parser(
         "eval",

@@ -40,13 +40,13 @@ from .context import Context, Failed, table
 PAGE = 500  # kept entries read, and rollouts published, at a time
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "rescore",
-        help="re-score a run's kept rollouts under another rubric version; `rescore diff` compares",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="rubricd rescore RUN --version N [--steps A-B] [--as RESCORE]\n       rubricd rescore diff RUN RESCORE [--json]",
+SUMMARY = "re-score a run's kept rollouts under another rubric version; `rescore diff` compares"
+HELP = __doc__
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.usage = (
+        "rubricd rescore RUN --version N [--steps A-B] [--as RESCORE]\n       rubricd rescore diff RUN RESCORE [--json]"
     )
     p.add_argument("names", nargs="+", metavar="RUN", help="RUN to re-score, or `diff RUN RESCORE`")
     p.add_argument("--version", type=int, help="the rubric version of RUN to score with")

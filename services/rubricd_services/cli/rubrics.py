@@ -21,9 +21,10 @@ from rubricd_services.memory.announcements import announcements
 from . import healthbench
 from .context import Context, Failed, clock, table
 
+SUMMARY = "a run's rubric set, its versions, and the difference between two"
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("rubrics", help="a run's rubric set, its versions, and the difference between two")
+
+def arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = _action(sub, "show", "the current set of a run (or one version)", run_show)
     show.add_argument("--version", type=int, help="this version instead of the current one")

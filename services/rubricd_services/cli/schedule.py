@@ -22,13 +22,10 @@ statistics expire RUBRICD_SCHEDULE_STATS_TTL_S after the step's last score).
 """
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "schedule",
-        help="alternating rewards: each step's meta-class, why, and its per-class statistics",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+SUMMARY = "alternating rewards: each step's meta-class, why, and its per-class statistics"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--json", action="store_true", help="one JSON object per step")
     p.set_defaults(handler=run)

@@ -18,15 +18,16 @@ CONSUMERS = ("scorer", "comparer", "arm", "analyzer", "summarizer", "updater")
 SERVERS = ("gateway", "dashboard", "simulator")
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "serve",
-        help="run a service: scorer, comparer, arm, analyzer, summarizer, updater, gateway, dashboard, simulator",
-        description="Run a service until SIGTERM/SIGINT, with its settings from RUBRICD_*. The dashboard takes "
-        "its own flags after its name (--host 127.0.0.1, --port 8400, --refresh 2 seconds; --namespace and "
-        "--redis-url before `serve` override its settings), and so does the simulator (--host, --port, "
-        "--latency-ms, --fail-rate, --failures, ...; RUBRICD_SIM_*).",
-    )
+SUMMARY = "run a service: scorer, comparer, arm, analyzer, summarizer, updater, gateway, dashboard, simulator"
+HELP = """\
+Run a service until SIGTERM/SIGINT, with its settings from RUBRICD_*. The dashboard takes its own
+flags after its name (--host 127.0.0.1, --port 8400, --refresh 2 seconds; --namespace and --redis-
+url before `serve` override its settings), and so does the simulator (--host, --port, --latency-ms,
+--fail-rate, --failures, ...; RUBRICD_SIM_*).
+"""
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", choices=[*CONSUMERS, *SERVERS])
     p.add_argument(
         "--workers",

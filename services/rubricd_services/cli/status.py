@@ -42,14 +42,13 @@ means the same for scorers, and it is on the trainer's path.
 """
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "status",
-        help="streams, consumer groups (pending, lag), rubric versions, active meta-classes, tokens and cost per run; "
-        "growing lag on analyzers: add analyzer workers",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+SUMMARY = (
+    "streams, consumer groups (pending, lag), rubric versions, active meta-classes, tokens and cost per run; "
+    "growing lag on analyzers: add analyzer workers"
+)
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the same as one JSON object")
     p.set_defaults(handler=run)
 

@@ -18,13 +18,14 @@ from .context import Context, clip, clock
 BLOCK_MS = 1000
 
 
-def add(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "tail",
-        help="follow the events every service writes",
-        description="Follow the events stream live: one line per event (time, service, kind, "
-        "run/step/rollout, detail, fields), or JSON lines with --json.",
-    )
+SUMMARY = "follow the events every service writes"
+HELP = """\
+Follow the events stream live: one line per event (time, service, kind, run/step/rollout, detail,
+fields), or JSON lines with --json.
+"""
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", help="only events of this run")
     p.add_argument("--service", action="append", help="only events of this service (repeatable)")
     p.add_argument(

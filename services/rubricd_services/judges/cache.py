@@ -22,7 +22,7 @@ from rubricd.keys import Keys
 from rubricd.messages import Rollout, RubricSet
 from rubricd_services.settings import LLMSettings
 
-from .scoring import Judge
+from .scoring import Call, Judge
 
 _encoder = msgspec.json.Encoder()
 
@@ -124,11 +124,12 @@ class Cached:
         self.keep: tuple[str, bytes] | None = None
         self._ahead: tuple[list[dict[str, str]], str, bytes | str | None] | None = None  # messages, digest, kept
 
-    def ahead(self, messages: list[dict[str, str]]) -> tuple[str, ...]:
-        """The key of the verdict of the call with these `messages` (none: the cache is off), to read before the
-        call, with the caller's own reads; `read` hands back its value."""
-        if not self.on:
+    def ahead(self, calls: Sequence[Call]) -> tuple[str, ...]:
+        """The key of the verdict of the rollout's one call (none: the cache is off, or several calls), to read
+        before the call, with the caller's own reads; `read` hands back its value."""
+        if not self.on or len(calls) != 1:
             return ()
+        messages = calls[0].messages(self.rollout)
         found = digest(self.rubric_set, self.llm, messages, self.rollout)
         self._ahead = (messages, found, None)
         return (self.cache.keys.verdict(found),)

@@ -16,10 +16,12 @@ from urllib.parse import urlsplit
 
 import msgspec
 import weaviate
+from weaviate.classes.aggregate import Metrics
 from weaviate.classes.config import Configure, DataType, Property, Tokenization
 from weaviate.classes.init import Auth
 from weaviate.classes.query import Filter, MetadataQuery, Sort
 from weaviate.collections import CollectionAsync
+from weaviate.collections.classes.aggregate import AggregateInteger
 from weaviate.collections.classes.data import DataObject
 from weaviate.exceptions import UnexpectedStatusCodeError
 
@@ -55,6 +57,17 @@ class Hit(msgspec.Struct, frozen=True):
     item: MemoryItem
     score: float
     id: str
+
+
+DELETE_PAGE = 10_000  # Weaviate's QUERY_MAXIMUM_RESULTS default: the most one delete_many deletes
+
+
+class Kept(msgspec.Struct, frozen=True):
+    """What a run's memory holds of one kind."""
+
+    count: int
+    first_step: int
+    last_step: int
 
 
 def collection_name(namespace: str) -> str:
@@ -161,11 +174,15 @@ class Memory:
         limit: int,
         instance_key: str | None = None,
         before_step: int | None = None,
+        step: int | None = None,
     ) -> list[MemoryItem]:
-        """The latest `limit` memories of `kind` in the run (and instance), highest step first."""
+        """The latest `limit` memories of `kind` in the run (and instance), highest step first; of one `step`, or
+        before one."""
         filters = _filters(run_id, [kind], instance_key)
         if before_step is not None:
             filters &= Filter.by_property("step").less_than(before_step)
+        if step is not None:
+            filters &= Filter.by_property("step").equal(step)
         found = await self.collection.query.fetch_objects(
             filters=filters,
             sort=Sort.by_property("step", ascending=False),
@@ -204,6 +221,36 @@ class Memory:
             filters=_filters(run_id, [kind] if kind else None, None), total_count=True
         )
         return found.total_count or 0
+
+    async def forget(self, run_id: str, kind: MemoryKind, before_step: int) -> int:
+        """Delete the run's memories of `kind` from the steps before `before_step` (retention); how many. A rubric
+        update (the rubric history) is never deleted: it raises ValueError."""
+        if kind is MemoryKind.RUBRIC_UPDATE:
+            raise ValueError("the rubric history (rubric_update memories) is always kept")
+        where = _filters(run_id, [kind], None) & Filter.by_property("step").less_than(before_step)
+        deleted = 0
+        while True:  # one call deletes at most Weaviate's QUERY_MAXIMUM_RESULTS
+            done = await self.collection.data.delete_many(where=where)
+            deleted += done.successful
+            if done.failed:
+                raise RuntimeError(f"memory: {done.failed} of {done.matches} {kind} memories of {run_id} not deleted")
+            if done.matches < DELETE_PAGE or done.successful == 0:
+                return deleted
+
+    async def kept(self, run_id: str) -> dict[MemoryKind, Kept]:
+        """What the run's memory holds, by kind: how many memories, from which step to which."""
+        found: dict[MemoryKind, Kept] = {}
+        for kind in MemoryKind:
+            got = await self.collection.aggregate.over_all(
+                filters=_filters(run_id, [kind], None),
+                total_count=True,
+                return_metrics=Metrics("step").integer(minimum=True, maximum=True),
+            )
+            step = got.properties["step"]
+            if got.total_count:
+                assert isinstance(step, AggregateInteger)
+                found[kind] = Kept(got.total_count, int(step.minimum or 0), int(step.maximum or 0))
+        return found
 
 
 def _filters(run_id: str, kinds: Sequence[MemoryKind] | None, instance_key: str | None) -> Any:

@@ -12,7 +12,7 @@ own keys, arguments and maps go beside (`Effects`). How: docs/development.md, "T
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast, get_type_hints
+from typing import Any, Generic, Protocol, TypeVar, cast, get_type_hints
 
 from faststream.redis.message import RedisStreamMessage
 from redis.asyncio import Redis
@@ -31,7 +31,19 @@ from rubricd.messages import (
 from rubricd_services.runtime import events
 from rubricd_services.runtime.commit import Names, Script, Value, split
 from rubricd_services.runtime.intake import Addressed, Intake, Rejected, Sender, entry_id
-from rubricd_services.runtime.keeping import Keeping, Settings
+
+
+class Settings(Protocol):
+    """An answering service's (AnswerSettings and ServiceSettings): its commits keep the answer for redelivery,
+    reply on a stream that expires when idle, keep the run's last requests with their answers (kept_maxlen 0:
+    none) and cap the streams they append to, under the same names in all three services."""
+
+    answer_ttl_s: int
+    reply_ttl_s: int
+    kept_maxlen: int
+    kept_ttl_s: int
+    stream_maxlen: int
+
 
 M = TypeVar("M", bound=Message)  # the request: Rollout, Comparison, ArmRollout
 A = TypeVar("A", bound=Message)  # its answer: Score, Preference, ArmReward
@@ -154,7 +166,16 @@ class Answering(Generic[M, A]):
     """The loop of an answering service: take, reject (counted), replay, answer, commit, log."""
 
     def __init__(self, family: Family, script: Script, settings: Settings, redis: Redis, keys: Keys) -> None:
-        self.family, self.redis, self.keys, self.keeping = family, redis, keys, Keeping.of(settings)
+        self.family, self.redis, self.keys = family, redis, keys
+        self.maxlen, self.kept_maxlen = settings.stream_maxlen, settings.kept_maxlen
+        # the commits' arguments of what is kept for how long, made once (the scorer's reply path)
+        self._keeping: dict[str, Value] = {
+            "answer_ttl": settings.answer_ttl_s,
+            "reply_ttl": settings.reply_ttl_s,
+            "kept_maxlen": settings.kept_maxlen,
+            "kept_ttl": settings.kept_ttl_s,
+            "maxlen": settings.stream_maxlen,
+        }
         setting = f"max_{family.what.replace(' ', '_')}_bytes"  # max_rollout_bytes
         self.intake: Intake[M] = Intake(
             type=cast(type[M], family.request),
@@ -259,7 +280,7 @@ class Answering(Generic[M, A]):
         return await self._commit(
             keys={
                 "answer": self.stored(request),
-                "kept": self.keeping.kept(self.family.kept(self.keys, sent.run_id)),
+                "kept": self.family.kept(self.keys, sent.run_id) if self.kept_maxlen else "",
                 "events": self.keys.events,
                 "requests": getattr(self.keys, self.family.stream),
                 "reply": sent.reply_to or "",
@@ -273,7 +294,7 @@ class Answering(Generic[M, A]):
                 "run": sent.run_id,
                 "consumer_group": self.family.consumer_group,
                 "entry_id": entry_id,
-                **self.keeping.args,
+                **self._keeping,
                 **dict.fromkeys(own_args, ""),
                 **effects.args,
             },
@@ -297,7 +318,7 @@ class Answering(Generic[M, A]):
 
     async def publish(self, event: Event) -> None:
         """Log an event of the service's own (a reloaded rubric set, a judge's accuracy)."""
-        await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.keeping.maxlen, approximate=True)
+        await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
 
     def replied(self, request: M) -> None:
         f = self.family

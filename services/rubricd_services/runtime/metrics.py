@@ -96,39 +96,40 @@ class LLMCollector(Collector):
         self.prices = prices or {}
         self.models = models or {}
 
-    def _endpoints(self) -> Iterator[Metric]:
-        endpoints = self.llm.endpoints()
-        for name, doc, field in self.ENDPOINT_FIELDS:
-            counter = field in ("calls", "failures")
-            family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, labels=["endpoint"])
-            for url, health in endpoints.items():
-                family.add_metric([url], float(getattr(health, field)))
-            yield family
-
     def collect(self) -> Iterator[Metric]:
-        yield from self._endpoints()
-        usage = self.llm.usage_all()
+        endpoints, usage = self.llm.endpoints(), self.llm.usage_all()
+        for name, doc, field in self.ENDPOINT_FIELDS:
+            kind = CounterMetricFamily if field in ("calls", "failures") else GaugeMetricFamily
+            yield family(
+                kind(name, doc, labels=["endpoint"]), [([url], getattr(h, field)) for url, h in endpoints.items()]
+            )
         for name, doc, field in self.FIELDS:
-            family = CounterMetricFamily(name, doc, labels=["agent"])
-            for agent, u in usage.items():
-                family.add_metric([agent], getattr(u, field))
-            yield family
+            yield family(
+                CounterMetricFamily(name, doc, labels=["agent"]), [([a], getattr(u, field)) for a, u in usage.items()]
+            )
         tokens = CounterMetricFamily(
             "rubricd_llm_tokens",
             "tokens used, by kind (cached: served from the provider's prefix cache)",
             labels=["agent", "kind"],
         )
-        for agent, u in usage.items():
-            for kind, field in self.TOKENS:
-                tokens.add_metric([agent, kind], getattr(u, field))
-        yield tokens
+        yield family(tokens, [([a, kind], getattr(u, field)) for a, u in usage.items() for kind, field in self.TOKENS])
         cost = CounterMetricFamily(
             "rubricd_llm_cost",
             "cost of the tokens used (failed attempts included), at RUBRICD_PRICES; agents whose model has a price",
             labels=["agent", "model"],
         )
-        for agent, u in usage.items():
-            model = self.models.get(agent)
-            if model is not None and model in self.prices:
-                cost.add_metric([agent, model], self.prices[model].cost(u.prompt_tokens, u.completion_tokens))
-        yield cost
+        priced = {a: m for a in usage if (m := self.models.get(a, "")) in self.prices}  # agent -> its priced model
+        yield family(
+            cost,
+            [
+                ([a, m], self.prices[m].cost(usage[a].prompt_tokens, usage[a].completion_tokens))
+                for a, m in priced.items()
+            ],
+        )
+
+
+def family(metric: CounterMetricFamily | GaugeMetricFamily, samples: Iterable[tuple[list[str], float]]) -> Metric:
+    """`metric` with a sample per (labels, value)."""
+    for labels, value in samples:
+        metric.add_metric(labels, float(value))
+    return metric

@@ -77,7 +77,7 @@ class Scorer(Answering[Rollout, Score]):
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
         if (rollout.judge_mode or self.settings.judge_mode) == "group" and rollout.group and rollout.group_size != 1:
-            if await self.gather(rollout, entry_id(msg)):
+            if await self.groups.gather(rollout, entry_id(msg)):  # False: to be judged alone
                 return
         await self.respond(entry_id(msg), rollout)
 
@@ -93,8 +93,7 @@ class Scorer(Answering[Rollout, Score]):
         judge = self.verdicts.judge(
             judge_by(caller(self.llm, tally)), rubrics.set, self.judge_settings, rollout, on=one_call
         )
-        calls = rubrics.calls(rollout)
-        reads = judge.ahead(calls[0].messages(rollout)) if len(calls) == 1 else ()
+        reads = judge.ahead(rubrics.calls(rollout))
 
         async def answer(read: Sequence[Read]) -> Answered[Score]:
             judge.read(read)
@@ -119,10 +118,6 @@ class Scorer(Answering[Rollout, Score]):
     ) -> Answered[Score]:
         """The score with its usage and the scorer's own effects (`verdict`: a new one, for the judge cache)."""
         return Answered(score, spent, effects.effects(self.keys, self.settings, rollout, score, verdict))
-
-    async def commit(self, entry_id: bytes, rollout: Rollout, score: Score, spent: dict[str, int]) -> None:
-        """Commit a group member's new score (its entry was acked when it joined its group)."""
-        await self.commit_answer(entry_id, rollout, self.answered(rollout, score, spent))
 
     async def observe(self, rollout: Rollout, score: Score) -> None:
         self.metrics.observe(score)
@@ -150,10 +145,6 @@ class Scorer(Answering[Rollout, Score]):
         if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
             raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
 
-    async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
-        """Group judging (groups.Groups.gather): False if the member is to be judged alone."""
-        return await self.groups.gather(rollout, entry_id)
-
     async def judge_due_groups(self) -> None:
         """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
         await self.groups.judge_due_groups()
@@ -172,11 +163,12 @@ class Scorer(Answering[Rollout, Score]):
             scores = await score_group(members, scoring, judge, group=claimed.key, votes=votes)
         spent = tally.usage(self.judge_settings.model)
         for i, (member, score) in enumerate(zip(members, scores, strict=True)):
+            answered = self.answered(member, score, spent if i == 0 else {})  # its entry was acked when it joined
             try:
-                await self.commit(b"", member, score, spent if i == 0 else {})
+                await self.commit_answer(b"", member, answered)
             except Rejected as e:  # its reply_to names a key that is not a stream: stored and analysed, unanswered
                 log.warning("rollout %s/%s: %s; its score is kept without a reply", member.run_id, member.rollout_id, e)
-                await self.commit(b"", msgspec.structs.replace(member, reply_to=None), score, spent if i == 0 else {})
+                await self.commit_answer(b"", msgspec.structs.replace(member, reply_to=None), answered)
 
     async def active_class(self, rollout: Rollout, rubrics: Rubrics) -> str | None:
         """The active meta-class of the rollout's step under `alternating` (None: the weighted total)."""

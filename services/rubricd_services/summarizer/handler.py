@@ -215,15 +215,39 @@ class Summarizer:
         self.summaries.labels("published").inc()
         for summary in summaries:
             self.health.observe(summary)
+        await self.forget(state.run_id, state.step)
+
+    async def forget(self, run_id: str, step: int) -> None:
+        """Retention (`memory_keep_steps`), after `step`'s summary: the run's memories of each kind named older
+        than its last N steps, but none of a step still open. A failure is logged: the next step's deletes them."""
+        if not (keep := self.settings.memory_keep_steps):
+            return
+        open_steps = [s for r, s in await self.book.open_steps() if r == run_id and s != step]
+        before = {kind: min([step - steps + 1, *open_steps]) for kind, steps in keep.items()}
+        try:
+            forgotten = {kind: await self.memory.forget(run_id, MemoryKind(kind), b) for kind, b in before.items()}
+        except Exception:
+            log.exception(
+                "retention: %s's memories before step %s not deleted; the next step tries again", run_id, step
+            )
+            return
+        if any(forgotten.values()):
+            detail = ", ".join(f"{n} {kind} (before step {before[kind]})" for kind, n in forgotten.items() if n)
+            event = events.event(
+                SERVICE, EventKind.MEMORY_FORGOTTEN, run_id=run_id, step=step, detail=detail, **forgotten
+            )
+            await self.redis.xadd(
+                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
+            )
 
     async def analyses(self, state: StepState) -> list[RolloutAnalysis]:
-        """The step's analyses from memory, one per rollout (memory filters by step below; this by equality)."""
+        """The step's analyses from memory, one per rollout."""
         items = await self.memory.recent(
-            state.run_id, MemoryKind.ANALYSIS, limit=self.settings.max_analyses, before_step=state.step + 1
+            state.run_id, MemoryKind.ANALYSIS, limit=self.settings.max_analyses, step=state.step
         )
         found: dict[str, RolloutAnalysis] = {}
         for item in items:
-            if item.step == state.step and item.message:
+            if item.message:
                 analysis = wire.decode(item.message, RolloutAnalysis)
                 found[analysis.rollout_id] = analysis
         return list(found.values())

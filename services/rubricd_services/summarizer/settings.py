@@ -1,7 +1,8 @@
 """The summarizer's settings (env prefix RUBRICD_, see settings)."""
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from rubricd_services.memory.store import MemoryKind
 from rubricd_services.runtime.prompts import PromptFile
 from rubricd_services.settings import InFlight, ReadSize, ServiceSettings
 
@@ -36,3 +37,24 @@ class SummarizerSettings(ServiceSettings):
     meta_summarizer_prompt: PromptFile = Field(
         None, description="meta-summary instructions; default: prompts/meta_summarizer.md"
     )
+    memory_keep_steps: dict[str, int] = Field(
+        {},
+        description="retention: per memory kind (analysis, chunk_summary, step_summary), the run's last N steps "
+        'kept, older ones deleted after each step\'s summary, e.g. {"analysis": 20, "chunk_summary": 100}; a kind '
+        "not named, and the rubric history (rubric_update), are kept for good; a step still open is never deleted",
+    )
+
+    @field_validator("memory_keep_steps")
+    @classmethod
+    def _retention(cls, keep: dict[str, int]) -> dict[str, int]:
+        for kind, steps in keep.items():
+            if kind == MemoryKind.RUBRIC_UPDATE:
+                raise ValueError("rubric_update is the rubric history: it is always kept, name no retention for it")
+            if kind not in KEPT_FOR_STEPS:
+                raise ValueError(f"unknown memory kind {kind!r}; kinds with a retention: {', '.join(KEPT_FOR_STEPS)}")
+            if steps < 1:
+                raise ValueError(f"{kind}: {steps} steps; at least 1 (the step just summarized)")
+        return keep
+
+
+KEPT_FOR_STEPS = (MemoryKind.ANALYSIS, MemoryKind.CHUNK_SUMMARY, MemoryKind.STEP_SUMMARY)  # kinds a retention may name

@@ -34,6 +34,7 @@ class EventKind(enum.StrEnum):
     # summarizer
     STEP_SUMMARIZED = "step_summarized"
     SUMMARY_FAILED = "summary_failed"  # retried after retry_after_s
+    MEMORY_FORGOTTEN = "memory_forgotten"  # retention deleted a run's older memories (fields: before_step, per kind)
     # updater: what became of one step summary (one of these per summary)
     RUBRICS_UPDATED = "rubrics_updated"  # a new version
     RUBRICS_UNCHANGED = "rubrics_unchanged"  # the proposal changed nothing (or nothing valid)
