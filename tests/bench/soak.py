@@ -12,7 +12,8 @@ closes the step and waits for its rubric update; after each step the soak record
 - step close to its summary (the summarizer's event) and to its rubric update (the trainer's wait);
 - the prompt tokens of each agent in the step (judge, analyzer, summarizer, query writer, updater);
 - the rubric set's size and version;
-- Redis's used_memory and its keys by family (the key's second part: `<ns>:<family>:...`);
+- Redis's used_memory and its keys by family (the key's second part: `<ns>:<family>:...`), and the commands and
+  network bytes it served in the step (every client's: the trainer's and the services');
 - Weaviate's objects (its shards' statistics) and its process's RSS, the updater's memory retrieval (its event's
   retrieval_ms);
 - each service's RSS and the CPU milliseconds it spent on the step (the soak's own reads below are left out);
@@ -244,6 +245,7 @@ class Soak:
         self.many: dict[str, Any] | None = None
         self._tokens: dict[str, int] = {}
         self._cpu: dict[str, float] = {}
+        self._redis: dict[str, int] = {}
 
     async def go(self) -> None:
         settings = load(ServiceSettings)
@@ -284,6 +286,8 @@ class Soak:
         self._tokens = spent
         current = await client.rubrics.current(run_id)
         info = await redis.info("memory")
+        traffic = await redis_traffic(redis)
+        sent = {k: v - self._redis.get(k, v) for k, v in traffic.items()}  # the step's, every client's
         cpu, rss = {}, {}
         for name, p in processes.items():
             with contextlib.suppress(psutil.Error):
@@ -302,6 +306,8 @@ class Soak:
             "rubrics": len(current.rubrics) if current else 0,
             "rubric_version": current.version if current else 0,
             "redis_used_mb": int(info["used_memory"]) / 2**20,
+            "redis_commands": sent["commands"],
+            "redis_kb": sent["bytes"] / 1000,
             "redis_keys": await key_families(redis),
             "memories": await objects(memory),
             "retrieval_ms": float(retrieval) if isinstance(retrieval, int | float) else None,
@@ -317,7 +323,17 @@ class Soak:
         for name, p in processes.items():  # the next step's CPU counts from here: the reads above are not its
             with contextlib.suppress(psutil.Error):
                 self._cpu[name] = sum(p.cpu_times()[:2])
+        self._redis = await redis_traffic(redis)  # and its Redis commands
         return figures
+
+
+async def redis_traffic(redis: Redis) -> dict[str, int]:
+    """Redis's commands and network bytes (in and out) since it started, every client's."""
+    stats = await redis.info("stats")
+    return {
+        "commands": int(stats["total_commands_processed"]),
+        "bytes": int(stats["total_net_input_bytes"]) + int(stats["total_net_output_bytes"]),
+    }
 
 
 async def small_run(run_id: str, steps: int, rollouts: int) -> list[float]:
@@ -416,6 +432,8 @@ def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[fl
     yield "rubrics", "rubric set size", MEMORY, of("rubrics")
     yield "rubrics", "rubric version", MEMORY, of("rubric_version")
     yield "redis", "Redis used_memory (MB)", MEMORY, of("redis_used_mb")
+    yield "redis", "Redis commands", PER_STEP, of("redis_commands")
+    yield "redis", "Redis traffic (kB)", PER_STEP, of("redis_kb")
     for family, values in nested("redis_keys").items():
         yield "redis", f"keys {family}", MEMORY, values
     yield "weaviate", "Weaviate objects", MEMORY, of("memories")

@@ -15,7 +15,7 @@ from rubricd.keys import InvalidKey, Keys
 from rubricd_services.llm import redact
 from rubricd_services.settings import ServiceSettings, load
 
-from . import accuracy, acl, arm, dlq, export, judge, memory, rescore, rubrics, schedule, serve, status, tail
+from . import accuracy, acl, arm, dlq, export, judge, memory, plan, rescore, rubrics, schedule, serve, status, tail
 from .context import Context, Failed
 
 
@@ -28,7 +28,22 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # A command is a module named as it: SUMMARY (its line here), HELP (its own --help; else the summary),
     # `arguments(parser)`, which sets its handler, and the handler.
-    for module in (serve, tail, status, schedule, accuracy, arm, judge, export, rescore, rubrics, memory, dlq, acl):
+    for module in (
+        serve,
+        tail,
+        status,
+        schedule,
+        accuracy,
+        arm,
+        judge,
+        export,
+        rescore,
+        rubrics,
+        memory,
+        dlq,
+        acl,
+        plan,
+    ):
         module.arguments(
             commands.add_parser(
                 module.__name__.rpartition(".")[2],

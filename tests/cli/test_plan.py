@@ -1,0 +1,116 @@
+"""`rubricd plan`: its arithmetic on round numbers, worked by hand, and the loads it refuses."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rubricd_services.cli.plan import DAY_S, MEASURED, Costs, Defaults, Load, plan
+
+ROUND = Costs(
+    scorer_cpu_ms=10,
+    analyzer_cpu_ms=100,
+    summarizer_cpu_ms=1000,
+    updater_cpu_ms=500,
+    redis_cpu_ms=1,
+    score_bytes=1000,
+    verdict_bytes=500,
+    event_bytes=100,
+    analysis_bytes=1000,
+    weaviate_object_bytes=10_000,
+    judge_overhead_tokens=400,
+    analyst_overhead_tokens=1000,
+    summarizer_tokens_per_analysis=100,
+    summarizer_overhead_tokens=500,
+    updater_tokens=2000,
+    busy=0.5,
+)
+SMALL = Defaults(answer_ttl_s=100, judge_cache_ttl_s=10, kept_maxlen=1000, kept_ttl_s=DAY_S, stream_maxlen=10)
+
+
+def test_a_plan_worked_by_hand():
+    load = Load(
+        rollouts_per_s=100,
+        rollouts_per_step=400,
+        judge_latency_s=3,
+        group_size=8,
+        group_judging=True,
+        analysis_sample="extremes",  # 2 of 8: 25 analyses a second, 100 a step
+        rollout_tokens=250,  # 1,000 bytes a rollout
+        analyst_latency_s=4,
+    )
+    p = plan(load, ROUND, SMALL)
+    # scorer: 100/s x 10 ms = 1 core, at half a core a process: 2; 300 judged at once / 256 a process: 2
+    # analyzer: 25/s x 100 ms = 2.5 cores: 5; 100 at once / 32: 4. A step each 4 s: 0.25 and 0.125 of a core.
+    assert p.cores == pytest.approx(
+        {"scorer": 1.0, "analyzer": 2.5, "summarizer": 0.25, "updater": 0.125, "redis": 0.1}
+    )
+    assert p.replicas == {"scorer": 2, "analyzer": 5, "summarizer": 1, "updater": 1}
+    # scores 100/s x 100 s x 1,000 B; verdicts 100 x 10 x 500; kept 1 run x 1,000 x (1,000 + 1,000);
+    # streams 10 x (2 x 1,000 + 1,000 + 1,000 + 100)
+    assert p.redis_gb == pytest.approx(
+        {"scores": 0.01, "verdicts": 0.0005, "kept rollouts": 0.002, "streams": 0.000041, "total": 0.012541}
+    )
+    # a day: 21,600 steps, each 100 analyses + 5 chunks + a summary
+    assert p.weaviate_objects == 21_600 * 106 and p.weaviate_gb == pytest.approx(21_600 * 106 * 10_000 / 1e9)
+    assert p.tokens_per_hour == pytest.approx(
+        {
+            "judge": (100 / 8 * 400 + 100 * 250) * 3600,
+            "analyst": 25 * (1000 + 250) * 3600,
+            "summarizers": 0.25 * (500 + 100 * 100) * 3600,
+            "updater": 0.25 * 2000 * 3600,
+        }
+    )
+    assert p.limits == []
+
+
+def test_retention_bounds_the_memory_to_its_steps_and_the_summaries():
+    load = Load(rollouts_per_s=100, rollouts_per_step=400, group_size=8, analysis_sample="extremes")
+    kept = plan(Load(**{**load.__dict__, "retention_steps": 50}), ROUND, SMALL)
+    assert kept.weaviate_objects == 50 * 105 + 21_600  # 50 steps' analyses and chunks; every step summary
+    assert kept.weaviate_gb_per_day == pytest.approx(21_600 * 10_000 / 1e9)
+    assert plan(load, ROUND, SMALL).weaviate_gb_per_day > 50 * kept.weaviate_gb_per_day
+
+
+def test_many_runs_keep_their_own_rollouts_and_one_redis_stops_being_enough():
+    one = plan(Load(rollouts_per_s=1_000_000 / DAY_S, rollouts_per_step=64))
+    many = plan(Load(rollouts_per_s=1_000_000 / DAY_S, rollouts_per_step=64, runs=100))
+    assert many.redis_gb["kept rollouts"] == pytest.approx(100 * one.redis_gb["kept rollouts"], rel=0.01)
+    assert one.limits == [] and many.limits[0].startswith("Redis: 53.3 GB is more than one Redis")
+    assert MEASURED.busy == 0.7
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"rollouts_per_s": 0}, "--rollouts-per-day"),
+        ({"rollouts_per_step": 0}, "--rollouts-per-step"),
+        ({"group_size": 9}, "--group-size"),
+        ({"analysis_sample": "3", "group_size": 2}, "--analysis-sample"),
+        ({"judge_latency_s": 0}, "--judge-latency"),
+        ({"runs": 0}, "--runs"),
+        ({"retention_steps": -1}, "--retention-steps"),
+    ],
+)
+def test_an_impossible_load_is_refused_naming_its_flag(change, named):
+    with pytest.raises(ValueError, match=named):
+        plan(Load(**{"rollouts_per_s": 1.0, "rollouts_per_step": 8, **change}))
+
+
+def test_the_command_prints_the_plan_and_refuses_with_the_flag():
+    run = [sys.executable, "-m", "rubricd_services.cli", "plan"]
+    done = subprocess.run(
+        [*run, "--rollouts-per-day", "864000", "--rollouts-per-step", "400", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(done.stdout)
+    assert got["load"]["rollouts_per_s"] == 10 and got["replicas"]["scorer"] == 1
+    refused = subprocess.run(
+        [*run, "--rollouts-per-second", "5", "--rollouts-per-step", "4", "--group-size", "8"],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 1 and "--group-size: from 1 to --rollouts-per-step (4)" in refused.stderr
