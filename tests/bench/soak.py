@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import io
 import json
+import math
 import os
 import shutil
 import statistics
@@ -105,9 +106,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def tenths(values: list[float]) -> tuple[float, float]:
-    """The mean of the first and of the last tenth of a run's values (at least one value each)."""
-    n = max(1, len(values) // 10)
-    return statistics.fmean(values[:n]), statistics.fmean(values[-n:])
+    """The mean of the first and of the last tenth of a run's values (at least one value each; a step without the
+    figure, NaN, is passed over)."""
+    n, known = max(1, len(values) // 10), [v for v in values if not math.isnan(v)] or [0.0]
+    return statistics.fmean(known[:n]), statistics.fmean(known[-n:])
 
 
 def growth(values: list[float]) -> float | None:
@@ -118,7 +120,7 @@ def growth(values: list[float]) -> float | None:
 
 def slope(values: list[float]) -> float:
     """Growth per step over the second half of the run (least squares)."""
-    half = values[len(values) // 2 :]
+    half = [v for v in values[len(values) // 2 :] if not math.isnan(v)]
     if len(half) < 2:
         return 0.0
     xs = range(len(half))
@@ -287,7 +289,8 @@ class Soak:
         current = await client.rubrics.current(run_id)
         info = await redis.info("memory")
         traffic = await redis_traffic(redis)
-        sent = {k: v - self._redis.get(k, v) for k, v in traffic.items()}  # the step's, every client's
+        # the step's, every client's (None at the first step: no start to count from)
+        sent = {k: v - self._redis[k] if self._redis else None for k, v in traffic.items()}
         cpu, rss = {}, {}
         for name, p in processes.items():
             with contextlib.suppress(psutil.Error):
@@ -307,7 +310,7 @@ class Soak:
             "rubric_version": current.version if current else 0,
             "redis_used_mb": int(info["used_memory"]) / 2**20,
             "redis_commands": sent["commands"],
-            "redis_kb": sent["bytes"] / 1000,
+            "redis_kb": sent["bytes"] / 1000 if sent["bytes"] is not None else None,
             "redis_keys": await key_families(redis),
             "memories": await objects(memory),
             "retrieval_ms": float(retrieval) if isinstance(retrieval, int | float) else None,
@@ -416,8 +419,8 @@ async def dashboard_list_s(times: int = 5) -> float:
 def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[float]]]:
     """Every figure as (group, name, kind, values per step); a figure missing at a step counts as 0."""
 
-    def of(key: str) -> list[float]:
-        return [float(s[key] or 0) for s in steps]
+    def of(key: str) -> list[float]:  # NaN where a step has no such figure (a plot's gap)
+        return [math.nan if s[key] is None else float(s[key]) for s in steps]
 
     def nested(key: str) -> dict[str, list[float]]:
         names = sorted({n for s in steps for n in s[key]})
