@@ -219,25 +219,25 @@ class Summarizer:
 
     async def forget(self, run_id: str, step: int) -> None:
         """Retention (`memory_keep_steps`), after `step`'s summary: the run's memories of each kind named older
-        than its last N steps, but none of a step still open. A failure is logged: the next step's deletes them."""
+        than its last N steps, but none of a step still open. A failure is logged (the summary stands): the next
+        step's deletes them."""
         if not (keep := self.settings.memory_keep_steps):
             return
-        open_steps = [s for r, s in await self.book.open_steps() if r == run_id and s != step]
-        before = {kind: min([step - steps + 1, *open_steps]) for kind, steps in keep.items()}
         try:
+            open_steps = [s for r, s in await self.book.open_steps() if r == run_id and s != step]
+            before = {kind: min([step - steps + 1, *open_steps]) for kind, steps in keep.items()}
             forgotten = {kind: await self.memory.forget(run_id, MemoryKind(kind), b) for kind, b in before.items()}
+            if any(forgotten.values()):
+                detail = ", ".join(f"{n} {kind} (before step {before[kind]})" for kind, n in forgotten.items() if n)
+                event = events.event(
+                    SERVICE, EventKind.MEMORY_FORGOTTEN, run_id=run_id, step=step, detail=detail, **forgotten
+                )
+                await self.redis.xadd(
+                    self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
+                )
         except Exception:
             log.exception(
                 "retention: %s's memories before step %s not deleted; the next step tries again", run_id, step
-            )
-            return
-        if any(forgotten.values()):
-            detail = ", ".join(f"{n} {kind} (before step {before[kind]})" for kind, n in forgotten.items() if n)
-            event = events.event(
-                SERVICE, EventKind.MEMORY_FORGOTTEN, run_id=run_id, step=step, detail=detail, **forgotten
-            )
-            await self.redis.xadd(
-                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
             )
 
     async def analyses(self, state: StepState) -> list[RolloutAnalysis]:
