@@ -44,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,13 +164,13 @@ class Stack:
             self.dashboard.wait(timeout=30)
         subprocess.run([str(STACK), "down"], env=self.env, check=False)
 
-    def answers(self, path: str) -> bool:
+    def answers(self, path: str) -> Any:
+        """The dashboard's JSON answer to `path` (None if it did not answer)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{DASHBOARD_PORT}{path}", timeout=30) as r:
-                r.read()
-                return bool(r.status == 200)
+                return json.loads(r.read()) if r.status == 200 else None
         except OSError:
-            return False
+            return None
 
     def processes(self) -> dict[str, psutil.Process]:
         """The stack's processes by name (their pid files), the dashboard's too."""
@@ -248,6 +249,7 @@ class Soak:
         self._tokens: dict[str, int] = {}
         self._cpu: dict[str, float] = {}
         self._redis: dict[str, int] = {}
+        self._cursor = ""  # the dashboard's, from its last run view
 
     async def go(self) -> None:
         settings = load(ServiceSettings)
@@ -321,13 +323,18 @@ class Soak:
                 timed, lambda: command(["rubrics", "health", run_id, "--step", str(record.step), "--json"])
             ),
             "dashboard_runs_s": await asyncio.to_thread(timed, lambda: self.stack.answers("/api/runs")),
-            "dashboard_run_s": await asyncio.to_thread(timed, lambda: self.stack.answers(f"/api/runs/{run_id}")),
+            "dashboard_run_s": await asyncio.to_thread(timed, lambda: self.poll(f"/api/runs/{run_id}")),
         }
         for name, p in processes.items():  # the next step's CPU counts from here: the reads above are not its
             with contextlib.suppress(psutil.Error):
                 self._cpu[name] = sum(p.cpu_times()[:2])
         self._redis = await redis_traffic(redis)  # and its Redis commands
         return figures
+
+    def poll(self, path: str) -> None:
+        """The run view as the page polls it: with the cursor of its last answer (only the steps that changed)."""
+        answer = self.stack.answers(f"{path}?{urllib.parse.urlencode({'cursor': self._cursor})}")
+        self._cursor = answer["cursor"] if answer else ""
 
 
 async def redis_traffic(redis: Redis) -> dict[str, int]:

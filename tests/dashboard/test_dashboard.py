@@ -32,7 +32,8 @@ from rubricd.messages import (
     Score,
     ScoredRollout,
 )
-from rubricd_services.dashboard.reader import PAGE, RunTally, StepTally
+from rubricd_services.dashboard.reader import PAGE, Reader, RunTally, StepTally
+from rubricd_services.settings import ServiceSettings
 from tests.factories import answer, count_health, rollout, scored
 
 from .conftest import IMG, SCRIPT
@@ -245,6 +246,25 @@ async def test_two_reads_at_once_count_each_kept_score_once(redis, keys):
     await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(tallied(1, JudgeStatus.OK, 1.0))})
     await tally.catch_up(redis, keys, "r")  # only what came since
     assert [r["scored"] for r in tally.rows()] == [len(entries), 1]
+
+
+async def test_a_poll_with_its_last_cursor_reads_only_the_steps_that_changed(redis, keys):
+    async def keep(step: int, reward: float) -> None:
+        await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(tallied(step, JudgeStatus.OK, reward))})
+
+    await keep(0, 0.1)
+    await keep(1, 0.2)
+    reader = Reader(ServiceSettings.model_construct(), keys, redis)
+    first = await reader.run("r")
+    assert [r["step"] for r in first["steps"]] == [0, 1] and not first["partial"]
+    unchanged = await reader.run("r", first["cursor"])
+    assert unchanged["steps"] == [] and unchanged["partial"] and unchanged["cursor"] == first["cursor"]
+    await keep(1, 0.3)  # a late score of step 1, and a new step
+    await keep(2, 0.4)
+    changed = await reader.run("r", unchanged["cursor"])
+    assert [(r["step"], r["scored"]) for r in changed["steps"]] == [(1, 2), (2, 1)] and changed["partial"]
+    restarted = await reader.run("r", "another-process.1")  # a cursor of a dashboard since restarted: every step
+    assert [r["step"] for r in restarted["steps"]] == [0, 1, 2] and not restarted["partial"]
 
 
 async def test_the_canaries_panel_shows_each_steps_agreement_and_where_the_judge_drifts(

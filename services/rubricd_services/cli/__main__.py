@@ -15,7 +15,23 @@ from rubricd.keys import InvalidKey, Keys
 from rubricd_services.llm import redact
 from rubricd_services.settings import ServiceSettings, load
 
-from . import accuracy, acl, arm, dlq, export, judge, memory, plan, rescore, rubrics, schedule, serve, status, tail
+from . import (
+    accuracy,
+    acl,
+    archive,
+    arm,
+    dlq,
+    export,
+    judge,
+    memory,
+    plan,
+    rescore,
+    rubrics,
+    schedule,
+    serve,
+    status,
+    tail,
+)
 from .context import Context, Failed
 
 
@@ -40,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
         rescore,
         rubrics,
         memory,
+        archive,
         dlq,
         acl,
         plan,

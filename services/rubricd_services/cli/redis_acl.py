@@ -227,10 +227,13 @@ def cli(keys: Keys) -> User:
     (SET, DEL); `rescore` seeds the re-scored run's sets,
     publishes its rollouts and reads their Scores as a trainer does (a reply stream it deletes: DEL); `arm import`
     replaces a run's preference pairs (MULTI: DEL, HSET), `arm phases` sets its plan (SET), `arm dataset` keeps a
-    frozen generator's rubric sets (HSETNX), asking the generator through the LLM client (its slots and limits)."""
+    frozen generator's rubric sets (HSETNX), asking the generator through the LLM client (its slots and limits);
+    `archive` reads each key of a run by its type (TYPE, PTTL, SMEMBERS, LRANGE), then deletes them (DEL) and the
+    run from the runs index (ZSCORE, ZREM)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
-    reads = (*streams, "scan", "hget", "hgetall", "hvals", "get", "time", "zrange", "zrangebyscore")
-    writes = ("xadd", "xdel", "del", "set", "hset", "hsetnx", "multi", "exec", "evalsha", "script|load")
+    reads = (*streams, "scan", "hget", "hgetall", "hvals", "get", "time", "zrange", "zrangebyscore", "zscore")
+    reads = (*reads, "type", "pttl", "smembers", "lrange")  # archive
+    writes = ("xadd", "xdel", "del", "set", "hset", "hsetnx", "multi", "exec", "evalsha", "script|load", "zrem")
     return User(CLI, ("ping", *reads, *writes, *LLM_SLOTS), keys=[f"{keys.namespace}:*"])
 
 

@@ -101,7 +101,7 @@ def app(settings: ServiceSettings, keys: Keys, refresh_s: float) -> Starlette:
         return _json({"namespace": keys.namespace, "runs": await read().runs()})
 
     async def run_view(request: Request) -> Response:
-        return _json(await read().run(request.path_params["run_id"]))
+        return _json(await read().run(request.path_params["run_id"], request.query_params.get("cursor", "")))
 
     async def step_rollouts(request: Request) -> Response:
         step = request.query_params.get("step")

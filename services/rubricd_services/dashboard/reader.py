@@ -5,6 +5,7 @@ event tail; and what is kept between polls."""
 import asyncio
 import contextlib
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -25,6 +26,8 @@ from rubricd_services.memory.announcements import announcements
 from rubricd_services.settings import ServiceSettings
 
 from . import rollouts
+
+EPOCH = uuid.uuid4().hex[:8]  # this process's: a cursor of another's (before a restart) reads every step
 
 PAGE = 1000  # kept entries read at a time
 EVENTS_SCANNED = 5000  # the newest events searched for matches, at most
@@ -157,22 +160,28 @@ class RunTally:
     stopped."""
 
     steps: dict[int, StepTally] = field(default_factory=dict)
+    changed: dict[int, int] = field(default_factory=dict)  # step -> the read that last changed it
+    reads: int = 0  # the reads that found something new
     kept: dict[str, Kept] = field(default_factory=dict)  # rollout id -> where it is kept
     listed: dict[int, list[Kept]] = field(default_factory=dict)  # step -> its kept rollouts, oldest first
     following: Following = field(default_factory=Following)
 
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
-        for entry_id, scored in await self.following.new(redis, keys.kept_rollouts(run_id), ScoredRollout):
+        new = await self.following.new(redis, keys.kept_rollouts(run_id), ScoredRollout)
+        self.reads += bool(new)
+        for entry_id, scored in new:
             rollout, score = scored.rollout, scored.score
             self.steps.setdefault(rollout.step, StepTally()).add(scored)
+            self.changed[rollout.step] = self.reads
             kept = Kept(
                 entry_id, rollout.rollout_id, str(score.status), score.reward, len(rollout.trajectory), score.evaluation
             )
             self.kept[rollout.rollout_id] = kept
             self.listed.setdefault(rollout.step, []).append(kept)
 
-    def rows(self) -> list[dict[str, Any]]:
-        return [t.row(step) for step, t in sorted(self.steps.items())]
+    def rows(self, after: int = 0) -> list[dict[str, Any]]:
+        """The steps changed by the reads after `after` (0: every step)."""
+        return [t.row(step) for step, t in sorted(self.steps.items()) if self.changed[step] > after]
 
 
 @dataclass
@@ -304,8 +313,12 @@ class Reader:
             return None
         return rollouts.view(wire.decode(wire.payload(entries[0][1]), ScoredRollout))
 
-    async def run(self, run_id: str) -> dict[str, Any]:
+    async def run(self, run_id: str, cursor: str = "") -> dict[str, Any]:
+        """The run's view. Its `steps` are the changed ones only (`partial`) when `cursor`, the `cursor` of an
+        earlier view of this process's, says which the page has: a poll's answer does not grow with the run."""
         tally = await self.tally(run_id)
+        epoch, _, seen = cursor.partition(".")
+        after = int(seen) if epoch == EPOCH and seen.isdigit() and tally is not None else 0
         schedule = await read_history(self.redis, self.keys, run_id)
         judged = await canaries.read(self.redis, self.keys, run_id)
         arm_tally = self.arm.get(run_id)
@@ -316,7 +329,9 @@ class Reader:
         phases = await arm.read_decisions(self.redis, self.keys, run_id)
         return {
             "run_id": run_id,
-            "steps": tally.rows() if tally is not None else [],
+            "cursor": f"{EPOCH}.{tally.reads if tally is not None else 0}",
+            "partial": after > 0,
+            "steps": tally.rows(after) if tally is not None else [],
             "versions": await self.versions(run_id),
             "health": await self.health(run_id, max(tally.steps) if tally and tally.steps else None),
             "schedule": [

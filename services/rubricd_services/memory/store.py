@@ -10,7 +10,7 @@ second one, which is what makes the services' effects exactly-once.
 
 import enum
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -228,12 +228,41 @@ class Memory:
         if kind is MemoryKind.RUBRIC_UPDATE:
             raise ValueError("the rubric history (rubric_update memories) is always kept")
         where = _filters(run_id, [kind], None) & Filter.by_property("step").less_than(before_step)
+        return await self._delete(where, f"{kind} memories of {run_id}")
+
+    async def every(self, run_id: str, window: int = 64) -> AsyncIterator[MemoryItem]:
+        """Every memory of the run (`rubricd archive`), a window of steps at a time: a window that reaches the
+        most one read returns is halved; a single step that does raises ValueError."""
+        for kind, k in (await self.kept(run_id)).items():
+            step = k.first_step
+            while step <= k.last_step:
+                where = _filters(run_id, [kind], None) & Filter.by_property("step").greater_or_equal(step)
+                where &= Filter.by_property("step").less_than(step + window)
+                found = await self.collection.query.fetch_objects(
+                    filters=where, limit=DELETE_PAGE, return_properties=_PROPERTIES
+                )
+                if len(found.objects) == DELETE_PAGE:
+                    if window == 1:
+                        raise ValueError(f"step {step} holds {DELETE_PAGE:,}+ {kind} memories: more than one read")
+                    window //= 2
+                    continue
+                for o in found.objects:
+                    yield _item(o.properties)
+                step += window
+
+    async def drop_run(self, run_id: str) -> int:
+        """Delete every memory of the run, its rubric history too (`rubricd archive`, after the export); how
+        many."""
+        return await self._delete(_filters(run_id, None, None), f"memories of {run_id}")
+
+    async def _delete(self, where: Any, what: str) -> int:
+        """Delete what `where` matches, a call at a time (one deletes at most Weaviate's QUERY_MAXIMUM_RESULTS)."""
         deleted = 0
-        while True:  # one call deletes at most Weaviate's QUERY_MAXIMUM_RESULTS
+        while True:
             done = await self.collection.data.delete_many(where=where)
             deleted += done.successful
             if done.failed:
-                raise RuntimeError(f"memory: {done.failed} of {done.matches} {kind} memories of {run_id} not deleted")
+                raise RuntimeError(f"memory: {done.failed} of {done.matches} {what} not deleted")
             if done.matches < DELETE_PAGE or done.successful == 0:
                 return deleted
 

@@ -15,6 +15,7 @@ const state = {
   services: new Set(),
   classes: [],
   refreshes: 0,
+  steps: null, // the run's step rows read so far: { run, cursor, rows: Map step -> row }; a poll reads the changed ones
 };
 // A meta-class has one color in the reward chart and the schedule strip; the total is COLORS[0].
 const classColor = (name) => COLORS[(1 + state.classes.indexOf(name)) % COLORS.length];
@@ -452,14 +453,20 @@ async function refresh(mine) {
       service: document.getElementById("event-service").value,
       kind: document.getElementById("event-kind").value,
     });
+    const asked = state.run;
+    const had = state.steps && state.steps.run === asked ? state.steps : null;
     const [run, groups, events, picked] = await Promise.all([
-      state.run ? get(`api/runs/${encodeURIComponent(state.run)}`) : null,
+      asked ? get(`api/runs/${encodeURIComponent(asked)}?${new URLSearchParams({ cursor: had ? had.cursor : "" })}`) : null,
       get("api/groups"),
       get(`api/events?${q}`),
       state.run ? pickRollout(state.run, mine) : null,
     ]);
     if (mine !== state.refreshes) return;
     if (run) {
+      const rows = new Map(run.partial && had ? had.rows : []);
+      for (const row of run.steps) rows.set(row.step, row);
+      state.steps = { run: asked, cursor: run.cursor, rows };
+      run.steps = [...rows.values()].sort((a, b) => a.step - b.step);
       const named = [...run.steps.flatMap((s) => Object.keys(s.meta_classes)), ...run.schedule.map((d) => d.meta_class)];
       state.classes = [...new Set(named.filter((c) => c))].sort();
       drawRewards(run.steps);
