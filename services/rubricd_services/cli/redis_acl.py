@@ -232,9 +232,9 @@ def cli(keys: Keys) -> User:
     run from the runs index (ZSCORE, ZREM)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
     reads = (*streams, "scan", "hget", "hgetall", "hvals", "get", "time", "zrange", "zrangebyscore", "zscore")
-    reads = (*reads, "type", "pttl", "smembers", "lrange")  # archive
+    archive = ("type", "pttl", "smembers", "lrange")
     writes = ("xadd", "xdel", "del", "set", "hset", "hsetnx", "multi", "exec", "evalsha", "script|load", "zrem")
-    return User(CLI, ("ping", *reads, *writes, *LLM_SLOTS), keys=[f"{keys.namespace}:*"])
+    return User(CLI, ("ping", *reads, *archive, *writes, *LLM_SLOTS), keys=[f"{keys.namespace}:*"])
 
 
 def trainer(keys: Keys, name: str) -> User:
