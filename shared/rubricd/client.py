@@ -385,6 +385,7 @@ class RubricdClient:
                 response = cast(_XRead, await self.redis.xread({log: last}, block=block_ms))
                 for _, entries in response or []:
                     last = entries[-1][0]
+        self._closed.get(run_id, set()).difference_update(wanted)  # in place: the next wait asks only for newer
 
     async def close(self) -> None:
         """Stop reading, delete this client's reply stream, release the connection."""

@@ -150,6 +150,12 @@ async def test_wait_for_rubrics_waits_for_every_step_it_closed_up_to_the_one_ask
         waiting = asyncio.create_task(client.wait_for_rubrics("run", 2, timeout=60))
         await store.advance_step("run", 1)
         await asyncio.wait_for(waiting, 30)
+        # A step seen in place is not asked for again (a long run's wait does not grow): gone from the record,
+        # step 0 no longer holds up step 3.
+        await redis.zrem(keys.rubric_steps("run"), "0")
+        await client.close_step("run", 3, rollouts=1)
+        await store.advance_step("run", 3)
+        await client.wait_for_rubrics("run", 3, timeout=5)
 
 
 def test_the_sync_client_serves_many_threads_at_once(stack):
