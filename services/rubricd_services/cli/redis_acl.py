@@ -127,9 +127,10 @@ def services(keys: Keys) -> list[User]:
         ),
         User(
             "comparer",
-            # listen: XREAD; rubric sets and generation as the scorer's; the preference commit script's GET, SET,
-            # XADD, EXPIRE, HSETNX (instance prompts), HINCRBY (accuracy), then HGETALL of the accuracy
-            (*CONSUMER, *LLM_SLOTS, "xread", "get", "set", "del", "hget", "hsetnx"),
+            # listen: XREAD; the stored preference: MGET (runtime.answering); rubric sets and generation as the
+            # scorer's; the preference commit script's GET, SET, XADD, EXPIRE, HSETNX (instance prompts), HINCRBY
+            # (accuracy), then HGETALL of the accuracy
+            (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hsetnx"),
             keys=[
                 *consuming(k, k.comparisons),
                 family(k.preference("run", "comparison")),
@@ -147,8 +148,9 @@ def services(keys: Keys) -> list[User]:
         User(
             "arm",
             # the phase script's HSETNX, HGET (and HMGET before it); the run's plan, pairs and frozen generators'
-            # rubrics: GET, HGET; the reward commit script: GET, SET, XADD, EXPIRE, HINCRBY (usage)
-            (*CONSUMER, *LLM_SLOTS, "get", "set", "hget", "hmget", "hsetnx"),
+            # rubrics: GET, HGET; the stored reward: MGET (runtime.answering); the reward commit script: GET, SET,
+            # XADD, EXPIRE, HINCRBY (usage)
+            (*CONSUMER, *LLM_SLOTS, "get", "mget", "set", "hget", "hmget", "hsetnx"),
             keys=[
                 *consuming(k, k.arm),
                 family(k.arm_reward("run", "rollout")),
