@@ -75,7 +75,8 @@ class Keys:
         return name
 
     def rubric_set(self, run_id: str, instance_key: str | None = None) -> str:
-        """Hash of a run's rubric set versions: field N -> RubricSet, `current` -> N."""
+        """Hash of a run's rubric set versions: `v<N>` -> RubricSet N, `current` -> the newest's copy, `s<step>` ->
+        the version made from that step."""
         return f"{self.namespace}:rubric-set:{run_id}:{instance_key or GLOBAL}"
 
     def rubric_instances(self, run_id: str) -> str:

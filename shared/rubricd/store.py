@@ -1,9 +1,11 @@
 """Rubric sets in Redis: versioned per run (and instance), written atomically.
 
 One hash per run and instance: field `v<N>` holds version N, field `current`
-holds a copy of the newest one, so reading the current set is one HGET. A new
-version is written only if it directly follows the current one (a Lua
-compare-and-set), so two writers can never race on one rubric set.
+holds a copy of the newest one, so reading the current set is one HGET, and
+field `s<step>` the version made from that training step's evidence, so finding
+it is one read however many versions the run has. A new version is written only
+if it directly follows the current one (a Lua compare-and-set), so two writers
+can never race on one rubric set.
 """
 
 import time
@@ -16,7 +18,8 @@ from redis.asyncio import Redis
 from .keys import Keys
 from .messages import RubricSet
 
-# KEYS: the rubric set, the runs index, the run's instance sets. ARGV: expected version, version, set, run, instance
+# KEYS: the rubric set, the runs index, the run's instance sets. ARGV: expected version, version, set, run, instance,
+# the step it was made from ('' for none)
 _PUBLISH = """
 local cur = redis.call('HGET', KEYS[1], 'current')
 local expected = tonumber(ARGV[1])
@@ -26,6 +29,7 @@ elseif expected ~= 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'v' .. ARGV[2], ARGV[3], 'current', ARGV[3])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 's' .. ARGV[6], ARGV[2]) end
 redis.call('ZADD', KEYS[2], redis.call('TIME')[1], ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[5], ARGV[2]) end
 return 1
@@ -59,6 +63,12 @@ class RubricStore:
         raw = await self.redis.hget(self.keys.rubric_set(run_id, instance_key), f"v{version}")
         return _decoder.decode(raw) if raw else None
 
+    async def versions(self, run_id: str, instance_key: str | None, versions: Iterable[int]) -> list[RubricSet]:
+        """Those of `versions` the set has, in the order asked (one HMGET)."""
+        wanted = [f"v{v}" for v in versions]
+        raws = await self.redis.hmget(self.keys.rubric_set(run_id, instance_key), wanted) if wanted else []
+        return [_decoder.decode(raw) for raw in raws if raw is not None]
+
     async def history(self, run_id: str, instance_key: str | None = None) -> list[RubricSet]:
         """Every version of a rubric set, oldest first."""
         # redis-py types hash replies as bytes | str (decode_responses); this store reads bytes.
@@ -81,9 +91,20 @@ class RubricStore:
                 msgspec.json.encode(rubric_set),
                 rubric_set.run_id,
                 rubric_set.instance_key or "",
+                "" if rubric_set.step is None else rubric_set.step,
             ],
         )
         return bool(written)
+
+    async def made_from(self, run_id: str, instance_key: str | None, step: int) -> RubricSet | None:
+        """The version made from `step`'s evidence, if any: the step's field, or the current version when it is
+        (a set written before the step fields existed has only this)."""
+        key = self.keys.rubric_set(run_id, instance_key)
+        made, current = await self.redis.hmget(key, [f"s{step}", "current"])
+        if made is not None:
+            return await self.version(run_id, instance_key, int(made))
+        found = _decoder.decode(current) if current else None
+        return found if found is not None and found.step == step else None
 
     async def seed(self, rubric_set: RubricSet) -> RubricSet:
         """Install `rubric_set` as version 1 unless the run already has rubrics; return the current set."""

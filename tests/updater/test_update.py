@@ -32,6 +32,9 @@ class FakeStore:
     async def version(self, run_id, instance, version):
         return self.versions.get(version)
 
+    async def made_from(self, run_id, instance, step):
+        return next((v for v in self.versions.values() if v.step == step), None)
+
     async def publish(self, rubric_set):
         if rubric_set.version - 1 != max(self.versions, default=0):
             return False

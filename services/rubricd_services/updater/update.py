@@ -55,14 +55,6 @@ async def current_set(store: RubricStore, run_id: str, instance_key: str | None,
     return current
 
 
-async def applied_for(store: RubricStore, summary: StepSummary, instance_key: str | None) -> RubricSet | None:
-    """The version already made from this step, if any (a redelivered summary must not make another)."""
-    for version in await store.history(summary.run_id, instance_key):
-        if version.step == summary.step:
-            return version
-    return None
-
-
 @dataclass
 class RubricUpdater:
     """Turns a step summary into at most one new rubric set version."""
@@ -79,7 +71,7 @@ class RubricUpdater:
     async def update(self, summary: StepSummary, instance_key: str | None) -> Outcome:
         """Propose, validate and publish; the caller holds the run's update lock."""
         current = await current_set(self.store, summary.run_id, instance_key, self.seeds)
-        done = await applied_for(self.store, summary, instance_key)
+        done = await self.store.made_from(summary.run_id, instance_key, summary.step)  # a redelivered summary
         if done is not None:
             return Outcome(EventKind.RUBRICS_REANNOUNCED, current, update=await self.recorded(done))
         started = time.monotonic()
