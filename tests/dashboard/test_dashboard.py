@@ -22,16 +22,22 @@ from rubricd import RubricdClient, wire
 from rubricd.arm import PhaseDecision, Plan
 from rubricd.canaries import CanaryStep
 from rubricd.messages import (
+    Action,
     ArmReward,
     ArmRollout,
     JudgeStatus,
     RewardedArmRollout,
     Rollout,
+    Rubric,
+    RubricModification,
     RubricResult,
+    RubricSet,
     RubricsUpdated,
     Score,
     ScoredRollout,
+    Strategy,
 )
+from rubricd.store import RubricStore
 from rubricd_services.dashboard.reader import PAGE, Reader, RunTally, StepTally
 from rubricd_services.settings import ServiceSettings
 from tests.factories import answer, count_health, rollout, scored
@@ -263,8 +269,51 @@ async def test_a_poll_with_its_last_cursor_reads_only_the_steps_that_changed(red
     await keep(2, 0.4)
     changed = await reader.run("r", unchanged["cursor"])
     assert [(r["step"], r["scored"]) for r in changed["steps"]] == [(1, 2), (2, 1)] and changed["partial"]
-    restarted = await reader.run("r", "another-process.1")  # a cursor of a dashboard since restarted: every step
+    restarted = await reader.run("r", "another-process.1.0")  # a cursor of a dashboard since restarted: every step
     assert [r["step"] for r in restarted["steps"]] == [0, 1, 2] and not restarted["partial"]
+
+
+async def test_a_poll_with_its_last_cursor_reads_only_the_new_versions_and_those_missing_their_update(redis, keys):
+    """A version never changes: a poll answers the versions made since its cursor, and again any whose update
+    (its strategy and changes' reasons) was not found yet."""
+    store = RubricStore(redis, keys)
+    rubric = Rubric(id="correct", criterion="The response states the correct final answer.", points=5)
+    await redis.xadd(keys.kept_rollouts("r"), {wire.FIELD: wire.encode(tallied(0, JudgeStatus.OK, 0.5))})
+
+    async def made(version: int, announced: bool) -> None:
+        points = rubric.points + version
+        await store.publish(
+            RubricSet(
+                run_id="r", version=version, rubrics=[msgspec.structs.replace(rubric, points=points)], step=version
+            )
+        )
+        if announced:
+            mod = RubricModification(
+                action=Action.REWEIGHT, rubric_id="correct", points=points, rationale=f"why {version}"
+            )
+            update = RubricsUpdated(
+                run_id="r",
+                version=version,
+                previous_version=version - 1,
+                step=version,
+                strategy=Strategy.MAINTENANCE,
+                modifications=[mod],
+            )
+            await redis.xadd(keys.rubrics_updated, wire.entry(update))
+
+    await store.seed(RubricSet(run_id="r", version=1, rubrics=[rubric]))
+    await made(2, True)
+    reader = Reader(ServiceSettings.model_construct(), keys, redis)
+    first = await reader.run("r")
+    assert [v["version"] for v in first["versions"]] == [1, 2] and first["versions"][1]["strategy"] == "maintenance"
+    again = await reader.run("r", first["cursor"])
+    assert again["versions"] == [] and again["partial"]
+    await made(3, False)  # its update not found (yet)
+    await made(4, True)
+    newer = await reader.run("r", again["cursor"])
+    assert [(v["version"], v["strategy"]) for v in newer["versions"]] == [(3, None), (4, "maintenance")]
+    assert [v["version"] for v in (await reader.run("r", newer["cursor"]))["versions"]] == [3, 4]  # 3 asked again
+    assert [v["version"] for v in (await reader.run("r"))["versions"]] == [1, 2, 3, 4]
 
 
 async def test_the_canaries_panel_shows_each_steps_agreement_and_where_the_judge_drifts(

@@ -16,7 +16,16 @@ from rubricd import arm, canaries, health, runs, wire
 from rubricd.events import matches
 from rubricd.history import changes, render_change, rubric_versions
 from rubricd.keys import Keys
-from rubricd.messages import ArmReward, Event, JudgeStatus, Message, RewardedArmRollout, RubricsUpdated, ScoredRollout
+from rubricd.messages import (
+    ArmReward,
+    Event,
+    JudgeStatus,
+    Message,
+    RewardedArmRollout,
+    RubricSet,
+    RubricsUpdated,
+    ScoredRollout,
+)
 from rubricd.schedule import read_history
 from rubricd.status import stream_status, streams
 from rubricd.store import RubricStore
@@ -242,7 +251,9 @@ class Reader:
         self.tallies: dict[str, RunTally] = {}
         self.arm: dict[str, ArmTally] = {}
         self.updates: dict[str, dict[int, RubricsUpdated]] = {}
+        self.sets: dict[str, list[RubricSet]] = {}  # run -> its global set's versions read so far, v1 first
         self.looked_up: dict[str, float] = {}  # run -> when missing announcements were last looked for
+        self.looked_for: dict[str, int] = {}  # run -> the newest version whose announcement was looked for
         self.listed: tuple[float, list[dict[str, Any]]] | None = None  # when the run list was read, and it
 
     async def runs(self) -> list[dict[str, Any]]:
@@ -314,11 +325,14 @@ class Reader:
         return rollouts.view(wire.decode(wire.payload(entries[0][1]), ScoredRollout))
 
     async def run(self, run_id: str, cursor: str = "") -> dict[str, Any]:
-        """The run's view. Its `steps` are the changed ones only (`partial`) when `cursor`, the `cursor` of an
-        earlier view of this process's, says which the page has: a poll's answer does not grow with the run."""
+        """The run's view. Its `steps` and `versions` are the changed and new ones only (`partial`) when `cursor`,
+        the `cursor` of an earlier view of this process's, says which the page has: a poll's answer does not grow
+        with the run."""
         tally = await self.tally(run_id)
-        epoch, _, seen = cursor.partition(".")
-        after = int(seen) if epoch == EPOCH and seen.isdigit() and tally is not None else 0
+        epoch, seen, seen_versions = (cursor.split(".") + ["", "", ""])[:3]
+        partial = epoch == EPOCH and seen.isdigit() and seen_versions.isdigit() and tally is not None
+        after, after_version = (int(seen), int(seen_versions)) if partial else (0, 0)
+        versions, complete = await self.versions(run_id, after_version)
         schedule = await read_history(self.redis, self.keys, run_id)
         judged = await canaries.read(self.redis, self.keys, run_id)
         arm_tally = self.arm.get(run_id)
@@ -329,10 +343,10 @@ class Reader:
         phases = await arm.read_decisions(self.redis, self.keys, run_id)
         return {
             "run_id": run_id,
-            "cursor": f"{EPOCH}.{tally.reads if tally is not None else 0}",
-            "partial": after > 0,
+            "cursor": f"{EPOCH}.{tally.reads if tally is not None else 0}.{complete}",
+            "partial": partial,
             "steps": tally.rows(after) if tally is not None else [],
-            "versions": await self.versions(run_id),
+            "versions": versions,
             "health": await self.health(run_id, max(tally.steps) if tally and tally.steps else None),
             "schedule": [
                 {"step": d.step, "meta_class": d.meta_class, "reason": d.reason, "strategy": d.strategy}
@@ -364,26 +378,37 @@ class Reader:
         found = await health.read(self.redis, self.keys, run_id, step)
         return {"step": step, "rubrics": [msgspec.to_builtins(h) for h in found]} if found else None
 
-    async def versions(self, run_id: str) -> list[dict[str, Any]]:
-        """The global set's versions, each with the update that made it: step, strategy, changes and why."""
-        history = await RubricStore(self.redis, self.keys).history(run_id)
+    async def versions(self, run_id: str, after: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """The global set's versions after `after`, each with the update that made it (step, strategy, changes and
+        why), and up to which version they are complete (every update found: a page keeps those). Only versions
+        not read before are read (a version never changes)."""
+        store = RubricStore(self.redis, self.keys)
+        history = self.sets.setdefault(run_id, [])
+        current = await store.current(run_id)
+        if current is not None and current.version > len(history):
+            history += await store.versions(run_id, None, range(len(history) + 1, current.version + 1))
         known = self.updates.setdefault(run_id, {})
         missing = [v.version for v in history[1:] if v.version not in known]
-        if missing and time.monotonic() - self.looked_up.get(run_id, -MISSING_RETRY_S) >= MISSING_RETRY_S:
-            self.looked_up[run_id] = time.monotonic()
+        # A new version's update is looked for at once; one looked for and not found, again after MISSING_RETRY_S.
+        retry = time.monotonic() - self.looked_up.get(run_id, -MISSING_RETRY_S) >= MISSING_RETRY_S
+        if missing and (retry or max(missing) > self.looked_for.get(run_id, 0)):
+            self.looked_up[run_id], self.looked_for[run_id] = time.monotonic(), max(missing)
             known.update(await announcements(self.redis, self.keys, self.settings, run_id, None, missing))
+        complete = min([v - 1 for v in missing if v not in known], default=len(history))
         out = []
-        for before, after in zip([None, *history], history):
-            update = known.get(after.version)
-            found = [] if before is None else changes(before, after, [update] if update else [])
+        for before, version in zip([None, *history], history):
+            if version.version <= min(after, complete):
+                continue
+            update = known.get(version.version)
+            found = [] if before is None else changes(before, version, [update] if update else [])
             out.append(
                 {
-                    "version": after.version,
-                    "step": after.step,
-                    "at": after.created_at,
+                    "version": version.version,
+                    "step": version.step,
+                    "at": version.created_at,
                     "rubrics": [
                         {"id": r.id, "points": r.points, "meta_class": r.meta_class, "kind": r.kind}
-                        for r in after.rubrics
+                        for r in version.rubrics
                     ],
                     "strategy": str(update.strategy) if update else None,
                     "changes": [
@@ -397,7 +422,7 @@ class Reader:
                     ],
                 }
             )
-        return out
+        return out, complete
 
     async def groups(self) -> list[dict[str, Any]]:
         """Each consumer group of the namespace: its stream, consumers, pending entries and lag."""

@@ -15,7 +15,7 @@ const state = {
   services: new Set(),
   classes: [],
   refreshes: 0,
-  steps: null, // the run's step rows read so far: { run, cursor, rows: Map step -> row }; a poll reads the changed ones
+  steps: null, // the run's rows read so far: { run, cursor, rows: Map step -> row, versions: Map version -> row }; a poll reads the changed ones
 };
 // A meta-class has one color in the reward chart and the schedule strip; the total is COLORS[0].
 const classColor = (name) => COLORS[(1 + state.classes.indexOf(name)) % COLORS.length];
@@ -465,8 +465,11 @@ async function refresh(mine) {
     if (run) {
       const rows = new Map(run.partial && had ? had.rows : []);
       for (const row of run.steps) rows.set(row.step, row);
-      state.steps = { run: asked, cursor: run.cursor, rows };
+      const versions = new Map(run.partial && had ? had.versions : []);
+      for (const v of run.versions) versions.set(v.version, v);
+      state.steps = { run: asked, cursor: run.cursor, rows, versions };
       run.steps = [...rows.values()].sort((a, b) => a.step - b.step);
+      run.versions = [...versions.values()].sort((a, b) => a.version - b.version);
       const named = [...run.steps.flatMap((s) => Object.keys(s.meta_classes)), ...run.schedule.map((d) => d.meta_class)];
       state.classes = [...new Set(named.filter((c) => c))].sort();
       drawRewards(run.steps);
