@@ -4,9 +4,9 @@ A verdict is kept (`Keys.verdict`, for `judge_cache_ttl_s`) under the sha256 of 
 the exact messages the judge reads, its model and temperature, and the rubric set and version. `Cached`, the
 judge of one rollout, computes that digest from the messages it is given, reads the verdict kept under it (or
 takes it as read ahead, in its caller's round trip), and otherwise asks the judge it wraps; it says whether it
-answered (`answered`: no call) and leaves a new verdict for the score's commit to keep (`keep`). In a process, a call being made, or made in the last `ttl_s` (its twin
-may have read Redis before its commit kept it), is shared with its twin, and a failed call is not kept. The
-rules: docs/integrators/index.md, "The judge cache".
+answered (`answered`: no call) and leaves a new verdict for the score's commit to keep (`keep`). In a process,
+a call being made, or made in the last `ttl_s` (its twin may have read Redis before its commit kept it), is
+shared with its twin, and a failed call is not kept. The rules: docs/integrators/index.md, "The judge cache".
 """
 
 import asyncio
@@ -122,29 +122,30 @@ class Cached:
         self.on = on
         self.answered: bool | None = None
         self.keep: tuple[str, bytes] | None = None
-        self._ahead: tuple[list[dict[str, str]], str, bytes | str | None] | None = None  # messages, digest, kept
+        # read ahead (`ahead`, `read`): the one call's messages, their digest, and the value kept under it
+        self._messages: list[dict[str, str]] | None = None
+        self._digest = ""
+        self._kept: bytes | str | None = None
 
     def ahead(self, calls: Sequence[Call]) -> tuple[str, ...]:
         """The key of the verdict of the rollout's one call (none: the cache is off, or several calls), to read
         before the call, with the caller's own reads; `read` hands back its value."""
         if not self.on or len(calls) != 1:
             return ()
-        messages = calls[0].messages(self.rollout)
-        found = digest(self.rubric_set, self.llm, messages, self.rollout)
-        self._ahead = (messages, found, None)
-        return (self.cache.keys.verdict(found),)
+        self._messages = calls[0].messages(self.rollout)
+        self._digest = digest(self.rubric_set, self.llm, self._messages, self.rollout)
+        return (self.cache.keys.verdict(self._digest),)
 
     def read(self, values: Sequence[bytes | str | None]) -> None:
         """The values of the `ahead` keys, as read."""
-        if self._ahead is not None:
-            [kept] = values
-            self._ahead = (self._ahead[0], self._ahead[1], kept)
+        if self._messages is not None:
+            [self._kept] = values
 
     async def __call__(self, messages: list[dict[str, str]], verdict: type[msgspec.Struct]) -> msgspec.Struct:
         if not self.on:
             return await self.ask(messages, verdict)
-        if self._ahead is not None and self._ahead[0] == messages:  # read ahead
-            _, found, kept = self._ahead
+        if self._messages is not None and self._messages == messages:  # read ahead
+            found, kept = self._digest, self._kept
         else:
             found = digest(self.rubric_set, self.llm, messages, self.rollout)
             kept = await self.cache.redis.get(self.cache.keys.verdict(found))
