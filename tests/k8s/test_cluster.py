@@ -25,11 +25,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from rubricd import Rollout, RubricdClient, wire
 from rubricd.keys import SCORERS, Keys
 from rubricd.messages import ScoredRollout
+from rubricd_services.cli.plan import Load, plan
 from tests.sessions import Session, docker_daemon, sh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800, func_only=True)]
@@ -106,6 +108,20 @@ class Cluster:
         )  # fmt: skip
         (item,) = json.loads(raw)["items"]
         return quantity(item["value"])
+
+    def pods(self, name: str) -> list[str]:
+        """The running pods of service NAME."""
+        pods = self.get("pods", "-l", f"app.kubernetes.io/name={name}")["items"]
+        return sorted(p["metadata"]["name"] for p in pods if p["status"]["phase"] == "Running")
+
+    def scraped(self, pod: str) -> dict[str, float]:
+        """POD's /metrics (port 9100, through the API server's proxy): each sample's name, summed over labels."""
+        text = self.kubectl("get", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}:9100/proxy/metrics")
+        sums: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+        return sums
 
     def ready(self, within_s: float = 600) -> None:
         """Every Deployment and StatefulSet of the namespace rolled out."""
@@ -344,6 +360,55 @@ async def test_redis_restarted_keeps_the_run_history(cluster: Cluster) -> None:
     SESSION.timed("a step after the restart, scored and its rubric update in place", started)
     assert all(s.status == "ok" for s in scores), [s.error for s in scores]
     assert (await SESSION.history())[: len(versions)] == versions
+
+
+PLANNED = ("scorer", "analyzer", "summarizer", "updater")
+
+
+async def test_two_scorers_and_two_analyzers_cost_what_the_plan_says(cluster: Cluster) -> None:
+    """The capacity plan against a measured run (docs/operators/capacity.md): KEDA keeps two scorers and two
+    analyzers (their ScaledObjects' minimum raised), a trainer runs 20 steps of 8 rollouts, and each pod's CPU
+    seconds over them (its process_cpu_seconds_total) are set beside `rubricd plan` at the run's measured rate.
+    Every rollout scored once between the two scorers; the figures go to plan.tsv and the output."""
+    for name in ("scorer", "analyzer"):
+        cluster.kubectl("-n", NAMESPACE, "patch", "scaledobject", name, "--type=merge", "-p", '{"spec": {"minReplicaCount": 2}}')  # fmt: skip
+    deadline = time.monotonic() + 300
+    while any(cluster.replicas(n) != (2, 2) or len(cluster.pods(n)) != 2 for n in ("scorer", "analyzer")):
+        assert time.monotonic() < deadline, [cluster.replicas(n) for n in ("scorer", "analyzer")]
+        time.sleep(2)
+    pods = {name: cluster.pods(name) for name in PLANNED}
+    before = {pod: cluster.scraped(pod) for names in pods.values() for pod in names}
+    steps, per_step = 20, 8
+    started = time.monotonic()
+    for step in range(steps):
+        scores = await SESSION.step(10 + step, per_step, "p")
+        assert all(s.status == "ok" for s in scores), [s.error for s in scores]
+    wall = time.monotonic() - started
+    SESSION.timed(f"{steps} steps of {per_step} rollouts with two scorers and two analyzers", started)
+    after = {pod: cluster.scraped(pod) for pod in before}
+
+    def spent(pod: str, sample: str) -> float:
+        return after[pod].get(sample, 0.0) - before[pod].get(sample, 0.0)
+
+    rate = steps * per_step / wall
+    planned = plan(Load(rate, per_step, judge_latency_s=0.01, analyst_latency_s=0.01))
+    rows = ["service\tpods\twork\tcpu_s\tcores\tplan_cores\tratio"]
+    for name, names in pods.items():
+        cpu = sum(spent(pod, "process_cpu_seconds_total") for pod in names)
+        work = "/".join(
+            f"{spent(pod, 'rubricd_scores_total' if name == 'scorer' else 'rubricd_analyses_total'):.0f}"
+            for pod in names
+        )
+        cores = cpu / wall
+        rows.append(
+            f"{name}\t{len(names)}\t{work if name in ('scorer', 'analyzer') else '-'}\t{cpu:.1f}\t{cores:.3f}"
+            f"\t{planned.cores[name]:.3f}\t{cores / planned.cores[name]:.2f}"
+        )
+    (ARTIFACTS / "plan.tsv").write_text("\n".join(rows) + "\n")
+    print(f"\n{rate:.2f} rollouts/s over {wall:.0f} s\n" + (ARTIFACTS / "plan.tsv").read_text())
+    scored = [spent(pod, "rubricd_scores_total") for pod in pods["scorer"]]
+    assert sum(scored) == steps * per_step, f"each rollout scored once between the two scorers: {scored}"
+    assert all(spent(pod, "process_cpu_seconds_total") > 0 for names in pods.values() for pod in names)
 
 
 def test_teardown_leaves_nothing(cluster: Cluster) -> None:

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from faststream.redis.prometheus import RedisPrometheusMiddleware
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
@@ -27,6 +27,7 @@ class Metrics:
     def __init__(self, service: str) -> None:
         self.service = service
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, RSS: what capacity.md's costs are in
         self.middleware = RedisPrometheusMiddleware(registry=self.registry, app_name=service)
         self.group_pending = self.gauge(
             "rubricd_group_pending", "entries delivered to the group and not yet acked", ["stream", "group"]
