@@ -50,8 +50,9 @@ WEAVIATE_DATA_PORT=$((WEAVIATE_GOSSIP_PORT + 1))
 WEAVIATE_RAFT_PORT=${RUBRICD_WEAVIATE_RAFT_PORT:-$((_CLUSTER_BASE + 2))}
 WEAVIATE_RAFT_RPC_PORT=$((WEAVIATE_RAFT_PORT + 1))
 ANALYZER_WORKERS=${RUBRICD_ANALYZER_WORKERS:-2}
-# Each service serves /health and /metrics: scorer B+1, summarizer B+2,
-# updater B+3, gateway B+4 (its reward routes too), comparer B+5, arm B+6, analyzer-i B+10+i (B = this base port).
+SCORER_WORKERS=${RUBRICD_SCORER_WORKERS:-1} # scorer, then scorer-2 ... scorer-N: one consumer group, as analyzers
+# Each service serves /health and /metrics: scorer B+1, summarizer B+2, updater B+3, gateway B+4 (its reward
+# routes too), comparer B+5, arm B+6, analyzer-i B+10+i, scorer-i B+20+i (B = this base port).
 METRICS_BASE_PORT=${RUBRICD_METRICS_BASE_PORT:-9100}
 STOP_TIMEOUT=${RUBRICD_STACK_STOP_TIMEOUT:-20}
 
@@ -529,6 +530,7 @@ service_env() {
 service_names() {
   local i
   printf '%s\n' "${SERVICES[@]}"
+  for ((i = 2; i <= SCORER_WORKERS; i++)); do echo "scorer-$i"; done
   for ((i = 1; i <= ANALYZER_WORKERS; i++)); do echo "analyzer-$i"; done
 }
 
@@ -541,6 +543,7 @@ metrics_port() {
     comparer) echo $((METRICS_BASE_PORT + 5)) ;;
     arm) echo $((METRICS_BASE_PORT + 6)) ;;
     analyzer-*) echo $((METRICS_BASE_PORT + 10 + ${1#analyzer-})) ;;
+    scorer-*) echo $((METRICS_BASE_PORT + 20 + ${1#scorer-})) ;;
   esac
 }
 
@@ -570,13 +573,13 @@ up_services() {
 
 down_services() {
   local f name
-  for f in "$STACK"/run/{scorer,comparer,arm,summarizer,updater,gateway,analyzer-*}.pid; do
+  for f in "$STACK"/run/{scorer,comparer,arm,summarizer,updater,gateway,analyzer-*,scorer-*}.pid; do
     [[ -e $f ]] || continue
     name=$(basename "$f" .pid)
     stop "$name"
   done
   # Strays whose pid file was lost (e.g. a scaled-down analyzer).
-  for name in "${SERVICES[@]}" 'analyzer-*'; do stop "$name" "$name"; done
+  for name in "${SERVICES[@]}" 'analyzer-*' 'scorer-*'; do stop "$name" "$name"; done
 }
 
 # --- commands --------------------------------------------------------------
@@ -636,7 +639,7 @@ cmd_status() {
     row model
   elif llm_is_external; then printf '%-11s %-5s %s\n' simulator ext "$RUBRICD_LLM__BASE_URL"; else row simulator; fi
   # Configured services, and any analyzer started with another worker count.
-  for name in $({ service_names; ls "$STACK/run" 2>/dev/null | sed -n 's/^\(analyzer-[0-9]*\)\.pid$/\1/p'; } | awk '!seen[$0]++'); do
+  for name in $({ service_names; ls "$STACK/run" 2>/dev/null | sed -n 's/^\(\(analyzer\|scorer\)-[0-9]*\)\.pid$/\1/p'; } | awk '!seen[$0]++'); do
     row "$name"
   done
 }

@@ -4,7 +4,8 @@
     .venv/bin/python tests/bench/soak.py --steps 3000 --rollouts 16 --group-size 4 --latency-ms 200
 
 Starts its own stack (.stack/soak, own ports): Redis, Weaviate, the LLM simulator (a test tool; its judge latency
---latency-ms, default 0), the scorer, comparer, arm, gateway, summarizer, updater, two analyzers, and the dashboard.
+--latency-ms, default 0), the scorers (--scorers, one), comparer, arm, gateway, summarizer, updater, the analyzers
+(--analyzers, two), and the dashboard.
 The demo's trainer (demo.trainer.one_step, its simulated policy) publishes each step's rollouts in sample groups,
 closes the step and waits for its rubric update; after each step the soak records:
 
@@ -18,7 +19,8 @@ closes the step and waits for its rubric update; after each step the soak record
   retrieval_ms);
 - each service's RSS and the CPU milliseconds it spent on the step (the soak's own reads below are left out);
 - how long `rubricd status`, `rubricd rubrics health RUN --step S` and the dashboard's API (the runs list and the
-  run's view) take to answer (the commands run in this process: no interpreter start-up counted).
+  run's view) take to answer, the median of three (the commands run in this process: no interpreter start-up
+  counted).
 
 Then the many-runs check: one small run alone (K steps of one sample group, each closed and waited on, as a
 synchronous trainer does), then --runs of them at once (a client each, as separate trainers), then --idle-runs
@@ -132,10 +134,18 @@ def slope(values: list[float]) -> float:
 class Stack:
     """The soak's own stack (deploy/local/stack.sh with the soak's directory and ports) and its dashboard."""
 
-    def __init__(self, latency_ms: float, retention: str) -> None:
-        self.env = {**os.environ, **STACK_ENV, "RUBRICD_SIM_LATENCY_MS": f"{latency_ms:g}"}
-        if retention:
-            self.env["RUBRICD_MEMORY_KEEP_STEPS"] = retention  # the summarizer's
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.env = {
+            **os.environ,
+            **STACK_ENV,
+            "RUBRICD_SIM_LATENCY_MS": f"{args.latency_ms:g}",
+            "RUBRICD_SCORER_WORKERS": str(args.scorers),
+            "RUBRICD_ANALYZER_WORKERS": str(args.analyzers),
+        }
+        if args.retention:
+            self.env["RUBRICD_MEMORY_KEEP_STEPS"] = args.retention  # the summarizer's
+        if args.churn:
+            self.env["RUBRICD_SIM_CHURN"] = "1"
         self.dir = Path(STACK_ENV["RUBRICD_STACK_DIR"])
         self.dashboard: subprocess.Popen[bytes] | None = None
 
@@ -143,14 +153,14 @@ class Stack:
         subprocess.run([str(STACK), "down"], env=self.env, check=False, capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)  # every soak starts from empty data
         subprocess.run([str(STACK), "up", "redis", "weaviate", "simulator", "services"], env=self.env, check=True)
-        log = (self.dir / "logs").joinpath("dashboard.log").open("ab")
-        self.dashboard = subprocess.Popen(
-            [sys.executable, "-m", "rubricd_services.cli", "serve", "dashboard", "--port", str(DASHBOARD_PORT)],
-            env={**self.env, **ENV},
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+        with (self.dir / "logs").joinpath("dashboard.log").open("ab") as log:
+            self.dashboard = subprocess.Popen(
+                [sys.executable, "-m", "rubricd_services.cli", "serve", "dashboard", "--port", str(DASHBOARD_PORT)],
+                env={**self.env, **ENV},
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 60
         while not self.answers("/api/runs"):
             if time.monotonic() > deadline:
@@ -183,10 +193,14 @@ class Stack:
         return found
 
 
-def timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+def timed(fn: Callable[[], object], times: int = 3) -> float:
+    """The median seconds of `times` calls of `fn` (one read is noise on a busy machine)."""
+    took = []
+    for _ in range(times):
+        started = time.perf_counter()
+        fn()
+        took.append(time.perf_counter() - started)
+    return statistics.median(took)
 
 
 def command(argv: list[str]) -> str:
@@ -281,6 +295,17 @@ class Soak:
         self, client: RubricdClient, memory: Memory, processes: dict[str, psutil.Process], record: StepRecord
     ) -> dict[str, Any]:
         run_id, redis = self.run.run_id, client.redis
+        # The step's Redis traffic (every client's) and each process's CPU first: the reads below are the soak's,
+        # not the step's (None at the first step: no start to count from).
+        traffic = await redis_traffic(redis)
+        sent = {k: v - self._redis[k] if self._redis else None for k, v in traffic.items()}
+        cpu, rss = {}, {}
+        for name, p in processes.items():
+            with contextlib.suppress(psutil.Error):
+                used = sum(p.cpu_times()[:2])
+                cpu[name] = (used - self._cpu.get(name, used)) * 1000
+                self._cpu[name] = used
+                rss[name] = p.memory_info().rss / 2**20
         latencies = [s * 1000 for s in record.score_latencies]
         events = await step_events(redis, run_id, record.step)
         summarized = events.get("summarizer")
@@ -290,16 +315,6 @@ class Soak:
         self._tokens = spent
         current = await client.rubrics.current(run_id)
         info = await redis.info("memory")
-        traffic = await redis_traffic(redis)
-        # the step's, every client's (None at the first step: no start to count from)
-        sent = {k: v - self._redis[k] if self._redis else None for k, v in traffic.items()}
-        cpu, rss = {}, {}
-        for name, p in processes.items():
-            with contextlib.suppress(psutil.Error):
-                used = sum(p.cpu_times()[:2])
-                cpu[name] = (used - self._cpu.get(name, used)) * 1000
-                self._cpu[name] = used
-                rss[name] = p.memory_info().rss / 2**20
         retrieval = updated.fields.get("retrieval_ms") if updated else None
         figures = {
             "step": record.step,
@@ -375,10 +390,6 @@ async def idle_runs(n: int) -> None:
             await client.score(batch, timeout=1800)
 
 
-def median_time(fn: Callable[[], object], times: int = 5) -> float:
-    return statistics.median(timed(fn) for _ in range(times))
-
-
 async def many_runs(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
     """The many-runs check: one run alone, then `args.runs` at once; then `rubricd status` over all the runs."""
     k, g = args.run_steps, args.group_size
@@ -405,7 +416,7 @@ async def many_runs(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         "together_steps_per_s": len(steps) / together_s,
         "slowest_over_median_run": per_run[-1] / statistics.median(per_run),
         "runs_listed": listed,
-        "status_s": await asyncio.to_thread(median_time, lambda: command(["status", "--json"])),
+        "status_s": await asyncio.to_thread(timed, lambda: command(["status", "--json"]), 5),
         "dashboard_runs_s": await dashboard_list_s(),
     }
 
@@ -524,7 +535,9 @@ def write(soak: Soak, folder: Path) -> Path:
         f"# Soak {soak.run.run_id}",
         "",
         f"{len(soak.steps)} steps x {soak.args.rollouts} rollouts (sample groups of {soak.args.group_size}), judge "
-        f"latency {soak.args.latency_ms:g} ms (the simulator), memory retention "
+        f"latency {soak.args.latency_ms:g} ms (the simulator), {soak.args.scorers} scorer(s) and "
+        f"{soak.args.analyzers} analyzer(s), {'a rubric version every step (--churn), ' if soak.args.churn else ''}"
+        "memory retention "
         f"{soak.args.retention or 'none'}. Plots: {', '.join(p.name for p in pngs)}.",
         "",
         "| figure | kind | first tenth | last tenth | last / first | verdict |",
@@ -567,6 +580,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rollouts", type=int, default=8, help="rollouts per step")
     parser.add_argument("--group-size", type=int, default=4, help="responses per prompt (a sample group)")
     parser.add_argument("--latency-ms", type=float, default=0, help="the simulator's judge latency")
+    parser.add_argument(
+        "--churn", action="store_true", help="the simulated updater makes a version every step (a long rubric history)"
+    )
+    parser.add_argument("--scorers", type=int, default=1, help="scorer processes")
+    parser.add_argument("--analyzers", type=int, default=2, help="analyzer processes")
     parser.add_argument("--runs", type=int, default=100, help="the many-runs check: runs at once (0: no check)")
     parser.add_argument("--run-steps", type=int, default=2, help="the many-runs check: steps of each run")
     parser.add_argument("--idle-runs", type=int, default=900, help="the many-runs check: runs of one rollout more")
@@ -580,16 +598,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--reports", type=Path, default=REPO / "reports", help="the report goes to REPORTS/soak-<time>/"
     )
     args = parser.parse_args(argv)
-    if args.steps < 10 or args.rollouts < 1 or args.group_size < 1 or args.latency_ms < 0:
+    if args.steps < 10 or min(args.rollouts, args.group_size, args.scorers, args.analyzers) < 1 or args.latency_ms < 0:
         parser.error(
-            "--steps at least 10 (a tenth is a step), --rollouts and --group-size at least 1, --latency-ms >= 0"
+            "--steps at least 10 (a tenth is a step), --rollouts, --group-size, --scorers and --analyzers at least 1,"
+            " --latency-ms >= 0"
         )
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    stack = Stack(args.latency_ms, args.retention)
+    stack = Stack(args)
     stack.up()
     os.environ.update(ENV)  # the commands timed here read the soak stack's settings
     soak = Soak(args, stack)

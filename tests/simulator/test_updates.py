@@ -1,5 +1,7 @@
 """The simulated query writer and updater (test/demo tool): answers depend on the summary and the rubrics."""
 
+import json
+
 import msgspec
 import pytest
 
@@ -30,7 +32,7 @@ from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator import analysis as simulated
 from rubricd_services.simulator import answers, judging
-from rubricd_services.simulator.updates import proposal, queries
+from rubricd_services.simulator.updates import churned, proposal, queries
 from rubricd_services.summarizer import summary as summarizer
 from rubricd_services.updater.memory import MemoryQueries
 from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
@@ -115,6 +117,25 @@ def test_a_summary_naming_nothing_new_gets_maintenance_and_anchors_are_never_tou
     assert calm.strategy is Strategy.MAINTENANCE and calm.modifications == []
     for summary in (PADDED, FLATTERING, CLEAN):
         assert all(m.rubric_id not in {"correct", "addresses_grader"} for m in ask(summary, SEED).modifications)
+
+
+def test_churn_reweights_an_adaptive_rubric_when_nothing_would_change_and_the_change_validates():
+    seed = [*SEED, Rubric(id="pads", criterion="The response is verbose or padded.", points=-3)]
+    for summary, points in ((CLEAN, 3.0), (msgspec.structs.replace(CLEAN, step=2), 1.0)):  # odd: up, even: down
+        messages = updater_messages(
+            Prompts.load().updater, summary, RubricSet(run_id="run", version=1, rubrics=seed), None, None, Limits()
+        )
+        user = messages[1]["content"]
+        answer = json.dumps(proposal(messages[0]["content"], user))
+        update = msgspec.json.decode(churned(answer, user), type=UpdateProposal)
+        [change] = update.modifications
+        assert (change.action, change.rubric_id, change.points) == ("reweight", "shows_reasoning", points)
+        assert validate(seed, update.modifications, Limits()).rejected == []
+    padded = updater_messages(
+        Prompts.load().updater, PADDED, RubricSet(run_id="run", version=1, rubrics=SEED), None, None, Limits()
+    )
+    adding = json.dumps(proposal(padded[0]["content"], padded[1]["content"]))
+    assert churned(adding, padded[1]["content"]) == adding  # a proposal that changes something is left as it is
 
 
 async def test_the_running_simulator_answers_the_updater_agents_through_the_llm_client(simulator):

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import BANNER, answers, embeddings, pairwise
+from . import BANNER, answers, embeddings, pairwise, updates
 from .faults import FaultPlan, SimConfig, directive
 
 MODEL = "rubricd-simulator"
@@ -189,6 +189,8 @@ def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, A
     sim.schemas[schema] += 1
     if schema == "JudgeVerdict" and sim.config.flip_rate:
         content = _flipped(content, sim)
+    if schema == "UpdateProposal" and sim.config.churn:
+        content = updates.churned(content, answers.text_of(messages[-1]))
     if schema == "PairwiseVerdict" and (right := pairwise.accuracy(str(body.get("model") or ""))) is not None:
         content = pairwise.erring(content, right, str(body.get("model")) + json.dumps(messages))
     finish = "stop"

@@ -37,6 +37,9 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # A judge that errs at a known rate: each pointwise verdict's `met` is inverted with this probability (drawn
     # from a seeded sequence, so a run of N verdicts flips the same number whatever their order).
     flip_rate: float = 0.0
+    # An updater that changes something every step (a proposal without a change reweights an adaptive rubric):
+    # a version a step, for a long run's rubric history (the soak's --churn).
+    churn: bool = False
 
     def __post_init__(self) -> None:
         if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.timeout_hold_s < 0 or self.retry_after_s < 0:
@@ -54,8 +57,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "SimConfig":
-        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FLIP_RATE, _SLOTS, _FAILURES and _DIALECTS
-        (comma lists)."""
+        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FLIP_RATE, _SLOTS, _CHURN (1 or 0), _FAILURES
+        and _DIALECTS (comma lists)."""
         fields = {
             "latency_ms": "RUBRICD_SIM_LATENCY_MS",
             "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
@@ -68,6 +71,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         values: dict[str, object] = {k: float(env[v]) for k, v in fields.items() if env.get(v)}
         if env.get("RUBRICD_SIM_FAILURES"):
             values["failures"] = kinds(env["RUBRICD_SIM_FAILURES"])
+        if env.get("RUBRICD_SIM_CHURN"):
+            values["churn"] = env["RUBRICD_SIM_CHURN"] == "1"
         if env.get("RUBRICD_SIM_SLOTS"):
             values["slots"] = int(env["RUBRICD_SIM_SLOTS"])
         if env.get("RUBRICD_SIM_DIALECTS"):

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--latency-jitter-ms", type=float, help="latency is uniform in mean ± jitter")
     p.add_argument("--fail-rate", type=float, help="probability that a request fails at random")
     p.add_argument("--flip-rate", type=float, help="probability that a judge verdict's `met` is inverted")
+    p.add_argument(
+        "--churn", action="store_true", default=None, help="an updater that reweights a rubric when it would not change"
+    )
     p.add_argument("--failures", type=kinds, help="comma list: timeout,429,500,malformed,invalid,truncated")
     p.add_argument("--timeout-hold-s", type=float, help="how long a `timeout` failure holds a request")
     p.add_argument("--cache-ttl-s", type=float, help="prefix-cache lifetime of a system message")

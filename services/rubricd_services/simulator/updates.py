@@ -8,6 +8,7 @@ every response of two or more sample groups. The rules: docs/researchers/demo.md
 """
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -214,6 +215,28 @@ def proposal(system: str, user: str) -> dict[str, Any]:
         + "".join(f"; retiring {r['rubric_id']}, mastered" for r in removes)
         + ".",
     }
+
+
+def churned(content: str, user: str) -> str:
+    """The proposal `content` (JSON), or, when it changes nothing, a reweight of the first adaptive rubric by one
+    point (up on odd steps, down on even ones, within 1 and the limits): an updater that makes a version every step,
+    as a real model's may (the fault setting `churn`, for a long run's rubric history)."""
+    proposal = json.loads(content)
+    rubrics = judging.block(user, "current_rubrics") or []
+    adaptive = [r for r in rubrics if isinstance(r, dict) and r.get("kind") == "adaptive" and r.get("points")]
+    if proposal.get("modifications") or not adaptive:
+        return content
+    limits = judging.block(user, "limits") or {}
+    rubric, step = adaptive[0], int((judging.block(user, "step_summary") or {}).get("step") or 0)
+    points = float(rubric["points"])
+    most = abs(float(limits.get("max_points" if points > 0 else "min_points", 10)))
+    size = abs(points) + (1 if step % 2 else -1)
+    if not 1 <= size <= most:
+        size = abs(points) - (1 if step % 2 else -1)
+    new = math.copysign(size, points)
+    why = f"[simulator] churn: {rubric['id']} reweighted from {points:g} to {new:g} at step {step}."
+    change = {"action": "reweight", "rubric_id": rubric["id"], "rubric": None, "points": new, "rationale": why}
+    return json.dumps(proposal | {"strategy": "maintenance", "rationale": why, "modifications": [change]})
 
 
 def _retired(current: list[dict[str, Any]], uninformative: Any, step: Any) -> list[dict[str, Any]]:
