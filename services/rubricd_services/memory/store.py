@@ -28,6 +28,8 @@ from weaviate.exceptions import UnexpectedStatusCodeError
 from rubricd_services.memory.embedder import Embedder
 from rubricd_services.settings import ServiceSettings
 
+CLEANUP_INTERVAL_S = 60  # how often Weaviate cleans deleted objects out of the vector index
+
 _ID_SPACE = uuid.UUID("8a3f2c1e-5b7d-4e2a-9c60-7d1b0e4f6a21")  # uuid5 namespace of memory object ids
 _PROPERTIES = ["kind", "run_id", "step", "text", "ref", "instance_key", "message"]
 
@@ -127,7 +129,12 @@ class Memory:
         try:
             await self.client.collections.create(
                 name,
-                vector_config=Configure.Vectors.self_provided(),
+                # Deleted memories (retention, archive) leave tombstones in the HNSW graph that every search and
+                # insert walks past until its clean-up: every minute (Weaviate's default, five, let a run that
+                # forgets a step at each step carry five minutes of them). Fixed when the collection is made.
+                vector_config=Configure.Vectors.self_provided(
+                    vector_index_config=Configure.VectorIndex.hnsw(cleanup_interval_seconds=CLEANUP_INTERVAL_S)
+                ),
                 properties=[
                     Property(name="run_id", **exact),
                     Property(name="kind", **exact),
