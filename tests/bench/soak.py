@@ -242,6 +242,15 @@ async def step_events(redis: Redis, run_id: str, step: int) -> dict[str, Event]:
     return found
 
 
+async def idle(processes: dict[str, psutil.Process], seconds: float) -> dict[str, float]:
+    """Each process's CPU milliseconds a second over `seconds` with nothing to do: what it costs however few
+    rollouts it serves (its polls: blocking reads, reclaims, metrics), the part of a step's CPU that is not the
+    step's rollouts'."""
+    before = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
+    await asyncio.sleep(seconds)
+    return {name: (sum(p.cpu_times()[:2]) - before[name]) * 1000 / seconds for name, p in processes.items()}
+
+
 class Soak:
     """One run of S steps, measured after each."""
 
@@ -259,6 +268,8 @@ class Soak:
             group_size=args.group_size,
         )
         self.steps: list[dict[str, Any]] = []
+        self.idle: dict[str, float] = {}  # process -> CPU ms a second before the run (its fixed cost: polling)
+        self._at = 0.0  # when the step's CPU started counting
         self.many: dict[str, Any] | None = None
         self._tokens: dict[str, int] = {}
         self._cpu: dict[str, float] = {}
@@ -269,7 +280,9 @@ class Soak:
         settings = load(ServiceSettings)
         memory = await Memory.connect(settings, make_embedder(settings, None))
         processes = self.stack.processes()
+        self.idle = await idle(processes, self.args.idle_s)
         self._cpu = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
+        self._at = time.monotonic()
         run = self.run
         policy = Policy(run.steps, seed=run.seed, learning_rate=run.learning_rate, start=dict(run.start), task=run.task)
         try:
@@ -299,6 +312,7 @@ class Soak:
         # not the step's (None at the first step: no start to count from).
         traffic = await redis_traffic(redis)
         sent = {k: v - self._redis[k] if self._redis else None for k, v in traffic.items()}
+        wall_s = time.monotonic() - self._at
         cpu, rss = {}, {}
         for name, p in processes.items():
             with contextlib.suppress(psutil.Error):
@@ -332,6 +346,7 @@ class Soak:
             "memories": await objects(memory),
             "retrieval_ms": float(retrieval) if isinstance(retrieval, int | float) else None,
             "cpu_ms": cpu,
+            "wall_s": wall_s,  # the step's, from the last step's reads to this one's: what its CPU was spent in
             "rss_mb": rss,
             "status_s": await asyncio.to_thread(timed, lambda: command(["status", "--json"])),
             "health_s": await asyncio.to_thread(
@@ -344,6 +359,7 @@ class Soak:
             with contextlib.suppress(psutil.Error):
                 self._cpu[name] = sum(p.cpu_times()[:2])
         self._redis = await redis_traffic(redis)  # and its Redis commands
+        self._at = time.monotonic()  # as its CPU: the reads' time is not the next step's
         return figures
 
     def poll(self, path: str) -> None:
@@ -515,6 +531,28 @@ def plot(steps: list[dict[str, Any]], folder: Path) -> list[Path]:
     return written
 
 
+def costs(soak: Soak) -> dict[str, dict[str, float]]:
+    """Per process: idle CPU ms a second, a step's mean CPU ms, a rollout's CPU ms beyond idle, and the cores the
+    run kept busy (the first step left out: its CPU counts from the start of the run)."""
+    steps = soak.steps[1:]
+    if not steps:
+        return {}
+    wall = statistics.mean(s["wall_s"] for s in steps)
+    out = {}
+    for name, idle_ms in sorted(soak.idle.items()):
+        used = [s["cpu_ms"][name] for s in steps if name in s["cpu_ms"]]
+        if not used:
+            continue
+        step_ms = statistics.mean(used)
+        out[name] = {
+            "idle_ms_per_s": idle_ms,
+            "step_ms": step_ms,
+            "rollout_ms": (step_ms - idle_ms * wall) / soak.args.rollouts,
+            "cores": step_ms / wall / 1000,
+        }
+    return out
+
+
 def write(soak: Soak, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     rows = table(soak.steps)
@@ -525,6 +563,8 @@ def write(soak: Soak, folder: Path) -> Path:
                 "args": vars(soak.args) | {"reports": str(soak.args.reports)},
                 "steps": soak.steps,
                 "growth": rows,
+                "idle_cpu_ms_per_s": soak.idle,
+                "costs": costs(soak),
                 "many_runs": soak.many,
             },
             indent=1,
@@ -546,6 +586,22 @@ def write(soak: Soak, folder: Path) -> Path:
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         lines.append(f"| {r['figure']} | {r['kind']} | {r['first']:.4g} | {r['last']:.4g} | {ratio} | {r['verdict']} |")
+    lines += [
+        "",
+        "## What each process costs",
+        "",
+        f"Idle: its CPU a second over {soak.args.idle_s:g} s before the run, with nothing to do (its polls). A step:"
+        " its mean CPU and wall time. Per rollout: the step's CPU less the idle share of its wall time, over the "
+        "step's rollouts (the CPU a rollout adds). Cores: the run's mean CPU over its mean wall time.",
+        "",
+        "| process | idle (ms/s) | a step (ms) | per rollout (ms) | cores |",
+        "|---|---|---|---|---|",
+    ]
+    for name, c in costs(soak).items():
+        lines.append(
+            f"| {name} | {c['idle_ms_per_s']:.1f} | {c['step_ms']:.0f} | {c['rollout_ms']:.2f} | {c['cores']:.3f} |"
+        )
+    lines.append(f"\nA step: {statistics.mean(s['wall_s'] for s in soak.steps):.2f} s of wall time (mean).")
     if soak.many:
         m = soak.many
         lines += [
@@ -582,6 +638,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float, default=0, help="the simulator's judge latency")
     parser.add_argument(
         "--churn", action="store_true", help="the simulated updater makes a version every step (a long rubric history)"
+    )
+    parser.add_argument(
+        "--idle-s", type=float, default=30, help="seconds each process's idle CPU is measured before the run"
     )
     parser.add_argument("--scorers", type=int, default=1, help="scorer processes")
     parser.add_argument("--analyzers", type=int, default=2, help="analyzer processes")

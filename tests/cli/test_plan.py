@@ -1,5 +1,6 @@
 """`rubricd plan`: its arithmetic on round numbers, worked by hand, and the loads it refuses."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -63,6 +64,17 @@ def test_a_plan_worked_by_hand():
         }
     )
     assert p.limits == []
+
+
+def test_each_process_costs_its_idle_share_beside_the_work():
+    load = Load(rollouts_per_s=100, rollouts_per_step=400, judge_latency_s=0.1, analyst_latency_s=0.1)
+    p = plan(load, dataclasses.replace(ROUND, idle_cores=0.1), SMALL)
+    # scorer: 1 core of work, 0.4 of a process left beside its idle 0.1 (busy 0.5): 3 processes, 1.3 cores;
+    # analyzer: 100/s x 100 ms = 10 cores: 25 processes, 12.5 cores; summarizer and updater: one each, + 0.1
+    assert p.replicas == {"scorer": 3, "analyzer": 25, "summarizer": 1, "updater": 1}
+    assert p.cores == pytest.approx(
+        {"scorer": 1.3, "analyzer": 12.5, "summarizer": 0.35, "updater": 0.225, "redis": 0.1}
+    )
 
 
 def test_retention_bounds_the_memory_to_its_steps_and_the_summaries():

@@ -72,7 +72,8 @@ class Load:
 
 @dataclass(frozen=True)
 class Costs:
-    """What one rollout, analysis or step costs each part (MEASURED: the soak's, docs/operators/capacity.md)."""
+    """What one rollout, analysis or step costs each part beyond what a process costs idle, and that (MEASURED: the
+    soak's, docs/operators/capacity.md)."""
 
     scorer_cpu_ms: float  # per rollout
     analyzer_cpu_ms: float  # per analysed rollout (its embedding included)
@@ -89,6 +90,7 @@ class Costs:
     summarizer_tokens_per_analysis: int
     summarizer_overhead_tokens: int  # per step: the meta-summary and each chunk's instructions
     updater_tokens: int  # per step: the updater's and the query writer's prompts
+    idle_cores: float = 0.0  # a service process with nothing to do (its polls: blocking reads, reclaims, metrics)
     busy: float = 0.7  # a process is planned at this share of one core
 
 
@@ -145,20 +147,20 @@ def plan(load: Load, costs: Costs = MEASURED, d: Defaults = Defaults()) -> Plan:
     load.check()
     r, steps = load.rollouts_per_s, load.steps_per_s
     analysed = r * load.analysed_share
-    cores = {
+    work = {  # cores the load keeps busy, beyond what the processes cost idle
         "scorer": r * costs.scorer_cpu_ms / 1000,
         "analyzer": analysed * costs.analyzer_cpu_ms / 1000,
         "summarizer": steps * costs.summarizer_cpu_ms / 1000,
         "updater": steps * costs.updater_cpu_ms / 1000,
-        "redis": r * costs.redis_cpu_ms / 1000,
     }
     waiting = {  # requests in flight at once, over what one process holds
         "scorer": r * load.judge_latency_s / d.scorer_in_flight,
         "analyzer": analysed * load.analyst_latency_s / d.analyzer_in_flight,
     }
-    replicas = {
-        name: max(1, math.ceil(max(cores[name] / costs.busy, waiting.get(name, 0.0))))
-        for name in ("scorer", "analyzer", "summarizer", "updater")
+    room = costs.busy - costs.idle_cores  # of a process's planned share, what is left for work
+    replicas = {name: max(1, math.ceil(max(cores / room, waiting.get(name, 0.0)))) for name, cores in work.items()}
+    cores = {name: work[name] + replicas[name] * costs.idle_cores for name in work} | {
+        "redis": r * costs.redis_cpu_ms / 1000
     }
     kept_per_run = min(d.kept_maxlen, r / load.runs * d.kept_ttl_s)
     rollout_bytes = load.rollout_tokens * 4
