@@ -3,7 +3,9 @@ verdicts (rollouts.py), its rubric versions, schedule and latest step's rubric h
 event tail; and what is kept between polls."""
 
 import asyncio
+import bisect
 import contextlib
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -169,8 +171,9 @@ class RunTally:
     stopped."""
 
     steps: dict[int, StepTally] = field(default_factory=dict)
-    changed: dict[int, int] = field(default_factory=dict)  # step -> the read that last changed it
+    changed: list[tuple[int, int]] = field(default_factory=list)  # (read, step) for each step a read changed
     reads: int = 0  # the reads that found something new
+    latest: int | None = None  # the latest step with a kept rollout
     kept: dict[str, Kept] = field(default_factory=dict)  # rollout id -> where it is kept
     listed: dict[int, list[Kept]] = field(default_factory=dict)  # step -> its kept rollouts, oldest first
     following: Following = field(default_factory=Following)
@@ -178,10 +181,12 @@ class RunTally:
     async def catch_up(self, redis: Redis, keys: Keys, run_id: str) -> None:
         new = await self.following.new(redis, keys.kept_rollouts(run_id), ScoredRollout)
         self.reads += bool(new)
+        for step in sorted({scored.rollout.step for _, scored in new}):
+            self.changed.append((self.reads, step))
         for entry_id, scored in new:
             rollout, score = scored.rollout, scored.score
             self.steps.setdefault(rollout.step, StepTally()).add(scored)
-            self.changed[rollout.step] = self.reads
+            self.latest = max(rollout.step, self.latest if self.latest is not None else rollout.step)
             kept = Kept(
                 entry_id, rollout.rollout_id, str(score.status), score.reward, len(rollout.trajectory), score.evaluation
             )
@@ -189,8 +194,12 @@ class RunTally:
             self.listed.setdefault(rollout.step, []).append(kept)
 
     def rows(self, after: int = 0) -> list[dict[str, Any]]:
-        """The steps changed by the reads after `after` (0: every step)."""
-        return [t.row(step) for step, t in sorted(self.steps.items()) if self.changed[step] > after]
+        """The steps changed by the reads after `after` (0: every step), found from the end of the reads' log: a
+        poll costs what changed since, not the run's length."""
+        if not after:
+            return [t.row(step) for step, t in sorted(self.steps.items())]
+        since = bisect.bisect_right(self.changed, (after, math.inf))
+        return [self.steps[step].row(step) for step in sorted({step for _, step in self.changed[since:]})]
 
 
 @dataclass
@@ -301,9 +310,9 @@ class Reader:
         """The kept rollouts of `step` (the run's latest by default), oldest first, ROLLOUTS_LISTED at most: for
         the page to pick one to show."""
         tally = await self.tally(run_id)
-        if tally is None or not tally.listed:
+        step = tally.latest if tally is not None and step is None else step
+        if tally is None or step is None:
             return {"step": step, "rollouts": [], "more": 0}
-        step = max(tally.listed) if step is None else step
         listed = tally.listed.get(step, [])
         return {
             "step": step,
@@ -347,7 +356,7 @@ class Reader:
             "partial": partial,
             "steps": tally.rows(after) if tally is not None else [],
             "versions": versions,
-            "health": await self.health(run_id, max(tally.steps) if tally and tally.steps else None),
+            "health": await self.health(run_id, tally.latest if tally is not None else None),
             "schedule": [
                 {"step": d.step, "meta_class": d.meta_class, "reason": d.reason, "strategy": d.strategy}
                 for d in schedule.values()
