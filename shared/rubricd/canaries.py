@@ -40,7 +40,8 @@ async def read(redis: Redis, keys: Keys, run_id: str) -> list[CanaryStep]:
 
 
 def parse(fields: dict[bytes, bytes]) -> list[CanaryStep]:
-    """The canary steps of a run's hash, in step order (its `claimed:` and `started:` fields left out)."""
+    """The canary steps of a run's hash, in step order (any other field left out: the `claimed:` and `started:`
+    marks a hash of an older rubricd held)."""
     steps = [msgspec.json.decode(raw, type=CanaryStep) for name, raw in fields.items() if name.isdigit()]
     return sorted(steps, key=lambda c: c.step)
 

@@ -214,10 +214,14 @@ class Keys:
 
     def canaries(self, run_id: str) -> str:
         """Hash of a run's judge canaries (rubricd.canaries reads it): field <step> -> that step's `CanaryStep`,
-        written once; `started:<step>`, set by the commit of the step's first score (HSETNX), which alone puts the
-        step on the canary-steps stream; `claimed:<step>` -> the scorer judging it (HSETNX). Expires the scorer's `kept_ttl_s` after
-        its last write."""
+        written once. Expires the scorer's `kept_ttl_s` after its last write."""
         return f"{self.namespace}:canaries:{run_id}"
+
+    def canary_marks(self, run_id: str) -> str:
+        """Hash of where a run's canary steps are: `started:<step>`, set by the commit of the step's first score
+        (HSETNX), which alone puts the step on the canary-steps stream; `claimed:<step>` -> the scorer judging it
+        (HSETNX). Apart from the canaries, whose readers then read results only. Expires as they do."""
+        return f"{self.namespace}:canary-marks:{run_id}"
 
     def canary_set(self, run_id: str) -> str:
         """A run's own labelled set for its canaries (JSONL, `rubricd judge canaries`), in place of the scorers'

@@ -233,7 +233,7 @@ async def test_a_rollout_is_answered_while_its_steps_canaries_are_still_being_ju
         assert time.monotonic() - started < 15
 
     async def claimed() -> bool:
-        return bool(await redis.hexists(keys.canaries("run"), CLAIMED + b"0"))
+        return bool(await redis.hexists(keys.canary_marks("run"), CLAIMED + b"0"))
 
     await eventually(claimed, "the canaries of step 0 claimed")
     # Still being judged: the canaries' group holds the canary-steps entry that started them, and no step is recorded.

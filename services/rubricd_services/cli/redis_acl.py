@@ -114,6 +114,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.kept_rollouts("run")),
                 family(k.verdict("digest")),
                 family(k.canaries("run")),
+                family(k.canary_marks("run")),
                 family(k.group("run", 0, "group")),
                 k.groups_due,
                 *generating,

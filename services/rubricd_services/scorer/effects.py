@@ -49,7 +49,7 @@ def effects(
     unless it is an evaluation rollout not analysed; `verdict`, a new verdict's key and value, kept for
     `judge_cache_ttl_s` (the judge cache), whether or not the rollout had a score."""
     analyze = not rollout.evaluation or settings.analyze_evaluation
-    canaries = "" if rollout.evaluation else keys.canaries(rollout.run_id)
+    canaries = "" if rollout.evaluation else keys.canary_marks(rollout.run_id)
     return Effects(
         keys={
             "scored": keys.scored if analyze else "",

@@ -197,7 +197,7 @@ class Canaries:
 
     async def claim(self, run_id: str, step: int) -> bool:
         """Whether this scorer judges the step's canaries: the first to ask does (the hash expires, claims too)."""
-        key = self.keys.canaries(run_id)
+        key = self.keys.canary_marks(run_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hsetnx(key, CLAIMED + str(step).encode(), self.app.consumer)
             pipe.expire(key, self.ttl_s)
