@@ -95,10 +95,10 @@ class Costs:
 
 
 MEASURED = Costs(
-    scorer_cpu_ms=9.0,
+    scorer_cpu_ms=6.0,
     analyzer_cpu_ms=450.0,
-    summarizer_cpu_ms=420.0,
-    updater_cpu_ms=240.0,
+    summarizer_cpu_ms=410.0,
+    updater_cpu_ms=200.0,
     redis_cpu_ms=5.0,
     score_bytes=1_200,
     verdict_bytes=600,
@@ -110,6 +110,7 @@ MEASURED = Costs(
     summarizer_tokens_per_analysis=160,
     summarizer_overhead_tokens=600,
     updater_tokens=2_600,
+    idle_cores=0.015,
 )
 
 
