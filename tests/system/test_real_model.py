@@ -6,7 +6,10 @@ free. The scorer finds the server's dialect at start (`output_mode=auto`: json_s
 One step of four rollouts (clearly right, clearly wrong, padded, talking to the grader) goes round the loop:
 every verdict is schema-valid on every rubric, each rollout's analysis is stored and names only rubrics it was
 scored on, the step summary is written, and the updater's proposal passes validation (applied, or kept with its
-rationale). The two failures seen with real servers (every call refused; rubrics skipped) cannot recur.
+rationale), or, when the model's answer breaks a bound the server's grammar does not enforce (llama.cpp's JSON
+schema grammar checks a number's shape, not its maximum: points of 150 were seen), its three attempts are
+refused and the step records why (`update_failed`, the rubrics unchanged). The two failures seen with real
+servers (every call refused; rubrics skipped) cannot recur.
 
 Printed (`-s`): the verdicts and rewards, one analysis, the summary, the proposal, and each agent's calls,
 latency and tokens from the services' /metrics. A model this small follows the schemas (the server enforces
@@ -96,7 +99,9 @@ async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_s
     analyses = {a.rollout_id: a for a in entries(sync, keys.analyses, RolloutAnalysis)}
     summaries = entries(sync, keys.summaries, StepSummary)
     events = entries(sync, keys.events, Event)
-    outcomes = [e for e in events if e.kind in (EventKind.RUBRICS_UPDATED, EventKind.RUBRICS_UNCHANGED)]
+    outcomes = [
+        e for e in events if e.kind in (EventKind.RUBRICS_UPDATED, EventKind.RUBRICS_UNCHANGED, EventKind.UPDATE_FAILED)
+    ]
     usage = {agent: u for port in ports.values() for agent, u in agent_usage(port).items() if u.get("calls")}
 
     print(f"\nreal model ({MODEL}, llama.cpp's server):")
@@ -133,8 +138,11 @@ async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_s
     # The step summarized from all four.
     assert [(s.step, s.analyses, s.missing_rollouts) for s in summaries] == [(0, 4, [])]
     assert summaries[0].executive_summary.strip()
-    # One proposal, validated: applied as version 2 (anchors unchanged), or kept with its rationale.
+    # One proposal, validated: applied as version 2 (anchors unchanged), or kept with its rationale; or refused as
+    # invalid output, saying so, the rubrics as they were.
     assert len(outcomes) == 1 and outcomes[0].step == 0 and outcomes[0].detail.strip(), events
+    if outcomes[0].kind == EventKind.UPDATE_FAILED:
+        assert "invalid output" in outcomes[0].detail, outcomes[0].detail
     if outcomes[0].kind == EventKind.RUBRICS_UPDATED:
         assert [v.version for v in history] == [1, 2]
         anchors = [[r for r in v.rubrics if r.kind is RubricKind.ANCHOR] for v in history]

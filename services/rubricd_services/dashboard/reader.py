@@ -395,7 +395,8 @@ class Reader:
         history = self.sets.setdefault(run_id, [])
         current = await store.current(run_id)
         if current is not None and current.version > len(history):
-            history += await store.versions(run_id, None, range(len(history) + 1, current.version + 1))
+            read = await store.versions(run_id, None, range(len(history) + 1, current.version + 1))
+            history += [v for v in read if v.version > len(history)]  # another poll may have read them meanwhile
         known = self.updates.setdefault(run_id, {})
         missing = [v.version for v in history[1:] if v.version not in known]
         # A new version's update is looked for at once; one looked for and not found, again after MISSING_RETRY_S.
