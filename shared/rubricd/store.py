@@ -101,9 +101,9 @@ class RubricStore:
         (a set written before the step fields existed has only this)."""
         key = self.keys.rubric_set(run_id, instance_key)
         made, current = await self.redis.hmget(key, [f"s{step}", "current"])
-        if made is not None:
-            return await self.version(run_id, instance_key, int(made))
         found = _decoder.decode(current) if current else None
+        if made is not None and (found is None or found.version != int(made)):
+            return await self.version(run_id, instance_key, int(made))  # an older version than the current
         return found if found is not None and found.step == step else None
 
     async def seed(self, rubric_set: RubricSet) -> RubricSet:

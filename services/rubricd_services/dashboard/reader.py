@@ -406,9 +406,8 @@ class Reader:
             known.update(await announcements(self.redis, self.keys, self.settings, run_id, None, missing))
         complete = min([v - 1 for v in missing if v not in known], default=len(history))
         out = []
-        for before, version in zip([None, *history], history):
-            if version.version <= min(after, complete):
-                continue
+        start = min(after, complete)  # history[i] is version i + 1: those the page keeps are skipped, not walked
+        for before, version in zip([None, *history][start:], history[start:]):
             update = known.get(version.version)
             found = [] if before is None else changes(before, version, [update] if update else [])
             out.append(
