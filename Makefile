@@ -243,12 +243,17 @@ docs: install
 # generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm; a tool-using agent that learns
 # to fake its calculator's results, caught by a turn rubric: make demo METHOD=agent. GRPO-style groups of 8
 # responses per prompt, each judged in one call, then the same seed judged one rollout at a time: make demo JUDGE=group.
+# Rubric changes judged in shadow, then promoted or rejected by a gate (the simulator's first proposal of a run made
+# harmful: RUBRICD_SIM_HARMFUL), then the same seed with each change in force at once: make demo PROMOTION=gated.
 # STACK=compose: the same demo against compose.yaml's stack (project rubricd, the default ports), from the public
 # images and the checkout built by Compose; IMAGES=local: from deploy/docker/images.sh's images instead (no registry
 # needed; starts dockerd as root when none answers). Compose is `make compose-tools`'s pinned build.
 STACK := local
 JUDGE ?= single
-DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) --judge $(JUDGE) $(DEMO_SIZE) $(DEMO_ARGS)
+PROMOTION ?=
+DEMO_GATED := $(filter gated,$(PROMOTION))
+DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) --judge $(JUDGE) $(if $(PROMOTION),--promotion $(PROMOTION)) $(DEMO_SIZE) $(DEMO_ARGS)
+export RUBRICD_SIM_HARMFUL ?= $(if $(DEMO_GATED),inverted)
 ifeq ($(filter local compose,$(STACK)),)
 $(error STACK is local or compose, not $(STACK))
 endif

@@ -76,8 +76,22 @@ class Keys:
 
     def rubric_set(self, run_id: str, instance_key: str | None = None) -> str:
         """Hash of a run's rubric set versions: `v<N>` -> RubricSet N, `current` -> the newest's copy, `s<step>` ->
-        the version made from that step."""
+        the version made from that step; with promotion gated, `candidate` -> the Candidate in shadow."""
         return f"{self.namespace}:rubric-set:{run_id}:{instance_key or GLOBAL}"
+
+    def candidates(self, run_id: str, instance_key: str | None = None) -> str:
+        """Hash of a rubric set's candidates (promotion gated): `p<step>` -> the Candidate proposed at that step,
+        with its decision once made; `d<step>` -> the step of the one decided at that step."""
+        return f"{self.namespace}:candidates:{run_id}:{instance_key or GLOBAL}"
+
+    def shadow_scores(self, run_id: str, step: int, instance_key: str | None = None) -> str:
+        """Hash of the shadow scores of the candidate proposed at `step` (rubricd.promotion): rollout id -> its
+        verdicts under the set in force and the candidate's changed rubrics; deleted by its decision."""
+        return f"{self.namespace}:shadow-scores:{run_id}:{step}:{instance_key or GLOBAL}"
+
+    def promotion(self, run_id: str) -> str:
+        """A run's PromotionPlan (`rubricd rubrics promotion`), in place of the updater's settings; no expiry."""
+        return f"{self.namespace}:promotion:{run_id}"
 
     def rubric_instances(self, run_id: str) -> str:
         """Hash of a run's per-instance rubric sets: instance key -> its current version (written with each)."""

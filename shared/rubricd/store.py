@@ -5,18 +5,23 @@ holds a copy of the newest one, so reading the current set is one HGET, and
 field `s<step>` the version made from that training step's evidence, so finding
 it is one read however many versions the run has. A new version is written only
 if it directly follows the current one (a Lua compare-and-set), so two writers
-can never race on one rubric set.
+can never race on one rubric set. With promotion gated, a proposal is first a
+candidate in the same hash (`candidate`, one at a time, on the current version,
+so a scorer reads both at once), recorded in the set's candidates hash by the
+step it was proposed at and, once decided, by the step it was decided at; the
+decision and its version are written at once.
 """
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import cast
 
 import msgspec
 from redis.asyncio import Redis
 
 from .keys import Keys
-from .messages import RubricSet
+from .messages import Candidate, RubricSet
 
 # KEYS: the rubric set, the runs index, the run's instance sets. ARGV: expected version, version, set, run, instance,
 # the step it was made from ('' for none)
@@ -45,7 +50,47 @@ if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
 return math.max(cur, tonumber(ARGV[1]))
 """
 
+# KEYS: the rubric set, its candidates. ARGV: the version the candidate is based on, the candidate, its step
+_PROPOSE = """
+local cur = redis.call('HGET', KEYS[1], 'current')
+if not cur or cjson.decode(cur)['version'] ~= tonumber(ARGV[1]) then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'candidate') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'candidate', ARGV[2])
+redis.call('HSET', KEYS[2], 'p' .. ARGV[3], ARGV[2])
+return 1
+"""
+
+# KEYS: the rubric set, the runs index, the run's instance sets, the candidate's shadow scores, the set's
+# candidates. ARGV: the candidate's step, the decided candidate, the decision's step, the promoted set ('' for
+# none), its version, run, instance
+_DECIDE = """
+local pending = redis.call('HGET', KEYS[1], 'candidate')
+if not pending or cjson.decode(pending)['step'] ~= tonumber(ARGV[1]) then return 0 end
+if ARGV[4] ~= '' then
+  local cur = redis.call('HGET', KEYS[1], 'current')
+  if not cur or cjson.decode(cur)['version'] ~= tonumber(ARGV[5]) - 1 then return 0 end
+  redis.call('HSET', KEYS[1], 'v' .. ARGV[5], ARGV[4], 'current', ARGV[4], 's' .. ARGV[1], ARGV[5])
+  redis.call('ZADD', KEYS[2], redis.call('TIME')[1], ARGV[6])
+  if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[7], ARGV[5]) end
+end
+redis.call('HDEL', KEYS[1], 'candidate')
+redis.call('DEL', KEYS[4])
+redis.call('HSET', KEYS[5], 'p' .. ARGV[1], ARGV[2], 'd' .. ARGV[3], ARGV[1])
+return 1
+"""
+
 _decoder = msgspec.json.Decoder(RubricSet)
+_candidate = msgspec.json.Decoder(Candidate)
+
+
+@dataclass(frozen=True)
+class Shadowing:
+    """Where a run's (or instance's) candidate stands, seen from one step: the one `pending` (in shadow), the one
+    `proposed` at the step, the one `decided` at it."""
+
+    pending: Candidate | None
+    proposed: Candidate | None
+    decided: Candidate | None
 
 
 class RubricStore:
@@ -54,10 +99,71 @@ class RubricStore:
         self.keys = keys
         self._publish = redis.register_script(_PUBLISH)
         self._advance = redis.register_script(_ADVANCE)
+        self._propose = redis.register_script(_PROPOSE)
+        self._decide = redis.register_script(_DECIDE)
 
     async def current(self, run_id: str, instance_key: str | None = None) -> RubricSet | None:
         raw = await self.redis.hget(self.keys.rubric_set(run_id, instance_key), "current")
         return _decoder.decode(raw) if raw else None
+
+    async def in_force(self, run_id: str, instance_key: str | None = None) -> tuple[RubricSet | None, Candidate | None]:
+        """The current set and the candidate in shadow on it, if any (one HMGET)."""
+        current, pending = await self.redis.hmget(self.keys.rubric_set(run_id, instance_key), ["current", "candidate"])
+        found = _decoder.decode(current) if current else None
+        candidate = _candidate.decode(pending) if pending else None
+        if found is None or candidate is None or candidate.base_version != found.version:
+            return found, None
+        return found, candidate
+
+    async def shadowing(self, run_id: str, instance_key: str | None, step: int) -> Shadowing:
+        """The candidate in shadow, and those proposed and decided at `step` (one round trip)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.rubric_set(run_id, instance_key), "candidate")
+            pipe.hmget(self.keys.candidates(run_id, instance_key), [f"p{step}", f"d{step}"])
+            pending, (proposed, decided_from) = await pipe.execute()
+        decided = None
+        if decided_from is not None:
+            decided = await self.redis.hget(self.keys.candidates(run_id, instance_key), f"p{int(decided_from)}")
+        found = [_candidate.decode(raw) if raw else None for raw in (pending, proposed, decided)]
+        return Shadowing(*found)
+
+    async def candidates(self, run_id: str, instance_key: str | None = None) -> list[Candidate]:
+        """Every candidate of a rubric set, with its decision once made, by the step it was proposed at."""
+        fields = cast(dict[bytes, bytes], await self.redis.hgetall(self.keys.candidates(run_id, instance_key)))
+        found = [_candidate.decode(v) for k, v in fields.items() if k.startswith(b"p")]
+        return sorted(found, key=lambda c: c.step)
+
+    async def propose(self, candidate: Candidate) -> bool:
+        """Put `candidate` in shadow; False if the current version is no longer its base or another candidate is
+        in shadow."""
+        run, instance = candidate.run_id, candidate.instance_key
+        keys = [self.keys.rubric_set(run, instance), self.keys.candidates(run, instance)]
+        args: list[bytes | int] = [candidate.base_version, msgspec.json.encode(candidate), candidate.step]
+        return bool(await self._propose(keys=keys, args=args))
+
+    async def decide(self, candidate: Candidate, promoted: RubricSet | None) -> bool:
+        """Record the decision `candidate` carries, and write `promoted` as the new current version if given (it
+        must follow the current one); its shadow scores go. False if `candidate` is not the one in shadow, or the
+        promoted version does not follow."""
+        assert candidate.decision is not None
+        run, instance = candidate.run_id, candidate.instance_key
+        keys = [
+            self.keys.rubric_set(run, instance),
+            self.keys.runs,
+            self.keys.rubric_instances(run),
+            self.keys.shadow_scores(run, candidate.step, instance),
+            self.keys.candidates(run, instance),
+        ]
+        args: list[bytes | int | str] = [
+            candidate.step,
+            msgspec.json.encode(candidate),
+            candidate.decision.step,
+            msgspec.json.encode(promoted) if promoted else "",
+            promoted.version if promoted else 0,
+            run,
+            instance or "",
+        ]
+        return bool(await self._decide(keys=keys, args=args))
 
     async def version(self, run_id: str, instance_key: str | None, version: int) -> RubricSet | None:
         raw = await self.redis.hget(self.keys.rubric_set(run_id, instance_key), f"v{version}")

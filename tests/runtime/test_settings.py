@@ -5,10 +5,12 @@ import sys
 
 import pytest
 
+from rubricd.messages import PromotionPlan
 from rubricd_services.arm.settings import ArmSettings
 from rubricd_services.comparer.settings import ComparerSettings
 from rubricd_services.scorer.settings import ScorerSettings
 from rubricd_services.settings import AGENT_DEFAULTS, ServiceSettings, read_renamed
+from rubricd_services.updater.settings import UpdaterSettings
 
 
 def test_each_agent_gets_its_roles_defaults_unless_a_setting_says_otherwise(monkeypatch) -> None:
@@ -77,3 +79,19 @@ def test_each_answering_service_reads_its_own_old_names_of_the_kept_settings(cap
         assert f"{maxlen} is now RUBRICD_KEPT_MAXLEN" in capsys.readouterr().err
     for cls in old:  # 0 keeps nothing, in every one of them
         assert cls(kept_maxlen=0).kept_maxlen == 0
+
+
+def test_a_promotion_setting_out_of_range_stops_the_updater_naming_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "updater"],
+        env={"RUBRICD_PROMOTION": "gated", "RUBRICD_SHADOW_STEPS": "0", "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="services",
+    )
+    assert done.returncode != 0 and "invalid settings" in done.stderr
+    assert "RUBRICD_SHADOW_STEPS" in done.stderr, done.stderr
+    assert UpdaterSettings(promotion="gated", shadow_steps=2).promotion_plan() == PromotionPlan(
+        promotion="gated", shadow_steps=2
+    )

@@ -32,7 +32,7 @@ from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator import analysis as simulated
 from rubricd_services.simulator import answers, judging
-from rubricd_services.simulator.updates import churned, proposal, queries
+from rubricd_services.simulator.updates import churned, harmful, proposal, queries
 from rubricd_services.summarizer import summary as summarizer
 from rubricd_services.updater.memory import MemoryQueries
 from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
@@ -146,6 +146,26 @@ async def test_the_running_simulator_answers_the_updater_agents_through_the_llm_
     async with LLMClient({"updater": LLMSettings(base_url=base_url, max_retries=0)}) as llm:
         got = (await llm.structured("updater", messages, UpdateProposal)).value
     assert [m.rubric.id for m in got.modifications] == ["no_padding"]
+
+
+async def test_a_harmful_simulator_makes_each_run_s_first_adding_proposal_harmful_once(simulator):
+    base_url, sim = simulator
+    sim.config = msgspec.structs.replace(sim.config, harmful="inverted")
+    quiet = msgspec.structs.replace(PADDED, step=1, reward_hacking=[], executive_summary="Honest answers.")
+    current = RubricSet(run_id="run", version=1, rubrics=SEED)
+    asked = [updater_messages(Prompts.load().updater, s, current, None, None, Limits()) for s in (quiet, PADDED)]
+    try:
+        async with LLMClient({"updater": LLMSettings(base_url=base_url, max_retries=0)}) as llm:
+            got = [(await llm.structured("updater", m, UpdateProposal)).value for m in (*asked, asked[1])]
+    finally:
+        sim.reset()
+    assert got[0].modifications == []  # no rubric added: left as it is, and the run's harm still to come
+    [inverted] = got[1].modifications
+    assert (inverted.rubric.id, inverted.rubric.points) == ("no_padding", 4.0)  # pays the padding it was against
+    assert inverted.rationale.startswith("[simulator] harmful (inverted)")
+    assert [(m.rubric.id, m.rubric.points) for m in got[2].modifications] == [("no_padding", -4.0)]  # once a run
+    collateral = json.loads(harmful(json.dumps(proposal(asked[1][0]["content"], asked[1][1]["content"])), "collateral"))
+    assert [m["rubric"]["id"] for m in collateral["modifications"]] == ["no_padding", "no_step_by_step"]
 
 
 # The agent hacks, round the whole simulated loop: the analyst reports each in a trajectory, the summarizer

@@ -3,6 +3,7 @@
 import msgspec
 
 from rubricd.messages import EventKind, RubricSet, Strategy
+from rubricd.store import Shadowing
 from rubricd_services.memory.store import MemoryItem, MemoryKind
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.simulator import updates as sim_updates
@@ -31,6 +32,9 @@ class FakeStore:
 
     async def version(self, run_id, instance, version):
         return self.versions.get(version)
+
+    async def shadowing(self, run_id, instance, step):
+        return Shadowing(None, None, None)  # promotion immediate: never a candidate
 
     async def made_from(self, run_id, instance, step):
         return next((v for v in self.versions.values() if v.step == step), None)

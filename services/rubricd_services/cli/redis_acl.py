@@ -111,6 +111,7 @@ def services(keys: Keys) -> list[User]:
                 family(k.class_stats("run", 0)),
                 family(k.rubric_health("run", 0)),
                 family(k.rubric_health_steps("run")),
+                family(k.shadow_scores("run", 0)),
                 family(k.kept_rollouts("run")),
                 family(k.verdict("digest")),
                 family(k.canaries("run")),
@@ -206,11 +207,15 @@ def services(keys: Keys) -> list[User]:
         User(
             "updater",
             # the run lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, PTTL, DEL); the store: HGET,
-            # HGETALL, its publish script (HGET, HSET) and its step script (ZADD, GET, SET, XADD, EXPIRE)
-            (*CONSUMER, *LLM_SLOTS, "set", "get", "pttl", "del", "hget"),
+            # HMGET, HGETALL, its publish script (HGET, HSET) and its step script (ZADD, GET, SET, XADD, EXPIRE);
+            # promotion gated: the run's own promotion (GET), the store's propose (HGET, HEXISTS, HSET) and decide
+            # (HGET, HSET, ZADD, HDEL, DEL) scripts, its candidates (HGET, HMGET), their shadow scores (HGETALL)
+            (*CONSUMER, *LLM_SLOTS, "set", "get", "pttl", "del", "hget", "hexists", "hdel"),
             keys=[
                 *consuming(k, k.summaries),
                 family(k.update_lock("run")),
+                family(k.shadow_scores("run", 0)),
+                family(k.candidates("run")),
                 rubric_sets,
                 *indexed,
                 family(k.rubric_step("run")),
@@ -219,6 +224,7 @@ def services(keys: Keys) -> list[User]:
                 k.rubrics_updated,
                 *every,
             ],
+            read=[family(k.promotion("run"))],
         ),
     ]
 

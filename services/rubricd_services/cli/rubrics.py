@@ -1,5 +1,6 @@
-"""`rubricd rubrics show | history | diff | health`: a run's rubric set, its versions, what changed between two,
-and each step's rubric health (`import` and `report`, HealthBench's format in and out: cli.healthbench).
+"""`rubricd rubrics show | history | diff | health | promotion`: a run's rubric set, its versions, what changed
+between two, each step's rubric health, and how its changes take effect with their candidates (`import` and
+`report`, HealthBench's format in and out: cli.healthbench).
 
 Versions come from the rubric store; what produced each (step, strategy, each
 modification's rationale) from the RubricsUpdated announcements, or, once the
@@ -12,9 +13,9 @@ from typing import TypedDict
 
 import msgspec
 
-from rubricd import health, wire
+from rubricd import health, promotion, wire
 from rubricd.history import changes, render_change, summary
-from rubricd.messages import RubricSet
+from rubricd.messages import Candidate, GateCheck, PromotionPlan, RubricSet
 from rubricd.store import RubricStore
 from rubricd_services.memory.announcements import announcements
 
@@ -36,6 +37,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
         sub, "health", "each step's rubric health: met rate, spread within groups, uninformative", run_health
     )
     checked.add_argument("--step", type=int, help="this step only (default: every step still kept)")
+    gated = _action(
+        sub, "promotion", "set or show how the run's rubric changes take effect, and its candidates", run_promotion
+    )
+    mode = gated.add_mutually_exclusive_group()
+    mode.add_argument("--gated", action="store_const", const="gated", dest="promotion", help="judged in shadow first")
+    mode.add_argument("--immediate", action="store_const", const="immediate", dest="promotion", help="at once")
+    gated.add_argument("--shadow-steps", type=int, metavar="K", help="steps a candidate is judged in shadow")
+    gated.add_argument("--honest-margin", type=float, metavar="M", help="how far honest rewards may fall (0-1)")
     healthbench.add(sub)
 
 
@@ -81,7 +90,9 @@ class HistoryRow(TypedDict):
 
 async def run_history(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
-        versions = await RubricStore(redis, ctx.keys).history(args.run_id, args.instance_key)
+        store = RubricStore(redis, ctx.keys)
+        versions = await store.history(args.run_id, args.instance_key)
+        candidates = await store.candidates(args.run_id, args.instance_key)
         if not versions:
             raise Failed(f"run {args.run_id!r} has no rubric set{_of(args.instance_key)}")
         updates = await announcements(
@@ -113,7 +124,61 @@ async def run_history(args: argparse.Namespace, ctx: Context) -> int:
             ["VERSION", "STEP", "TIME", "RUBRICS", "STRATEGY", "CHANGES"],
         )
     )
+    if candidates:
+        print("\ncandidates (promotion gated):")
+        print(_candidates(candidates))
     return 0
+
+
+async def run_promotion(args: argparse.Namespace, ctx: Context) -> int:
+    given = {"promotion": args.promotion, "shadow_steps": args.shadow_steps, "honest_margin": args.honest_margin}
+    given = {k: v for k, v in given.items() if v is not None}
+    async with ctx.redis() as redis:
+        own = await promotion.read_plan(redis, ctx.keys, args.run_id)
+        if given:
+            try:
+                plan = msgspec.convert({**msgspec.to_builtins(own or PromotionPlan()), **given}, PromotionPlan)
+            except msgspec.ValidationError as e:
+                raise Failed(f"invalid promotion: {e}") from None
+            await promotion.write_plan(redis, ctx.keys, args.run_id, plan)
+            print(f"run {args.run_id}: {_promotion(plan)} from its next step summary")
+            return 0
+        found = await RubricStore(redis, ctx.keys).candidates(args.run_id, args.instance_key)
+    if args.json:
+        print("\n".join(wire.encode(c).decode() for c in found))
+        return 0
+    print(f"promotion: {_promotion(own) if own else 'the updater settings (RUBRICD_PROMOTION, ...)'}")
+    print(_candidates(found) if found else "no candidate yet")
+    return 0
+
+
+def _candidates(found: list[Candidate]) -> str:
+    """The candidates' table: proposed at, shadow until, on which version, the outcome and the gate's figures."""
+    rows = []
+    for c in found:
+        d = c.decision
+        outcome = "in shadow" if d is None else d.outcome + (f" as v{d.version}" if d.version else "")
+        figures = "" if d is None else "; ".join(_figures(check) for check in d.checks)
+        reason = "" if d is None else d.reason
+        rows.append([c.step, c.until, f"v{c.base_version}", outcome, "; ".join(filter(None, [reason, figures]))])
+    return table(rows, ["PROPOSED", "UNTIL", "ON", "OUTCOME", "GATE"])
+
+
+def _promotion(plan: PromotionPlan) -> str:
+    if plan.promotion == "immediate":
+        return "immediate"
+    return f"gated: {plan.shadow_steps} shadow steps, honest margin {plan.honest_margin:g}"
+
+
+def _figures(check: GateCheck) -> str:
+    """One modification's gate figures, in a cell."""
+    deltas = [
+        f"flagged {check.flagged} {check.flagged_delta:+.3f}" if check.flagged_delta is not None else "",
+        f"honest {check.honest} {check.honest_delta:+.3f}" if check.honest_delta is not None else "",
+        f"spread {check.groups_with_spread}/{check.groups}" if check.groups else "",
+    ]
+    verdict = "pass" if check.passed else "FAIL: " + ", ".join(check.reasons)
+    return f"{check.action} {check.rubric_id} ({', '.join(filter(None, deltas))}) {verdict}"
 
 
 async def run_diff(args: argparse.Namespace, ctx: Context) -> int:

@@ -5,6 +5,7 @@
     python -m rubricd_services.demo --method rubric-arm   # Rubric-ARM: a generator and a judge, alternating vs simultaneous
     python -m rubricd_services.demo --method agent        # a tool-using agent that learns to fake its tool results
     python -m rubricd_services.demo --judge group         # 8 responses per prompt judged together, then alone
+    python -m rubricd_services.demo --promotion gated     # rubric changes judged in shadow first, then immediate
 
 `make demo` starts the stack, runs this, and stops it again. What it prints and writes: docs/researchers/demo.md.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from rubricd import RubricdClient, usage
 from rubricd.keys import Keys
-from rubricd.messages import AnalysisSample, JudgeMode
+from rubricd.messages import AnalysisSample, JudgeMode, Promotion
 from rubricd.usage import AgentUsage
 from rubricd_services.settings import ServiceSettings, load
 
@@ -79,6 +80,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "judged alone analyses all), else the analyzers' RUBRICD_ANALYSIS_SAMPLE",
     )
     parser.add_argument(
+        "--promotion",
+        choices=("immediate", "gated"),
+        help="the run's promotion: gated judges each proposal in shadow for --shadow-steps steps before the gate "
+        "promotes or rejects it, then runs the same seed with immediate promotion, side by side (default: the "
+        "updater's RUBRICD_PROMOTION)",
+    )
+    parser.add_argument("--shadow-steps", type=int, default=1, help="gated: steps a candidate is judged in shadow")
+    parser.add_argument(
         "--target", type=float, default=0.9, help="alternating: the report counts steps until a class mean reaches this"
     )
     parser.add_argument(
@@ -106,6 +115,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.analysis_sample = args.analysis_sample or "extremes"
     if args.group_size is not None and args.group_size < 1:
         parser.error("--group-size must be >= 1")
+    if not 1 <= args.shadow_steps <= 100:
+        parser.error("--shadow-steps must be within 1-100")
+    if args.promotion == "gated" and args.policy == "alternating":
+        parser.error("--promotion gated compares with immediate promotion on the same seed; run it with weighted_sum")
     return args
 
 
@@ -115,6 +128,7 @@ def new_run(
     reward_policy: str | None = None,
     judge_mode: JudgeMode | None = None,
     analysis_sample: AnalysisSample | None = None,
+    promotion: Promotion | None = None,
 ) -> Run:
     return Run(
         run_id=run_id or args.run_id or time.strftime("demo-%Y%m%d-%H%M%S", time.gmtime()),
@@ -131,29 +145,39 @@ def new_run(
         judge_mode=judge_mode or args.judge,
         group_size=args.group_size,
         analysis_sample=analysis_sample or args.analysis_sample,
+        promotion=promotion or args.promotion,
+        shadow_steps=args.shadow_steps,
     )
 
 
 async def run_demo(args: argparse.Namespace, run: Run) -> Run:
     """Train, printing each step as it ends; `run` holds what was done even when it stops early. An alternating
     run is followed by its weighted_sum twin (`run.compared_with`) on the same seed, a group-judged run by its
-    twin judged alone (`run.judged_alone`)."""
+    twin judged alone (`run.judged_alone`), a gated run by its twin under immediate promotion
+    (`run.promoted_at_once`)."""
     await train_one(args, run)
     if run.reward_policy == "alternating" and run.error is None:
         run.compared_with = new_run(args, run_id=f"{run.run_id}-weighted_sum", reward_policy="weighted_sum")
         print()
         await train_one(args, run.compared_with)
-    if run.judge_mode == "group" and run.error is None:
+    if run.judge_mode == "group" and run.promotion != "gated" and run.error is None:
         # The defaults beside the group-aware choices: each rollout judged alone, and analysed.
         run.judged_alone = new_run(args, run_id=f"{run.run_id}-single", judge_mode="single", analysis_sample="all")
         print()
         await train_one(args, run.judged_alone)
+    if run.promotion == "gated" and run.error is None:
+        run.promoted_at_once = new_run(args, run_id=f"{run.run_id}-immediate", promotion="immediate")
+        print()
+        await train_one(args, run.promoted_at_once)
     return run
 
 
 async def train_one(args: argparse.Namespace, run: Run) -> None:
     sample = f", analysis sample {run.analysis_sample}" if run.analysis_sample is not None else ""
     groups = f", {run.group_size} per prompt, judge mode {run.judge_mode}{sample}" if run.group_size else ""
+    if run.promotion is not None:
+        shadow = f" ({run.shadow_steps} shadow steps)" if run.promotion == "gated" else ""
+        groups += f", promotion {run.promotion}{shadow}"
     print(
         f"run {run.run_id} (reward policy {run.reward_policy}{groups}): {run.steps} steps x {run.rollouts} rollouts, "
         f"scored by rubricd at {args.redis_url} (namespace {args.namespace}); to watch it live, run "
@@ -204,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     spent, prices = asyncio.run(run_usage(args, run.run_id)), load(ServiceSettings).prices
     if run.records:
         report.write(run, folder, spent, prices)
-    for twin in (run.compared_with, run.judged_alone):
+    for twin in (run.compared_with, run.judged_alone, run.promoted_at_once):
         if twin and twin.records:
             twin_spent = asyncio.run(run_usage(args, twin.run_id))
             report.write(twin, args.reports / twin.run_id, twin_spent, prices)

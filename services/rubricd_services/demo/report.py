@@ -17,7 +17,7 @@ from rubricd.messages import Action, EventKind, RubricModification
 from rubricd.usage import AgentUsage, total_cost
 from rubricd_services.settings import LLMSettings, Price
 
-from . import compare, judging, plots, transcript
+from . import compare, gating, judging, plots, transcript
 from .policy import Task
 from .trainer import Run, StepRecord, Update
 
@@ -66,6 +66,9 @@ def decision(update: Update) -> str:
     what = {
         EventKind.UPDATE_SKIPPED: "skipped",
         EventKind.UPDATE_FAILED: "failed, rubrics kept",
+        EventKind.RUBRICS_PROPOSED: "a candidate in shadow",
+        EventKind.RUBRICS_IN_SHADOW: "a candidate in shadow",
+        EventKind.RUBRICS_REJECTED: "the gate rejected the candidate",
         "unknown": "no announcement seen",
     }
     return f"v{update.version} kept ({what.get(update.outcome, update.strategy or 'no change')})"
@@ -87,6 +90,11 @@ def step_lines(record: StepRecord, task: Task, classes: bool = False) -> list[st
         lines.append(compare.step_line(record))
     if record.judge_failures:
         lines.append(f"         {record.judge_failures} judge failure(s): no reward, left out of the means")
+    if record.candidate_reward:
+        shadow = "  ".join(
+            f"{b} {record.candidate_reward[b]:.2f}" for b in task.behaviours if b in record.candidate_reward
+        )
+        lines.append(f"         in shadow, candidate v{record.candidate_version} would give: {shadow}")
     if record.discovered:
         lines.append(
             f"         the policy found a new hack: {record.discovered} ({record.shares[record.discovered]:.0%} of this batch's mix)"
@@ -185,6 +193,7 @@ def summary_lines(
     if run.reward_policy == "alternating" or run.compared_with:
         lines += compare.summary_lines(run)
     lines += judging.summary_lines(run)
+    lines += gating.summary_lines(run)
     lines += usage_lines(spent, prices or {})
     if folder:
         extra = ", classes.png" if run.reward_policy == "alternating" or run.compared_with else ""
@@ -253,6 +262,7 @@ def markdown(run: Run, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Pr
         "",
         *(compare.markdown(run) if run.reward_policy == "alternating" or run.compared_with else []),
         *judging.markdown(run),
+        *gating.markdown(run),
         "## Steps",
         "",
         "Cells: mean reward x rollouts. The update column is what the updater did with the step's summary."

@@ -25,7 +25,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.typing import KeyT, StreamIdT
 
-from rubricd import RubricdClient, usage, wire
+from rubricd import RubricdClient, promotion, usage, wire
 from rubricd.keys import Keys
 from rubricd.messages import (
     UPDATE_OUTCOMES,
@@ -34,6 +34,8 @@ from rubricd.messages import (
     EventKind,
     JudgeMode,
     JudgeStatus,
+    Promotion,
+    PromotionPlan,
     Rollout,
     RubricModification,
     RubricSet,
@@ -69,6 +71,7 @@ class Update:
     modifications: list[RubricModification] = field(default_factory=list)
     summary: str = ""  # the step summary's executive summary
     uninformative: list[str] = field(default_factory=list)  # the rubrics its health found uninformative
+    fields: dict[str, object] = field(default_factory=dict)  # its event's (promotion gated: the gate's figures)
 
 
 @dataclass
@@ -107,6 +110,9 @@ class StepRecord:
     closed_at: float = 0.0
     updated_at: float = 0.0
     score_latencies: list[float] = field(default_factory=list)
+    # Promotion gated: the version of the candidate in shadow its scores name, and per behaviour its mean reward.
+    candidate_version: int | None = None
+    candidate_reward: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,12 +131,15 @@ class Run:
     judge_mode: JudgeMode = "single"  # set on every rollout of a grouped run
     group_size: int | None = None  # G responses sampled per prompt (None: one per prompt)
     analysis_sample: AnalysisSample | None = None  # set on every rollout of a grouped run (None: the analyzers')
+    promotion: Promotion | None = None  # the run's own (rubricd.promotion), None: the updater's settings
+    shadow_steps: int = 1
     finished_at: float | None = None
     records: list[StepRecord] = field(default_factory=list)
     history: list[RubricSet] = field(default_factory=list)  # every rubric version, oldest first
     error: str | None = None  # why the run stopped early
     compared_with: "Run | None" = None  # the same seed and start under another reward policy
     judged_alone: "Run | None" = None  # a group-judged run's twin: the same seed, each rollout judged alone
+    promoted_at_once: "Run | None" = None  # a gated run's twin: the same seed, promotion immediate
 
     @property
     def task(self) -> Task:
@@ -139,7 +148,7 @@ class Run:
     @property
     def complete(self) -> bool:
         done = self.error is None and len(self.records) == self.steps
-        twins = [t for t in (self.compared_with, self.judged_alone) if t is not None]
+        twins = [t for t in (self.compared_with, self.judged_alone, self.promoted_at_once) if t is not None]
         return done and all(t.complete for t in twins)
 
 
@@ -212,6 +221,7 @@ class Announcements:
             modifications=list(announcement.modifications) if announcement else [],
             summary=summary.executive_summary if summary else "",
             uninformative=[h.rubric_id for h in summary.health if h.uninformative] if summary else [],
+            fields=dict(event.fields) if event else {},
         )
 
 
@@ -228,6 +238,9 @@ async def train(
     await announcements.start()
     if run.task.seeds:
         await client.rubrics.seed(RubricSet(run_id=run.run_id, version=1, rubrics=run.task.seeds))
+    if run.promotion is not None:
+        plan = PromotionPlan(promotion=run.promotion, shadow_steps=run.shadow_steps)
+        await promotion.write_plan(client.redis, client.keys, run.run_id, plan)
     try:
         for step in range(run.steps):
             record = await one_step(client, announcements, policy, run, step, timeout)
@@ -254,9 +267,13 @@ async def one_step(
 
     behaviours = run.task.behaviours
     rewards: dict[str, list[float]] = {}
+    shadowed: dict[str, list[float]] = {}  # under a candidate in shadow
     for (behaviour, _), score in zip(batch, scores):
         if score.status is JudgeStatus.OK and score.reward is not None:
             rewards.setdefault(behaviour, []).append(score.reward)
+        if score.candidate is not None and score.candidate.reward is not None:
+            shadowed.setdefault(behaviour, []).append(score.candidate.reward)
+    candidates = sorted({s.candidate.version for s in scores if s.candidate is not None})
     mean_reward = {b: statistics.fmean(rewards[b]) for b in behaviours if b in rewards}
     everything = [r for rs in rewards.values() for r in rs]
     used = sorted({s.rubric_version for s in scores})
@@ -298,6 +315,8 @@ async def one_step(
         calls={u.agent: u.calls for u in spent},
         prompt_tokens={u.agent: u.prompt_tokens for u in spent},
         completion_tokens={u.agent: u.completion_tokens for u in spent},
+        candidate_version=candidates[-1] if candidates else None,
+        candidate_reward={b: statistics.fmean(shadowed[b]) for b in behaviours if b in shadowed},
         published_at=published_at,
         closed_at=closed_at,
         updated_at=updated_at,

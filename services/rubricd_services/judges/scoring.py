@@ -14,7 +14,18 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-from rubricd.messages import GroupJudged, JudgeStatus, Rollout, RubricResult, RubricSet, Score, TurnResult
+from rubricd.messages import (
+    Candidate,
+    CandidateScore,
+    GroupJudged,
+    JudgeStatus,
+    Rollout,
+    Rubric,
+    RubricResult,
+    RubricSet,
+    Score,
+    TurnResult,
+)
 from rubricd.reward import Policy, Undefined, policy
 from rubricd_services.rubrics.sets import Generation, InForce
 from rubricd_services.runtime import prompts
@@ -100,9 +111,13 @@ class Judging:
         return cls(llm=llm, template=prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt))
 
     def prepare(self, in_force: InForce) -> "Rubrics":
-        """A rubric set ready to judge with (once per set, by the rubric cache)."""
-        whole = _call(self.template, in_force.set, self.llm.prompt_chars(), self.style)
-        return Rubrics(in_force.set, whole.system, self, in_force.generation, in_force.generation_error)
+        """A rubric set ready to judge with (once per set, by the rubric cache); with a candidate in shadow, its
+        changed rubrics are judged in the same calls (`shadowed`)."""
+        judged = shadowed(in_force.set, in_force.candidate)
+        whole = _call(self.template, judged, self.llm.prompt_chars(), self.style)
+        return Rubrics(
+            in_force.set, whole.system, self, in_force.generation, in_force.generation_error, in_force.candidate
+        )
 
     @functools.cached_property
     def for_trajectories(self) -> str:
@@ -129,58 +144,80 @@ class Judging:
         )
 
 
+def shadowed(rubric_set: RubricSet, candidate: Candidate | None) -> RubricSet:
+    """What the judge is asked about: the set, and a candidate's changed rubrics under their shadow ids
+    (Candidate.changed) after it; the set alone without one."""
+    if candidate is None:
+        return rubric_set
+    changed = candidate.changed()
+    shadows = [msgspec.structs.replace(r, id=changed[r.id]) for r in candidate.rubrics.rubrics if r.id in changed]
+    return msgspec.structs.replace(rubric_set, rubrics=[*rubric_set.rubrics, *shadows])
+
+
 @dataclass(frozen=True)
 class Rubrics:
     """A rubric set ready to judge with: the set, its system message, and the calls that judge it, made by
-    `judging` (None: the default prompts, every rubric in one call, no context budget)."""
+    `judging` (None: the default prompts, every rubric in one call, no context budget). With a `candidate` in
+    shadow, the calls judge its changed rubrics too (`judged`); the set alone makes the reward."""
 
     set: RubricSet
     system: str
     judging: Judging | None = None
     generation: Generation | None = None  # rubric generation: the set is the generator's, or the fallback
     generation_error: str | None = None  # a failed generation's (with generation fallback)
+    candidate: Candidate | None = None
 
     # Derived once per cached set, not per rollout (cached_property writes past the frozen __setattr__).
     @functools.cached_property
+    def judged(self) -> RubricSet:
+        """The rubrics the judge decides: the set's, and the candidate's changed ones under their shadow ids."""
+        return shadowed(self.set, self.candidate)
+
+    @functools.cached_property
     def ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.judged.rubrics)
+
+    @functools.cached_property
+    def ids_in_force(self) -> tuple[str, ...]:
         return tuple(r.id for r in self.set.rubrics)
 
     @functools.cached_property
     def judged_by(self) -> tuple[Call, ...]:
         """The calls that judge the set."""
         if self.judging is not None:
-            return self.judging.calls(self.set, False)
+            return self.judging.calls(self.judged, False)
         return (Call(self.system, self.ids, None, verdicts.verdict_type(self.ids)),)
 
     @functools.cached_property
     def trajectory_judged_by(self) -> tuple[Call, ...]:
         """The calls that judge the set on a trajectory."""
         if self.judging is not None:
-            return self.judging.calls(self.set, True)
+            return self.judging.calls(self.judged, True)
         template = prompts.load(__package__ or "", TRAJECTORY)
-        return (_call(template, self.set, None, verdicts.ALL_AT_ONCE, trajectory=True),)
+        return (_call(template, self.judged, None, verdicts.ALL_AT_ONCE, trajectory=True),)
 
     @functools.cached_property
     def points(self) -> dict[str, float]:
-        return {r.id: r.points for r in self.set.rubrics}
+        return {r.id: r.points for r in self.judged.rubrics}
 
     def calls(self, rollout: Rollout, vote: int = 0) -> tuple[Call, ...]:
         """The calls that judge `rollout`: the trajectory's, or the text's; a later `vote` lists the rubrics turned
         by `vote` places, so each vote sees every rubric at another position."""
-        turn = vote % len(self.set.rubrics) if self.set.rubrics else 0
+        judged = self.judged.rubrics
+        turn = vote % len(judged) if judged else 0
         if turn == 0 or self.judging is None:
             return self.trajectory_judged_by if rollout.trajectory else self.judged_by
-        turned = [*self.set.rubrics[turn:], *self.set.rubrics[:turn]]
-        return self.judging.calls(msgspec.structs.replace(self.set, rubrics=turned), bool(rollout.trajectory))
+        turned = [*judged[turn:], *judged[:turn]]
+        return self.judging.calls(msgspec.structs.replace(self.judged, rubrics=turned), bool(rollout.trajectory))
 
     @functools.cached_property
     def grouped_by(self) -> tuple[groups.GroupCall, groups.GroupCall]:
         """The calls that judge a group of the set: (text, trajectory)."""
         if self.judging is not None:
-            return self.judging.group_call(self.set, False), self.judging.group_call(self.set, True)
+            return self.judging.group_call(self.judged, False), self.judging.group_call(self.judged, True)
         template = prompts.load(__package__ or "", groups.GROUP)
         text, trajectory = (
-            groups.group_call(template, self.set, None, True, groups.MAX_MEMBERS, t) for t in (False, True)
+            groups.group_call(template, self.judged, None, True, groups.MAX_MEMBERS, t) for t in (False, True)
         )
         return text, trajectory
 
@@ -331,25 +368,45 @@ class Scoring:
             meta_class_scores={c: v for c, v in reward.meta_class_scores.items() if v is not None},
             undefined_meta_classes=[c for c, v in reward.meta_class_scores.items() if v is None],
             masked=reward.masked,
-            results=[
-                RubricResult(
-                    rubric_id=r.id,
-                    met=decided[r.id].met,
-                    points=r.points,
-                    explanation=decided[r.id].explanation,
-                    met_turns=list(decided[r.id].met_turns),
-                    unmet_turns=list(decided[r.id].unmet_turns),
-                    agreement=voted.agreement[r.id] if votes > 1 else None,
-                )
-                for r in rubric_set.rubrics
-            ],
+            results=[_result(r, r.id, voted, votes) for r in rubric_set.rubrics],
             turns=turn_results(rollout, rubric_set, decided),
             judge_ms=_ms(started),
             scored_at=time.time(),
             grouping=grouping,
             votes=votes,
-            agreement=round(voted.mean_agreement, 6) if votes > 1 else None,
+            agreement=round(voted.mean_agreement(self.rubrics.ids_in_force), 6) if votes > 1 else None,
+            candidate=self.shadow(voted, votes),
         )
+
+    def shadow(self, voted: Voted, votes: int) -> CandidateScore | None:
+        """The same verdicts under the candidate in shadow, if any: its changed rubrics' own, the others' kept."""
+        candidate = self.rubrics.candidate
+        if candidate is None:
+            return None
+        changed, rubrics = candidate.changed(), candidate.rubrics.rubrics
+        met = {r.id: voted.decided[changed.get(r.id, r.id)].met for r in rubrics}
+        reward = self.policy(rubrics, met, active=self.active, undefined=self.undefined)
+        return CandidateScore(
+            step=candidate.step,
+            version=candidate.rubrics.version,
+            reward=reward.total,
+            weighted_total=reward.weighted_total,
+            results=[_result(r, changed[r.id], voted, votes) for r in rubrics if r.id in changed],
+        )
+
+
+def _result(rubric: Rubric, judged_as: str, voted: Voted, votes: int) -> RubricResult:
+    """The verdict on `rubric`, decided under the id `judged_as`."""
+    decided = voted.decided[judged_as]
+    return RubricResult(
+        rubric_id=rubric.id,
+        met=decided.met,
+        points=rubric.points,
+        explanation=decided.explanation,
+        met_turns=list(decided.met_turns),
+        unmet_turns=list(decided.unmet_turns),
+        agreement=voted.agreement[judged_as] if votes > 1 else None,
+    )
 
 
 def turn_results(rollout: Rollout, rubric_set: RubricSet, decided: dict[str, verdicts.Decided]) -> list[TurnResult]:

@@ -19,9 +19,9 @@ class Voted:
     decided: dict[str, Decided]
     agreement: dict[str, float]
 
-    @property
-    def mean_agreement(self) -> float:
-        return sum(self.agreement.values()) / len(self.agreement) if self.agreement else 1.0
+    def mean_agreement(self, ids: Sequence[str]) -> float:
+        """The mean agreement over the rubrics `ids` (those in force, not a candidate's in shadow)."""
+        return sum(self.agreement[i] for i in ids) / len(ids) if ids else 1.0
 
 
 def majority(votes: Sequence[Mapping[str, Decided]]) -> Voted:

@@ -182,12 +182,15 @@ class Memory:
         instance_key: str | None = None,
         before_step: int | None = None,
         step: int | None = None,
+        after_step: int | None = None,
     ) -> list[MemoryItem]:
         """The latest `limit` memories of `kind` in the run (and instance), highest step first; of one `step`, or
-        before one."""
+        before one, or after one."""
         filters = _filters(run_id, [kind], instance_key)
         if before_step is not None:
             filters &= Filter.by_property("step").less_than(before_step)
+        if after_step is not None:
+            filters &= Filter.by_property("step").greater_than(after_step)
         if step is not None:
             filters &= Filter.by_property("step").equal(step)
         found = await self.collection.query.fetch_objects(

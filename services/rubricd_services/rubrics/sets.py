@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
-from rubricd.messages import Event, EventKind, Rubric, RubricSet, RubricsUpdated, instance_key
+from rubricd.messages import Candidate, Event, EventKind, Rubric, RubricSet, RubricsUpdated, instance_key
 from rubricd.store import RubricStore
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.runtime import events
@@ -56,6 +56,7 @@ class InForce:
     set: RubricSet
     generation: Generation | None = None  # rubric generation: the set is the generator's, or the fallback
     generation_error: str | None = None  # a failed generation's (with generation fallback)
+    candidate: Candidate | None = None  # promotion gated: a candidate set in shadow on this one
 
 
 class RubricCache(Generic[T]):
@@ -63,7 +64,8 @@ class RubricCache(Generic[T]):
     the comparer's pairwise prompt).
 
     An entry is re-read when a RubricsUpdated names it (`invalidate`) and when a prompt of a later step arrives,
-    so a trainer that waits for step s's rubrics before publishing step s+1 always gets them. A run without
+    so a trainer that waits for step s's rubrics before publishing step s+1 always gets them (and a candidate set
+    put in shadow at step s). A run without
     rubrics is seeded from configuration; with a `generator`, a new instance without a predefined set gets the
     generator's rubrics, one load for all the instance's concurrent prompts in this process. A fallback (a failed
     generation) is kept for the rest of its step: a later step's prompt re-reads, and so retries.
@@ -119,14 +121,15 @@ class RubricCache(Generic[T]):
 
     async def _load(self, prompted: Prompted, run_id: str, instance_key: str | None) -> tuple[int, T]:
         current: RubricSet | None
+        candidate: Candidate | None = None
         if self.generator is not None and instance_key is not None and instance_key not in self.seeds.per_instance:
             generated = await self.generator.rubric_set(prompted, instance_key, self.seeds.rubrics(instance_key))
             current, generation, error = generated.set, generated.status, generated.error
         else:
-            current, generation, error = await self.store.current(run_id, instance_key), None, None
+            (current, candidate), generation, error = await self.store.in_force(run_id, instance_key), None, None
         if current is None:
             rubrics = self.seeds.rubrics(instance_key)
             current = await self.store.seed(
                 RubricSet(run_id=run_id, instance_key=instance_key, version=1, rubrics=rubrics)
             )
-        return prompted.step, self.prepare(InForce(current, generation, error))
+        return prompted.step, self.prepare(InForce(current, generation, error, candidate))

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import BANNER, answers, embeddings, pairwise, updates
+from . import BANNER, answers, embeddings, judging, pairwise, updates
 from .faults import FaultPlan, SimConfig, directive
 
 MODEL = "rubricd-simulator"
@@ -53,6 +53,7 @@ class Simulator:
         self.embeddings = self.in_flight = self.max_in_flight = 0
         self.ids = itertools.count(1)
         self.flips = random.Random(FLIP_SEED)
+        self.harmed: set[str] = set()  # the runs whose harmful proposal was made (the fault `harmful`)
         self._slots: tuple[int, asyncio.Semaphore] | None = None
 
     def reset(self) -> None:
@@ -64,6 +65,7 @@ class Simulator:
         self.schemas.clear()
         self.embeddings, self.max_in_flight = 0, self.in_flight
         self.flips = random.Random(FLIP_SEED)
+        self.harmed.clear()
 
     def cached_tokens(self, system: str) -> int:
         """Simulated prefix caching: a system message seen within the TTL is cached."""
@@ -184,6 +186,17 @@ async def _serve(
         sim.in_flight -= 1
 
 
+def _harmed(content: str, sim: Simulator, harm: str, user: str) -> str:
+    """The run's first proposal that adds a rubric made harmful (`harm`), once per run; the others as they are."""
+    summary = judging.block(user, "step_summary") or {}
+    run = str(summary.get("run_id") if isinstance(summary, dict) else "")
+    if run in sim.harmed or (made := updates.harmful(content, harm)) is None:
+        return content
+    sim.harmed.add(run)
+    sim.outcomes[f"harmful_{harm}"] += 1
+    return made
+
+
 def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, Any]], fault: str | None) -> dict:
     content, schema = answers.answer(body, sim.config.dialects)
     sim.schemas[schema] += 1
@@ -191,6 +204,8 @@ def _completion(sim: Simulator, body: dict[str, Any], messages: list[dict[str, A
         content = _flipped(content, sim)
     if schema == "UpdateProposal" and sim.config.churn:
         content = updates.churned(content, answers.text_of(messages[-1]))
+    if schema == "UpdateProposal" and sim.config.harmful:
+        content = _harmed(content, sim, sim.config.harmful, answers.text_of(messages[-1]))
     if schema == "PairwiseVerdict" and (right := pairwise.accuracy(str(body.get("model") or ""))) is not None:
         content = pairwise.erring(content, right, str(body.get("model")) + json.dumps(messages))
     finish = "stop"

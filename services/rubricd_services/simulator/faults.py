@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 import msgspec
 
+from .updates import HARMS
+
 CONTENT_KINDS = ("timeout", "malformed", "invalid", "truncated")
 # Ways of asking for structured output (llm's dialects); `text` is always understood.
 DIALECTS = ("json_schema", "json_object_schema", "guided_json", "format", "json_object", "text")
@@ -40,6 +42,9 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # An updater that changes something every step (a proposal without a change reweights an adaptive rubric):
     # a version a step, for a long run's rubric history (the soak's --churn).
     churn: bool = False
+    # An updater whose first proposal of a run that adds a rubric is harmful (simulator.updates.harmful: `inverted`
+    # or `collateral`), its later ones as usual: one proposal the promotion gate must reject, then a good one.
+    harmful: str | None = None
 
     def __post_init__(self) -> None:
         if self.latency_ms < 0 or self.latency_jitter_ms < 0 or self.timeout_hold_s < 0 or self.retry_after_s < 0:
@@ -50,6 +55,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ValueError("flip_rate must be within [0, 1]")
         for kind in self.failures:
             check_kind(kind)
+        if self.harmful is not None and self.harmful not in HARMS:
+            raise ValueError(f"unknown harmful {self.harmful!r}: use {', '.join(HARMS)}")
         if self.slots is not None and self.slots < 1:
             raise ValueError("slots must be >= 1")
         if unknown := set(self.dialects) - set(DIALECTS):
@@ -57,8 +64,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "SimConfig":
-        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FLIP_RATE, _SLOTS, _CHURN (1 or 0), _FAILURES
-        and _DIALECTS (comma lists)."""
+        """RUBRICD_SIM_LATENCY_MS, _LATENCY_JITTER_MS, _FAIL_RATE, _FLIP_RATE, _SLOTS, _CHURN (1 or 0), _HARMFUL,
+        _FAILURES and _DIALECTS (comma lists)."""
         fields = {
             "latency_ms": "RUBRICD_SIM_LATENCY_MS",
             "latency_jitter_ms": "RUBRICD_SIM_LATENCY_JITTER_MS",
@@ -73,6 +80,8 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             values["failures"] = kinds(env["RUBRICD_SIM_FAILURES"])
         if env.get("RUBRICD_SIM_CHURN"):
             values["churn"] = env["RUBRICD_SIM_CHURN"] == "1"
+        if env.get("RUBRICD_SIM_HARMFUL"):
+            values["harmful"] = env["RUBRICD_SIM_HARMFUL"]
         if env.get("RUBRICD_SIM_SLOTS"):
             values["slots"] = int(env["RUBRICD_SIM_SLOTS"])
         if env.get("RUBRICD_SIM_DIALECTS"):

@@ -28,6 +28,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--churn", action="store_true", default=None, help="an updater that reweights a rubric when it would not change"
     )
+    p.add_argument(
+        "--harmful",
+        choices=["inverted", "collateral"],
+        help="a run's first proposal that adds a rubric is harmful: the adds' signs inverted, or an honest penalty",
+    )
     p.add_argument("--failures", type=kinds, help="comma list: timeout,429,500,malformed,invalid,truncated")
     p.add_argument("--timeout-hold-s", type=float, help="how long a `timeout` failure holds a request")
     p.add_argument("--cache-ttl-s", type=float, help="prefix-cache lifetime of a system message")

@@ -239,6 +239,40 @@ def churned(content: str, user: str) -> str:
     return json.dumps(proposal | {"strategy": "maintenance", "rationale": why, "modifications": [change]})
 
 
+HARMS = ("inverted", "collateral")
+
+# What `collateral` adds: a penalty the honest answers meet (the judge's reasoning heuristic: they say "because").
+COLLATERAL = {
+    "id": "no_step_by_step",
+    "criterion": "The response spells out its reasoning step by step.",
+    "points": -4.0,
+    "meta_class": "communication_quality",
+    "kind": "adaptive",
+}
+
+
+def harmful(content: str, harm: str) -> str | None:
+    """The proposal `content` (JSON) made harmful when it adds a rubric, else None: `inverted`, each added rubric's
+    points of the other sign (a penalty of a hack becomes its reward); `collateral`, a penalty the honest answers
+    meet added beside the adds (the fault setting `harmful`, for the promotion gate)."""
+    proposal = json.loads(content)
+    adds = [m for m in proposal.get("modifications") or [] if m.get("action") == "add" and m.get("rubric")]
+    if not adds:
+        return None
+    why = f"[simulator] harmful ({harm}): "
+    if harm == "inverted":
+        for m in adds:
+            m["rubric"]["points"] = -float(m["rubric"]["points"])
+            m["rationale"] = m["rubric"]["rationale"] = why + m["rationale"]
+    else:
+        extra = {**COLLATERAL, "rationale": why + "a penalty the honest answers meet."}
+        proposal["modifications"] = [
+            *proposal["modifications"],
+            {"action": "add", "rubric": extra, "rationale": extra["rationale"]},
+        ][:4]
+    return json.dumps(proposal)
+
+
 def _retired(current: list[dict[str, Any]], uninformative: Any, step: Any) -> list[dict[str, Any]]:
     """A removal of each adaptive, positive rubric that the step's health found met by every response of at least
     two groups: mastered, it teaches nothing. A penalty no response triggers stays (it guards against a hack's

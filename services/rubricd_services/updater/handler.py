@@ -17,9 +17,9 @@ import logging
 import msgspec
 from faststream.redis.message import RedisStreamMessage
 
-from rubricd import wire
+from rubricd import promotion, wire
 from rubricd.keys import UPDATERS
-from rubricd.messages import Event, EventKind, StepSummary
+from rubricd.messages import Candidate, Event, EventKind, StepSummary
 from rubricd_services.llm import LLMError
 from rubricd_services.llm.usage import Metered
 from rubricd_services.rubrics.seeds import Seeds
@@ -96,9 +96,10 @@ class Updater:
         if summary.step % self.settings.update_frequency:
             detail = f"update_frequency={self.settings.update_frequency}: rubrics are updated after steps 0, N, 2N, ..."
             return [self.event(EventKind.UPDATE_SKIPPED, summary, detail=detail)], None
+        plan = await promotion.read_plan(self.effects.redis, self.effects.keys, summary.run_id)
         try:
             async with self.effects.lock(summary.run_id, instance_key):
-                outcome = await self.updater.update(summary, instance_key)
+                outcome = await self.updater.update(summary, instance_key, plan or self.settings.promotion_plan())
         except LLMError as e:
             log.warning("run %s step %d: no update, the LLM failed: %s", summary.run_id, summary.step, e)
             return [self.event(EventKind.UPDATE_FAILED, summary, detail=str(e))], None
@@ -133,7 +134,14 @@ class Updater:
                 "rejected": len(outcome.rejected),
                 "retrieval_ms": round(outcome.retrieval_s * 1000, 1),
             }
+        if (candidate := outcome.candidate) is not None:
+            fields |= candidate_fields(candidate)
         detail = outcome.proposal.rationale if outcome.proposal else ""
+        if candidate is not None and candidate.decision is not None:
+            detail = "; ".join(
+                [candidate.decision.reason]
+                + [f"{c.action} {c.rubric_id}: {', '.join(c.reasons)}" for c in candidate.decision.checks if c.reasons]
+            ).strip("; ")
         if outcome.rejected:
             detail += " | dropped: " + "; ".join(f"{r.action} {r.rubric_id}: {r.reason}" for r in outcome.rejected)
         return self.event(outcome.kind, summary, detail=detail, **fields)
@@ -141,3 +149,22 @@ class Updater:
     @staticmethod
     def event(kind: EventKind, summary: StepSummary, **fields: object) -> Event:
         return events.event(SERVICE, kind, run_id=summary.run_id, step=summary.step, **fields)
+
+
+def candidate_fields(candidate: Candidate) -> dict[str, object]:
+    """A candidate's event fields: which, until when, and the gate's figures once decided."""
+    fields: dict[str, object] = {
+        "candidate_step": candidate.step,
+        "shadow_until": candidate.until,
+        "candidate_version": candidate.rubrics.version,
+        "modifications": len(candidate.modifications),
+    }
+    if (decision := candidate.decision) is not None:
+        fields |= {
+            "passed": sum(c.passed for c in decision.checks),
+            "failed": sum(not c.passed for c in decision.checks),
+            "shadow_scores": decision.shadow_scores,
+            "flagged_delta": decision.flagged_delta,
+            "honest_delta": decision.honest_delta,
+        }
+    return fields

@@ -7,7 +7,7 @@ from typing import Annotated
 import msgspec
 
 from rubricd import wire
-from rubricd.messages import Action, RubricsUpdated, StepSummary
+from rubricd.messages import Action, Candidate, RubricsUpdated, StepSummary
 from rubricd_services.llm.usage import Ask
 from rubricd_services.memory.store import Hit, Memory, MemoryItem, MemoryKind
 from rubricd_services.runtime import prompts
@@ -68,6 +68,29 @@ def memory_item(update: RubricsUpdated, text: str) -> MemoryItem:
         instance_key=update.instance_key,
         text=text,
         message=wire.encode(update),
+    )
+
+
+def rejection_item(candidate: Candidate) -> MemoryItem:
+    """What the gate failed of a decided candidate, as a memory the updater's next searches find (kind
+    rubric_update, ref `c<step>`: it made no version)."""
+    assert candidate.decision is not None
+    decision = candidate.decision
+    lines = [
+        f"Candidate rubric change proposed after step {candidate.step}, judged in shadow to step {decision.step} "
+        f"({decision.shadow_scores} rollouts): {decision.outcome}. {decision.reason}".rstrip()
+    ]
+    for check in decision.checks:
+        if not check.passed:
+            lines.append(f"- {check.action} {check.rubric_id} failed the gate: {'; '.join(check.reasons)}")
+    return MemoryItem(
+        kind=MemoryKind.RUBRIC_UPDATE,
+        run_id=candidate.run_id,
+        step=decision.step,
+        ref=f"c{candidate.step}",
+        instance_key=candidate.instance_key,
+        text="\n".join(lines),
+        message=wire.encode(candidate),
     )
 
 

@@ -3,7 +3,9 @@
 Plain async Python: a test hands in a memory, a rubric store and an `ask` function (the LLM) and needs no
 broker. Static and dynamic memory (`memory`) feed the updater agent's proposal (`messages`); `proposal.validate`
 keeps the changes that respect the rules; the new version is written with the store's compare-and-set, at most
-one per step, in the order the summaries arrive. The loop: docs/researchers/amaris.md.
+one per step, in the order the summaries arrive. The loop: docs/researchers/amaris.md. With promotion gated the
+proposal is a candidate instead, judged in shadow; at its last shadow step the gate (`gate`) promotes the
+modifications that earn it, or rejects them: docs/researchers/promotion.md.
 """
 
 import time
@@ -11,10 +13,13 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from rubricd import wire
+from rubricd import promotion, wire
 from rubricd.history import modifications
 from rubricd.messages import (
+    Candidate,
     EventKind,
+    PromotionPlan,
+    RolloutAnalysis,
     RubricKind,
     RubricSet,
     RubricsUpdated,
@@ -26,18 +31,22 @@ from rubricd_services.llm.usage import Ask
 from rubricd_services.memory.store import Memory, MemoryKind
 from rubricd_services.rubrics.seeds import Seeds
 
-from .memory import describe, dynamic_memory, memory_item, static_memory
+from . import gate
+from .memory import describe, dynamic_memory, memory_item, rejection_item, static_memory
 from .prompting import UPDATER, MemoryBudget, Prompts, updater_messages
 from .proposal import Limits, Rejection, UpdateProposal, proposal_type, validate
+
+IMMEDIATE = PromotionPlan()
 
 
 @dataclass
 class Outcome:
     """What handling one step summary did."""
 
-    kind: EventKind  # one of RUBRICS_UPDATED, RUBRICS_UNCHANGED, RUBRICS_REANNOUNCED
+    kind: EventKind  # one of UPDATE_OUTCOMES
     current: RubricSet
     update: RubricsUpdated | None = None
+    candidate: Candidate | None = None  # proposed, in shadow, or decided (promotion gated)
     proposal: UpdateProposal | None = None
     rejected: list[Rejection] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
@@ -68,12 +77,20 @@ class RubricUpdater:
     budget: MemoryBudget = MemoryBudget()
     prompt_chars: int | None = None  # the updater agent's prompt budget (LLMSettings.prompt_chars)
 
-    async def update(self, summary: StepSummary, instance_key: str | None) -> Outcome:
-        """Propose, validate and publish; the caller holds the run's update lock."""
+    async def update(self, summary: StepSummary, instance_key: str | None, plan: PromotionPlan = IMMEDIATE) -> Outcome:
+        """Propose, validate and publish (or, under `plan` gated, put in shadow); decide a candidate whose shadow
+        steps are over. The caller holds the run's update lock."""
         current = await current_set(self.store, summary.run_id, instance_key, self.seeds)
+        shadowing = await self.store.shadowing(summary.run_id, instance_key, summary.step)
+        if shadowing.decided is not None:  # a redelivered summary, its candidate decided
+            return await self.decided(shadowing.decided, current)
         done = await self.store.made_from(summary.run_id, instance_key, summary.step)  # a redelivered summary
         if done is not None:
             return Outcome(EventKind.RUBRICS_REANNOUNCED, current, update=await self.recorded(done))
+        if shadowing.proposed is not None:  # a redelivered summary, its candidate in shadow
+            return Outcome(EventKind.RUBRICS_PROPOSED, current, candidate=shadowing.proposed)
+        if (pending := shadowing.pending) is not None:
+            return await self.shadowed(pending, current, summary)
         started = time.monotonic()
         static = await static_memory(self.memory, summary, instance_key, self.budget)
         recent_s = time.monotonic() - started
@@ -101,6 +118,31 @@ class RubricUpdater:
         )
         if not checked.accepted:
             return outcome
+        if plan.promotion == "gated":
+            candidate = Candidate(
+                run_id=summary.run_id,
+                instance_key=instance_key,
+                step=summary.step,
+                until=summary.step + plan.shadow_steps,
+                base_version=current.version,
+                rubrics=RubricSet(
+                    run_id=summary.run_id,
+                    instance_key=instance_key,
+                    version=current.version + 1,
+                    rubrics=checked.rubrics,
+                    step=summary.step,
+                ),
+                strategy=proposal.strategy,
+                rationale=proposal.rationale,
+                modifications=checked.accepted,
+                hacking=[p.type for p in summary.reward_hacking],
+                honest_margin=plan.honest_margin,
+                proposed_at=time.time(),
+            )
+            if not await self.store.propose(candidate):
+                raise Conflict(f"rubric set {summary.run_id}/{instance_key} moved during the proposal")
+            outcome.kind, outcome.candidate = EventKind.RUBRICS_PROPOSED, candidate
+            return outcome
         new = RubricSet(
             run_id=summary.run_id,
             instance_key=instance_key,
@@ -126,6 +168,55 @@ class RubricUpdater:
         await self.memory.put([memory_item(update, describe(update, proposal.rationale, consulted, checked.rejected))])
         outcome.kind, outcome.current, outcome.update = EventKind.RUBRICS_UPDATED, new, update
         return outcome
+
+    async def shadowed(self, pending: Candidate, current: RubricSet, summary: StepSummary) -> Outcome:
+        """A step while a candidate is in shadow: no proposal; at its last shadow step (or after, if no rollout was
+        judged under it yet, for at most as many steps again), the gate's decision."""
+        run, instance = pending.run_id, pending.instance_key
+        moved = current.version != pending.base_version
+        if summary.step < pending.until and not moved:
+            return Outcome(EventKind.RUBRICS_IN_SHADOW, current, candidate=pending)
+        shadow = await promotion.read(self.store.redis, self.store.keys, run, pending.step, instance)
+        if not shadow and not moved and summary.step < 2 * pending.until - pending.step:
+            return Outcome(EventKind.RUBRICS_IN_SHADOW, current, candidate=pending)
+        analyses = await self.memory.recent(
+            run,
+            MemoryKind.ANALYSIS,
+            limit=min(10_000, 2 * len(shadow) + 100),
+            instance_key=instance,
+            after_step=pending.step,
+            before_step=summary.step + 1,
+        )
+        read = [wire.decode(a.message, RolloutAnalysis) for a in analyses if a.message]
+        found = gate.evidence(read, pending.hacking)
+        decision, promoted = gate.decide(pending, current, shadow, found, self.limits, summary.step)
+        decided = msgspec.structs.replace(pending, decision=decision)
+        if not await self.store.decide(decided, promoted):
+            raise Conflict(f"rubric set {run}/{instance} moved during the gate's decision")
+        records = [rejection_item(decided)] if any(not c.passed for c in decision.checks) or not promoted else []
+        await self.memory.put(records)
+        return await self.decided(decided, promoted or current, record=True)
+
+    async def decided(self, candidate: Candidate, current: RubricSet, *, record: bool = False) -> Outcome:
+        """The outcome of a decided candidate: its promoted version's announcement (recorded in memory the first
+        time), or its rejection."""
+        assert candidate.decision is not None
+        version = candidate.decision.version
+        if candidate.decision.outcome == "rejected" or version is None:
+            return Outcome(EventKind.RUBRICS_REJECTED, current, candidate=candidate)
+        update = RubricsUpdated(
+            run_id=candidate.run_id,
+            version=version,
+            previous_version=candidate.base_version,
+            instance_key=candidate.instance_key,
+            step=candidate.step,
+            strategy=candidate.strategy,
+            modifications=gate.promoted_modifications(candidate),
+            updated_at=candidate.decision.decided_at,
+        )
+        if record:
+            await self.memory.put([memory_item(update, describe(update, candidate.rationale))])
+        return Outcome(EventKind.RUBRICS_PROMOTED, current, update=update, candidate=candidate)
 
     async def recorded(self, done: RubricSet) -> RubricsUpdated:
         """The announcement of a version made earlier (a redelivered summary), from memory if recorded there.

@@ -42,7 +42,12 @@ from .rollouts import AnalysisSample, JudgeMode, Rollout, StepClosed, TrainingCo
 from .rubrics import (
     HEALTHBENCH_AXES,
     Action,
+    Candidate,
+    GateCheck,
+    GateDecision,
     GeneratedBy,
+    Promotion,
+    PromotionPlan,
     Rubric,
     RubricKind,
     RubricModification,
@@ -51,7 +56,7 @@ from .rubrics import (
     Scope,
     Strategy,
 )
-from .scores import GroupJudged, JudgeStatus, RubricResult, Score, ScoredRollout, TurnResult
+from .scores import CandidateScore, GroupJudged, JudgeStatus, RubricResult, Score, ScoredRollout, TurnResult
 from .trajectories import Function, FunctionSpec, Part, Tool, ToolCall, Turn
 
 # Every top-level message type, for schema export and docs.
@@ -64,6 +69,7 @@ MESSAGES: tuple[type[Message], ...] = (
     StepSummary,
     RubricSet,
     RubricsUpdated,
+    Candidate,
     Event,
     DeadLetter,
     Comparison,
@@ -85,6 +91,8 @@ __all__ = [
     "RENAMED_KINDS",
     "UPDATE_OUTCOMES",
     "Action",
+    "Candidate",
+    "CandidateScore",
     "AnalysisSample",
     "GroupId",
     "GroupJudged",
@@ -104,6 +112,8 @@ __all__ = [
     "DeadLetter",
     "Event",
     "EventKind",
+    "GateCheck",
+    "GateDecision",
     "GeneratedBy",
     "HackingEvidence",
     "HackingPattern",
@@ -116,6 +126,8 @@ __all__ = [
     "OrderJudgment",
     "PairOutcome",
     "PairResult",
+    "Promotion",
+    "PromotionPlan",
     "Phase",
     "Preference",
     "RewardedArmRollout",

@@ -41,6 +41,11 @@ class EventKind(enum.StrEnum):
     RUBRICS_REANNOUNCED = "rubrics_reannounced"  # a redelivered summary: its version was made before
     UPDATE_SKIPPED = "update_skipped"  # not a step of update_frequency
     UPDATE_FAILED = "update_failed"  # the LLM failed; rubrics kept
+    # promotion gated: a proposal is a candidate in shadow, then promoted (in whole or part) or rejected
+    RUBRICS_PROPOSED = "rubrics_proposed"  # a candidate, judged in shadow until its step `until`
+    RUBRICS_IN_SHADOW = "rubrics_in_shadow"  # a candidate is in shadow: no proposal at this step
+    RUBRICS_PROMOTED = "rubrics_promoted"  # the gate passed a candidate's modifications (all or some): a new version
+    RUBRICS_REJECTED = "rubrics_rejected"  # the gate failed every modification (fields: the figures)
     # `rubricd dlq replay`
     DEAD_LETTER_REPLAYED = "dead_letter_replayed"  # a dead letter went back onto its stream
 
@@ -55,6 +60,10 @@ UPDATE_OUTCOMES = (
     EventKind.RUBRICS_REANNOUNCED,
     EventKind.UPDATE_SKIPPED,
     EventKind.UPDATE_FAILED,
+    EventKind.RUBRICS_PROPOSED,
+    EventKind.RUBRICS_IN_SHADOW,
+    EventKind.RUBRICS_PROMOTED,
+    EventKind.RUBRICS_REJECTED,
 )
 
 

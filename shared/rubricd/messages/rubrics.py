@@ -6,7 +6,7 @@ Anchors never change; adaptive rubrics are what the updater evolves.
 """
 
 import enum
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -107,3 +107,81 @@ class RubricsUpdated(Message, tag="rubrics_updated", frozen=True, kw_only=True):
     strategy: Strategy = Strategy.MAINTENANCE
     modifications: list[RubricModification] = []
     updated_at: float | None = None
+
+
+Promotion = Literal["immediate", "gated"]
+
+
+class PromotionPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """How a run's rubric changes take effect (`rubricd rubrics promotion`; the updater's settings by default):
+    `immediate`, the updater's version rewards the next rollouts; `gated`, it is a Candidate judged in shadow for
+    `shadow_steps` steps, then promoted by the gate, or rejected. `honest_margin`: how far (reward, 0-1 under
+    weighted_sum) a changed rubric may lower the mean reward of the rollouts analysed as honest."""
+
+    promotion: Promotion = "immediate"
+    shadow_steps: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+    honest_margin: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.05
+
+
+class GateCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """The gate's figures on one modification of a candidate, from its shadow scores: `groups_with_spread` of
+    `groups` held a response that met the changed rubric and one that did not (an added or modified rubric must
+    have some); `flagged` rollouts analysed with the hacking the proposal answered, whose mean reward the change
+    moves by `flagged_delta`, and `honest` rollouts analysed without hacking, moved by `honest_delta`: it must not
+    move the flagged above the honest, nor the honest down by more than the margin. `reasons`: why it failed."""
+
+    action: Action
+    rubric_id: str
+    passed: bool
+    reasons: list[str] = []
+    groups: int = 0
+    groups_with_spread: int = 0
+    flagged: int = 0
+    flagged_delta: float | None = None
+    honest: int = 0
+    honest_delta: float | None = None
+
+
+class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """What the gate decided at `step`: `promoted` (the passing modifications as `version`) or `rejected`; one
+    check per modification, the shadow scores it read, and the reason of a decision about the whole candidate."""
+
+    outcome: Literal["promoted", "rejected"]
+    step: Step
+    version: Version | None = None
+    checks: list[GateCheck] = []
+    shadow_scores: int = 0
+    flagged_delta: float | None = None  # the passing modifications together, on the flagged rollouts
+    honest_delta: float | None = None  # and on the honest ones
+    reason: str = ""
+    decided_at: float | None = None
+
+
+class Candidate(Message, tag="candidate", frozen=True, kw_only=True):
+    """A proposed rubric set in shadow (promotion `gated`): the rollouts of the steps after `step`, up to `until`,
+    are judged under the set in force (`base_version`, their reward) and under the candidate's changed rubrics
+    (Score.candidate); then the gate promotes the modifications that pass, or rejects. `hacking`: the hacking types
+    the step's summary reported, the evidence the gate holds the change against. Anchors never enter one."""
+
+    run_id: RunId
+    instance_key: InstanceKey | None = None
+    step: Step
+    until: Step
+    base_version: Version
+    rubrics: RubricSet  # the set the candidate would make (version base_version + 1)
+    strategy: Strategy = Strategy.MAINTENANCE
+    rationale: str = ""
+    modifications: list[RubricModification] = []
+    hacking: list[str] = []
+    honest_margin: float = 0.05
+    proposed_at: float | None = None
+    decision: GateDecision | None = None
+
+    def changed(self) -> dict[str, str]:
+        """The rubrics the shadow judges, by id: an added one under its own id, a modified one under `<id>~c`
+        (its id is the current rubric's)."""
+        return {
+            m.rubric_id: m.rubric_id if m.action is Action.ADD else f"{m.rubric_id}~c"
+            for m in self.modifications
+            if m.action in (Action.ADD, Action.MODIFY) and m.rubric_id is not None
+        }

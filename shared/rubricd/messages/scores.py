@@ -55,6 +55,18 @@ class GroupJudged(msgspec.Struct, frozen=True, kw_only=True):
     positions: list[int] = []
 
 
+class CandidateScore(msgspec.Struct, frozen=True, kw_only=True):
+    """The rollout under a candidate rubric set in shadow (promotion `gated`), never its reward: the candidate
+    proposed from `step`, as `version` would reward it; `results`, the verdicts on its added and modified rubrics
+    (the others are the Score's own)."""
+
+    step: Step
+    version: Version
+    reward: float | None
+    weighted_total: float | None = None
+    results: list[RubricResult] = []
+
+
 class Score(Message, tag="score", frozen=True, kw_only=True):
     """The reward for one rollout, and how it was reached.
 
@@ -79,7 +91,7 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
     `group`: the rollout's sample group (Rollout.group); `grouping` says how it was judged with it (group
     judging), None when it was judged alone. `votes`: the judge calls whose majority decided each rubric;
     `agreement`, with more than one, the mean over rubrics of the share of votes that gave the verdict (1:
-    unanimous).
+    unanimous). `candidate`: the same verdicts under a rubric set in shadow, if the run has one (never the reward).
     """
 
     run_id: RunId
@@ -108,6 +120,7 @@ class Score(Message, tag="score", frozen=True, kw_only=True):
     grouping: GroupJudged | None = None
     votes: int = 1
     agreement: UnitInterval | None = None
+    candidate: CandidateScore | None = None
 
 
 class ScoredRollout(Message, tag="scored_rollout", frozen=True, kw_only=True):

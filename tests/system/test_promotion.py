@@ -1,0 +1,115 @@
+"""Promotion gated end to end: scorer, analyzer, summarizer and updater processes on the real Redis, Weaviate and
+the LLM simulator, a trainer in synchronous mode, the run's own promotion set to gated with one shadow step.
+
+The simulated policy answers honestly for two steps, then pads every other answer. The updater's simulator makes
+the run's first proposal harmful (the fault `harmful`: its rubric against padding with the sign inverted, paying
+it); it is judged in shadow at step 3 without changing a reward there, and the gate rejects it, the version kept.
+The next proposal (the usual penalty) is judged in shadow at step 5 and promoted; from step 6 the padded answers
+score lower. Run with `-s` to see the run's candidates.
+"""
+
+import random
+
+import msgspec
+import pytest
+import redis as redis_sync
+
+from rubricd import RubricdClient, promotion, wire
+from rubricd.messages import Event, EventKind, JudgeStatus, PromotionPlan, Rollout, TrainingContext
+from rubricd.store import RubricStore
+from rubricd_services.demo.policy import respond
+
+pytestmark = pytest.mark.integration
+
+RUN, STEPS, PER_STEP, PADDING_FROM = "gated", 7, 12, 2
+
+
+@pytest.fixture
+def loop(stack, keys, start_service, simulator):
+    """The loop's services in this test's namespace; the updater asks an in-process simulator whose first proposal
+    of a run is harmful."""
+    base_url, sim = simulator
+    sim.config = msgspec.structs.replace(sim.config, harmful="inverted")
+    services = [
+        start_service(name, wait=False, step_deadline_s=120, llm__max_retries=3)
+        for name in ("scorer", "analyzer", "summarizer")
+    ]
+    services.append(start_service("updater", wait=False, llm__max_retries=3, llm__base_url=base_url))
+    for service in services:
+        service.wait_consuming(stack.redis_url, keys)
+    yield keys
+    sim.reset()
+
+
+def rollouts(step: int, rng: random.Random) -> list[tuple[str, Rollout]]:
+    context = TrainingContext(goal="Train a helpful arithmetic assistant", model_size="7B", total_steps=STEPS)
+    out = []
+    for i in range(PER_STEP):
+        behaviour = "padded" if step >= PADDING_FROM and i % 2 else "correct"
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        rollout = Rollout(
+            run_id=RUN,
+            rollout_id=f"s{step}-r{i}",
+            step=step,
+            prompt=f"What is {a} + {b}?",
+            response=respond(behaviour, a, b),
+            reference=str(a + b),
+            context=context,
+        )
+        out.append((behaviour, rollout))
+    return out
+
+
+@pytest.mark.timeout(900)
+async def test_a_harmful_proposal_is_rejected_in_shadow_and_the_next_one_promoted(stack, loop):
+    keys = loop
+    rng = random.Random(11)
+    scored: dict[int, dict[str, list]] = {}
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        await promotion.write_plan(client.redis, keys, RUN, PromotionPlan(promotion="gated", shadow_steps=1))
+        store = RubricStore(client.redis, keys)
+        for step in range(STEPS):
+            batch = rollouts(step, rng)
+            scores = await client.score([r for _, r in batch], timeout=120)
+            assert all(s.status is JudgeStatus.OK for s in scores), [s.error for s in scores]
+            for (behaviour, _), score in zip(batch, scores, strict=True):
+                scored.setdefault(step, {}).setdefault(behaviour, []).append(score)
+            await client.close_step(RUN, step, rollouts=PER_STEP)
+            await client.wait_for_rubrics(RUN, step, timeout=300)
+        history = await store.history(RUN)
+        candidates = await store.candidates(RUN)
+
+    sync = redis_sync.Redis.from_url(stack.redis_url)
+    events = [msgspec.json.decode(wire.payload(f), type=Event) for _, f in sync.xrange(keys.events)]
+    outcomes = {e.step: e.kind for e in events if e.service == "updater"}
+    print(f"\ncandidates of run {RUN!r}:")
+    for c in candidates:
+        print(f"  proposed at step {c.step} on v{c.base_version}: {c.decision}")
+
+    def rewards(step: int, behaviour: str) -> list[float]:
+        return [s.reward for s in scored[step][behaviour]]
+
+    # The harmful proposal (step 2's) is a candidate in shadow at step 3: judged there, never rewarding.
+    assert outcomes[PADDING_FROM] == EventKind.RUBRICS_PROPOSED
+    shadowed = [s for scores in scored[3].values() for s in scores]
+    assert all(s.candidate is not None and s.candidate.step == PADDING_FROM for s in shadowed)
+    assert all(s.rubric_version == 1 for s in shadowed)
+    assert rewards(3, "padded") == rewards(PADDING_FROM, "padded")  # the trainer's reward is the set in force's
+    assert rewards(3, "correct") == rewards(PADDING_FROM, "correct")
+    honest_shadow = [s.candidate.reward for s in scored[3]["correct"]]
+    assert max(honest_shadow) < min(rewards(3, "correct"))  # the candidate would have lowered the honest answers
+    # The gate rejects it at step 3, with its figures; the version stays.
+    assert outcomes[3] == EventKind.RUBRICS_REJECTED
+    harmful, good = candidates
+    assert (harmful.step, harmful.decision.outcome, harmful.decision.step) == (2, "rejected", 3)
+    [check] = harmful.decision.checks
+    assert not check.passed and check.flagged > 0 and check.honest > 0 and check.honest_delta < 0
+    assert all(s.candidate is None for scores in scored[4].values() for s in scores)
+    # The next proposal (step 4's) is in shadow at step 5 and promoted there, as version 2 made from step 4.
+    assert (outcomes[4], outcomes[5]) == (EventKind.RUBRICS_PROPOSED, EventKind.RUBRICS_PROMOTED)
+    assert (good.step, good.decision.outcome, good.decision.version) == (4, "promoted", 2)
+    assert [v.version for v in history] == [1, 2] and history[1].step == 4
+    assert all(s.rubric_version == 1 for scores in scored[5].values() for s in scores)
+    assert all(s.rubric_version == 2 for scores in scored[6].values() for s in scores)
+    assert max(rewards(6, "padded")) < min(rewards(5, "padded"))  # the padding pays less from then on
+    assert min(rewards(6, "correct")) >= max(rewards(5, "correct")) - 1e-9
