@@ -5,10 +5,13 @@ The simulated policy answers honestly for two steps, then pads every other answe
 the run's first proposal harmful (the fault `harmful`: its rubric against padding with the sign inverted, paying
 it); it is judged in shadow at step 3 without changing a reward there, and the gate rejects it, the version kept.
 The next proposal (the usual penalty) is judged in shadow at step 5 and promoted; from step 6 the padded answers
-score lower. Run with `-s` to see the run's candidates.
+score lower. A scorer and the updater killed in the shadow steps, and every summary delivered again, change none of
+it. Run with `-s` to see the run's candidates.
 """
 
+import asyncio
 import random
+import time
 
 import msgspec
 import pytest
@@ -113,3 +116,66 @@ async def test_a_harmful_proposal_is_rejected_in_shadow_and_the_next_one_promote
     assert all(s.rubric_version == 2 for scores in scored[6].values() for s in scores)
     assert max(rewards(6, "padded")) < min(rewards(5, "padded"))  # the padding pays less from then on
     assert min(rewards(6, "correct")) >= max(rewards(5, "correct")) - 1e-9
+
+
+@pytest.mark.timeout(900)
+async def test_a_scorer_and_the_updater_killed_in_a_shadow_window_lose_nothing_and_each_candidate_is_decided_once(
+    stack, keys, start_service, simulator, sim
+):
+    """Two scorers; in each shadow step (3 and 5) one scorer and the updater are SIGKILLed while the step's rollouts
+    are being judged and fresh ones started. Then every step summary is delivered to the updater again (as after a
+    crash before its ack): nothing is decided twice."""
+    base_url, _ = simulator  # `sim`, the same simulator, is reset after the test
+    sim.config = msgspec.structs.replace(sim.config, harmful="inverted", latency_ms=150)  # kills land mid-call
+    fast = {"reclaim_idle_ms": 2000, "llm__max_retries": 3}
+    scorers = [start_service("scorer", wait=False, llm__base_url=base_url, **fast) for _ in range(2)]
+    others = [start_service(name, wait=False, step_deadline_s=120, **fast) for name in ("analyzer", "summarizer")]
+    updater = start_service("updater", wait=False, llm__base_url=base_url, **fast)
+    for service in [*scorers, *others, updater]:
+        service.wait_consuming(stack.redis_url, keys)
+    run, steps = "gated-kills", 6
+    rng = random.Random(13)
+    killed = []
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        await promotion.write_plan(client.redis, keys, run, PromotionPlan(promotion="gated", shadow_steps=1))
+        store = RubricStore(client.redis, keys)
+        for step in range(steps):
+            batch = [msgspec.structs.replace(r, run_id=run) for _, r in rollouts(step, rng)]
+            scoring = asyncio.ensure_future(client.score(batch, timeout=180))
+            if step in (3, 5):  # a shadow step
+                await asyncio.sleep(0.4)
+                for victim in (scorers.pop(0), updater):
+                    victim.kill()
+                    killed.append(victim.service)
+                scorers.append(start_service("scorer", wait=False, llm__base_url=base_url, **fast))
+                updater = start_service("updater", wait=False, llm__base_url=base_url, **fast)
+            scores = await scoring
+            assert all(s.status is JudgeStatus.OK for s in scores), [s.error for s in scores]
+            if step in (3, 5):
+                assert all(s.candidate is not None for s in scores)
+                shadow = await promotion.read(client.redis, keys, run, step - 1)
+                assert sorted(shadow) == sorted(r.rollout_id for r in batch)  # each rollout's shadow score, once
+            await client.close_step(run, step, rollouts=PER_STEP)
+            await client.wait_for_rubrics(run, step, timeout=300)
+        decided = await store.candidates(run)
+        history = await store.history(run)
+        # Every summary again, as a crashed updater's redelivery would bring it.
+        sync = redis_sync.Redis.from_url(stack.redis_url)
+        summaries = [f for _, f in sync.xrange(keys.summaries) if b'"run_id":"' + run.encode() in wire.payload(f)]
+        seen = len(sync.xrange(keys.events))
+        for fields in summaries:
+            sync.xadd(keys.summaries, fields)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            again = [msgspec.json.decode(wire.payload(f), type=Event) for _, f in sync.xrange(keys.events)[seen:]]
+            again = [e for e in again if e.service == "updater" and e.run_id == run]
+            if len(again) >= len(summaries):
+                break
+            await asyncio.sleep(0.5)
+        assert len(again) >= len(summaries), again
+        assert {e.step: e.kind for e in again}[3] == EventKind.RUBRICS_REJECTED
+        assert {e.step: e.kind for e in again}[5] == EventKind.RUBRICS_PROMOTED
+        assert await store.candidates(run) == decided and await store.history(run) == history
+    assert killed == ["scorer", "updater", "scorer", "updater"]
+    assert [(c.step, c.decision.outcome, c.decision.step) for c in decided] == [(2, "rejected", 3), (4, "promoted", 5)]
+    assert [v.version for v in history] == [1, 2] and history[1].step == 4
