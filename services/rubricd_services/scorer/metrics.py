@@ -1,5 +1,5 @@
 """The scorer's own figures, beside FastStream's and the LLM client's: scores, judge latency, rewards, the judge
-cache and the active meta-class (the canaries' are judges.evaluation.canaries')."""
+cache, the active meta-class and the shadow scores (the canaries' are judges.evaluation.canaries')."""
 
 from rubricd.messages import Score
 from rubricd_services.runtime.metrics import Metrics
@@ -35,6 +35,9 @@ class ScorerMetrics:
             "(weighted_total: none, the weighted total is the reward), 0 for the classes active before it",
             ["run_id", "meta_class"],
         )
+        self.shadow_scores = metrics.counter(
+            "rubricd_shadow_scores", "scores that also judged a candidate rubric set in shadow (promotion gated)"
+        )
         self._active: dict[str, tuple[int, str]] = {}  # run -> (its latest step seen, that step's class)
 
     def observe(self, score: Score) -> None:
@@ -43,6 +46,8 @@ class ScorerMetrics:
             self.judge_seconds.observe(score.judge_ms / 1000)
         if score.reward is not None:
             self.reward.observe(score.reward)
+        if score.candidate is not None:
+            self.shadow_scores.inc()
         if score.instance_key is None:  # per-instance sets would make one series per prompt
             self.scored_rubric_version.labels(score.run_id).set(score.rubric_version)
 
