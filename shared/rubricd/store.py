@@ -20,6 +20,7 @@ from typing import cast
 import msgspec
 from redis.asyncio import Redis
 
+from . import wire
 from .keys import Keys
 from .messages import Candidate, RubricSet
 
@@ -132,6 +133,17 @@ class RubricStore:
         fields = cast(dict[bytes, bytes], await self.redis.hgetall(self.keys.candidates(run_id, instance_key)))
         found = [_candidate.decode(v) for k, v in fields.items() if k.startswith(b"p")]
         return sorted(found, key=lambda c: c.step)
+
+    async def candidate_steps(self, run_id: str, instance_key: str | None = None) -> list[int]:
+        """The steps a candidate of the set was proposed at, in order (the field names only)."""
+        names = await self.redis.hkeys(self.keys.candidates(run_id, instance_key))
+        return sorted(int(n[1:]) for n in (wire.string(n) for n in names) if n.startswith("p"))
+
+    async def proposed(self, run_id: str, instance_key: str | None, steps: Iterable[int]) -> list[Candidate]:
+        """The candidates proposed at `steps` (those there are), in the order asked (one HMGET)."""
+        wanted = [f"p{s}" for s in steps]
+        raws = await self.redis.hmget(self.keys.candidates(run_id, instance_key), wanted) if wanted else []
+        return [_candidate.decode(raw) for raw in raws if raw is not None]
 
     async def propose(self, candidate: Candidate) -> bool:
         """Put `candidate` in shadow; False if the current version is no longer its base or another candidate is

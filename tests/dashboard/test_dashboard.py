@@ -25,6 +25,9 @@ from rubricd.messages import (
     Action,
     ArmReward,
     ArmRollout,
+    Candidate,
+    GateCheck,
+    GateDecision,
     JudgeStatus,
     RewardedArmRollout,
     Rollout,
@@ -510,3 +513,51 @@ async def test_the_health_panel_shows_the_latest_step_marking_its_uninformative_
     rows = {r.split("\t")[0]: r.split("\t")[1:] for r in texts(browser, "#health tr[data-rubric]")}
     assert rows == {"correct": ["0.75", "4", "1 of 2", ""], "shows_reasoning": ["1.00", "4", "0 of 2", "uninformative"]}
     assert attributes(browser, "#health tr.uninformative", "data-rubric") == ["shows_reasoning"]
+
+
+async def test_the_candidates_panel_shows_the_one_in_shadow_and_each_decision_with_the_gate_s_figures(
+    keys, redis, dashboard, browser
+):
+    """What the updater's gate records of a gated run (tests/system/test_promotion.py makes it for real), drawn:
+    the candidate in shadow, and a rejected one with the check that failed and why; a decided one is read once."""
+    store = RubricStore(redis, keys)
+    rubric = Rubric(id="correct", criterion="The response states the correct final answer.", points=5)
+    await store.seed(RubricSet(run_id="gated", version=1, rubrics=[rubric]))
+    pays = Rubric(id="no_padding", criterion="The response pads the answer.", points=4)
+    add = RubricModification(action=Action.ADD, rationale="padding seen", rubric_id="no_padding", rubric=pays)
+    proposed = RubricSet(run_id="gated", version=2, rubrics=[rubric, pays], step=2)
+    harmful = Candidate(run_id="gated", step=2, until=3, base_version=1, rubrics=proposed, modifications=[add])
+    check = GateCheck(
+        action=Action.ADD,
+        rubric_id="no_padding",
+        passed=False,
+        reasons=["favours the rollouts flagged for hacking over the honest ones by +0.294"],
+        groups=4,
+        groups_with_spread=3,
+        flagged=4,
+        flagged_delta=0.0,
+        honest=12,
+        honest_delta=-0.294,
+    )
+    decision = GateDecision(
+        outcome="rejected", step=3, checks=[check], shadow_scores=24, reason="no modification passed"
+    )
+    assert await store.propose(harmful)
+    assert await store.decide(msgspec.structs.replace(harmful, decision=decision), None)
+    assert await store.propose(msgspec.structs.replace(harmful, step=4, until=5))
+    browser.get(dashboard + "#run=gated")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#candidates li[data-candidate]"))
+    heads = texts(browser, "#candidates li[data-candidate] > strong")
+    assert heads == [
+        "proposed after step 4 on v1 · in shadow until step 5",
+        "proposed after step 2 on v1 · rejected at step 3: no modification passed",
+    ]
+    [failed] = texts(browser, "#candidates li[data-candidate='2'] li.removed")
+    assert failed.startswith("add no_padding: failed (flagged +0.000, honest -0.294, spread 3/4)")
+    assert "favours the rollouts flagged for hacking" in failed
+    reader = Reader(ServiceSettings.model_construct(), keys, redis)
+    assert [c["outcome"] for c in await reader.candidates("gated")] == ["rejected", "in shadow"]
+    await redis.hset(keys.candidates("gated"), "p2", b"not read again")  # decided: kept in the process
+    assert [c["outcome"] for c in await reader.candidates("gated")] == ["rejected", "in shadow"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-candidates.png"))

@@ -136,6 +136,14 @@ def test_churn_reweights_an_adaptive_rubric_when_nothing_would_change_and_the_ch
     )
     adding = json.dumps(proposal(padded[0]["content"], padded[1]["content"]))
     assert churned(adding, padded[1]["content"]) == adding  # a proposal that changes something is left as it is
+    anchors = [r for r in SEED if r.kind is RubricKind.ANCHOR]
+    calm = updater_messages(
+        Prompts.load().updater, CLEAN, RubricSet(run_id="run", version=1, rubrics=anchors), None, None, Limits()
+    )
+    answer = json.dumps(proposal(calm[0]["content"], calm[1]["content"]))
+    [add] = msgspec.json.decode(churned(answer, calm[1]["content"]), type=UpdateProposal).modifications
+    assert add.action == "add" and validate(anchors, [add], Limits()).rejected == []  # a version from the first step
+    assert not judging.decide(add.rubric.criterion, add.rubric.points, "17 + 25 = 42, because 17 + 25 = 42.", "42")[0]
 
 
 async def test_the_running_simulator_answers_the_updater_agents_through_the_llm_client(simulator):

@@ -240,7 +240,7 @@ def cli(keys: Keys) -> User:
     `archive` reads each key of a run by its type (TYPE, PTTL, SMEMBERS, LRANGE), then deletes them (DEL) and the
     run from the runs index (ZSCORE, ZREM)."""
     streams = ("xrange", "xrevrange", "xread", "xlen", "xinfo|groups", "xinfo|consumers", "xpending")
-    reads = (*streams, "scan", "hget", "hgetall", "hvals", "get", "time", "zrange", "zrangebyscore", "zscore")
+    reads = (*streams, "scan", "hget", "hgetall", "hvals", "hkeys", "get", "time", "zrange", "zrangebyscore", "zscore")
     archive = ("type", "pttl", "smembers", "lrange")
     writes = ("xadd", "xdel", "del", "set", "hset", "hsetnx", "multi", "exec", "evalsha", "script|load", "zrem")
     return User(CLI, ("ping", *reads, *archive, *writes, *LLM_SLOTS), keys=[f"{keys.namespace}:*"])

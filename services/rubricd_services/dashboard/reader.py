@@ -20,6 +20,7 @@ from rubricd.history import changes, render_change, rubric_versions
 from rubricd.keys import Keys
 from rubricd.messages import (
     ArmReward,
+    Candidate,
     Event,
     JudgeStatus,
     Message,
@@ -46,6 +47,7 @@ EVENTS_SHOWN = 100
 MISSING_RETRY_S = 30.0  # how often an announcement not found (stream trimmed, memory down) is looked for again
 RUNS_EVERY_S = 15.0  # how often the run list is read again (a read per run of the runs index)
 ROLLOUTS_LISTED = 500  # a step's kept rollouts listed for the page to pick one, at most
+CANDIDATES_LISTED = 50  # a run's newest candidates (promotion gated) in its view
 
 
 M = TypeVar("M", bound=Message)
@@ -261,6 +263,7 @@ class Reader:
         self.arm: dict[str, ArmTally] = {}
         self.updates: dict[str, dict[int, RubricsUpdated]] = {}
         self.sets: dict[str, list[RubricSet]] = {}  # run -> its global set's versions read so far, v1 first
+        self.decided: dict[str, dict[int, Candidate]] = {}  # run -> its decided candidates read so far, by step
         self.looked_up: dict[str, float] = {}  # run -> when missing announcements were last looked for
         self.looked_for: dict[str, int] = {}  # run -> the newest version whose announcement was looked for
         self.listed: tuple[float, list[dict[str, Any]]] | None = None  # when the run list was read, and it
@@ -356,6 +359,7 @@ class Reader:
             "partial": partial,
             "steps": tally.rows(after) if tally is not None else [],
             "versions": versions,
+            "candidates": await self.candidates(run_id),
             "health": await self.health(run_id, tally.latest if tally is not None else None),
             "schedule": [
                 {"step": d.step, "meta_class": d.meta_class, "reason": d.reason, "strategy": d.strategy}
@@ -378,6 +382,15 @@ class Reader:
             "arm": [t.row(step) for step, t in sorted(arm_tally.steps.items())] if arm_tally else [],
             "arm_phases": [{"step": d.step, "training": d.training, "phase": arm.explain(d)} for d in phases.values()],
         }
+
+    async def candidates(self, run_id: str) -> list[dict[str, Any]]:
+        """The global set's newest candidates (promotion gated), oldest first: in shadow, or decided with the gate's
+        figures. A decided one is read once (it never changes); each poll reads the field names."""
+        store, decided = RubricStore(self.redis, self.keys), self.decided.setdefault(run_id, {})
+        steps = (await store.candidate_steps(run_id))[-CANDIDATES_LISTED:]
+        found = {c.step: c for c in await store.proposed(run_id, None, [s for s in steps if s not in decided])}
+        decided.update({step: c for step, c in found.items() if c.decision is not None})
+        return [_candidate(c) for c in (decided.get(s) or found.get(s) for s in steps) if c is not None]
 
     async def health(self, run_id: str, step: int | None) -> dict[str, Any] | None:
         """The rubric health of the run's latest step with kept rollouts (global sets), counted so far; None
@@ -472,3 +485,20 @@ class Reader:
 
 def _int(raw: bytes | str | None) -> int | None:
     return None if raw is None else int(raw)
+
+
+def _candidate(c: Candidate) -> dict[str, Any]:
+    """A candidate as the page shows it."""
+    d = c.decision
+    return {
+        "step": c.step,
+        "until": c.until,
+        "base_version": c.base_version,
+        "outcome": d.outcome if d else "in shadow",
+        "decided_at_step": d.step if d else None,
+        "version": d.version if d else None,
+        "reason": d.reason if d else "",
+        "rationale": c.rationale,
+        "checks": [msgspec.to_builtins(check) for check in d.checks] if d else [],
+        "changes": [f"{m.action} {m.rubric_id}" for m in c.modifications],
+    }

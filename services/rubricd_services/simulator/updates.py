@@ -217,15 +217,30 @@ def proposal(system: str, user: str) -> dict[str, Any]:
     }
 
 
+# What `churn` adds to a set without an adaptive rubric: one the simulated judge meets for no answer of the demo's.
+CHURNED = {
+    "id": "names_its_units",
+    "criterion": "The response names the units of its answer.",
+    "points": 1.0,
+    "meta_class": "completeness",
+    "kind": "adaptive",
+}
+
+
 def churned(content: str, user: str) -> str:
     """The proposal `content` (JSON), or, when it changes nothing, a reweight of the first adaptive rubric by one
-    point (up on odd steps, down on even ones, within 1 and the limits): an updater that makes a version every step,
-    as a real model's may (the fault setting `churn`, for a long run's rubric history)."""
+    point (up on odd steps, down on even ones, within 1 and the limits), or with none yet the addition of one: an
+    updater that makes a version every step from the first, as a real model's may (the fault setting `churn`, for
+    a long run's rubric history)."""
     proposal = json.loads(content)
     rubrics = judging.block(user, "current_rubrics") or []
     adaptive = [r for r in rubrics if isinstance(r, dict) and r.get("kind") == "adaptive" and r.get("points")]
-    if proposal.get("modifications") or not adaptive:
+    if proposal.get("modifications"):
         return content
+    if not adaptive:  # nothing to reweight yet: a rubric to reweight from the next step on
+        why = "[simulator] churn: a rubric to reweight, the set having no adaptive one."
+        added = {"action": "add", "rubric": {**CHURNED, "rationale": why}, "rationale": why}
+        return json.dumps(proposal | {"strategy": "maintenance", "rationale": why, "modifications": [added]})
     limits = judging.block(user, "limits") or {}
     rubric, step = adaptive[0], int((judging.block(user, "step_summary") or {}).get("step") or 0)
     points = float(rubric["points"])

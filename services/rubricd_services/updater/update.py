@@ -118,31 +118,6 @@ class RubricUpdater:
         )
         if not checked.accepted:
             return outcome
-        if plan.promotion == "gated":
-            candidate = Candidate(
-                run_id=summary.run_id,
-                instance_key=instance_key,
-                step=summary.step,
-                until=summary.step + plan.shadow_steps,
-                base_version=current.version,
-                rubrics=RubricSet(
-                    run_id=summary.run_id,
-                    instance_key=instance_key,
-                    version=current.version + 1,
-                    rubrics=checked.rubrics,
-                    step=summary.step,
-                ),
-                strategy=proposal.strategy,
-                rationale=proposal.rationale,
-                modifications=checked.accepted,
-                hacking=[p.type for p in summary.reward_hacking],
-                honest_margin=plan.honest_margin,
-                proposed_at=time.time(),
-            )
-            if not await self.store.propose(candidate):
-                raise Conflict(f"rubric set {summary.run_id}/{instance_key} moved during the proposal")
-            outcome.kind, outcome.candidate = EventKind.RUBRICS_PROPOSED, candidate
-            return outcome
         new = RubricSet(
             run_id=summary.run_id,
             instance_key=instance_key,
@@ -151,6 +126,25 @@ class RubricUpdater:
             step=summary.step,
             created_at=time.time(),
         )
+        if plan.promotion == "gated":
+            candidate = Candidate(
+                run_id=summary.run_id,
+                instance_key=instance_key,
+                step=summary.step,
+                until=summary.step + plan.shadow_steps,
+                base_version=current.version,
+                rubrics=new,
+                strategy=proposal.strategy,
+                rationale=proposal.rationale,
+                modifications=checked.accepted,
+                hacking=[p.type for p in summary.reward_hacking],
+                honest_margin=plan.honest_margin,
+                proposed_at=new.created_at,
+            )
+            if not await self.store.propose(candidate):
+                raise Conflict(f"rubric set {summary.run_id}/{instance_key} moved during the proposal")
+            outcome.kind, outcome.candidate = EventKind.RUBRICS_PROPOSED, candidate
+            return outcome
         if not await self.store.publish(new):
             raise Conflict(
                 f"rubric set {summary.run_id}/{instance_key} moved past version {current.version} during the update"

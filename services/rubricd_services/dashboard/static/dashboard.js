@@ -275,6 +275,32 @@ function drawVersions(versions) {
   );
 }
 
+// A run's candidates (promotion gated), newest first: the one in shadow, then each decision with the gate's figures.
+function drawCandidates(candidates) {
+  const list = document.querySelector("#candidates ol");
+  if (!candidates.length) {
+    list.replaceChildren(el("li", { class: "note" }, "none: the run's rubric changes take effect at once (promotion immediate)"));
+    return;
+  }
+  const delta = (name, value) => (value === null || value === undefined ? "" : `${name} ${value >= 0 ? "+" : ""}${value.toFixed(3)}`);
+  list.replaceChildren(
+    ...candidates.slice().reverse().map((c) => {
+      const outcome = c.outcome === "in shadow" ? `in shadow until step ${c.until}` :
+        `${c.outcome} at step ${c.decided_at_step}` + (c.version ? ` as v${c.version}` : "") + (c.reason ? `: ${c.reason}` : "");
+      const head = `proposed after step ${c.step} on v${c.base_version} · ${outcome}`;
+      const checks = c.checks.map((k) => {
+        const figures = [delta("flagged", k.flagged_delta), delta("honest", k.honest_delta),
+          k.groups ? `spread ${k.groups_with_spread}/${k.groups}` : ""].filter((x) => x).join(", ");
+        return el("li", { class: k.passed ? "added" : "removed", "data-rubric": k.rubric_id },
+          `${k.action} ${k.rubric_id}: ${k.passed ? "passed" : "failed"}` + (figures ? ` (${figures})` : ""),
+          k.reasons.length ? el("div", { class: "why" }, k.reasons.join("; ")) : null);
+      });
+      const shown = checks.length ? checks : c.changes.map((x) => el("li", {}, x));
+      return el("li", { "data-candidate": c.step, "data-outcome": c.outcome }, el("strong", {}, head), el("ul", {}, shown));
+    }),
+  );
+}
+
 // --- One scored rollout, a trajectory turn by turn ---
 
 const signed = (points) => (points > 0 ? `+${points}` : String(points));
@@ -480,6 +506,7 @@ async function refresh(mine) {
       drawRubrics(run.steps);
       drawHealth(run.health);
       drawVersions(run.versions);
+      drawCandidates(run.candidates);
       drawRolloutPicker(run.steps, picked.listing);
       drawRollout(picked.view);
     }
