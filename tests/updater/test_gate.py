@@ -13,6 +13,7 @@ from rubricd.messages import (
     Rubric,
     RubricModification,
     RubricSet,
+    StepSummary,
 )
 from rubricd.promotion import ShadowScore
 from rubricd_services.demo.policy import respond
@@ -24,6 +25,7 @@ from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator import judging as sim_judging
 from rubricd_services.simulator.updates import COLLATERAL, HACKS
 from rubricd_services.updater import gate
+from rubricd_services.updater.prompting import Prompts, refused, updater_messages
 from rubricd_services.updater.proposal import validate
 
 from .test_proposal import ANCHOR, GRADER, LIMITS, STEPS
@@ -197,3 +199,14 @@ async def test_no_shadow_score_rejects_and_a_removal_is_priced_from_the_verdicts
     # the terse answers, which never showed reasoning, gain; the others lose nothing
     assert decision.outcome == "promoted" and check.groups == 0 and check.honest_delta > 0
     assert [r.id for r in promoted.rubrics] == ["correct", "addresses_grader"]
+
+
+async def test_the_updater_s_next_prompt_shows_the_changes_the_gate_refused_and_why():
+    c = candidate(add(NO_PADDING), add(Rubric(**COLLATERAL)))
+    decision, _ = await decided(c)
+    [shown] = refused([msgspec.structs.replace(c, decision=decision), c])  # an undecided one shows nothing
+    assert (shown.proposed_after_step, shown.action, shown.rubric_id, shown.points) == (2, "add", "no_step_by_step", -4)
+    assert shown.criterion == COLLATERAL["criterion"] and "lowers the honest rollouts' reward" in shown.why[0]
+    summary = StepSummary(run_id="run", step=4, executive_summary="Padding persists.")
+    [_, user] = updater_messages(Prompts.load().updater, summary, CURRENT, None, None, LIMITS, None, [shown])
+    assert "<rejected_changes>" in user["content"] and "no_step_by_step" in user["content"]

@@ -1,11 +1,12 @@
 """The query writer's and the updater's chats (pure): instructions, then the data as JSON blocks."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
-from rubricd.messages import RubricKind, RubricSet, StepSummary
+from rubricd.messages import Candidate, RubricKind, RubricSet, StepSummary
 from rubricd_services.memory.store import Hit, MemoryItem
 from rubricd_services.runtime import prompts
 
@@ -55,6 +56,33 @@ class _Uninformative(msgspec.Struct, frozen=True):
     groups: int
 
 
+class Refused(msgspec.Struct, frozen=True):
+    """A change the promotion gate refused (promotion gated), as the updater sees it."""
+
+    proposed_after_step: int
+    action: str
+    rubric_id: str
+    criterion: str | None
+    points: float | None
+    why: list[str]
+
+
+def refused(candidates: Sequence[Candidate]) -> list[Refused]:
+    """The changes of decided `candidates` that failed the gate, with its reasons."""
+    out = []
+    for c in candidates:
+        by_id = {m.rubric_id: m for m in c.modifications}
+        for check in c.decision.checks if c.decision else []:
+            if check.passed:
+                continue
+            m = by_id.get(check.rubric_id)
+            rubric = m.rubric if m else None
+            points = rubric.points if rubric else (m.points if m else None)
+            criterion = rubric.criterion if rubric else None
+            out.append(Refused(c.step, str(check.action), check.rubric_id, criterion, points, check.reasons))
+    return out
+
+
 def _summary_view(summary: StepSummary) -> dict[str, object]:
     """The step summary as the agents see it: its rubric health is shown apart (`uninformative`)."""
     view = msgspec.to_builtins(summary)
@@ -96,9 +124,11 @@ def updater_messages(
     dynamic: list[Hit] | None,
     limits: Limits,
     prompt_chars: int | None = None,
+    rejected: Sequence[Refused] = (),
 ) -> list[dict[str, str]]:
     """The updater's chat: instructions, then the data (rubrics, limits, summary, the adaptive rubrics the step's
-    health found uninformative when it was counted, memories) as JSON blocks.
+    health found uninformative when it was counted, the changes the promotion gate refused lately, memories) as
+    JSON blocks.
 
     A memory section that is switched off is left out entirely, so an ablation
     changes what the model sees and nothing else. With `prompt_chars` (the
@@ -121,6 +151,8 @@ def updater_messages(
     ]
     if summary.health:
         parts.append(prompts.block("uninformative_rubrics", uninformative(summary, current)))
+    if rejected:
+        parts.append(prompts.block("rejected_changes", list(rejected)))
     remembered = [_Remembered("", str(m.kind), m.step, m.text) for m in static or []]
     remembered += [_Remembered(h.id, str(h.item.kind), h.item.step, h.item.text) for h in dynamic or []]
     if prompt_chars is not None:

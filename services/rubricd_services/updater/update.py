@@ -33,10 +33,11 @@ from rubricd_services.rubrics.seeds import Seeds
 
 from . import gate
 from .memory import describe, dynamic_memory, memory_item, rejection_item, static_memory
-from .prompting import UPDATER, MemoryBudget, Prompts, updater_messages
+from .prompting import UPDATER, MemoryBudget, Prompts, Refused, refused, updater_messages
 from .proposal import Limits, Rejection, UpdateProposal, proposal_type, validate
 
 IMMEDIATE = PromotionPlan()
+REJECTIONS_SHOWN = 3  # the candidates whose refused changes the updater's prompt shows (promotion gated)
 
 
 @dataclass
@@ -97,8 +98,9 @@ class RubricUpdater:
         queries, dynamic, searched_s = await dynamic_memory(
             self.memory, summary, self.ask, self.prompts.query_writer, self.budget
         )
+        rejected = await self.rejected(summary.run_id, instance_key) if plan.promotion == "gated" else []
         messages = updater_messages(
-            self.prompts.updater, summary, current, static, dynamic, self.limits, self.prompt_chars
+            self.prompts.updater, summary, current, static, dynamic, self.limits, self.prompt_chars, rejected
         )
         adaptive = tuple(r.id for r in current.rubrics if r.kind is RubricKind.ADAPTIVE)
         answer_type = proposal_type(adaptive, tuple(h.id for h in dynamic or []), self.limits.meta_classes)
@@ -162,6 +164,11 @@ class RubricUpdater:
         await self.memory.put([memory_item(update, describe(update, proposal.rationale, consulted, checked.rejected))])
         outcome.kind, outcome.current, outcome.update = EventKind.RUBRICS_UPDATED, new, update
         return outcome
+
+    async def rejected(self, run_id: str, instance_key: str | None) -> list[Refused]:
+        """The changes of the run's last REJECTIONS_SHOWN candidates that the gate refused."""
+        steps = (await self.store.candidate_steps(run_id, instance_key))[-REJECTIONS_SHOWN:]
+        return refused(await self.store.proposed(run_id, instance_key, steps))
 
     async def shadowed(self, pending: Candidate, current: RubricSet, summary: StepSummary) -> Outcome:
         """A step while a candidate is in shadow: no proposal; at its last shadow step (or after, if no rollout was
