@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval schemas docs demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -228,6 +228,22 @@ judge-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
 	$(JUDGE_EVAL_ENV) RUBRICD_LOCAL_MODEL=$$([ $(MODEL) = qwen ] && echo qwen || echo smollm2) \
 	  RUBRICD_STACK_LLM=$$([ $$component = model ] && echo local || echo simulator) $(STACK_SH) up $$component && \
 	mkdir -p build && $(PY) -m rubricd_services.cli judge eval $(LABELLED) --judge "$$judge" $$variants $(if $(NO_PROBES),,--probes) $(if $(ONLY),--only $(ONLY)) $(foreach g,$(GROUPS),--group $(g)) $(if $(MODES),--modes $(MODES)) --png build/judge-eval.png
+
+# The promotion gate on the labelled set (tests/bench/gate.py): proposals known good and bad, judged in shadow by
+# MODEL (simulator, smollm2 or qwen; a model on its own stack as judge-eval's), decided by the gate; GATE_ARGS
+# (e.g. "--groups 2": the first two groups only, for a slow model).
+GATE_ARGS ?=
+gate-eval: install $(if $(filter smollm2 qwen,$(MODEL)),model)
+	@case "$(MODEL)" in \
+	  simulator) $(PY) tests/bench/gate.py $(GATE_ARGS); exit $$? ;; \
+	  smollm2) model=smollm2-135m-instruct ;; \
+	  qwen) model=qwen2.5-coder-1.5b-instruct ;; \
+	  *) echo "gate-eval: MODEL is simulator, smollm2 or qwen, not $(MODEL)" >&2; exit 2 ;; \
+	esac; \
+	trap '$(JUDGE_EVAL_ENV) $(STACK_SH) down' EXIT; \
+	$(JUDGE_EVAL_ENV) RUBRICD_LOCAL_MODEL=$$([ $(MODEL) = qwen ] && echo qwen || echo smollm2) RUBRICD_STACK_LLM=local \
+	  $(STACK_SH) up model && \
+	$(PY) tests/bench/gate.py --base-url http://127.0.0.1:8095/v1 --model $$model $(GATE_ARGS)
 
 schemas: install
 	$(PY) -m rubricd.schema shared/schemas/rubricd.schema.json
