@@ -32,11 +32,29 @@ class CanaryStep(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     judged_at: float = 0.0
+    # Promotion gated: the same items judged again with the candidate in shadow's changed rubrics in the same calls
+    # (the candidate proposed at `candidate_step`), and how far those verdicts on the labelled rubrics agreed.
+    candidate_step: int | None = None
+    candidate_verdicts: int = 0
+    candidate_agreed: int = 0
+
+    @property
+    def candidate_agreement(self) -> float | None:
+        """The share of the verdicts judged with the candidate that agreed with their labels."""
+        return self.candidate_agreed / self.candidate_verdicts if self.candidate_verdicts else None
 
 
 async def read(redis: Redis, keys: Keys, run_id: str) -> list[CanaryStep]:
     """Every canary step of the run, in step order."""
     return parse(cast(dict[bytes, bytes], await redis.hgetall(keys.canaries(run_id))))
+
+
+async def steps(redis: Redis, keys: Keys, run_id: str, wanted: list[int]) -> list[CanaryStep]:
+    """The run's canary steps among `wanted` (those recorded), in step order (one HMGET: the gate's read)."""
+    raws = (
+        cast(list[bytes | None], await redis.hmget(keys.canaries(run_id), [str(s) for s in wanted])) if wanted else []
+    )
+    return parse({str(s).encode(): raw for s, raw in zip(wanted, raws, strict=True) if raw is not None})
 
 
 def parse(fields: dict[bytes, bytes]) -> list[CanaryStep]:

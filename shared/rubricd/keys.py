@@ -50,6 +50,9 @@ class Keys:
         self.analyses = f"{ns}:analyses"  # RolloutAnalysis, analyzers -> summarizer
         self.summaries = f"{ns}:summaries"  # StepSummary, summarizer -> updater
         self.rubrics_updated = f"{ns}:rubrics-updated"  # RubricsUpdated, updater -> all
+        # Candidate, updater -> scorers (promotion gated): one put in shadow, or rejected (a promoted one is announced
+        # on rubrics-updated), so that each scorer reloads the run's set at once, mid-step.
+        self.rubric_candidates = f"{ns}:rubric-candidates"
         self.events = f"{ns}:events"  # Event, every service -> `tail`
         self.canary_steps = f"{ns}:canary-steps"  # Event, scorer commit -> the canaries: a step's first score's
         self.dead_letters = f"{ns}:dead-letters"  # DeadLetter

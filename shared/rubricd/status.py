@@ -40,6 +40,7 @@ def streams(keys: Keys) -> list[str]:
         keys.analyses,
         keys.summaries,
         keys.rubrics_updated,
+        keys.rubric_candidates,
         keys.events,
         keys.dead_letters,
     ]

@@ -28,6 +28,7 @@ from rubricd.messages import (
     Candidate,
     GateCheck,
     GateDecision,
+    Interference,
     JudgeStatus,
     RewardedArmRollout,
     Rollout,
@@ -539,8 +540,9 @@ async def test_the_candidates_panel_shows_the_one_in_shadow_and_each_decision_wi
         honest=12,
         honest_delta=-0.294,
     )
+    canaries = Interference(steps=[3], verdicts=8, agreement=0.875, with_candidate=0.75, passed=False)
     decision = GateDecision(
-        outcome="rejected", step=3, checks=[check], shadow_scores=24, reason="no modification passed"
+        outcome="rejected", step=3, checks=[check], shadow_scores=24, canaries=canaries, reason="no modification passed"
     )
     assert await store.propose(harmful)
     assert await store.decide(msgspec.structs.replace(harmful, decision=decision), None)
@@ -552,7 +554,10 @@ async def test_the_candidates_panel_shows_the_one_in_shadow_and_each_decision_wi
         "proposed after step 4 on v1 · in shadow until step 5",
         "proposed after step 2 on v1 · rejected at step 3: no modification passed",
     ]
-    [failed] = texts(browser, "#candidates li[data-candidate='2'] li.removed")
+    failed, interfering = texts(browser, "#candidates li[data-candidate='2'] li.removed")
+    assert interfering == (
+        "canaries (8 labelled verdicts): agreement 0.875 alone, 0.750 with the candidate in the calls: failed"
+    )
     assert failed.startswith("add no_padding: failed (flagged +0.000, honest -0.294, spread 3/4)")
     assert "favours the rollouts flagged for hacking" in failed
     reader = Reader(ServiceSettings.model_construct(), keys, redis)

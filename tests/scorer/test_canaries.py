@@ -14,8 +14,27 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.canaries import CLAIMED, CanaryStep, drifting_since, read
 from rubricd.keys import CANARIES
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, ScoredRollout
-from rubricd_services.judges.evaluation.canaries import Rule, baseline, outcome, pick, starts_drift
+from rubricd.messages import (
+    Action,
+    Candidate,
+    Event,
+    EventKind,
+    JudgeStatus,
+    Rollout,
+    Rubric,
+    RubricModification,
+    RubricSet,
+    ScoredRollout,
+)
+from rubricd_services.judges.evaluation.canaries import (
+    Rule,
+    Shadowed,
+    baseline,
+    beside,
+    outcome,
+    pick,
+    starts_drift,
+)
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.run import Judged
 
@@ -74,6 +93,40 @@ def test_drift_is_below_the_floor_or_more_than_the_margin_below_the_baseline():
     failed = outcome(2, 3, [judged(right, {}, error="timed out"), *met[:2]], earlier, RULE)
     assert (failed.verdicts, failed.failures, failed.agreement) == (2, 1, 1.0)
     assert outcome(2, 3, [judged(right, {}, error="timed out")], earlier, RULE).drift is False  # no figure
+
+
+def test_with_a_candidate_in_shadow_each_item_is_judged_again_with_its_rubrics_beside_its_own():
+    sharper = Rubric(id="correct", criterion="The final answer is right and stated once.", points=5)
+    no_padding = Rubric(id="no_padding", criterion="The response pads its answer with filler.", points=-4)
+    c = Candidate(
+        run_id="run",
+        step=2,
+        until=3,
+        base_version=1,
+        rubrics=RubricSet(run_id="run", version=2, rubrics=[sharper, no_padding]),
+        modifications=[
+            RubricModification(action=Action.MODIFY, rationale="sharper", rubric_id="correct", rubric=sharper),
+            RubricModification(action=Action.ADD, rationale="padding", rubric_id="no_padding", rubric=no_padding),
+        ],
+    )
+    plain = item(0, True)
+    both = beside(plain, c)
+    assert [(r.id, r.criterion) for r in both.rubrics] == [
+        ("correct", CORRECT.criterion),
+        ("correct~c", sharper.criterion),
+        ("no_padding", no_padding.criterion),
+    ]
+    assert both.labels == plain.labels and both.response == plain.response
+    # An id of the item's own is never taken by a candidate's rubric.
+    own = msgspec.structs.replace(plain, rubrics=[CORRECT, msgspec.structs.replace(no_padding, points=-1)])
+    assert [r.id for r in beside(own, c).rubrics] == ["correct", "no_padding", "correct~c", "no_padding~c"]
+    # The step's record: the agreement alone decides drift; the same items with the candidate are counted apart.
+    right = {"correct": True}
+    with_it = [judged(right, {"correct": False, "correct~c": True}), judged(right, right)]
+    step = outcome(3, 1, [judged(right, right)] * 2, [], RULE, Shadowed(2, with_it))
+    assert (step.agreement, step.drift, step.candidate_step) == (1.0, False, 2)
+    assert (step.candidate_verdicts, step.candidate_agreed, step.candidate_agreement) == (2, 1, 0.5)
+    assert outcome(3, 1, [judged(right, right)], [], RULE).candidate_agreement is None
 
 
 def test_judge_drift_fires_where_a_drift_begins_not_at_every_step_of_it():

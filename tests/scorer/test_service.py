@@ -10,12 +10,16 @@ from rubricd import RubricdClient, runs, wire
 from rubricd.history import rubric_versions
 from rubricd.keys import SCORERS
 from rubricd.messages import (
+    Action,
+    Candidate,
     DeadLetter,
     Event,
     EventKind,
+    GateDecision,
     JudgeStatus,
     Rollout,
     Rubric,
+    RubricModification,
     RubricSet,
     RubricsUpdated,
     Score,
@@ -488,3 +492,47 @@ async def test_a_rollout_nested_too_deep_to_decode_is_rejected_at_once_and_answe
     assert len(letters) == len(bodies) + 1 and all(d.deliveries == 1 for d in letters)
     assert all(d.reason.startswith("malformed rollout") for d in letters)
     assert "Traceback" not in scorer.log.read_text()
+
+
+async def test_a_candidate_announced_mid_step_is_judged_in_shadow_from_the_next_rollout_and_dropped_when_rejected(
+    stack, redis, keys, start_scorer, eventually
+):
+    """An asynchronous trainer's step: the scorer has loaded the set for step 3, then the updater puts a candidate in
+    shadow (and announces it): the step's next rollout is judged under it too, and after its rejection (announced)
+    no longer; the reward is the set in force's throughout."""
+    start_scorer()
+    store = RubricStore(redis, keys)
+    await set_rubrics(store, "run", 1)
+    current = await store.current("run")
+    no_padding = Rubric(id="no_padding", criterion="The response pads the answer with filler.", points=-4)
+    add = RubricModification(action=Action.ADD, rationale="padding", rubric_id="no_padding", rubric=no_padding)
+    candidate = Candidate(
+        run_id="run",
+        step=2,
+        until=3,
+        base_version=1,
+        rubrics=msgspec.structs.replace(current, version=2, rubrics=[*current.rubrics, no_padding]),
+        modifications=[add],
+    )
+
+    async def reloaded(detail: str) -> bool:
+        events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+        return any(e.kind == EventKind.RUBRICS_RELOADED and detail in (e.detail or "") for e in events)
+
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        before = await client.score_one(rollout("run", 1, step=3), timeout=30)
+        assert await store.propose(candidate)
+        await redis.xadd(keys.rubric_candidates, wire.entry(candidate))
+        await eventually(lambda: reloaded("the candidate of step 2 in shadow"), "the scorer to reload for it")
+        during = await client.score_one(rollout("run", 2, step=3), timeout=30)
+        rejected = msgspec.structs.replace(
+            candidate, decision=GateDecision(outcome="rejected", step=3, reason="by hand")
+        )
+        assert await store.decide(rejected, None)
+        await redis.xadd(keys.rubric_candidates, wire.entry(rejected))
+        await eventually(lambda: reloaded("the candidate of step 2 rejected"), "the scorer to reload after it")
+        after = await client.score_one(rollout("run", 3, step=3), timeout=30)
+    assert before.candidate is None and after.candidate is None
+    assert during.candidate is not None and during.candidate.step == 2
+    assert [r.rubric_id for r in during.candidate.results] == ["no_padding"]
+    assert before.reward == during.reward == after.reward == 1.0 and during.rubric_version == 1

@@ -11,6 +11,7 @@ def test_a_bad_setting_stops_the_scorer_with_its_name():
         "RUBRICD_MAX_IN_FLIGHT": "0",
         "RUBRICD_REWARD_POLICY": "median",
         "RUBRICD_LLM__TIMEOUT_S": "soon",
+        "RUBRICD_SHADOW_STEPS": "0",  # promotion's, read by the scorer too
     }
     done = subprocess.run(
         [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
@@ -20,7 +21,7 @@ def test_a_bad_setting_stops_the_scorer_with_its_name():
         timeout=60,
     )
     assert done.returncode != 0
-    for name in ("RUBRICD_MAX_IN_FLIGHT", "RUBRICD_REWARD_POLICY", "RUBRICD_LLM__TIMEOUT_S"):
+    for name in ("RUBRICD_MAX_IN_FLIGHT", "RUBRICD_REWARD_POLICY", "RUBRICD_LLM__TIMEOUT_S", "RUBRICD_SHADOW_STEPS"):
         assert name in done.stderr, done.stderr
     assert "unknown reward policy 'median'" in done.stderr
     assert "Traceback" not in done.stderr

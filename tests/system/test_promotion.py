@@ -5,7 +5,8 @@ The simulated policy answers honestly for two steps, then pads every other answe
 the run's first proposal harmful (the fault `harmful`: its rubric against padding with the sign inverted, paying
 it); it is judged in shadow at step 3 without changing a reward there, and the gate rejects it, the version kept.
 The next proposal (the usual penalty) is judged in shadow at step 5 and promoted; from step 6 the padded answers
-score lower. A scorer and the updater killed in the shadow steps, and every summary delivered again, change none of
+score lower. The run's judge canaries are judged in the shadow steps with and without the candidate's rubrics in
+their calls, and the gate's decisions carry both agreements. A scorer and the updater killed in the shadow steps, and every summary delivered again, change none of
 it. Run with `-s` to see the run's candidates.
 """
 
@@ -17,10 +18,21 @@ import msgspec
 import pytest
 import redis as redis_sync
 
-from rubricd import RubricdClient, promotion, wire
-from rubricd.messages import Event, EventKind, JudgeStatus, PromotionPlan, Rollout, TrainingContext
+from rubricd import RubricdClient, canaries, promotion, wire
+from rubricd.messages import (
+    Candidate,
+    Event,
+    EventKind,
+    Interference,
+    JudgeStatus,
+    PromotionPlan,
+    Rollout,
+    Rubric,
+    TrainingContext,
+)
 from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
+from rubricd_services.judges.evaluation.labelled import Item
 
 pytestmark = pytest.mark.integration
 
@@ -63,13 +75,31 @@ def rollouts(step: int, rng: random.Random) -> list[tuple[str, Rollout]]:
     return out
 
 
+def canary_set() -> bytes:
+    """Two labelled arithmetic items, one right and one wrong, as `rubricd judge canaries` would set them."""
+    correct = Rubric(id="correct", criterion="The response states the correct final answer.", points=5)
+    items = [
+        Item(
+            id=f"sum-{said}",
+            prompt="What is 17 + 25?",
+            response=f"17 + 25 = {said}.",
+            reference="42",
+            rubrics=[correct],
+            labels={"correct": said == 42},
+        )
+        for said in (42, 43)
+    ]
+    return b"\n".join(msgspec.json.encode(i) for i in items)
+
+
 @pytest.mark.timeout(900)
-async def test_a_harmful_proposal_is_rejected_in_shadow_and_the_next_one_promoted(stack, loop):
+async def test_a_harmful_proposal_is_rejected_in_shadow_and_the_next_one_promoted(stack, loop, eventually):
     keys = loop
     rng = random.Random(11)
     scored: dict[int, dict[str, list]] = {}
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         await promotion.write_plan(client.redis, keys, RUN, PromotionPlan(promotion="gated", shadow_steps=1))
+        await client.redis.set(keys.canary_set(RUN), canary_set())
         store = RubricStore(client.redis, keys)
         for step in range(STEPS):
             batch = rollouts(step, rng)
@@ -77,6 +107,8 @@ async def test_a_harmful_proposal_is_rejected_in_shadow_and_the_next_one_promote
             assert all(s.status is JudgeStatus.OK for s in scores), [s.error for s in scores]
             for (behaviour, _), score in zip(batch, scores, strict=True):
                 scored.setdefault(step, {}).setdefault(behaviour, []).append(score)
+            # The step's canaries are judged beside its rollouts; the gate reads those of its shadow steps.
+            await eventually(lambda s=step: canaries.steps(client.redis, keys, RUN, [s]), f"step {step}'s canaries")
             await client.close_step(RUN, step, rollouts=PER_STEP)
             await client.wait_for_rubrics(RUN, step, timeout=300)
         history = await store.history(RUN)
@@ -111,6 +143,21 @@ async def test_a_harmful_proposal_is_rejected_in_shadow_and_the_next_one_promote
     # The next proposal (step 4's) is in shadow at step 5 and promoted there, as version 2 made from step 4.
     assert (outcomes[4], outcomes[5]) == (EventKind.RUBRICS_PROPOSED, EventKind.RUBRICS_PROMOTED)
     assert (good.step, good.decision.outcome, good.decision.version) == (4, "promoted", 2)
+    # Each decision carries its shadow step's canaries, judged alone and with the candidate's rubrics in the calls
+    # (the simulator decides each rubric alone: no interference, both agree with the labels).
+    assert harmful.decision.canaries == Interference(
+        steps=[3], verdicts=2, agreement=1.0, with_candidate=1.0, passed=True
+    )
+    assert good.decision.canaries is not None and good.decision.canaries.steps == [5]
+    # The scorers heard of each candidate put in shadow or rejected at once (a promotion is a new version).
+    announced = [wire.decode(wire.payload(f), Candidate) for _, f in sync.xrange(keys.rubric_candidates)]
+    assert [(c.step, c.decision and c.decision.outcome) for c in announced] == [(2, None), (2, "rejected"), (4, None)]
+    judged = [e for e in events if e.kind == EventKind.CANARIES_JUDGED and e.run_id == RUN]
+    assert {e.step: e.fields.get("candidate_step") for e in judged} == {
+        **dict.fromkeys(range(STEPS)),
+        3: PADDING_FROM,
+        5: 4,
+    }
     assert [v.version for v in history] == [1, 2] and history[1].step == 4
     assert all(s.rubric_version == 1 for scores in scored[5].values() for s in scores)
     assert all(s.rubric_version == 2 for scores in scored[6].values() for s in scores)

@@ -4,10 +4,12 @@ scorer's commit would keep, and the gate's decision on good and harmful candidat
 import msgspec
 
 from rubricd import promotion
+from rubricd.canaries import CanaryStep
 from rubricd.messages import (
     Action,
     Candidate,
     HackingEvidence,
+    Interference,
     Rollout,
     RolloutAnalysis,
     Rubric,
@@ -210,3 +212,45 @@ async def test_the_updater_s_next_prompt_shows_the_changes_the_gate_refused_and_
     summary = StepSummary(run_id="run", step=4, executive_summary="Padding persists.")
     [_, user] = updater_messages(Prompts.load().updater, summary, CURRENT, None, None, LIMITS, None, [shown])
     assert "<rejected_changes>" in user["content"] and "no_step_by_step" in user["content"]
+
+
+def canary_step(step: int, agreed: int, with_candidate: int, candidate_step: int = 2) -> CanaryStep:
+    """A shadow step's canaries: 8 labelled verdicts, `agreed` alone and `with_candidate` with the candidate's
+    rubrics in the same calls."""
+    return CanaryStep(
+        step=step,
+        rubric_version=3,
+        items=["a", "b"],
+        verdicts=8,
+        agreed=agreed,
+        candidate_step=candidate_step,
+        candidate_verdicts=8,
+        candidate_agreed=with_candidate,
+    )
+
+
+async def test_canaries_that_agree_less_with_the_candidate_in_their_calls_reject_it_beyond_the_margin():
+    c = candidate(add(NO_PADDING))
+    shadow, analyses, _ = await shadow_step(c)
+    found = gate.evidence(analyses, c.hacking)
+    decision, promoted = gate.decide(c, CURRENT, shadow, found, LIMITS, 3, [canary_step(3, 7, 7)])
+    assert decision.outcome == "promoted" and promoted is not None
+    assert decision.canaries == Interference(steps=[3], verdicts=8, agreement=0.875, with_candidate=0.875, passed=True)
+    # Two steps: 13 of 16 alone, 10 of 16 with it; the modification itself passes, the candidate does not.
+    interfering = [canary_step(3, 7, 5), canary_step(4, 6, 5)]
+    decision, promoted = gate.decide(c, CURRENT, shadow, found, LIMITS, 4, interfering)
+    assert (decision.outcome, promoted) == ("rejected", None) and [ch.passed for ch in decision.checks] == [True]
+    assert decision.canaries == Interference(
+        steps=[3, 4], verdicts=16, agreement=0.8125, with_candidate=0.625, passed=False
+    )
+    assert "canaries' agreement with their labels falls from 0.812 to 0.625" in decision.reason
+    # Within the run's margin it passes.
+    tolerant = msgspec.structs.replace(c, interference_margin=0.2)
+    assert gate.decide(tolerant, CURRENT, shadow, found, LIMITS, 4, interfering)[0].outcome == "promoted"
+    # Canaries judged with another candidate, or whose calls with it all failed, are not this one's.
+    other = [
+        canary_step(3, 7, 0, candidate_step=1),
+        msgspec.structs.replace(canary_step(4, 7, 0), candidate_verdicts=0),
+    ]
+    decision, _ = gate.decide(c, CURRENT, shadow, found, LIMITS, 4, other)
+    assert decision.outcome == "promoted" and decision.canaries is None

@@ -125,7 +125,7 @@ def services(keys: Keys) -> list[User]:
                 k.scored,
                 *every,
             ],
-            read=[k.rubrics_updated, family(k.canary_set("run"))],
+            read=[k.rubrics_updated, k.rubric_candidates, family(k.canary_set("run"))],
         ),
         User(
             "comparer",
@@ -209,7 +209,8 @@ def services(keys: Keys) -> list[User]:
             # the run lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, PTTL, DEL); the store: HGET,
             # HMGET, HGETALL, its publish script (HGET, HSET) and its step script (ZADD, GET, SET, XADD, EXPIRE);
             # promotion gated: the run's own promotion (GET), the store's propose (HGET, HEXISTS, HSET) and decide
-            # (HGET, HSET, ZADD, HDEL, DEL) scripts, its candidates (HGET, HMGET), their shadow scores (HGETALL)
+            # (HGET, HSET, ZADD, HDEL, DEL) scripts, its candidates (HGET, HMGET), their shadow scores (HGETALL), the
+            # canaries of their shadow steps (HMGET)
             (*CONSUMER, *LLM_SLOTS, "set", "get", "pttl", "del", "hget", "hexists", "hdel"),
             keys=[
                 *consuming(k, k.summaries),
@@ -222,9 +223,10 @@ def services(keys: Keys) -> list[User]:
                 family(k.rubric_steps("run")),
                 family(k.rubric_step_log("run")),
                 k.rubrics_updated,
+                k.rubric_candidates,
                 *every,
             ],
-            read=[family(k.promotion("run"))],
+            read=[family(k.promotion("run")), family(k.canaries("run"))],
         ),
     ]
 

@@ -15,7 +15,7 @@ import msgspec
 
 from rubricd import health, promotion, wire
 from rubricd.history import changes, render_change, summary
-from rubricd.messages import Candidate, GateCheck, PromotionPlan, RubricSet
+from rubricd.messages import Candidate, GateCheck, Interference, PromotionPlan, RubricSet
 from rubricd.store import RubricStore
 from rubricd_services.memory.announcements import announcements
 
@@ -45,6 +45,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--immediate", action="store_const", const="immediate", dest="promotion", help="at once")
     gated.add_argument("--shadow-steps", type=int, metavar="K", help="steps a candidate is judged in shadow")
     gated.add_argument("--honest-margin", type=float, metavar="M", help="how far honest rewards may fall (0-1)")
+    gated.add_argument(
+        "--interference-margin",
+        type=float,
+        metavar="M",
+        help="how far the canaries' agreement may fall with the candidate in their calls (0-1)",
+    )
     healthbench.add(sub)
 
 
@@ -131,7 +137,12 @@ async def run_history(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def run_promotion(args: argparse.Namespace, ctx: Context) -> int:
-    given = {"promotion": args.promotion, "shadow_steps": args.shadow_steps, "honest_margin": args.honest_margin}
+    given = {
+        "promotion": args.promotion,
+        "shadow_steps": args.shadow_steps,
+        "honest_margin": args.honest_margin,
+        "interference_margin": args.interference_margin,
+    }
     given = {k: v for k, v in given.items() if v is not None}
     async with ctx.redis() as redis:
         own = await promotion.read_plan(redis, ctx.keys, args.run_id)
@@ -160,14 +171,27 @@ def _candidates(found: list[Candidate]) -> str:
         outcome = "in shadow" if d is None else d.outcome + (f" as v{d.version}" if d.version else "")
         figures = "" if d is None else "; ".join(_figures(check) for check in d.checks)
         reason = "" if d is None else d.reason
-        rows.append([c.step, c.until, f"v{c.base_version}", outcome, "; ".join(filter(None, [reason, figures]))])
+        canaries = "" if d is None or d.canaries is None else _canaries(d.canaries)
+        cell = "; ".join(filter(None, [reason, figures, canaries]))
+        rows.append([c.step, c.until, f"v{c.base_version}", outcome, cell])
     return table(rows, ["PROPOSED", "UNTIL", "ON", "OUTCOME", "GATE"])
 
 
 def _promotion(plan: PromotionPlan) -> str:
     if plan.promotion == "immediate":
         return "immediate"
-    return f"gated: {plan.shadow_steps} shadow steps, honest margin {plan.honest_margin:g}"
+    return (
+        f"gated: {plan.shadow_steps} shadow steps, honest margin {plan.honest_margin:g}, "
+        f"interference margin {plan.interference_margin:g}"
+    )
+
+
+def _canaries(found: Interference) -> str:
+    """The interference check, in a cell."""
+    verdict = "pass" if found.passed else "FAIL"
+    return (
+        f"canaries {found.verdicts} verdicts agree {found.agreement:.3f}, {found.with_candidate:.3f} with it {verdict}"
+    )
 
 
 def _figures(check: GateCheck) -> str:

@@ -500,5 +500,6 @@ def _candidate(c: Candidate) -> dict[str, Any]:
         "reason": d.reason if d else "",
         "rationale": c.rationale,
         "checks": [msgspec.to_builtins(check) for check in d.checks] if d else [],
+        "canaries": msgspec.to_builtins(d.canaries) if d and d.canaries else None,
         "changes": [f"{m.action} {m.rubric_id}" for m in c.modifications],
     }

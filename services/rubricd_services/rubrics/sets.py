@@ -104,19 +104,28 @@ class RubricCache(Generic[T]):
         """Forget the set of a run (and instance); True if it was cached."""
         return self._entries.pop((run_id, instance_key), None) is not None
 
-    def reload(self, update: RubricsUpdated, service: str, user: str) -> Event | None:
-        """Forget the set `update` replaces; the `rubrics_reloaded` event saying so (`service`'s, its next `user`,
-        a rollout or a comparison, loads the new version), or None where this process had not cached it."""
+    def reload(self, update: RubricsUpdated | Candidate, service: str, user: str) -> Event | None:
+        """Forget the set `update` replaces, or the one a candidate is put in shadow on or rejected from; the
+        `rubrics_reloaded` event saying so (`service`'s, its next `user`, a rollout or a comparison, loads the
+        set anew), or None where this process had not cached it."""
         if not self.invalidate(update.run_id, update.instance_key):
             return None
+        if isinstance(update, Candidate):
+            done = "rejected" if update.decision is not None else "in shadow"
+            version, detail = update.base_version, f"the candidate of step {update.step} {done} from the next {user}"
+        else:
+            version, detail = (
+                update.version,
+                f"v{update.version} replaces v{update.previous_version} from the next {user}",
+            )
         return events.event(
             service,
             EventKind.RUBRICS_RELOADED,
             run_id=update.run_id,
             step=update.step,
-            detail=f"v{update.version} replaces v{update.previous_version} from the next {user}",
+            detail=detail,
             instance_key=update.instance_key,
-            version=update.version,
+            version=version,
         )
 
     async def _load(self, prompted: Prompted, run_id: str, instance_key: str | None) -> tuple[int, T]:

@@ -1,7 +1,9 @@
-"""Rubric generation's settings, mixed into the settings of the services that generate (env prefix RUBRICD_)."""
+"""Rubric generation's and promotion's settings, mixed into the settings of the services that use them (env prefix
+RUBRICD_)."""
 
 from pydantic import BaseModel, Field, model_validator
 
+from rubricd.messages import Promotion, PromotionPlan
 from rubricd_services.runtime.prompts import PromptFile
 
 
@@ -32,3 +34,38 @@ class GeneratorSettings(BaseModel):
         if self.generate_rubrics and getattr(self, "rubrics_mode", "per_instance") != "per_instance":
             raise ValueError("RUBRICD_GENERATE_RUBRICS writes per-instance sets: set RUBRICD_RUBRICS_MODE=per_instance")
         return self
+
+
+class PromotionSettings(BaseModel):
+    """How the runs' rubric changes take effect unless a run sets its own (`rubricd rubrics promotion`): the
+    updater's, which proposes and decides, and the scorer's, which judges a candidate in shadow, so that a value out
+    of range stops either at start (docs/researchers/promotion.md)."""
+
+    promotion: Promotion = Field(
+        "immediate",
+        description="immediate: a proposal's version rewards the next rollouts; gated: it is a candidate judged in "
+        "shadow for shadow_steps steps, then promoted or rejected by the gate (docs/researchers/promotion.md)",
+    )
+    shadow_steps: int = Field(1, ge=1, le=100, description="steps a candidate is judged in shadow (promotion gated)")
+    honest_margin: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="how far a changed rubric may lower the mean reward of the rollouts analysed as honest (gated)",
+    )
+    interference_margin: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="how far the judge's canaries may agree less with their labels when a candidate's rubrics share "
+        "their calls (gated)",
+    )
+
+    def promotion_plan(self) -> PromotionPlan:
+        """The runs' promotion unless a run sets its own."""
+        return PromotionPlan(
+            promotion=self.promotion,
+            shadow_steps=self.shadow_steps,
+            honest_margin=self.honest_margin,
+            interference_margin=self.interference_margin,
+        )

@@ -5,7 +5,8 @@
   the stream is trimmed below what every group has acked (no MAXLEN bounds
   what trainers write);
 - the rubrics-updated stream, read by every scorer: drop the cached set so the
-  next rollout uses the new version;
+  next rollout uses the new version; and the rubric-candidates stream (promotion
+  gated): the same for a candidate put in shadow or rejected;
 - group judging's sweep: the groups due at their deadline are judged by whichever scorer claims them;
 - the canary-steps stream's `canaries` group, beside the scoring path: a step's first scored rollout starts its
   judge canaries (judges.evaluation.canaries), so no rollout waits on them.
@@ -29,6 +30,7 @@ def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> Fast
     # A handler may wait for another process's generation of the prompt's rubrics, then generate them itself.
     app.consume(app.keys.rollouts, SCORERS, Scorer.handle, agents=[JUDGE, GENERATOR, GENERATOR], trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
+    app.listen(app.keys.rubric_candidates, Scorer.on_candidate)
     app.every(settings.group_sweep_s, Scorer.judge_due_groups)
     canaries = Canaries(settings, judge(settings, settings.agent(JUDGE)), app, ttl_s=settings.kept_ttl_s)
     app.consume(app.keys.canary_steps, CANARIES, canaries.handle, agents=[JUDGE])

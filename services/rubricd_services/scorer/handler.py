@@ -20,7 +20,7 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
+from rubricd.messages import Candidate, Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd.reward import POLICIES
 from rubricd.store import RubricStore
 from rubricd_services.judges.cache import VerdictCache
@@ -181,6 +181,12 @@ class Scorer(Answering[Rollout, Score]):
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
         """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""
         if (reloaded := self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "rollout")) is not None:
+            await self.publish(reloaded)
+
+    async def on_candidate(self, msg: RedisStreamMessage) -> None:
+        """Drop the cached set of a run (and instance) whose candidate was put in shadow or rejected: its next
+        rollout, of this step or a later one, is judged with the candidate, or no longer."""
+        if (reloaded := self.rubrics.reload(wire.decode(msg.body, Candidate), SERVICE, "rollout")) is not None:
             await self.publish(reloaded)
 
 

@@ -5,13 +5,15 @@ from pydantic import Field, field_validator
 from rubricd.reward import POLICIES, Undefined
 from rubricd_services.judges.settings import CanarySettings, JudgeSettings
 from rubricd_services.rubrics.seeds import SeedSettings
-from rubricd_services.rubrics.settings import GeneratorSettings
+from rubricd_services.rubrics.settings import GeneratorSettings, PromotionSettings
 from rubricd_services.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings
 
 from .schedule import Rule, Strategy
 
 
-class ScorerSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, JudgeSettings, CanarySettings):
+class ScorerSettings(
+    ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, JudgeSettings, CanarySettings, PromotionSettings
+):
     renamed = {
         "RUBRICD_SCORE_TTL_S": "RUBRICD_ANSWER_TTL_S",
         "RUBRICD_RECORD_MAXLEN": "RUBRICD_KEPT_MAXLEN",

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import Event
+from rubricd.messages import Candidate, Event, RubricsUpdated
 from rubricd.store import RubricStore
 from rubricd_services.runtime import locks
 
@@ -39,13 +39,22 @@ class Effects:
             yield
 
     async def commit(
-        self, entry_id: bytes, run_id: str, step: int, events: list[Event], announcement: bytes | None
+        self,
+        entry_id: bytes,
+        run_id: str,
+        step: int,
+        events: list[Event],
+        announcement: RubricsUpdated | Candidate | None,
     ) -> None:
-        """Advance the step marker, then announce, log and ack in one MULTI."""
+        """Advance the step marker, then announce (a new version on rubrics-updated, a candidate proposed or
+        rejected on rubric-candidates), log and ack in one MULTI."""
         await self.store.advance_step(run_id, step)
         async with self.redis.pipeline(transaction=True) as pipe:
             if announcement is not None:
-                pipe.xadd(self.keys.rubrics_updated, {wire.FIELD: announcement}, maxlen=self.maxlen, approximate=True)
+                stream = (
+                    self.keys.rubric_candidates if isinstance(announcement, Candidate) else self.keys.rubrics_updated
+                )
+                pipe.xadd(stream, wire.entry(announcement), maxlen=self.maxlen, approximate=True)
             for event in events:
                 pipe.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
             pipe.xack(self.keys.summaries, self.consumer_group, entry_id)

@@ -5,18 +5,22 @@ Each modification is priced alone against the set in force, rollout by rollout u
 an added or modified rubric must separate responses within a group, no modification may favour the rollouts
 flagged for the hacking the proposal answered over the honest ones, nor lower the honest ones' reward by more than
 the margin; and the passing modifications together must put the flagged rollouts below the honest ones (relative
-to the set in force) when the proposal answered hacking that the shadow steps still show. The rules, and what they cannot see: docs/researchers/promotion.md.
+to the set in force) when the proposal answered hacking that the shadow steps still show. Where the judge's canaries
+were judged with the candidate's rubrics in their calls too, their agreement with the labels may not fall by more
+than the interference margin. The rules, and what they cannot see: docs/researchers/promotion.md.
 """
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rubricd.canaries import CanaryStep
 from rubricd.messages import (
     Action,
     Candidate,
     GateCheck,
     GateDecision,
+    Interference,
     RolloutAnalysis,
     Rubric,
     RubricModification,
@@ -55,8 +59,11 @@ def decide(
     found: Evidence,
     limits: Limits,
     step: int,
+    canaries: Sequence[CanaryStep] = (),
 ) -> tuple[GateDecision, RubricSet | None]:
-    """The gate's decision at `step`, and the version it promotes (None: rejected)."""
+    """The gate's decision at `step`, and the version it promotes (None: rejected); `canaries`: the run's canary
+    steps of the shadow window."""
+    canary = interference(candidate, canaries)
 
     def rejected(
         reason: str,
@@ -71,6 +78,7 @@ def decide(
             shadow_scores=len(shadow),
             flagged_delta=flagged_delta,
             honest_delta=honest_delta,
+            canaries=canary,
             reason=reason,
             decided_at=time.time(),
         )
@@ -80,6 +88,13 @@ def decide(
     if not shadow:
         return rejected("no rollout was judged under the candidate in its shadow steps"), None
     checks = [_check(m, current, shadow, found, candidate.honest_margin, limits) for m in candidate.modifications]
+    if canary is not None and not canary.passed:
+        reason = (
+            f"with the candidate's rubrics in the same calls the canaries' agreement with their labels falls from "
+            f"{canary.agreement:.3f} to {canary.with_candidate:.3f} (interference margin "
+            f"{candidate.interference_margin:g})"
+        )
+        return rejected(reason, checks), None
     passing = [m for m, c in zip(candidate.modifications, checks, strict=True) if c.passed]
     if not passing:
         return rejected("no modification passed", checks), None
@@ -105,10 +120,28 @@ def decide(
         shadow_scores=len(shadow),
         flagged_delta=flagged_delta,
         honest_delta=honest_delta,
+        canaries=canary,
         reason="" if len(passing) == len(checks) else f"{len(checks) - len(passing)} of {len(checks)} failed",
         decided_at=promoted.created_at,
     )
     return decision, promoted
+
+
+def interference(candidate: Candidate, canaries: Sequence[CanaryStep]) -> Interference | None:
+    """The canary steps judged with `candidate`, compared: the same items' labelled verdicts without and with its
+    rubrics in the calls (None: no such step)."""
+    steps = [c for c in canaries if c.candidate_step == candidate.step and c.verdicts and c.candidate_verdicts]
+    if not steps:
+        return None
+    agreement = sum(c.agreed for c in steps) / sum(c.verdicts for c in steps)
+    with_candidate = sum(c.candidate_agreed for c in steps) / sum(c.candidate_verdicts for c in steps)
+    return Interference(
+        steps=[c.step for c in steps],
+        verdicts=sum(c.verdicts for c in steps),
+        agreement=round(agreement, 6),
+        with_candidate=round(with_candidate, 6),
+        passed=with_candidate >= agreement - candidate.interference_margin - 1e-9,
+    )
 
 
 def promoted_modifications(candidate: Candidate) -> list[RubricModification]:

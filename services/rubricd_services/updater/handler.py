@@ -19,7 +19,7 @@ from faststream.redis.message import RedisStreamMessage
 
 from rubricd import promotion, wire
 from rubricd.keys import UPDATERS
-from rubricd.messages import Candidate, Event, EventKind, StepSummary
+from rubricd.messages import Candidate, Event, EventKind, RubricsUpdated, StepSummary
 from rubricd_services.llm import LLMError
 from rubricd_services.llm.usage import Metered
 from rubricd_services.rubrics.seeds import Seeds
@@ -90,8 +90,9 @@ class Updater:
             if isinstance(version, int) and event.fields.get("instance_key") is None:
                 self.current_rubric_version.labels(summary.run_id).set(version)
 
-    async def process(self, summary: StepSummary) -> tuple[list[Event], bytes | None]:
-        """The events to log and the RubricsUpdated to announce (if any) for one summary."""
+    async def process(self, summary: StepSummary) -> tuple[list[Event], RubricsUpdated | Candidate | None]:
+        """The events to log and what to announce (if any) for one summary: a new version, or a candidate proposed or
+        rejected (the scorers reload the run's set on either)."""
         instance_key = summary.instance_key if self.settings.rubrics_mode == "per_instance" else None
         if summary.step % self.settings.update_frequency:
             detail = f"update_frequency={self.settings.update_frequency}: rubrics are updated after steps 0, N, 2N, ..."
@@ -105,7 +106,7 @@ class Updater:
             return [self.event(EventKind.UPDATE_FAILED, summary, detail=str(e))], None
         if outcome.proposal is not None:
             self.retrieval.observe(outcome.retrieval_s)
-        return [self.outcome_event(summary, outcome)], wire.encode(outcome.update) if outcome.update else None
+        return [self.outcome_event(summary, outcome)], announced(outcome)
 
     async def given_up(self, msg: RedisStreamMessage) -> None:
         """A summary that keeps failing is dead-lettered; its step still advances so no trainer waits forever."""
@@ -168,3 +169,12 @@ def candidate_fields(candidate: Candidate) -> dict[str, object]:
             "honest_delta": decision.honest_delta,
         }
     return fields
+
+
+def announced(outcome: Outcome) -> RubricsUpdated | Candidate | None:
+    """What an outcome announces: its new version, or its candidate when proposed or rejected."""
+    if outcome.update is not None:
+        return outcome.update
+    if outcome.kind in (EventKind.RUBRICS_PROPOSED, EventKind.RUBRICS_REJECTED):
+        return outcome.candidate
+    return None

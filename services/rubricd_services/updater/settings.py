@@ -7,13 +7,13 @@ their budgets.
 
 from pydantic import Field, model_validator
 
-from rubricd.messages import Promotion, PromotionPlan
 from rubricd_services.rubrics.seeds import SeedSettings
+from rubricd_services.rubrics.settings import PromotionSettings
 from rubricd_services.runtime.prompts import PromptFile
 from rubricd_services.settings import InFlight, ReadSize, ServiceSettings
 
 
-class UpdaterSettings(ServiceSettings, SeedSettings):
+class UpdaterSettings(ServiceSettings, SeedSettings, PromotionSettings):
     max_in_flight: InFlight = 1  # updates of one run must not overtake each other
     max_records: ReadSize = 1
     update_frequency: int = Field(
@@ -37,26 +37,9 @@ class UpdaterSettings(ServiceSettings, SeedSettings):
         None, description="query writer instructions; default: prompts/query_writer.md"
     )
     updater_prompt: PromptFile = Field(None, description="updater instructions; default: prompts/updater.md")
-    # Promotion (a run's own: `rubricd rubrics promotion`)
-    promotion: Promotion = Field(
-        "immediate",
-        description="immediate: a proposal's version rewards the next rollouts; gated: it is a candidate judged in "
-        "shadow for shadow_steps steps, then promoted or rejected by the gate (docs/researchers/promotion.md)",
-    )
-    shadow_steps: int = Field(1, ge=1, le=100, description="steps a candidate is judged in shadow (promotion gated)")
-    honest_margin: float = Field(
-        0.05,
-        ge=0,
-        le=1,
-        description="how far a changed rubric may lower the mean reward of the rollouts analysed as honest (gated)",
-    )
     update_lock_s: float = Field(
         15.0, gt=0, description="a run's update lock, renewed while its holder lives, expires this long after it died"
     )
-
-    def promotion_plan(self) -> PromotionPlan:
-        """The runs' promotion unless a run sets its own."""
-        return PromotionPlan(promotion=self.promotion, shadow_steps=self.shadow_steps, honest_margin=self.honest_margin)
 
     @model_validator(mode="after")
     def _bounds(self) -> "UpdaterSettings":

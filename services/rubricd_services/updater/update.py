@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from rubricd import promotion, wire
+from rubricd.canaries import steps as canary_steps
 from rubricd.history import modifications
 from rubricd.messages import (
     Candidate,
@@ -141,6 +142,7 @@ class RubricUpdater:
                 modifications=checked.accepted,
                 hacking=[p.type for p in summary.reward_hacking],
                 honest_margin=plan.honest_margin,
+                interference_margin=plan.interference_margin,
                 proposed_at=new.created_at,
             )
             if not await self.store.propose(candidate):
@@ -190,7 +192,9 @@ class RubricUpdater:
         )
         read = [wire.decode(a.message, RolloutAnalysis) for a in analyses if a.message]
         found = gate.evidence(read, pending.hacking)
-        decision, promoted = gate.decide(pending, current, shadow, found, self.limits, summary.step)
+        window = list(range(pending.step + 1, summary.step + 1))
+        canaries = await canary_steps(self.store.redis, self.store.keys, run, window) if instance is None else []
+        decision, promoted = gate.decide(pending, current, shadow, found, self.limits, summary.step, canaries)
         decided = msgspec.structs.replace(pending, decision=decision)
         if not await self.store.decide(decided, promoted):
             raise Conflict(f"rubric set {run}/{instance} moved during the gate's decision")

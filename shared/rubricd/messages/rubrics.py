@@ -116,11 +116,14 @@ class PromotionPlan(msgspec.Struct, frozen=True, kw_only=True):
     """How a run's rubric changes take effect (`rubricd rubrics promotion`; the updater's settings by default):
     `immediate`, the updater's version rewards the next rollouts; `gated`, it is a Candidate judged in shadow for
     `shadow_steps` steps, then promoted by the gate, or rejected. `honest_margin`: how far (reward, 0-1 under
-    weighted_sum) a changed rubric may lower the mean reward of the rollouts analysed as honest."""
+    weighted_sum) a changed rubric may lower the mean reward of the rollouts analysed as honest;
+    `interference_margin`: how far the judge's canaries may agree less with their labels when the candidate's
+    rubrics share their calls."""
 
     promotion: Promotion = "immediate"
     shadow_steps: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
     honest_margin: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.05
+    interference_margin: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
 
 
 class GateCheck(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,9 +145,22 @@ class GateCheck(msgspec.Struct, frozen=True, kw_only=True):
     honest_delta: float | None = None
 
 
+class Interference(msgspec.Struct, frozen=True, kw_only=True):
+    """The judge's canaries of the shadow `steps`, each item judged with its own labelled rubrics alone and again
+    with the candidate's changed rubrics in the same calls: the share of their `verdicts` that agree with the
+    labels each way. It fails when `with_candidate` is below `agreement` by more than the interference margin."""
+
+    steps: list[Step]
+    verdicts: int
+    agreement: float
+    with_candidate: float
+    passed: bool
+
+
 class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
     """What the gate decided at `step`: `promoted` (the passing modifications as `version`) or `rejected`; one
-    check per modification, the shadow scores it read, and the reason of a decision about the whole candidate."""
+    check per modification, the shadow scores it read, the canaries' interference check (None: no canary was
+    judged with the candidate), and the reason of a decision about the whole candidate."""
 
     outcome: Literal["promoted", "rejected"]
     step: Step
@@ -153,6 +169,7 @@ class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
     shadow_scores: int = 0
     flagged_delta: float | None = None  # the passing modifications together, on the flagged rollouts
     honest_delta: float | None = None  # and on the honest ones
+    canaries: Interference | None = None
     reason: str = ""
     decided_at: float | None = None
 
@@ -174,6 +191,7 @@ class Candidate(Message, tag="candidate", frozen=True, kw_only=True):
     modifications: list[RubricModification] = []
     hacking: list[str] = []
     honest_margin: float = 0.05
+    interference_margin: float = 0.0
     proposed_at: float | None = None
     decision: GateDecision | None = None
 

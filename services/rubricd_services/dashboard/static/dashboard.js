@@ -296,6 +296,12 @@ function drawCandidates(candidates) {
           k.reasons.length ? el("div", { class: "why" }, k.reasons.join("; ")) : null);
       });
       const shown = checks.length ? checks : c.changes.map((x) => el("li", {}, x));
+      if (c.canaries) {
+        const k = c.canaries;
+        shown.push(el("li", { class: k.passed ? "added" : "removed", "data-canaries": "" },
+          `canaries (${k.verdicts} labelled verdicts): agreement ${k.agreement.toFixed(3)} alone, ` +
+          `${k.with_candidate.toFixed(3)} with the candidate in the calls: ${k.passed ? "passed" : "failed"}`));
+      }
       return el("li", { "data-candidate": c.step, "data-outcome": c.outcome }, el("strong", {}, head), el("ul", {}, shown));
     }),
   );

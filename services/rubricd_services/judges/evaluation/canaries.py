@@ -8,6 +8,9 @@ RUBRICD_CANARY_SET, read once at start), the first scorer to claim the step judg
 `rubricd judge eval` judges (`run.judge_item`: the scorer's judge prompt, schema, context fitting and LLM client, no
 verdict cache), and records the agreement with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at
 the step where agreement falls below the floor, or more than the margin below the run's first canary steps.
+While the run has a candidate in shadow (promotion gated), each item is judged a second time with the candidate's
+changed rubrics after its own in the same calls, as a scorer judges a rollout in shadow: the gate compares the two
+agreements (interference).
 Canaries never count as rollouts of a step, never enter the memory loop or the meta-class statistics; their calls
 go into the run's usage under their own agent, `canary`. Why and how: docs/researchers/judges.md, "Canaries during
 training".
@@ -15,6 +18,7 @@ training".
 
 import asyncio
 import collections
+import functools
 import logging
 import statistics
 import sys
@@ -32,7 +36,8 @@ from redis.exceptions import WatchError
 from rubricd import wire
 from rubricd.canaries import CLAIMED, CanaryStep, parse
 from rubricd.keys import CANARIES
-from rubricd.messages import Event, EventKind
+from rubricd.messages import Candidate, Event, EventKind
+from rubricd.store import RubricStore
 from rubricd_services.judges.scoring import Judging
 from rubricd_services.judges.settings import CanarySettings, JudgeSettings
 from rubricd_services.llm import usage
@@ -91,12 +96,46 @@ def baseline(earlier: Sequence[CanaryStep], steps: int) -> float | None:
     return statistics.fmean(first) if len(first) == steps else None
 
 
+def beside(item: Item, candidate: Candidate) -> Item:
+    """The item with the candidate's changed rubrics after its own, as a scorer judges a rollout in shadow, under ids
+    its own rubrics do not use; its labels (its own rubrics') unchanged."""
+    own = {r.id for r in item.rubrics}
+    changed = candidate.changed()
+    shadows = [
+        msgspec.structs.replace(r, id=changed[r.id] if changed[r.id] not in own else f"{changed[r.id]}~c")
+        for r in candidate.rubrics.rubrics
+        if r.id in changed
+    ]
+    return msgspec.structs.replace(item, rubrics=[*item.rubrics, *shadows])
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    """A step's items judged again with a candidate's changed rubrics beside their own."""
+
+    candidate_step: int
+    judged: Sequence[Judged]
+
+
+def _agreement(judged: Sequence[Judged]) -> figures.Agreement:
+    """The answered items' verdicts on their labelled rubrics against the labels."""
+    return figures.agreement([(j.labels[r], j.verdicts[r]) for j in judged if not j.error for r in j.labels])
+
+
 def outcome(
-    step: int, rubric_version: int, judged: Sequence[Judged], earlier: Sequence[CanaryStep], rule: Rule
+    step: int,
+    rubric_version: int,
+    judged: Sequence[Judged],
+    earlier: Sequence[CanaryStep],
+    rule: Rule,
+    shadowed: Shadowed | None = None,
 ) -> CanaryStep:
-    """One step's canaries from its judged items and the run's earlier canary steps (in step order)."""
+    """One step's canaries from its judged items (and those judged with a candidate) and the run's earlier canary
+    steps (in step order)."""
     answered = [j for j in judged if not j.error]
-    found = figures.agreement([(j.labels[r], j.verdicts[r]) for j in answered for r in j.labels])
+    found = _agreement(judged)
+    with_candidate = _agreement(shadowed.judged) if shadowed else None
+    spent = [*judged, *(shadowed.judged if shadowed else [])]
     base = baseline([c for c in earlier if c.step < step], rule.baseline_steps)
     drift = found.accuracy is not None and (
         found.accuracy < rule.floor or (base is not None and found.accuracy < base - rule.margin)
@@ -112,9 +151,12 @@ def outcome(
         kappa=found.kappa,
         baseline=base,
         drift=drift,
-        prompt_tokens=sum(j.prompt_tokens for j in judged),
-        completion_tokens=sum(j.completion_tokens for j in judged),
+        prompt_tokens=sum(j.prompt_tokens for j in spent),
+        completion_tokens=sum(j.completion_tokens for j in spent),
         judged_at=time.time(),
+        candidate_step=shadowed.candidate_step if shadowed else None,
+        candidate_verdicts=with_candidate.n if with_candidate else 0,
+        candidate_agreed=with_candidate.true_met + with_candidate.true_unmet if with_candidate else 0,
     )
 
 
@@ -151,6 +193,11 @@ class Canaries:
     def redis(self) -> Redis:
         return self.app.clients.redis
 
+    @functools.cached_property
+    def store(self) -> RubricStore:
+        """The run's rubric set, for a candidate in shadow (made once the service's clients are)."""
+        return RubricStore(self.redis, self.keys)
+
     async def handle(self, _: object, msg: RedisStreamMessage) -> None:
         """One canary-steps entry, the event of a step's first score (the first argument, the service's own worker,
         is not the canaries'): that step's canaries, judged and recorded, then the entry acked."""
@@ -171,10 +218,13 @@ class Canaries:
             items = await self.items(run_id)
             if not items or not await self.claim(run_id, step):
                 return
-            judged = await asyncio.gather(
-                *(judge_item(self.app.clients.llm, self.config, i) for i in pick(items, step, self.n))
-            )
-            steps = await self.commit(run_id, step, rubric_version, judged)
+            picked = pick(items, step, self.n)
+            _, candidate = await self.store.in_force(run_id)
+            with_candidate = [beside(i, candidate) for i in picked] if candidate is not None else []
+            llm = self.app.clients.llm
+            judged = await asyncio.gather(*(judge_item(llm, self.config, i) for i in [*picked, *with_candidate]))
+            shadowed = Shadowed(candidate.step, judged[len(picked) :]) if candidate is not None else None
+            steps = await self.commit(run_id, step, rubric_version, judged[: len(picked)], shadowed)
             self.metrics.observe(run_id, steps[-1])
         except Exception as e:
             if not self.app.outages.down(f"judging the canaries of run {run_id} step {step}", e):
@@ -204,11 +254,14 @@ class Canaries:
             claimed, _ = await pipe.execute()
         return bool(claimed)
 
-    async def commit(self, run_id: str, step: int, rubric_version: int, judged: Sequence[Judged]) -> list[CanaryStep]:
+    async def commit(
+        self, run_id: str, step: int, rubric_version: int, judged: Sequence[Judged], shadowed: Shadowed | None = None
+    ) -> list[CanaryStep]:
         """Decide the step's drift against every canary step of the run recorded before it, whichever scorer
         recorded it, and record it with its usage under `canary` and its events: one optimistic transaction (WATCH,
         tried again if another step was recorded meanwhile). The run's canary steps after it, in order."""
-        calls = [j for j in judged if j.prompt_tokens or j.completion_tokens or not j.error]
+        every = [*judged, *(shadowed.judged if shadowed else [])]
+        calls = [j for j in every if j.prompt_tokens or j.completion_tokens or not j.error]
         model = self.config.llm.model
         spent: collections.Counter[str] = collections.Counter()
         for j in calls:
@@ -227,7 +280,7 @@ class Canaries:
                 try:
                     await pipe.watch(key)
                     earlier = parse(cast(dict[bytes, bytes], await pipe.hgetall(key)))
-                    canary = outcome(step, rubric_version, judged, earlier, self.rule)
+                    canary = outcome(step, rubric_version, judged, earlier, self.rule, shadowed)
                     pipe.multi()
                     pipe.hset(key, str(step), msgspec.json.encode(canary))
                     pipe.expire(key, self.ttl_s)
@@ -253,6 +306,8 @@ class Canaries:
             "rubric_version": canary.rubric_version,
             "failures": canary.failures,
         }
+        if canary.candidate_step is not None:
+            fields |= {"candidate_step": canary.candidate_step, "candidate_agreement": canary.candidate_agreement}
         events = [event(self.service, EventKind.CANARIES_JUDGED, run_id=run_id, step=canary.step, **fields)]
         if drift:
             detail = why(canary, self.rule)
