@@ -151,6 +151,17 @@ async def test_recent_is_highest_step_first_and_honours_before_step(memory: Memo
     assert await memory.recent("run-a", S, limit=2, before_step=0) == []
 
 
+async def test_recent_before_a_step_looks_back_past_gaps_of_any_length_and_stops_at_after_step(memory: Memory) -> None:
+    """The read looks back a window of steps at a time (Weaviate is never asked to sort): steps far apart are
+    found all the same, the latest first."""
+    steps = (0, 1, 50, 200, 260, 300)
+    await memory.put([MemoryItem(kind=S, run_id="run-a", step=s, text=f"summary of step {s}") for s in steps])
+    assert [i.step for i in await memory.recent("run-a", S, limit=3, before_step=300)] == [260, 200, 50]
+    assert [i.step for i in await memory.recent("run-a", S, limit=10, before_step=1000)] == [300, 260, 200, 50, 1, 0]
+    assert [i.step for i in await memory.recent("run-a", S, limit=10, before_step=300, after_step=50)] == [260, 200]
+    assert [i.step for i in await memory.recent("run-a", S, limit=2, after_step=50)] == [300, 260]
+
+
 async def test_recent_of_one_step_holds_that_step_only(memory: Memory) -> None:
     await memory.put([analysis("run-a", s, f"analysis {i} of step {s}") for s in (0, 1, 2) for i in range(2)])
     assert sorted(i.text for i in await memory.recent("run-a", A, limit=10, step=1)) == [

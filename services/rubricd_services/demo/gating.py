@@ -67,6 +67,9 @@ def gate(record: StepRecord) -> str:
                 for name in ("flagged_delta", "honest_delta")
                 if isinstance(value := f.get(name), int | float)
             )
+            alone, beside = f.get("canary_agreement"), f.get("canary_agreement_with_candidate")
+            if isinstance(alone, int | float) and isinstance(beside, int | float):
+                deltas += f"; canaries {alone:.2f} alone, {beside:.2f} with it"
             return (
                 f"**{decided}** ({figures}{'; ' + deltas if deltas else ''}){': ' + u.rationale if u.rationale else ''}"
             )

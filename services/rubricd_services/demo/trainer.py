@@ -5,7 +5,9 @@ the rubric update that follows it (so the next step is scored with the rubrics
 made from this one), read what the updater decided and why, and let the
 policy learn from the rewards it got per behaviour. A run whose task has its
 own seed rubrics (the agent's) installs them as version 1 before its first
-step. Each step keeps its first rollout of each behaviour with its Score, for
+step; a run with promotion gated also gets its judge canaries (the labelled
+judge set's arithmetic items, as `rubricd judge canaries` sets them), which
+the gate holds each candidate's interference against. Each step keeps its first rollout of each behaviour with its Score, for
 the report to show one turn by turn.
 
 The loop reads only what any trainer can read: its scores, the rubric store,
@@ -19,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import cast
 
 import msgspec
@@ -49,6 +52,14 @@ from .agent import AGENT
 from .policy import ARITHMETIC, START, Policy, Task
 
 TASKS = {"amaris": ARITHMETIC, "agent": AGENT}  # --method -> what its policy does
+CANARY_ITEMS = "add-"  # the judge set's arithmetic items: a gated run's canaries
+
+
+def canary_set() -> bytes:
+    """The labelled judge set's arithmetic items, as a run's canary set holds them (JSONL)."""
+    data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
+    return "\n".join(line for line in data.splitlines() if f'"id": "{CANARY_ITEMS}' in line).encode()
+
 
 # Stream entries as redis-py answers them to this client: ids (and XREAD's stream names) bytes, or str for a
 # client made with decode_responses=True; the fields as wire.payload reads them. redis-py's own types allow
@@ -241,6 +252,8 @@ async def train(
     if run.promotion is not None:
         plan = PromotionPlan(promotion=run.promotion, shadow_steps=run.shadow_steps)
         await promotion.write_plan(client.redis, client.keys, run.run_id, plan)
+        if run.promotion == "gated":
+            await client.redis.set(client.keys.canary_set(run.run_id), canary_set())
     try:
         for step in range(run.steps):
             record = await one_step(client, announcements, policy, run, step, timeout)

@@ -168,6 +168,11 @@ def candidate_fields(candidate: Candidate) -> dict[str, object]:
             "flagged_delta": decision.flagged_delta,
             "honest_delta": decision.honest_delta,
         }
+        if (canaries := decision.canaries) is not None:
+            fields |= {
+                "canary_agreement": canaries.agreement,
+                "canary_agreement_with_candidate": canaries.with_candidate,
+            }
     return fields
 
 

@@ -220,6 +220,8 @@ class Canaries:
                 return
             picked = pick(items, step, self.n)
             _, candidate = await self.store.in_force(run_id)
+            if candidate is not None and not candidate.changed():  # removals and reweights: nothing new to judge
+                candidate = None
             with_candidate = [beside(i, candidate) for i in picked] if candidate is not None else []
             llm = self.app.clients.llm
             judged = await asyncio.gather(*(judge_item(llm, self.config, i) for i in [*picked, *with_candidate]))
