@@ -68,11 +68,13 @@ def gate(record: StepRecord) -> str:
                 if isinstance(value := f.get(name), int | float)
             )
             alone, beside = f.get("canary_agreement"), f.get("canary_agreement_with_candidate")
-            if isinstance(alone, int | float) and isinstance(beside, int | float):
-                deltas += f"; canaries {alone:.2f} alone, {beside:.2f} with it"
-            return (
-                f"**{decided}** ({figures}{'; ' + deltas if deltas else ''}){': ' + u.rationale if u.rationale else ''}"
+            canaries = (
+                f"canaries {alone:.2f} alone, {beside:.2f} with it"
+                if isinstance(alone, int | float) and isinstance(beside, int | float)
+                else ""
             )
+            said = "; ".join(filter(None, [figures, deltas, canaries]))
+            return f"**{decided}** ({said}){': ' + u.rationale if u.rationale else ''}"
     return str(u.outcome)
 
 
