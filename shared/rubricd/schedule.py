@@ -77,7 +77,11 @@ def parse_stats(fields: Mapping[bytes, bytes]) -> dict[str, ClassStats]:
 
 async def read_history(redis: Redis, keys: Keys, run_id: str) -> dict[int, Decision]:
     """Every decision of the run, by step."""
-    fields = cast(dict[bytes, bytes], await redis.hgetall(keys.schedule(run_id)))
+    return parse_history(cast(dict[bytes, bytes], await redis.hgetall(keys.schedule(run_id))))
+
+
+def parse_history(fields: dict[bytes, bytes]) -> dict[int, Decision]:
+    """The decisions of a run's schedule hash, by step."""
     decisions = {int(step): msgspec.json.decode(raw, type=Decision) for step, raw in fields.items()}
     return dict(sorted(decisions.items()))
 

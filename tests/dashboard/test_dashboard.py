@@ -353,6 +353,13 @@ async def test_the_canaries_panel_shows_each_steps_agreement_and_where_the_judge
     assert attributes(browser, "#canary-note", "class") == ["note drift"]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "dashboard-canaries.png"))
+    # A canary step is written once: a poll reads only the steps it has not read yet.
+    reader = Reader(ServiceSettings.model_construct(), keys, redis)
+    assert [c["step"] for c in (await reader.run("canaried"))["canaries"]] == [0, 1, 2, 3, 4]
+    await redis.hset(keys.canaries("canaried"), "0", b"not read again")
+    await redis.hset(keys.canaries("canaried"), "5", msgspec.json.encode(msgspec.structs.replace(canary, step=5)))
+    again = (await reader.run("canaried"))["canaries"]
+    assert [c["step"] for c in again] == [0, 1, 2, 3, 4, 5] and again[0]["agreement"] == 1.0
 
 
 async def test_the_rubric_arm_panel_shows_each_phase_and_both_models_rewards(keys, redis, dashboard, browser):

@@ -29,7 +29,7 @@ from rubricd.messages import (
     RubricsUpdated,
     ScoredRollout,
 )
-from rubricd.schedule import read_history
+from rubricd.schedule import parse_history
 from rubricd.status import stream_status, streams
 from rubricd.store import RubricStore
 from rubricd.usage import run_usage
@@ -267,6 +267,7 @@ class Reader:
         self.looked_up: dict[str, float] = {}  # run -> when missing announcements were last looked for
         self.looked_for: dict[str, int] = {}  # run -> the newest version whose announcement was looked for
         self.listed: tuple[float, list[dict[str, Any]]] | None = None  # when the run list was read, and it
+        self.written: dict[str, dict[bytes, bytes]] = {}  # a write-once hash's fields read so far, by key
 
     async def runs(self) -> list[dict[str, Any]]:
         """Every run with a rubric set or a record: its current version, kept rollouts, and LLM cost (read
@@ -345,8 +346,8 @@ class Reader:
         partial = epoch == EPOCH and seen.isdigit() and seen_versions.isdigit() and tally is not None
         after, after_version = (int(seen), int(seen_versions)) if partial else (0, 0)
         versions, complete = await self.versions(run_id, after_version)
-        schedule = await read_history(self.redis, self.keys, run_id)
-        judged = await canaries.read(self.redis, self.keys, run_id)
+        schedule = parse_history(await self.write_once(self.keys.schedule(run_id)))
+        judged = canaries.parse(await self.write_once(self.keys.canaries(run_id)))
         arm_tally = self.arm.get(run_id)
         if arm_tally is None and await self.redis.xlen(self.keys.kept_arm_rollouts(run_id)):
             arm_tally = self.arm[run_id] = ArmTally()
@@ -382,6 +383,18 @@ class Reader:
             "arm": [t.row(step) for step, t in sorted(arm_tally.steps.items())] if arm_tally else [],
             "arm_phases": [{"step": d.step, "training": d.training, "phase": arm.explain(d)} for d in phases.values()],
         }
+
+    async def write_once(self, key: str) -> dict[bytes, bytes]:
+        """The fields of a hash whose fields are written once and never change (a run's schedule decisions, its
+        canary steps), as HGETALL gives them: each poll reads the field names and only the values not read yet,
+        so a poll of a long run does not read its every step again."""
+        names = cast(list[bytes], await self.redis.hkeys(key))
+        kept = self.written.get(key, {})
+        missing = [n for n in names if n not in kept]
+        values = cast(list[bytes | None], await self.redis.hmget(key, missing)) if missing else []
+        kept = {n: kept[n] for n in names if n in kept} | {n: v for n, v in zip(missing, values) if v is not None}
+        self.written[key] = kept
+        return kept
 
     async def candidates(self, run_id: str) -> list[dict[str, Any]]:
         """The global set's newest candidates (promotion gated), oldest first: in shadow, or decided with the gate's
