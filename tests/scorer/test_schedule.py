@@ -254,3 +254,26 @@ def test_the_candidates_are_the_declared_classes_with_a_positive_rubric_in_decla
     assert candidates(rubrics, HEALTHBENCH_AXES) == ["completeness", "instruction_following"]
     assert candidates(rubrics, ["instruction_following", "completeness"]) == ["instruction_following", "completeness"]
     assert candidates(rubrics, ["accuracy"]) == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        Rule(),
+        Rule(warmup_steps=5, min_phase_steps=4),
+        Rule(strategy="most_room", min_phase_steps=2, window_steps=3),
+        Rule(strategy="largest_gain", warmup_steps=2, min_phase_steps=3, window_steps=4),
+    ],
+)
+def test_a_decision_needs_only_the_runs_latest_decisions_not_its_whole_history(rule):
+    """The scorer reads the last `decisions_read()` decisions of a long run, never its whole schedule: every step of
+    a 60-step run is decided the same from those as from the whole history."""
+    stats = {
+        s: {c: ClassStats(count=2, total=(s * 7 + i * 3) % 10 / 10) for i, c in enumerate(AXES)} for s in range(60)
+    }
+    decided: dict[int, Decision] = {}
+    for s in range(60):
+        whole = choose(s, AXES, decided, stats, rule)
+        latest = {k: decided[k] for k in sorted(decided)[-rule.decisions_read() :]}
+        assert choose(s, AXES, latest, stats, rule).meta_class == whole.meta_class, s
+        decided[s] = whole

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -26,7 +27,6 @@ from rubricd.schedule import (
     StepStats,
     Strategy,
     explain,
-    read_history,
     read_stats,
 )
 from rubricd_services.runtime import events
@@ -42,6 +42,11 @@ class Rule:
     warmup_steps: int = 0
     min_phase_steps: int = 1
     window_steps: int = 3
+
+    def decisions_read(self) -> int:
+        """How many of the latest decisions `choose` needs: enough for the warm-up's count, the phase's length
+        and the windows (a long run's older decisions are never read)."""
+        return max(1, self.warmup_steps, self.min_phase_steps, 2 * self.window_steps)
 
     def read_steps(self, before: Sequence[int]) -> list[int]:
         """The decided steps (of `before`, in step order) whose statistics are read: the window's, whose classes
@@ -196,8 +201,8 @@ class Schedule:
         raw = await self.redis.hget(self.keys.schedule(run_id), str(step))
         if raw is not None:
             return msgspec.json.decode(raw, type=Decision)
-        history = await read_history(self.redis, self.keys, run_id)
-        before = sorted(s for s in history if s < step)
+        history = await self._latest(run_id, step)
+        before = sorted(history)
         stats = await read_stats(self.redis, self.keys, run_id, self.rule.read_steps(before))
         decision = choose(
             step, self.rule.candidates(self.declared, candidates, before, stats), history, stats, self.rule
@@ -207,6 +212,14 @@ class Schedule:
             args=[step, msgspec.json.encode(decision), wire.encode(self.event(run_id, decision)), self.maxlen],
         )
         return msgspec.json.decode(stored, type=Decision)
+
+    async def _latest(self, run_id: str, step: int) -> dict[int, Decision]:
+        """The run's latest decisions before `step`, as many as `choose` reads (the field names, then those)."""
+        key = self.keys.schedule(run_id)
+        decided = sorted(s for s in map(int, cast(list[bytes], await self.redis.hkeys(key))) if s < step)
+        wanted = decided[-self.rule.decisions_read() :]
+        raws = cast(list[bytes | None], await self.redis.hmget(key, [str(s) for s in wanted])) if wanted else []
+        return {s: msgspec.json.decode(raw, type=Decision) for s, raw in zip(wanted, raws) if raw is not None}
 
     def event(self, run_id: str, decision: Decision) -> Event:
         return events.event(
