@@ -58,7 +58,8 @@ CANARY_ITEMS = "add-"  # the judge set's arithmetic items: a gated run's canarie
 def canary_set() -> bytes:
     """The labelled judge set's arithmetic items, as a run's canary set holds them (JSONL)."""
     data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
-    return "\n".join(line for line in data.splitlines() if f'"id": "{CANARY_ITEMS}' in line).encode()
+    lines = [line for line in data.splitlines() if line.strip()]
+    return "\n".join(line for line in lines if msgspec.json.decode(line)["id"].startswith(CANARY_ITEMS)).encode()
 
 
 # Stream entries as redis-py answers them to this client: ids (and XREAD's stream names) bytes, or str for a

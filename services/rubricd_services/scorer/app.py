@@ -30,7 +30,7 @@ def create_app(settings: ScorerSettings, metrics: Metrics | None = None) -> Fast
     # A handler may wait for another process's generation of the prompt's rubrics, then generate them itself.
     app.consume(app.keys.rollouts, SCORERS, Scorer.handle, agents=[JUDGE, GENERATOR, GENERATOR], trim=True)
     app.listen(app.keys.rubrics_updated, Scorer.on_rubrics_updated)
-    app.listen(app.keys.rubric_candidates, Scorer.on_candidate)
+    app.listen(app.keys.rubric_candidates, Scorer.on_rubrics_updated)
     app.every(settings.group_sweep_s, Scorer.judge_due_groups)
     canaries = Canaries(settings, judge(settings, settings.agent(JUDGE)), app, ttl_s=settings.kept_ttl_s)
     app.consume(app.keys.canary_steps, CANARIES, canaries.handle, agents=[JUDGE])

@@ -15,6 +15,7 @@ judged once, by the handler of the member that completes it or by a scorer's swe
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 from faststream.redis.message import RedisStreamMessage
@@ -41,6 +42,7 @@ from .schedule import Schedule, candidates
 from .settings import ScorerSettings
 
 SERVICE = ROLLOUTS.service
+RELOADS: Any = RubricsUpdated | Candidate  # what the scorer reloads its rubrics on (tagged: one decode)
 log = logging.getLogger("rubricd.scorer")
 
 
@@ -179,14 +181,10 @@ class Scorer(Answering[Rollout, Score]):
         return decision.meta_class
 
     async def on_rubrics_updated(self, msg: RedisStreamMessage) -> None:
-        """Drop the cached set of the updated run (and instance): its next rollout loads the new version."""
-        if (reloaded := self.rubrics.reload(wire.decode(msg.body, RubricsUpdated), SERVICE, "rollout")) is not None:
-            await self.publish(reloaded)
-
-    async def on_candidate(self, msg: RedisStreamMessage) -> None:
-        """Drop the cached set of a run (and instance) whose candidate was put in shadow or rejected: its next
-        rollout, of this step or a later one, is judged with the candidate, or no longer."""
-        if (reloaded := self.rubrics.reload(wire.decode(msg.body, Candidate), SERVICE, "rollout")) is not None:
+        """Drop the cached set of the updated run (and instance), or of one whose candidate was put in shadow or
+        rejected: its next rollout, of this step or a later one, loads the set anew."""
+        update: RubricsUpdated | Candidate = wire.decode(msg.body, RELOADS)
+        if (reloaded := self.rubrics.reload(update, SERVICE, "rollout")) is not None:
             await self.publish(reloaded)
 
 
