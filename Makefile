@@ -189,10 +189,12 @@ chaos: install weaviate
 	done; \
 	$(PY) tests/system/test_chaos.py; exit $$failed
 
-# Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory; then two
+# Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory; then where a
+# rollout's cost goes (CPU per process, wall by stage, the scorer's flame graph in reports/bench-<time>/); then two
 # replicas vs one endpoint, and the shared rate limit's achieved rate (.stack/bench-endpoints).
 bench: install
 	$(PY) tests/bench/scoring.py
+	$(PY) tests/bench/cost.py
 	$(PY) tests/bench/endpoints.py
 
 # The soak (tests/bench/soak.py): a long run of the whole memory loop on its own stack (.stack/soak), every step's
