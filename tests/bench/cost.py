@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 import redis as redis_sync
 import stages
+from redis.asyncio import Redis
 from scoring import ENV, LLM_URL, NAMESPACE, REDIS_URL, REPO, STACK, groups, judging_directly, machine, pct, rollouts
 
 from rubricd import RubricdClient
@@ -123,6 +124,34 @@ async def per_process(procs: dict[str, list[psutil.Process]], n: int, concurrenc
                 f"{f'{label}, R={size} C={c}':32} {m['client']:7.3f} {m['scorer']:7.3f} {m['redis']:7.3f} "
                 f"{m['simulator']:9.3f} {statistics.median(rates):10.0f} {1000 / m['scorer']:16.0f}"
             )
+
+
+async def floor(n: int = 2000) -> None:
+    """What one redis-py command and one judge call through the openai client cost this process in CPU, one at a
+    time: the floor under a rollout's cost (the scorer makes a read, an MGET and a commit and one judge call)."""
+    me = psutil.Process()
+    redis = Redis.from_url(REDIS_URL)
+
+    def spent() -> float:
+        return sum(me.cpu_times()[:2])
+
+    print("\n== the floor: CPU of one call in this process, one at a time, microseconds")
+    for name, op in (
+        ("redis-py GET", lambda: redis.get("floor")),
+        ("redis-py XADD", lambda: redis.xadd("floor", {"x": b"x" * 300}, maxlen=100)),
+    ):
+        started = spent()
+        for _ in range(n):
+            await op()
+        print(f"{name:42} {(spent() - started) / n * 1e6:8.0f}")
+    await redis.delete("floor")
+    await redis.aclose()
+    batch = rollouts("floor", min(n, 300))
+    async with judging_directly(1) as call:
+        started = spent()
+        for rollout in batch:
+            await call(rollout)
+        print(f"{'a judge call with the openai client (httpx)':42} {(spent() - started) / len(batch) * 1e6:8.0f}")
 
 
 async def added(n: int) -> None:
@@ -287,6 +316,7 @@ async def main(args: argparse.Namespace) -> None:
             print(machine())
             await per_process(processes(stack, scorer.pid), args.rollouts, args.concurrency, args.rounds)
             await added(args.serial)
+            await floor()
             await under_profile(scorer.pid, args.profile_s, args.concurrency, out)
         finally:
             stop(scorer)
