@@ -305,6 +305,8 @@ def messages_page() -> str:
 
 
 def _msg_default(f: mi.Field) -> str:
+    if f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT:  # UNSET: required as the doc says
+        return "*see above*"
     value = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
     return f"`{msgspec.json.encode(value).decode()}`"
 

@@ -365,6 +365,39 @@ async def test_a_rejected_rollout_with_readable_ids_is_answered_at_once_whatever
     assert all(s.step == 0 and "malformed rollout" in (s.error or "") for s in replies)
 
 
+async def test_a_text_rollout_lacking_its_prompt_or_response_or_with_an_unknown_field_is_refused_naming_it(
+    stack, redis, keys, start_scorer, eventually
+):
+    start_scorer()
+    reply_to = keys.replies("trainer-1")
+    text = {k: v for k, v in msgspec.to_builtins(rollout("run", 0)).items() if k not in ("prompt", "response")}
+    shapes = {  # rollout id: (its text fields, what its answer must say)
+        "misspelled-prompt": ({"promt": "What is 2+2?", "response": "4"}, "unknown field `promt`"),
+        "no-response": ({"prompt": "What is 2+2?"}, "`response` is missing"),
+        "no-prompt": ({"response": "4"}, "`prompt` is missing"),
+        "misspelled-reference": ({"prompt": "2+2?", "response": "4", "refrence": "4"}, "unknown field `refrence`"),
+        "empty-response": ({"prompt": "What is 2+2?", "response": ""}, None),  # a response all the same: judged
+    }
+    for rollout_id, (fields, _) in shapes.items():
+        raw = {**text, "rollout_id": rollout_id, "reply_to": reply_to, **fields}
+        await redis.xadd(keys.rollouts, {wire.FIELD: msgspec.json.encode(raw)})
+
+    async def answered() -> bool:
+        return await redis.xlen(reply_to) >= len(shapes)
+
+    await eventually(answered, f"{len(shapes)} replies on {reply_to}")
+    replies = {s.rollout_id: s for s in (wire.decode(wire.payload(f), Score) for _, f in await redis.xrange(reply_to))}
+    for rollout_id, (_, says) in shapes.items():
+        score = replies[rollout_id]
+        if says is None:
+            assert score.status is JudgeStatus.OK and score.reward is not None, score
+        else:
+            assert score.status is JudgeStatus.REJECTED and score.reward is None, score
+            assert "malformed rollout" in (score.error or "") and says in (score.error or ""), score.error
+    letters = [wire.payload(f) for _, f in await redis.xrange(keys.dead_letters)]
+    assert len(letters) == len(shapes) - 1
+
+
 async def test_a_reply_key_that_is_not_a_stream_is_dead_lettered_with_nothing_half_written(
     stack, redis, keys, start_scorer, eventually
 ):

@@ -1,7 +1,7 @@
 """What the trainer publishes: rollouts, and the end of a step."""
 
 import hashlib
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, Literal, Protocol, cast
 
 import msgspec
 
@@ -35,7 +35,7 @@ class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
     total_steps: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)] | None = None
 
 
-class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
+class Rollout(Message, tag="rollout", frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One sampled response to score.
 
     `rollout_id` is chosen by the trainer and unique within the run; a rollout
@@ -61,14 +61,18 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
     A rollout of an agent carries its `trajectory` (turns in OpenAI's chat format, messages.trajectories), the
     `tools` it was offered, and `prompt_turns`, how many leading turns were its input: the assistant turns after
     them are the policy's. Its `prompt` and `response` are then optional, and filled with the turns' text
-    (rubricd.chat.text) where empty. A text rollout carries `prompt` and `response` alone, as before.
+    (rubricd.chat.text) where empty. A text rollout carries `prompt` and `response`, both required (an empty
+    response is a response, judged). A field the rollout does not have is refused, not ignored: a misspelled
+    `reference` or `judge_mode` would otherwise lose its value silently.
     """
 
     run_id: RunId
     rollout_id: RolloutId
     step: Step
-    prompt: str = ""
-    response: str = ""
+    # Absent (UNSET) only until __post_init__: a text rollout must carry both (an empty string is a response,
+    # judged); a trajectory's are filled from its turns.
+    prompt: str = cast(str, msgspec.UNSET)
+    response: str = cast(str, msgspec.UNSET)
     reference: str | None = None
     instance_key: InstanceKey | None = None
     reply_to: str | None = None
@@ -92,8 +96,11 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
         if not self.trajectory:
             if self.tools or self.prompt_turns:
                 raise ValueError("tools and prompt_turns go with a trajectory")
-            if not (self.prompt or self.response):
-                raise ValueError("a rollout carries its text (prompt, response) or its turns (trajectory)")
+            for name in ("prompt", "response"):
+                if getattr(self, name) is msgspec.UNSET:
+                    raise ValueError(
+                        f"a text rollout carries `prompt` and `response` (or its turns: `trajectory`); `{name}` is missing"
+                    )
             return
         if (why := malformed(self.trajectory, self.prompt_turns)) is not None:
             raise ValueError(why)
