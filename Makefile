@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python agents agents-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -94,6 +94,18 @@ frameworks:
 
 frameworks-python:
 	@echo $(FRAMEWORKS_VENV)/bin/python
+
+# The agent-RL frameworks' venv, cached outside the repo like the one above (about a minute, once): OpenPipe ART
+# without its backend extra (tests/system/test_art.py); the project's code comes from the checkout.
+AGENTS := openpipe-art-0.5.18
+AGENTS_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/agents-$(AGENTS)
+agents:
+	@test -x $(AGENTS_VENV)/bin/python || { rm -rf $(AGENTS_VENV).new && python3 -m venv $(AGENTS_VENV).new && \
+	  $(AGENTS_VENV).new/bin/python -m pip install -q openpipe-art==0.5.18 "msgspec>=0.19" "redis>=5.0" && \
+	  mv $(AGENTS_VENV).new $(AGENTS_VENV); }
+
+agents-python:
+	@echo $(AGENTS_VENV)/bin/python
 
 # What tests/system/test_k8s.py checks deploy/k8s with, offline (no cluster, no kubectl), pinned and cached outside
 # the repo: kustomize built from its Go module, and the CRDs (KEDA's ScaledObject and TriggerAuthentication,

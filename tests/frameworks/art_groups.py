@@ -1,0 +1,80 @@
+"""OpenPipe ART's own gathering of trajectory groups, rewarded by rubricd in place of RULER (rubricd.adapters.art).
+
+    python tests/frameworks/art_groups.py OUT.json < scenarios.json    # [{"question", "answers": [...]}, ...]
+
+A scripted policy answers each scenario's question once per answer, as an ART rollout function would: a
+Trajectory of a system and a user message, a calculator call it makes and the tool's result, then the answer
+(a Choice, as ART's own OpenAI calls record it). `art.gather_trajectory_groups` gathers a group per scenario,
+each scored by `ArtReward.score_group` as its `after_each`, exceptions swallowed (a group rubricd could not score
+is dropped, as with RULER). The first scenario is then scored again without swallowing. OUT.json holds what
+ART returned: each kept group's trajectories (reward, metrics, logs), and the error the unswallowed call raised.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+import art
+from openai.types.chat.chat_completion import Choice
+
+from rubricd import SyncRubricdClient
+from rubricd.adapters.art import ArtReward, JudgeFailed
+
+CALC = {
+    "type": "function",
+    "function": {
+        "name": "calc",
+        "description": "Evaluate arithmetic.",
+        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
+    },
+}
+
+
+async def rollout(question: str, answer: str) -> art.Trajectory:
+    """The scripted policy's trajectory: it calls the calculator, reads the result, answers."""
+    expr = question.split("What is ")[-1].split("?")[0].strip()
+    call = {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": json.dumps({"expr": expr})}}
+    return art.Trajectory(
+        messages_and_choices=[
+            {"role": "system", "content": "Answer with the calculator's help."},
+            {"role": "user", "content": question},
+            Choice.model_validate(
+                {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "tool_calls": [call]}}
+            ),
+            {"role": "tool", "tool_call_id": "c1", "content": answer.split()[-1].rstrip(".")},
+            Choice.model_validate(
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}
+            ),
+        ],
+        tools=[CALC],
+        reward=0.5,  # the environment's own reward, kept by the scorer as `independent_reward`
+    )
+
+
+async def main(out: str, scenarios: list[dict]) -> None:
+    client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
+    reward = ArtReward(client, os.environ["RUBRICD_RUN"], timeout=120)
+    groups = await art.gather_trajectory_groups(
+        (art.TrajectoryGroup(rollout(s["question"], a) for a in s["answers"]) for s in scenarios),
+        after_each=lambda group: reward.score_group(group, step=0, swallow_exceptions=True),
+        pbar_desc=None,
+    )
+    try:
+        first = art.TrajectoryGroup([await rollout(scenarios[-1]["question"], a) for a in scenarios[-1]["answers"]])
+        await reward.score_group(first, step=0)
+        raised = None
+    except JudgeFailed as e:
+        raised = str(e)
+    reward.finish()
+    client.close()
+    kept = [
+        [{"reward": t.reward, "metrics": t.metrics, "logs": t.logs, "answer": t.messages()[-1]["content"]} for t in g]
+        for g in groups
+    ]
+    with open(out, "w") as f:
+        json.dump({"groups": kept, "raised": raised}, f)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], json.load(sys.stdin)))

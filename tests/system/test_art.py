@@ -1,0 +1,78 @@
+"""OpenPipe ART for real (openpipe-art 0.5.18, `make agents`'s venv): its `gather_trajectory_groups` gathers a
+scripted policy's trajectory groups and rewards each through rubricd.adapters.art in place of RULER
+(tests/frameworks/art_groups.py), against a scorer on the real stack judging each group whole."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rubricd import wire
+from rubricd.messages import JudgeStatus, ScoredRollout
+from rubricd.store import RubricStore
+from tests.factories import rubric_set
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+RUN = "art-run"
+SCENARIOS = [
+    {"question": "What is 17 + 25?", "answers": ["The sum is 42.", "The sum is 41.", "It is 42."]},
+    {"question": "What is 3 + 4?", "answers": ["The sum is 7.", "The sum is 8."]},
+    # Every judge call of this group fails (the simulator's marker), and nothing else's.
+    {"question": "What is 5 + 5? [sim:fail=500,times=99]", "answers": ["The sum is 10.", "It is 11."]},
+]
+
+
+@pytest.mark.timeout(900)
+async def test_art_gathers_groups_rewarded_by_rubricd_with_verdicts_and_drops_a_group_it_could_not_judge(
+    stack, redis, keys, start_service, tmp_path, agents_python
+):
+    assert await RubricStore(redis, keys).publish(rubric_set(run_id=RUN))
+    start_service("scorer", llm__max_retries=1, judge_cache_ttl_s=0)
+    done = subprocess.run(
+        [agents_python, str(ROOT / "tests" / "frameworks" / "art_groups.py"), str(tmp_path / "out.json")],
+        input=json.dumps(SCENARIOS),
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(ROOT / "shared"),
+            "RUBRICD_REDIS_URL": stack.redis_url,
+            "RUBRICD_NAMESPACE": keys.namespace,
+            "RUBRICD_RUN": RUN,
+            "WEAVE_DISABLED": "true",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    kept = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
+    scored = {k.rollout.trajectory[-1].content: k for k in kept if k.score.status is JudgeStatus.OK}
+
+    # ART kept the two groups rubricd judged, each whole, and dropped the one whose judge failed (swallowed).
+    assert sorted(len(g) for g in out["groups"]) == [2, 3]
+    rubric_ids = {r.id for r in rubric_set(run_id=RUN).rubrics}
+    for trajectory in (t for g in out["groups"] for t in g):
+        score = scored[trajectory["answer"]].score
+        assert trajectory["reward"] == score.reward == trajectory["metrics"]["rubricd_reward"]
+        assert trajectory["metrics"]["independent_reward"] == 0.5  # the environment's own, kept as RULER keeps it
+        assert trajectory["metrics"]["rubric_version"] == score.rubric_version == 1
+        verdicts = {k.removeprefix("rubric/"): v for k, v in trajectory["metrics"].items() if k.startswith("rubric/")}
+        assert verdicts == {r.rubric_id: (1.0 if r.met else 0.0) for r in score.results}
+        assert set(verdicts) == rubric_ids
+        assert any(line.startswith("rubricd: ") for line in trajectory["logs"])
+    # Each rollout carried the conversation as ART recorded it (its choices as assistant turns) with its tool, and
+    # was judged with its group.
+    for k in scored.values():
+        roles = [t.role for t in k.rollout.trajectory]
+        assert roles == ["system", "user", "assistant", "tool", "assistant"] and k.rollout.prompt_turns == 2
+        assert [t.function.name for t in k.rollout.tools] == ["calc"]
+        answers = next(s["answers"] for s in SCENARIOS if s["question"] == k.rollout.trajectory[1].content)
+        assert k.rollout.group_size == len(answers) and k.score.grouping and k.score.grouping.members == len(answers)
+    failed = [k for k in kept if k.score.status is JudgeStatus.JUDGE_FAILED]
+    assert {k.rollout.trajectory[1].content for k in failed} == {SCENARIOS[2]["question"]}
+    # Without swallowing, the failure is ART's exception, never a reward of 0.
+    assert out["raised"] is not None and "judge_failed" in out["raised"] and "2 of 2" in out["raised"]
