@@ -70,8 +70,8 @@ def _hashed(call: Call, s: Sample, index: int) -> bytes:
 
 
 def rollouts_of(call: Call, samples: Sequence[Sample]) -> list[Rollout]:
-    """The samples as the rollouts to score; InvalidRollout for one the Rollout's own checks refuse (neither text
-    nor turns)."""
+    """The samples as the rollouts to score; InvalidRollout for one the Rollout's own checks refuse (a malformed
+    trajectory)."""
     try:
         return [
             Rollout(
@@ -111,7 +111,7 @@ class RewardGateway:
     async def score(self, call: Call, samples: Sequence[Sample]) -> list[Score | None]:
         """Each sample's Score, None where none came by the deadline. Raises Busy beyond the bound (nothing is
         published), InvalidRollout for a rollout the scorer would reject (a run id or step outside its bounds, a
-        sample with neither text nor turns)."""
+        malformed trajectory)."""
         rollouts = rollouts_of(call, samples)
         async with self.holding(len(rollouts)):
             scored = await self.stored(rollouts)
