@@ -216,7 +216,7 @@ def frameworks_python() -> str:
 
 @pytest.fixture(scope="session")
 def agents_python() -> str:
-    """The python of `make agents`'s venv (OpenPipe ART; cached outside the repo), built if missing."""
+    """The python of `make agents`'s venv (OpenPipe ART, verifiers; cached outside the repo), built if missing."""
     root = Path(__file__).parents[1]
     subprocess.run(["make", "-s", "agents"], cwd=root, check=True, timeout=1200)
     done = subprocess.run(["make", "-s", "--no-print-directory", "agents-python"], cwd=root, capture_output=True)

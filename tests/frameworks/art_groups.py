@@ -19,7 +19,7 @@ import art
 from openai.types.chat.chat_completion import Choice
 
 from rubricd import SyncRubricdClient
-from rubricd.adapters.art import ArtReward, JudgeFailed
+from rubricd.adapters import ArtReward, JudgeFailed
 
 CALC = {
     "type": "function",

@@ -1,6 +1,6 @@
 """Reward functions for trainers, backed by rubricd: TRL's `reward_funcs` (rubric rewards, and Rubric-ARM's two
-models' with `trl_arm_reward`), verl's `compute_score` and OpenPipe ART's group scoring (`ArtReward`, in place of
-RULER). One module per framework; `reward` holds what they share.
+models' with `trl_arm_reward`), verl's `compute_score`, OpenPipe ART's group scoring (`ArtReward`, in place of
+RULER) and a verifiers task's `@vf.reward` (`VerifiersReward`). One module per framework; `reward` holds what they share.
 
     client = SyncRubricdClient("redis://rubricd-redis:6399/0")
     reward = trl_reward(client, run_id="grpo-1", reference_column="answer")
@@ -11,12 +11,23 @@ A batch is published in one round trip; per-sample calls wait concurrently on th
 Rollout ids are fresh per call; the first rollout of a later step closes the earlier ones (`finish()` the
 last), each rank closing its own part (`RANK`, `WORLD_SIZE`, or `rank=`, `world_size=`); evaluation calls are
 published as evaluation rollouts. A trainer's chat messages (tool calls and results included) are sent as the
-rollout's trajectory (`conversation.turns`). Details: docs/integrators/ (trl.md, verl.md, art.md).
+rollout's trajectory (`conversation.turns`). Details: docs/integrators/ (trl.md, verl.md, art.md, verifiers.md).
 """
 
-from .art import ArtReward, JudgeFailed
+from .art import ArtReward
+from .reward import JudgeFailed
 from .trl import async_trl_reward, trl_reward
 from .trl_arm import ArmRejected, trl_arm_reward
+from .verifiers import VerifiersReward
 from .verl import VerlReward
 
-__all__ = ["ArmRejected", "ArtReward", "JudgeFailed", "VerlReward", "async_trl_reward", "trl_arm_reward", "trl_reward"]
+__all__ = [
+    "ArmRejected",
+    "ArtReward",
+    "JudgeFailed",
+    "VerifiersReward",
+    "VerlReward",
+    "async_trl_reward",
+    "trl_arm_reward",
+    "trl_reward",
+]

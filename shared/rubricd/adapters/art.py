@@ -3,27 +3,13 @@ rubricd's rewards, as ART's `ruler_score_group` does, for `gather_trajectory_gro
 Details: docs/integrators/art.md."""
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..chat import text
 from ..client import SyncRubricdClient
-from ..messages import JudgeStatus, Score
-from .reward import Reward, Sample
-
-
-class JudgeFailed(RuntimeError):
-    """Some trajectories of a group have no reward from rubricd (the judge failed, the rollout was refused, or the
-    `alternating` policy masked it); `scores` holds the group's scores, in order."""
-
-    def __init__(self, scores: Sequence[Score]) -> None:
-        failed = [f"trajectory {i}: {s.status} ({s.error or 'masked'})" for i, s in enumerate(scores) if failed_(s)]
-        super().__init__(f"{len(failed)} of {len(scores)} trajectories not scored: " + "; ".join(failed))
-        self.scores = list(scores)
-
-
-def failed_(score: Score) -> bool:
-    return score.status is not JudgeStatus.OK or score.reward is None
+from ..messages import Score
+from .reward import JudgeFailed, Reward, Sample, unscored
 
 
 class ArtReward:
@@ -55,7 +41,7 @@ class ArtReward:
         members = f"art-{uuid.uuid4().hex[:16]}"  # the sample group's id: one per call
         try:
             scores = await self.reward.score_async(step, [sample(t, members, len(trajectories)) for t in trajectories])
-            if any(failed_(s) for s in scores):
+            if any(unscored(s) for s in scores):
                 raise JudgeFailed(scores)
         except Exception:
             if swallow_exceptions:

@@ -1,5 +1,5 @@
-"""What every adapter shares: a run's open steps (`Steps`) and the samples of one call made rollouts and scored
-(`Reward`)."""
+"""What every adapter shares: a run's open steps (`Steps`), the samples of one call made rollouts and scored
+(`Reward`), and the failure of a sample rubricd gave no reward (`JudgeFailed`)."""
 
 import asyncio
 import hashlib
@@ -13,11 +13,27 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ..client import RubricdClient, SyncRubricdClient
-from ..messages import AnalysisSample, JudgeMode, Rollout, Score, Tool, TrainingContext, Turn
+from ..messages import AnalysisSample, JudgeMode, JudgeStatus, Rollout, Score, Tool, TrainingContext, Turn
 from .conversation import NotTurns, turns
 
 log = logging.getLogger("rubricd.adapters")
 _GROUP = re.compile(r"^[A-Za-z0-9_./-]{1,200}$")  # GroupId's alphabet
+
+
+class JudgeFailed(RuntimeError):
+    """Some samples of a call have no reward from rubricd (the judge failed, the rollout was refused, or the
+    `alternating` policy masked it): the framework's own failure, never a reward of 0. `scores` holds the call's
+    scores, in order."""
+
+    def __init__(self, scores: Sequence[Score]) -> None:
+        failed = [f"sample {i}: {s.status} ({s.error or 'masked'})" for i, s in enumerate(scores) if unscored(s)]
+        super().__init__(f"{len(failed)} of {len(scores)} samples not scored by rubricd: " + "; ".join(failed))
+        self.scores = list(scores)
+
+
+def unscored(score: Score) -> bool:
+    """Whether rubricd gave the rollout no reward (judge failed, refused, masked)."""
+    return score.status is not JudgeStatus.OK or score.reward is None
 
 
 class Sample(NamedTuple):

@@ -1,0 +1,91 @@
+"""verifiers (0.4, its v1 API): rubricd's reward for a task's traces, as a `@vf.reward` method. Details:
+docs/integrators/verifiers.md."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..client import SyncRubricdClient
+from ..messages import Score
+from .reward import JudgeFailed, Reward, Sample, group_id, unscored
+
+
+class VerifiersReward:
+    """rubricd's reward for verifiers traces, one run's.
+
+    `await reward.score(trace)` sends the trace's messages (prompt and completion, tool calls and results) with its
+    tools as a rollout's turns, in the sample group of its task (the `group_size` rollouts of one example a
+    trainer samples, prime-rl's `rollouts_per_example`; judged whole under group judging), at step `self.step`
+    (the trainer sets it; verifiers does not know it), and returns rubricd's reward; it records the rubric
+    version and each rubric's verdict (`rubric/<id>`) as the trace's metrics. When rubricd gives it no reward
+    (the judge failed, the rollout was refused or masked) it raises JudgeFailed: verifiers records the task
+    error on the trace (`trace.ok` false) and prime-rl leaves the trace out, never a reward of 0 that looks
+    earned.
+
+        reward = VerifiersReward(SyncRubricdClient(url), run_id="vf-1", group_size=8)
+
+        class MathTask(vf.Task[MathData, vf.State, vf.TaskConfig]):
+            @vf.reward
+            async def rubricd(self, trace: vf.Trace) -> float:
+                return await reward.score(trace)
+    """
+
+    def __init__(self, client: SyncRubricdClient, run_id: str, *, group_size: int | None = None, **options: Any):
+        """`group_size`: the rollouts of one example a step samples (None: a group is judged at its deadline);
+        `options`: as every adapter's (rubricd.adapters.reward.Reward)."""
+        self.reward = Reward(client, run_id, **options)
+        self.group_size = group_size
+        self.step = 0
+
+    async def score(self, trace: Any) -> float:
+        """The trace's reward from rubricd (JudgeFailed when it has none)."""
+        [score] = await self.reward.score_async(self.step, [sample(trace, self.step, self.group_size)])
+        if unscored(score):
+            raise JudgeFailed([score])
+        record(trace, score)
+        assert score.reward is not None
+        return score.reward
+
+    def finish(self) -> None:
+        """Close every open step (call it when training ends)."""
+        self.reward.finish()
+
+
+def sample(trace: Any, step: int, group_size: int | None) -> Sample:
+    """A verifiers trace as a sample: its final branch's messages in OpenAI's chat format (the leading ones before
+    the first assistant message are the prompt), the tools offered, and its task's group at `step`."""
+    from verifiers.v1.dialects.chat import message_to_wire
+
+    messages = [message_to_wire(m) for m in trace.messages]
+    prompt_turns = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    data = trace.task.data
+    return Sample(
+        prompt=str(data.prompt_text),
+        response=str(trace.last_reply),
+        reference=_reference(data),
+        messages=messages,
+        prompt_turns=prompt_turns,
+        tools=_tools(trace.tools),
+        group=group_id(f"{trace.task.key}-s{step}") if group_size != 1 else None,
+        group_size=group_size if group_size != 1 else None,
+    )
+
+
+def record(trace: Any, score: Score) -> None:
+    """The score's rubric version and verdicts as the trace's metrics."""
+    metrics = {"rubric_version": float(score.rubric_version)}
+    metrics.update({f"rubric/{r.rubric_id}": 1.0 if r.met else 0.0 for r in score.results})
+    trace.record_metrics(metrics)
+
+
+def _reference(data: Any) -> str | None:
+    answer = getattr(data, "answer", None)
+    return None if answer is None else str(answer)
+
+
+def _tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
+    """verifiers' tools as OpenAI function specs."""
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in tools
+        if t.type == "function"
+    ]
