@@ -223,6 +223,36 @@ def agents_python() -> str:
     return done.stdout.decode().strip()
 
 
+@pytest.fixture
+def run_framework(stack: Stack, keys: Keys, tmp_path: Path) -> Callable[..., str]:
+    """`run_framework(python, script, *args, run=RUN, input=None, **env)`: tests/frameworks/SCRIPT run by PYTHON (a
+    framework's venv) against this stack's Redis in the test's namespace (RUBRICD_REDIS_URL, RUBRICD_NAMESPACE,
+    RUBRICD_RUN), the checkout's shared package on its path, HOME a temporary directory, and ENV; its stdout. A
+    script that fails fails the test with its stderr."""
+
+    def run(python: str, script: str, *args: object, run: str, input: str | None = None, **env: str) -> str:
+        done = subprocess.run(
+            [python, str(REPO / "tests" / "frameworks" / script), *map(str, args)],
+            input=input,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(tmp_path),
+                "PYTHONPATH": str(REPO / "shared"),
+                "RUBRICD_REDIS_URL": stack.redis_url,
+                "RUBRICD_NAMESPACE": keys.namespace,
+                "RUBRICD_RUN": run,
+                **env,
+            },
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        return done.stdout
+
+    return run
+
+
 @contextlib.contextmanager
 def _serve_dashboard(env: dict[str, str], port: int) -> Iterator[str]:
     server = subprocess.Popen(

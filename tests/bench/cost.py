@@ -32,7 +32,7 @@ import psutil
 import redis as redis_sync
 import stages
 from redis.asyncio import Redis
-from scoring import ENV, LLM_URL, NAMESPACE, REDIS_URL, REPO, STACK, groups, judging_directly, machine, pct, rollouts
+from scoring import ENV, NAMESPACE, REDIS_URL, REPO, STACK, groups, judging_directly, machine, pct, rollouts, scorer_env
 
 from rubricd import RubricdClient
 from rubricd.messages import Function, FunctionSpec, Rollout, Tool, ToolCall, Turn
@@ -295,20 +295,11 @@ async def main(args: argparse.Namespace) -> None:
     subprocess.run([str(STACK), "up", "redis", "simulator"], env=env, check=True)
     out = args.reports / time.strftime("bench-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    scorer_env = {
-        **env,
-        "RUBRICD_REDIS_URL": REDIS_URL,
-        "RUBRICD_LLM__BASE_URL": LLM_URL,
-        "RUBRICD_NAMESPACE": NAMESPACE,
-        "RUBRICD_MAX_IN_FLIGHT": str(args.concurrency),
-        "RUBRICD_STREAM_MAXLEN": "5000",
-        "RUBRICD_JUDGE_CACHE_TTL_S": "0",
-        "RUBRICD_LOG_LEVEL": "WARNING",
-    }
+    settings = scorer_env(env, args.concurrency, RUBRICD_JUDGE_CACHE_TTL_S="0")  # every rollout judged
     redis_sync.Redis.from_url(REDIS_URL).flushdb()
     stamps = out / "stamps.jsonl"
     try:
-        scorer = start_scorer(scorer_env)
+        scorer = start_scorer(settings)
         try:
             await asyncio.sleep(3)
             await warm_up()
@@ -320,7 +311,7 @@ async def main(args: argparse.Namespace) -> None:
             await under_profile(scorer.pid, args.profile_s, args.concurrency, out)
         finally:
             stop(scorer)
-        scorer = start_scorer(scorer_env, stamps)  # stamped: its stages, one rollout at a time
+        scorer = start_scorer(settings, stamps)  # stamped: its stages, one rollout at a time
         try:
             await asyncio.sleep(3)
             await warm_up()

@@ -373,21 +373,29 @@ def machine() -> str:
     )
 
 
-async def main(args: argparse.Namespace) -> None:
-    env = {**os.environ, **ENV, "RUBRICD_SIM_WORKERS": str(args.simulator_workers)}
-    subprocess.run([str(STACK), "up", "redis", "simulator"], env=env, check=True)
-    scorer_env = {
+def scorer_env(env: dict[str, str], concurrency: int, **settings: str) -> dict[str, str]:
+    """The bench scorer's environment: the bench's Redis and simulator, `concurrency` in flight, the streams
+    capped at 5000, and `settings` (RUBRICD_... variables)."""
+    return {
         **env,
         "RUBRICD_REDIS_URL": REDIS_URL,
         "RUBRICD_LLM__BASE_URL": LLM_URL,
         "RUBRICD_NAMESPACE": NAMESPACE,
-        "RUBRICD_MAX_IN_FLIGHT": str(args.concurrency),
+        "RUBRICD_MAX_IN_FLIGHT": str(concurrency),
         "RUBRICD_STREAM_MAXLEN": "5000",
-        "RUBRICD_TRIM_INTERVAL_S": "1",
         "RUBRICD_LOG_LEVEL": "WARNING",
+        **settings,
     }
+
+
+async def main(args: argparse.Namespace) -> None:
+    env = {**os.environ, **ENV, "RUBRICD_SIM_WORKERS": str(args.simulator_workers)}
+    subprocess.run([str(STACK), "up", "redis", "simulator"], env=env, check=True)
     redis_sync.Redis.from_url(REDIS_URL).flushdb()
-    scorer = subprocess.Popen([sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"], env=scorer_env)
+    scorer = subprocess.Popen(
+        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
+        env=scorer_env(env, args.concurrency, RUBRICD_TRIM_INTERVAL_S="1"),
+    )
     try:
         await asyncio.sleep(3)
         await through_rubricd(rollouts("warmup", 50), 50)

@@ -3,8 +3,6 @@ scripted policy's trajectory groups and rewards each through rubricd.adapters.ar
 (tests/frameworks/art_groups.py), against a scorer on the real stack judging each group whole."""
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +13,6 @@ from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).parents[2]
 RUN = "art-run"
 SCENARIOS = [
     {"question": "What is 17 + 25?", "answers": ["The sum is 42.", "The sum is 41.", "It is 42."]},
@@ -27,27 +24,11 @@ SCENARIOS = [
 
 @pytest.mark.timeout(900)
 async def test_art_gathers_groups_rewarded_by_rubricd_with_verdicts_and_drops_a_group_it_could_not_judge(
-    stack, redis, keys, start_service, tmp_path, agents_python
+    redis, keys, start_service, tmp_path, agents_python, run_framework
 ):
     assert await RubricStore(redis, keys).publish(rubric_set(run_id=RUN))
     start_service("scorer", llm__max_retries=1, judge_cache_ttl_s=0)
-    done = subprocess.run(
-        [agents_python, str(ROOT / "tests" / "frameworks" / "art_groups.py"), str(tmp_path / "out.json")],
-        input=json.dumps(SCENARIOS),
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "PYTHONPATH": str(ROOT / "shared"),
-            "RUBRICD_REDIS_URL": stack.redis_url,
-            "RUBRICD_NAMESPACE": keys.namespace,
-            "RUBRICD_RUN": RUN,
-            "WEAVE_DISABLED": "true",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_framework(agents_python, "art_groups.py", tmp_path / "out.json", run=RUN, input=json.dumps(SCENARIOS))
     out = json.loads((tmp_path / "out.json").read_text())
     kept = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
     scored = {k.rollout.trajectory[-1].content: k for k in kept if k.score.status is JudgeStatus.OK}

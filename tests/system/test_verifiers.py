@@ -4,8 +4,6 @@ vf_rubricd_env.py, run by tests/frameworks/verifiers_env.py), each example's gro
 the real stack."""
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +14,6 @@ from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).parents[2]
 RUN = "vf-run"
 GROUP = 3
 ROWS = [
@@ -28,32 +25,19 @@ ROWS = [
 
 @pytest.mark.timeout(900)
 async def test_verifiers_env_scores_its_traces_through_rubricd_and_a_failed_judge_is_a_task_error(
-    stack, redis, keys, start_service, tmp_path, agents_python
+    redis, keys, start_service, tmp_path, agents_python, run_framework
 ):
     assert await RubricStore(redis, keys).publish(rubric_set(run_id=RUN))
     start_service("scorer", llm__max_retries=1, judge_cache_ttl_s=0)
-    done = subprocess.run(
-        [
-            agents_python,
-            str(ROOT / "tests" / "frameworks" / "verifiers_env.py"),
-            str(tmp_path / "out.json"),
-        ],
+    run_framework(
+        agents_python,
+        "verifiers_env.py",
+        tmp_path / "out.json",
+        run=RUN,
         input=json.dumps(ROWS),
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "PYTHONPATH": str(ROOT / "shared"),
-            "RUBRICD_REDIS_URL": stack.redis_url,
-            "RUBRICD_NAMESPACE": keys.namespace,
-            "RUBRICD_RUN": RUN,
-            "RUBRICD_GROUP_SIZE": str(GROUP),
-            "NO_PROXY": "127.0.0.1,localhost",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
+        RUBRICD_GROUP_SIZE=str(GROUP),
+        NO_PROXY="127.0.0.1,localhost",
     )
-    assert done.returncode == 0, done.stderr[-4000:]
     traces = json.loads((tmp_path / "out.json").read_text())
     kept = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
     assert len(traces) == len(kept) == GROUP * len(ROWS)

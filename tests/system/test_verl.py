@@ -6,8 +6,6 @@ sample: a failed judge among judged ones once failed the step). And verl's tool 
 as the rollout's trajectory (tests/frameworks/verl_agent_loop.py)."""
 
 import json
-import subprocess
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -19,7 +17,6 @@ from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).parents[2]
 RUN = "verl-run"
 CASES = [
     {"prompt": "What is 17 + 25 ?", "response": "The sum is 42 .", "label": "42", "step": 4},
@@ -36,29 +33,21 @@ CASES = [
 
 @pytest.mark.timeout(900)
 async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
-    stack, redis, keys, start_service, tmp_path, frameworks_python
+    redis, keys, start_service, tmp_path, frameworks_python, run_framework
 ):
     assert await RubricStore(redis, keys).publish(rubric_set(run_id=RUN))
     start_service("scorer", llm__max_retries=1, judge_cache_ttl_s=0)
     functions = ["compute_score", "compute_score_async"]
-    done = subprocess.run(
-        [frameworks_python, str(ROOT / "tests" / "frameworks" / "verl_reward_loop.py"), str(tmp_path), *functions],
+    out = run_framework(
+        frameworks_python,
+        "verl_reward_loop.py",
+        tmp_path,
+        *functions,
+        run=RUN,
         input=json.dumps(CASES),
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "PYTHONPATH": str(ROOT / "shared"),
-            "RUBRICD_REDIS_URL": stack.redis_url,
-            "RUBRICD_NAMESPACE": keys.namespace,
-            "RUBRICD_RUN": RUN,
-            "RAY_USAGE_STATS_ENABLED": "0",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
+        RAY_USAGE_STATS_ENABLED="0",
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = {r["function"]: r for r in map(json.loads, done.stdout.splitlines())}
+    results = {r["function"]: r for r in map(json.loads, out.splitlines())}
     assert set(results) == set(functions)
     for name, result in results.items():
         assert result["rewards"] == [1.0, 0.0, 0.0], name  # the failed judge's is the failure value, flagged
@@ -79,7 +68,7 @@ async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
 
 @pytest.mark.timeout(900)
 async def test_verls_tool_agent_loop_sends_its_conversation_and_takes_the_reward_and_turn_scores(
-    stack, redis, keys, start_service, tmp_path, frameworks_python
+    redis, keys, start_service, tmp_path, frameworks_python, run_framework
 ):
     """verl's ToolAgentLoop for real (tests/frameworks/verl_agent_loop.py: a scripted policy calls a function tool,
     then answers), through the docs' agent loop file: the reward function reads the conversation verl hands it,
@@ -87,23 +76,10 @@ async def test_verls_tool_agent_loop_sends_its_conversation_and_takes_the_reward
     args = Rubric(id="args", criterion="Each tool call passes arguments the tool accepts", points=2, scope="turn")
     assert await RubricStore(redis, keys).publish(rubric_set("correct", args, run_id="verl-agent"))
     start_service("scorer", llm__max_retries=1)
-    done = subprocess.run(
-        [frameworks_python, str(ROOT / "tests" / "frameworks" / "verl_agent_loop.py"), str(tmp_path)],
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "PYTHONPATH": str(ROOT / "shared"),
-            "RUBRICD_REDIS_URL": stack.redis_url,
-            "RUBRICD_NAMESPACE": keys.namespace,
-            "RUBRICD_RUN": "verl-agent",
-            "RAY_USAGE_STATS_ENABLED": "0",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
+    out = run_framework(
+        frameworks_python, "verl_agent_loop.py", tmp_path, run="verl-agent", RAY_USAGE_STATS_ENABLED="0"
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout.splitlines()[-1])
+    result = json.loads(out.splitlines()[-1])
     # The conversation verl's loop kept: its hermes parser's call (arguments an object, no id), the tool's answer.
     calls = [m.get("tool_calls") for m in result["messages"]]
     assert [m["role"] for m in result["messages"]] == ["user", "assistant", "tool", "assistant"]
