@@ -280,8 +280,8 @@ def messages_page() -> str:
         "Generated from the msgspec Structs at build time. On the wire each is the UTF-8 JSON of one stream "
         "entry's `__data__` field ([the wire format](../integrators/wire.md)); `make schemas` writes their JSON "
         "Schema, one document (`shared/schemas/rubricd.schema.json`, `python -m rubricd.schema [FILE]`). Fields "
-        "marked *required* must be sent; every other has the default shown. Unknown fields are ignored, and fields "
-        "are only ever added.",
+        "marked *required* must be sent; every other has the default shown. Unknown fields are ignored (but a "
+        "rollout a trainer publishes: refused), and fields are only ever added.",
         "",
     ]
     seen: set[type] = set()
@@ -306,7 +306,7 @@ def messages_page() -> str:
 
 def _msg_default(f: mi.Field) -> str:
     if f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT:  # UNSET: required as the doc says
-        return "*see above*"
+        return "*required of a text rollout*"
     value = f.default_factory() if f.default is msgspec.NODEFAULT else f.default
     return f"`{msgspec.json.encode(value).decode()}`"
 

@@ -180,7 +180,7 @@ async def stamped(n: int) -> list[tuple[str, str, int]]:
     stages.instrument_client(client_stamps)
     async with RubricdClient(REDIS_URL, namespace=NAMESPACE) as client:
         for rollout in rollouts(f"stages-{time.monotonic_ns()}", n):
-            stages._current.set(rollout.rollout_id)
+            stages.current.set(rollout.rollout_id)
             client_stamps.stamp("client_start")
             await client.score_one(rollout, timeout=60)
             client_stamps.stamp("client_end")

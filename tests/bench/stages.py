@@ -10,6 +10,7 @@ machine, so a stage may start in one process and end in the other. The stamps ar
 
 import atexit
 import functools
+import inspect
 import json
 import sys
 import time
@@ -28,14 +29,15 @@ STAGES = (
     ("scorer: stored answer read (MGET)", "prepared", "answer_start"),
     ("scorer: judge call and score", "answer_start", "answered"),
     ("scorer: commit (Lua)", "commit_start", "committed"),
-    ("client: reply read", "committed", "reply_read"),
+    # The reply is written inside the commit: the client may read it before the scorer has the commit's answer.
+    ("client: reply read, from the commit's start", "commit_start", "reply_read"),
     ("client: decode", "reply_read", "reply_decoded"),
     ("client: hand back", "reply_decoded", "client_end"),
 )
 # The gaps no stage covers (answered -> commit_start: encoding the answer, the kept record, the event).
 GAPS = (("scorer: encode answer, record, event", "answered", "commit_start"),)
 
-_current: ContextVar[str] = ContextVar("rollout", default="")
+current: ContextVar[str] = ContextVar("rollout", default="")  # the rollout a stamp without one is of
 
 
 class Stamps:
@@ -48,7 +50,7 @@ class Stamps:
             atexit.register(self.flush)
 
     def stamp(self, name: str, rollout_id: str | None = None) -> None:
-        self.rows.append((rollout_id if rollout_id is not None else _current.get(), name, time.monotonic_ns()))
+        self.rows.append((rollout_id if rollout_id is not None else current.get(), name, time.monotonic_ns()))
         if self.path is not None and len(self.rows) >= self.flush_every:
             self.flush()
 
@@ -64,7 +66,7 @@ def wrap(owner: Any, name: str, before: Callable[..., None] | None, after: Calla
     original = getattr(owner, name)
     if hasattr(original, "__wrapped__"):
         raise RuntimeError(f"{owner.__name__}.{name} is wrapped already")
-    is_async = _is_coroutine(original)
+    is_async = inspect.iscoroutinefunction(original)
 
     if is_async:
 
@@ -92,12 +94,6 @@ def wrap(owner: Any, name: str, before: Callable[..., None] | None, after: Calla
         setattr(owner, name, wrapped)
 
 
-def _is_coroutine(f: Any) -> bool:
-    import inspect
-
-    return inspect.iscoroutinefunction(f)
-
-
 def instrument_scorer(stamps: Stamps) -> None:
     """Stamp the scorer's stages: its handler's start, the rollout taken, the rubric set ready, the judge's answer,
     the commit."""
@@ -105,7 +101,7 @@ def instrument_scorer(stamps: Stamps) -> None:
     from rubricd_services.scorer.handler import Scorer
 
     def taken(rollout: Any) -> None:
-        _current.set(rollout.rollout_id)
+        current.set(rollout.rollout_id)
         stamps.stamp("taken")
 
     wrap(Scorer, "handle", lambda *a: stamps.stamp("handle_start", ""), None)

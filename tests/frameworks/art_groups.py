@@ -6,8 +6,10 @@ A scripted policy answers each scenario's question once per answer, as an ART ro
 Trajectory of a system and a user message, a calculator call it makes and the tool's result, then the answer
 (a Choice, as ART's own OpenAI calls record it). `art.gather_trajectory_groups` gathers a group per scenario,
 each scored by `ArtReward.score_group` as its `after_each`, exceptions swallowed (a group rubricd could not score
-is dropped, as with RULER). The first scenario is then scored again without swallowing. OUT.json holds what
-ART returned: each kept group's trajectories (reward, metrics, logs), and the error the unswallowed call raised.
+is dropped, as with RULER). The last scenario, the one that fails, is then scored again without swallowing, and
+a group of its own (UNTOUCHED) scored directly. OUT.json holds what ART returned: each kept group's trajectories
+(reward, metrics, logs), the error the unswallowed call raised, and whether the direct call left the group it was
+given as it was.
 """
 
 import asyncio
@@ -19,8 +21,9 @@ import art
 from openai.types.chat.chat_completion import Choice
 
 from rubricd import SyncRubricdClient
-from rubricd.adapters import ArtReward, JudgeFailed
+from rubricd.adapters import ArtReward, NotScored
 
+UNTOUCHED = {"question": "What is 6 + 6?", "answers": ["It is 12.", "It is 13."]}
 CALC = {
     "type": "function",
     "function": {
@@ -61,11 +64,15 @@ async def main(out: str, scenarios: list[dict]) -> None:
         pbar_desc=None,
     )
     try:
-        first = art.TrajectoryGroup([await rollout(scenarios[-1]["question"], a) for a in scenarios[-1]["answers"]])
-        await reward.score_group(first, step=0)
+        last = art.TrajectoryGroup([await rollout(scenarios[-1]["question"], a) for a in scenarios[-1]["answers"]])
+        await reward.score_group(last, step=0)
         raised = None
-    except JudgeFailed as e:
+    except NotScored as e:
         raised = str(e)
+    given = art.TrajectoryGroup([await rollout(UNTOUCHED["question"], a) for a in UNTOUCHED["answers"]])
+    got = await reward.score_group(given, step=0)
+    untouched = all(not t.logs and "rubricd_reward" not in t.metrics and t.reward == 0.5 for t in given.trajectories)
+    untouched = untouched and all("rubricd_reward" in t.metrics for t in got.trajectories)
     reward.finish()
     client.close()
     kept = [
@@ -73,7 +80,7 @@ async def main(out: str, scenarios: list[dict]) -> None:
         for g in groups
     ]
     with open(out, "w") as f:
-        json.dump({"groups": kept, "raised": raised}, f)
+        json.dump({"groups": kept, "raised": raised, "untouched": untouched}, f)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ The reward's run, Redis and group size come from RUBRICD_REDIS_URL, RUBRICD_NAME
 RUBRICD_GROUP_SIZE.
 """
 
-import functools
 import os
 
 import openai
@@ -30,11 +29,9 @@ CALC = {
 }
 
 
-@functools.cache
-def reward() -> VerifiersReward:
-    client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
-    group_size = int(os.environ["RUBRICD_GROUP_SIZE"])
-    return VerifiersReward(client, os.environ["RUBRICD_RUN"], group_size=group_size, judge_mode="group", timeout=120)
+client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
+group_size = int(os.environ["RUBRICD_GROUP_SIZE"])
+reward = VerifiersReward(client, os.environ["RUBRICD_RUN"], group_size=group_size, judge_mode="group", timeout=120)
 
 
 class ArithmeticData(vf.TaskData):
@@ -44,7 +41,7 @@ class ArithmeticData(vf.TaskData):
 class ArithmeticTask(vf.Task[ArithmeticData, vf.State, vf.TaskConfig]):
     @vf.reward
     async def rubricd(self, trace: vf.Trace) -> float:
-        return await reward().score(trace)
+        return await reward.score(trace)
 
 
 class ArithmeticTasksetConfig(vf.TasksetConfig):

@@ -47,13 +47,15 @@ async def test_art_gathers_groups_rewarded_by_rubricd_with_verdicts_and_drops_a_
         assert any(line.startswith("rubricd: ") for line in trajectory["logs"])
     # Each rollout carried the conversation as ART recorded it (its choices as assistant turns) with its tool, and
     # was judged with its group.
+    sizes = {s["question"]: len(s["answers"]) for s in SCENARIOS} | {"What is 6 + 6?": 2}  # and UNTOUCHED's
     for k in scored.values():
         roles = [t.role for t in k.rollout.trajectory]
         assert roles == ["system", "user", "assistant", "tool", "assistant"] and k.rollout.prompt_turns == 2
         assert [t.function.name for t in k.rollout.tools] == ["calc"]
-        answers = next(s["answers"] for s in SCENARIOS if s["question"] == k.rollout.trajectory[1].content)
-        assert k.rollout.group_size == len(answers) and k.score.grouping and k.score.grouping.members == len(answers)
+        size = sizes[k.rollout.trajectory[1].content]
+        assert k.rollout.group_size == size and k.score.grouping and k.score.grouping.members == size
     failed = [k for k in kept if k.score.status is JudgeStatus.JUDGE_FAILED]
     assert {k.rollout.trajectory[1].content for k in failed} == {SCENARIOS[2]["question"]}
     # Without swallowing, the failure is ART's exception, never a reward of 0.
     assert out["raised"] is not None and "judge_failed" in out["raised"] and "2 of 2" in out["raised"]
+    assert out["untouched"]  # the group given is left as it was; the one returned carries the rewards

@@ -57,6 +57,7 @@ async def test_verifiers_env_scores_its_traces_through_rubricd_and_a_failed_judg
         assert [t.function.name for t in k.rollout.tools] == ["calc"]
         assert k.rollout.group_size == GROUP and k.rollout.reference in ("42", "7")
     assert {k.score.grouping.members for k in kept if k.score.grouping} == {GROUP}
-    # A failed judge is verifiers' task error on the trace (prime-rl leaves such traces out), never a reward of 0.
+    # A failed judge is verifiers' task error on the trace, which a trainer leaves out: not ok, no rubricd reward
+    # (verifiers' own `reward`, the sum of the rewards a trace has, reads 0.0 then).
     assert all(not t["ok"] and "judge_failed" in (t["error"] or "") for t in failed), failed
-    assert all(t["rewards"]["rubricd"] is None for t in failed), failed
+    assert all(t["rewards"]["rubricd"] is None and t["reward"] == 0.0 for t in failed), failed

@@ -25,6 +25,7 @@ from rubricd.messages import (
     JudgedComparison,
     JudgeStatus,
     Message,
+    PublishedRollout,
     RewardedArmRollout,
     ScoredRollout,
 )
@@ -56,7 +57,8 @@ class Family:
     """What an answering service takes and keeps: its name, the request's name in reasons and logs, the request
     kept with its answer (a Struct of the two, in that order: its first field names the request, whose id is
     `<that name>_id`), the requests' stream (a Keys attribute) and consumer group, the answer's key and the kept
-    requests' key (Keys methods)."""
+    requests' key (Keys methods); and the request as taken in from its publisher, where that is stricter than as
+    kept (`taken_as`: the scorer refuses a rollout's unknown fields)."""
 
     service: str
     what: str
@@ -65,6 +67,7 @@ class Family:
     consumer_group: str
     stored: Callable[[Keys, str, str], str]
     kept: Callable[[Keys, str], str]
+    taken_as: type[Message] | None = None
 
     @property
     def request(self) -> type[Message]:
@@ -81,7 +84,9 @@ class Family:
 
 
 # service, request, kept as, requests' stream, consumer group, answer's key, kept requests' key
-ROLLOUTS = Family("scorer", "rollout", ScoredRollout, "rollouts", SCORERS, Keys.score, Keys.kept_rollouts)
+ROLLOUTS = Family(
+    "scorer", "rollout", ScoredRollout, "rollouts", SCORERS, Keys.score, Keys.kept_rollouts, PublishedRollout
+)
 COMPARISONS = Family(
     "comparer", "comparison", JudgedComparison, "comparisons", COMPARERS, Keys.preference, Keys.kept_comparisons
 )
@@ -178,7 +183,7 @@ class Answering(Generic[M, A]):
         }
         setting = f"max_{family.what.replace(' ', '_')}_bytes"  # max_rollout_bytes
         self.intake: Intake[M] = Intake(
-            type=cast(type[M], family.request),
+            type=cast(type[M], family.taken_as or family.request),
             what=family.what,
             id_field=family.id_field,
             max_bytes=getattr(settings, setting),

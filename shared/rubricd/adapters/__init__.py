@@ -15,7 +15,7 @@ rollout's trajectory (`conversation.turns`). Details: docs/integrators/ (trl.md,
 """
 
 from .art import ArtReward
-from .reward import JudgeFailed
+from .reward import NotScored
 from .trl import async_trl_reward, trl_reward
 from .trl_arm import ArmRejected, trl_arm_reward
 from .verifiers import VerifiersReward
@@ -24,7 +24,7 @@ from .verl import VerlReward
 __all__ = [
     "ArmRejected",
     "ArtReward",
-    "JudgeFailed",
+    "NotScored",
     "VerifiersReward",
     "VerlReward",
     "async_trl_reward",

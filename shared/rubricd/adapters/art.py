@@ -2,14 +2,16 @@
 rubricd's rewards, as ART's `ruler_score_group` does, for `gather_trajectory_groups(..., after_each=...)`.
 Details: docs/integrators/art.md."""
 
+import logging
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 from ..chat import text
 from ..client import SyncRubricdClient
-from ..messages import Score
-from .reward import JudgeFailed, Reward, Sample, unscored
+from ..messages import JudgeMode, Score
+from .reward import NotScored, Reward, Sample, unscored
+
+log = logging.getLogger("rubricd.adapters")
 
 
 class ArtReward:
@@ -19,9 +21,10 @@ class ArtReward:
     `judge_mode`), each trajectory's messages as a rollout's turns with its tools, and returns a new group
     whose trajectories carry rubricd's reward; in their metrics, the reward they had (`independent_reward`,
     as RULER keeps it), `rubricd_reward`, `rubric_version` and each rubric's verdict (`rubric/<id>`: 1.0 met,
-    0.0 not). A group with a trajectory rubricd gave no reward raises JudgeFailed, or, with
-    `swallow_exceptions`, is None: `gather_trajectory_groups` then drops it, as it does a group RULER failed.
-    Never a reward of 0 that looks earned.
+    0.0 not). A group with a trajectory rubricd gave no reward (its judge failed, it was refused, or the
+    `alternating` policy masked it) raises NotScored, or, with `swallow_exceptions`, is None, with a warning:
+    `gather_trajectory_groups` then drops the whole group, as it does a group RULER failed. Never a reward of 0
+    that looks earned. Like RULER, it refuses trajectories with additional histories.
 
         reward = ArtReward(SyncRubricdClient(url), run_id="art-1")
         groups = await art.gather_trajectory_groups(
@@ -30,7 +33,9 @@ class ArtReward:
         )
     """
 
-    def __init__(self, client: SyncRubricdClient, run_id: str, *, judge_mode: Any = "group", **options: Any) -> None:
+    def __init__(
+        self, client: SyncRubricdClient, run_id: str, *, judge_mode: JudgeMode | None = "group", **options: Any
+    ) -> None:
         """`options`: as every adapter's (rubricd.adapters.reward.Reward: the run's policy, votes, analysis
         sample, synchronous mode, timeout)."""
         self.reward = Reward(client, run_id, judge_mode=judge_mode, **options)
@@ -38,13 +43,16 @@ class ArtReward:
     async def score_group(self, group: Any, step: int, *, swallow_exceptions: bool = False) -> Any:
         """The group with rubricd's rewards (a new TrajectoryGroup; the given one is left as it was)."""
         trajectories = list(group.trajectories)
-        members = f"art-{uuid.uuid4().hex[:16]}"  # the sample group's id: one per call
+        if any(t.additional_histories for t in trajectories):
+            raise ValueError("trajectories with additional histories are not judged (as with RULER)")
+        group_id = f"art-{uuid.uuid4().hex[:16]}"  # one sample group per call
         try:
-            scores = await self.reward.score_async(step, [sample(t, members, len(trajectories)) for t in trajectories])
+            scores = await self.reward.score_async(step, [sample(t, group_id, len(trajectories)) for t in trajectories])
             if any(unscored(s) for s in scores):
-                raise JudgeFailed(scores)
-        except Exception:
+                raise NotScored(scores)
+        except Exception as e:
             if swallow_exceptions:
+                log.warning("ART group of %d trajectories dropped: %s", len(trajectories), e)
                 return None
             raise
         copies = [scored(t, s) for t, s in zip(trajectories, scores, strict=True)]
@@ -57,9 +65,13 @@ class ArtReward:
 
 def sample(trajectory: Any, group: str, group_size: int) -> Sample:
     """An ART trajectory as a sample of `group` (of `group_size`): its messages (ART's `messages()`: its choices as
-    assistant messages; those before the first assistant message are the prompt) and its tools."""
+    assistant messages) and its tools; the messages before its first choice, the policy's first answer, are the
+    prompt (a few-shot assistant message in the prompt stays the prompt's)."""
     messages = list(trajectory.messages())
-    prompt_turns = next((i for i, m in enumerate(messages) if _role(m) == "assistant"), len(messages))
+    recorded = trajectory.messages_and_choices
+    prompt_turns = next((i for i, m in enumerate(recorded) if not isinstance(m, dict)), None)
+    if prompt_turns is None:  # no choices recorded: the messages before the first assistant message
+        prompt_turns = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
     return Sample(
         prompt=text(messages[:prompt_turns], roles=False),
         response=text(messages[prompt_turns:], roles=False),
@@ -73,7 +85,8 @@ def sample(trajectory: Any, group: str, group_size: int) -> Sample:
 
 def scored(trajectory: Any, score: Score) -> Any:
     """A copy of `trajectory` with rubricd's reward and verdicts."""
-    copy = trajectory.model_copy(update={"metrics": dict(trajectory.metrics)})
+    fresh = {"metrics": dict(trajectory.metrics), "metadata": dict(trajectory.metadata), "logs": list(trajectory.logs)}
+    copy = trajectory.model_copy(update=fresh)
     copy.metrics["independent_reward"] = trajectory.reward
     copy.metrics["rubricd_reward"] = score.reward
     copy.metrics["rubric_version"] = score.rubric_version
@@ -84,7 +97,3 @@ def scored(trajectory: Any, score: Score) -> Any:
         "rubricd: " + "; ".join(f"{r.rubric_id} {'met' if r.met else 'unmet'}: {r.explanation}" for r in score.results)
     )
     return copy
-
-
-def _role(message: Any) -> Any:
-    return message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)

@@ -1,5 +1,5 @@
 """What every adapter shares: a run's open steps (`Steps`), the samples of one call made rollouts and scored
-(`Reward`), and the failure of a sample rubricd gave no reward (`JudgeFailed`)."""
+(`Reward`), and the failure of a sample rubricd gave no reward (`NotScored`)."""
 
 import asyncio
 import hashlib
@@ -20,7 +20,7 @@ log = logging.getLogger("rubricd.adapters")
 _GROUP = re.compile(r"^[A-Za-z0-9_./-]{1,200}$")  # GroupId's alphabet
 
 
-class JudgeFailed(RuntimeError):
+class NotScored(RuntimeError):
     """Some samples of a call have no reward from rubricd (the judge failed, the rollout was refused, or the
     `alternating` policy masked it): the framework's own failure, never a reward of 0. `scores` holds the call's
     scores, in order."""

@@ -6,20 +6,20 @@ from typing import Any
 
 from ..client import SyncRubricdClient
 from ..messages import Score
-from .reward import JudgeFailed, Reward, Sample, group_id, unscored
+from .reward import NotScored, Reward, Sample, group_id, unscored
 
 
 class VerifiersReward:
     """rubricd's reward for verifiers traces, one run's.
 
-    `await reward.score(trace)` sends the trace's messages (prompt and completion, tool calls and results) with its
-    tools as a rollout's turns, in the sample group of its task (the `group_size` rollouts of one example a
-    trainer samples, prime-rl's `rollouts_per_example`; judged whole under group judging), at step `self.step`
-    (the trainer sets it; verifiers does not know it), and returns rubricd's reward; it records the rubric
-    version and each rubric's verdict (`rubric/<id>`) as the trace's metrics. When rubricd gives it no reward
-    (the judge failed, the rollout was refused or masked) it raises JudgeFailed: verifiers records the task
-    error on the trace (`trace.ok` false) and prime-rl leaves the trace out, never a reward of 0 that looks
-    earned.
+    `await reward.score(trace, step)` sends the trace's messages (prompt and completion, tool calls and results)
+    with its tools as a rollout's turns, in the sample group of its task at that step (the `group_size` rollouts
+    of one example a trainer samples, prime-rl's `rollouts_per_example`; judged whole under group judging), and
+    returns rubricd's reward; it records the rubric version and each rubric's verdict (`rubric/<id>`) as the
+    trace's metrics. verifiers does not know the training step: give it, or set `self.step` where the trainer
+    and the environment share a process. When rubricd gives the trace no reward (the judge failed, the rollout
+    was refused or masked) it raises NotScored: verifiers records the task error on the trace (`trace.ok`
+    false; its `reward`, the sum of the rewards it has, then reads 0.0), and a trainer leaves such traces out.
 
         reward = VerifiersReward(SyncRubricdClient(url), run_id="vf-1", group_size=8)
 
@@ -36,11 +36,12 @@ class VerifiersReward:
         self.group_size = group_size
         self.step = 0
 
-    async def score(self, trace: Any) -> float:
-        """The trace's reward from rubricd (JudgeFailed when it has none)."""
-        [score] = await self.reward.score_async(self.step, [sample(trace, self.step, self.group_size)])
+    async def score(self, trace: Any, step: int | None = None) -> float:
+        """The trace's reward from rubricd at `step` (None: `self.step`); NotScored when it has none."""
+        step = self.step if step is None else step
+        [score] = await self.reward.score_async(step, [sample(trace, step, self.group_size)])
         if unscored(score):
-            raise JudgeFailed([score])
+            raise NotScored([score])
         record(trace, score)
         assert score.reward is not None
         return score.reward
@@ -51,12 +52,14 @@ class VerifiersReward:
 
 
 def sample(trace: Any, step: int, group_size: int | None) -> Sample:
-    """A verifiers trace as a sample: its final branch's messages in OpenAI's chat format (the leading ones before
-    the first assistant message are the prompt), the tools offered, and its task's group at `step`."""
+    """A verifiers trace as a sample: its final branch's messages in OpenAI's chat format (those before the
+    policy's first answer are the prompt, a few-shot assistant message in it too), the tools offered, and its
+    task's group at `step`."""
     from verifiers.v1.dialects.chat import message_to_wire
 
+    sampled = {id(m) for m in trace.assistant_messages}  # the policy's answers, not the prompt's
+    prompt_turns = next((i for i, m in enumerate(trace.messages) if id(m) in sampled), len(trace.messages))
     messages = [message_to_wire(m) for m in trace.messages]
-    prompt_turns = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
     data = trace.task.data
     return Sample(
         prompt=str(data.prompt_text),

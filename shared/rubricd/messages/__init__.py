@@ -1,7 +1,8 @@
 """Every message of the loop, one module per family.
 
 All are frozen msgspec Structs tagged by a `type` field; schemas evolve only
-additively (new fields have defaults).
+additively (new fields have defaults), and unknown fields are ignored, except in
+a rollout as the scorer takes it in from a trainer (`PublishedRollout`).
 """
 
 from ._base import (
@@ -38,7 +39,7 @@ from .comparisons import (
     Winner,
 )
 from .events import RENAMED_KINDS, UPDATE_OUTCOMES, DeadLetter, Event, EventKind
-from .rollouts import AnalysisSample, JudgeMode, Rollout, StepClosed, TrainingContext, instance_key
+from .rollouts import AnalysisSample, JudgeMode, PublishedRollout, Rollout, StepClosed, TrainingContext, instance_key
 from .rubrics import (
     HEALTHBENCH_AXES,
     Action,
@@ -89,6 +90,7 @@ __all__ = [
     "MAX_STEP",
     "MAX_VOTES",
     "MESSAGES",
+    "PublishedRollout",
     "RENAMED_KINDS",
     "UPDATE_OUTCOMES",
     "Action",

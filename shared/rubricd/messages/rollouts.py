@@ -35,7 +35,7 @@ class TrainingContext(msgspec.Struct, frozen=True, kw_only=True):
     total_steps: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)] | None = None
 
 
-class Rollout(Message, tag="rollout", frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Rollout(Message, tag="rollout", frozen=True, kw_only=True):
     """One sampled response to score.
 
     `rollout_id` is chosen by the trainer and unique within the run; a rollout
@@ -62,8 +62,8 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True, forbid_unknown_
     `tools` it was offered, and `prompt_turns`, how many leading turns were its input: the assistant turns after
     them are the policy's. Its `prompt` and `response` are then optional, and filled with the turns' text
     (rubricd.chat.text) where empty. A text rollout carries `prompt` and `response`, both required (an empty
-    response is a response, judged). A field the rollout does not have is refused, not ignored: a misspelled
-    `reference` or `judge_mode` would otherwise lose its value silently.
+    response is a response, judged). As the scorer takes it in from a trainer, a field a rollout does not have is
+    refused (`PublishedRollout`).
     """
 
     run_id: RunId
@@ -114,6 +114,13 @@ class Rollout(Message, tag="rollout", frozen=True, kw_only=True, forbid_unknown_
     def policy_turns(self) -> list[int]:
         """The indices of the turns the policy wrote: the assistant turns after the prompt's."""
         return [i for i, t in enumerate(self.trajectory) if i >= self.prompt_turns and t.role == "assistant"]
+
+
+class PublishedRollout(Rollout, tag="rollout", frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A Rollout as the scorer takes it in from a trainer: a field a rollout does not have is refused, naming it (a
+    misspelled `reference` or `judge_mode` would otherwise lose its value silently). Read back anywhere else (the
+    kept records, the scored stream), a Rollout ignores unknown fields, so that its schema can grow across a
+    rolling deploy."""
 
 
 class StepClosed(Message, tag="step_closed", frozen=True, kw_only=True):
