@@ -142,6 +142,10 @@ async def test_nemo_gym_verify(run_rubrics, start_scorer, start_gateway):
     )
     assert failed["undefined_classes"] == 2.0
     assert failed["rubricd_error"]
+    # NeMo Gym's own failure keys: its rollout collection keeps the sample out of training (its failures file).
+    assert failed["_ng_failure_class"] == "judge_failed"
+    assert failed["_ng_failure_judge_error"] == failed["rubricd_error"]
+    assert "_ng_failure_class" not in right and "_ng_failure_class" not in wrong
 
 
 def nemo_gym_tool_request() -> dict:

@@ -228,9 +228,10 @@ def nemo_gym_sample(request: NemoGymRequest) -> Sample:
 
 def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, classes: Sequence[str]) -> dict[str, Any]:
     """The verify response: the request, `reward`, `reward_components` (every declared meta-class: NeMo Gym wants
-    the same objectives for every task), and numeric flags that its aggregate metrics average (they read
-    top-level numbers only)."""
+    the same objectives for every task), numeric flags that its aggregate metrics average (they read top-level
+    numbers only), and for a sample without a reward NeMo Gym's own failure keys (`nemo_gym_failure`)."""
     return {
+        **nemo_gym_failure(o),
         **body,
         "reward": failed_reward if o.reward is None else o.reward,
         "reward_components": class_scores(o, classes, failed_reward),
@@ -243,6 +244,19 @@ def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, clas
         "rubricd_error": o.error,
         "rubricd_turns": msgspec.to_builtins(o.turns),
     }
+
+
+def nemo_gym_failure(o: Outcome) -> dict[str, str]:
+    """NeMo Gym's keys of a failed sample, which its rollout collection keeps out of the rollouts it trains on (in
+    its failures file): the kind, `_ng_failure_class` (judge_failed, timed_out, masked), and a failed judge's
+    reason, `_ng_failure_judge_error` (NeMo Gym's name from 0.5 on). None for a sample with a reward."""
+    if o.reward is not None:
+        return {}
+    if o.timed_out:
+        return {"_ng_failure_class": "timed_out"}
+    if o.masked:
+        return {"_ng_failure_class": "masked"}
+    return {"_ng_failure_class": "judge_failed", "_ng_failure_judge_error": o.error or "no reason given"}
 
 
 # --- Rubric-ARM ----------------------------------------------------------------
