@@ -18,20 +18,13 @@ import os
 import sys
 
 import art
+from calc import CALC  # beside this script
 from openai.types.chat.chat_completion import Choice
 
 from rubricd import SyncRubricdClient
 from rubricd.adapters import ArtReward, NotScored
 
 UNTOUCHED = {"question": "What is 6 + 6?", "answers": ["It is 12.", "It is 13."]}
-CALC = {
-    "type": "function",
-    "function": {
-        "name": "calc",
-        "description": "Evaluate arithmetic.",
-        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
-    },
-}
 
 
 async def rollout(question: str, answer: str) -> art.Trajectory:

@@ -12,21 +12,13 @@ import os
 
 import openai
 import verifiers.v1 as vf
+from calc import CALC  # beside this script
 from verifiers.v1.dialects.chat import message_to_wire
 
 from rubricd import SyncRubricdClient
 from rubricd.adapters.verifiers import VerifiersReward
 
 __all__ = ["ArithmeticTaskset", "ArithmeticTasksetConfig", "AskHarness", "AskHarnessConfig"]
-
-CALC = {
-    "type": "function",
-    "function": {
-        "name": "calc",
-        "description": "Evaluate arithmetic.",
-        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
-    },
-}
 
 
 client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
