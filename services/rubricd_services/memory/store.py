@@ -28,8 +28,6 @@ from weaviate.exceptions import UnexpectedStatusCodeError
 from rubricd_services.memory.embedder import Embedder
 from rubricd_services.settings import ServiceSettings
 
-CLEANUP_INTERVAL_S = 60  # how often Weaviate cleans deleted objects out of the vector index
-
 _ID_SPACE = uuid.UUID("8a3f2c1e-5b7d-4e2a-9c60-7d1b0e4f6a21")  # uuid5 namespace of memory object ids
 _PROPERTIES = ["kind", "run_id", "step", "text", "ref", "instance_key", "message"]
 
@@ -129,12 +127,11 @@ class Memory:
         try:
             await self.client.collections.create(
                 name,
-                # Deleted memories (retention, archive) leave tombstones in the HNSW graph that every search and
-                # insert walks past until its clean-up: every minute (Weaviate's default, five, let a run that
-                # forgets a step at each step carry five minutes of them). Fixed when the collection is made.
-                vector_config=Configure.Vectors.self_provided(
-                    vector_index_config=Configure.VectorIndex.hnsw(cleanup_interval_seconds=CLEANUP_INTERVAL_S)
-                ),
+                # A flat index, not HNSW: a search is filtered by run, and Weaviate searches a filter's few
+                # thousand objects by brute force in either; HNSW's graph only made each insert dearer as the
+                # collection grew (3.8 times over 300 steps), and kept deleted memories in it until a clean-up.
+                # Fixed when the collection is made: docs/operators/capacity.md#where-one-weaviate-stops.
+                vector_config=Configure.Vectors.self_provided(vector_index_config=Configure.VectorIndex.flat()),
                 properties=[
                     Property(name="run_id", **exact),
                     Property(name="kind", **exact),
