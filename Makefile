@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python agents agents-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
+.PHONY: all install system-deps weaviate model frameworks frameworks-python agents agents-python nemo-gym nemo-gym-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -108,6 +108,16 @@ agents:
 
 agents-python:
 	@echo $(AGENTS_VENV)/bin/python
+
+# NeMo Gym's own code for its test (tests/gateway/test_nemo_gym.py): it needs Python >= 3.12, so a Debian trixie
+# root (Python 3.13, debootstrap) with NeMo Gym 0.4.0, cached outside the repo, and a python run in it by bubblewrap
+# (tests/frameworks/nemo_gym_root.sh says how). Needs root the first time; three and a half minutes on 2 cores, once.
+NEMO_GYM := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/nemo-gym-0.4.0-trixie
+nemo-gym:
+	@test -x $(NEMO_GYM)/python || tests/frameworks/nemo_gym_root.sh $(NEMO_GYM)
+
+nemo-gym-python:
+	@echo $(NEMO_GYM)/python
 
 # What tests/system/test_k8s.py checks deploy/k8s with, offline (no cluster, no kubectl), pinned and cached outside
 # the repo: kustomize built from its Go module, and the CRDs (KEDA's ScaledObject and TriggerAuthentication,

@@ -223,6 +223,16 @@ def agents_python() -> str:
     return done.stdout.decode().strip()
 
 
+@pytest.fixture(scope="session")
+def nemo_gym_python() -> str:
+    """The python of `make nemo-gym`'s Debian trixie root (Python 3.13, NeMo Gym 0.4.0; cached outside the repo),
+    built if missing (as root, once)."""
+    root = Path(__file__).parents[1]
+    subprocess.run(["make", "-s", "nemo-gym"], cwd=root, check=True, timeout=1200)
+    done = subprocess.run(["make", "-s", "--no-print-directory", "nemo-gym-python"], cwd=root, capture_output=True)
+    return done.stdout.decode().strip()
+
+
 @pytest.fixture
 def run_framework(stack: Stack, keys: Keys, tmp_path: Path) -> Callable[..., str]:
     """`run_framework(python, script, *args, run=RUN, input=None, **env)`: tests/frameworks/SCRIPT run by PYTHON (a

@@ -1,6 +1,7 @@
 """Each contract's request to samples and outcomes to answer, without a broker."""
 
 import os
+import statistics
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -187,6 +188,39 @@ def test_nemo_gym_s_cohort_is_the_group_and_a_replacement_attempt_a_group_of_its
     assert [(r.group, r.group_size) for r in rollouts] == [("run7-task3", 2)] * 2 + [(None, None)]
     assert {(r.judge_mode, r.judge_votes, r.analysis_sample) for r in rollouts} == {("group", 3, None)}
     assert len(set(rollout_ids(CALL, first[:1]) + rollout_ids(CALL, first[1:]))) == 2  # same answer, two members
+
+
+def test_nemo_gym_s_task_is_the_group_where_no_cohort_is_named():
+    members = [nemo_gym(_ng_task_index=3, _ng_rollout_index=i) for i in range(2)]
+    assert [(s.group, s.index) for s in members] == [("task-3", 0), ("task-3", 1)]
+    assert nemo_gym(_ng_task_index=3, _ng_group_id="g7").group == "g7"  # a named cohort wins
+
+
+def test_nemo_gym_s_aggregate_metrics_describe_every_number_overall_and_per_task():
+    def verified(task: int, reward: float, judge_ok: bool) -> dict[str, object]:
+        usage = {"input_tokens": 10, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 0}}
+        return {
+            "_ng_task_index": task,
+            "_ng_rollout_index": 0,
+            "reward": reward,
+            "judge_ok": judge_ok,
+            "rubricd_error": None,
+            "response": {"usage": usage},
+            "rubricd_turns": [],
+        }
+
+    rows = [verified(0, 1.0, True), verified(0, 0.5, True), verified(1, -1.0, False)]
+    got = contracts.nemo_gym_metrics(contracts.NemoGymAggregateRequest(rows))
+    overall = got["agent_metrics"]
+    assert overall["mean/reward"] == pytest.approx(0.5 / 3) and overall["median/reward"] == 0.5
+    assert (overall["max/reward"], overall["min/reward"]) == (1.0, -1.0)
+    assert overall["std/reward"] == pytest.approx(statistics.stdev([1.0, 0.5, -1.0]))
+    assert overall["mean/judge_ok"] == pytest.approx(2 / 3) and overall["mean/input_tokens"] == 10
+    assert not [k for k in overall if "_ng_" in k or "rubricd_" in k or "details" in k]  # numbers only
+    assert got["key_metrics"] == {"mean/reward": overall["mean/reward"], "mean/judge_ok": overall["mean/judge_ok"]}
+    [task0, task1] = got["group_level_metrics"]
+    assert (task0["_ng_task_index"], task0["num_rollouts"], task0["mean/reward"]) == (0, 2, 0.75)
+    assert (task1["_ng_task_index"], task1["num_rollouts"], task1["std/reward"]) == (1, 1, 0.0)
 
 
 def request(query: str = "", headers: dict[str, str] | None = None) -> Request:

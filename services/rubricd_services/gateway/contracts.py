@@ -8,7 +8,9 @@ closest form the framework can act on. The shapes: docs/integrators/openrlhf.md,
 """
 
 import dataclasses
-from collections.abc import Sequence
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -201,8 +203,8 @@ def slime_reward_dict(o: Outcome, failed_reward: float, classes: Sequence[str]) 
 
 class NemoGymRequest(msgspec.Struct, frozen=True):
     """The fields read from a verify request; the whole body is echoed in the answer. NeMo Gym names a prompt's
-    cohort as its genrm_compare reads it: `_ng_group_id`, its `_ng_group_attempt` (a replacement group), and
-    each member's `_ng_rollout_index`."""
+    cohort by its `_ng_task_index` (0.4.0's rollout collection: a dataset row, repeated), or as its genrm_compare
+    reads it: `_ng_group_id`, its `_ng_group_attempt` (a replacement group); each member by `_ng_rollout_index`."""
 
     responses_create_params: dict[str, Any]
     response: dict[str, Any]
@@ -211,15 +213,18 @@ class NemoGymRequest(msgspec.Struct, frozen=True):
     group_id: str | None = msgspec.field(default=None, name="_ng_group_id")
     group_attempt: int = msgspec.field(default=0, name="_ng_group_attempt")
     rollout_index: int | None = msgspec.field(default=None, name="_ng_rollout_index")
+    task_index: int | None = msgspec.field(default=None, name="_ng_task_index")
 
 
 def nemo_gym_sample(request: NemoGymRequest) -> Sample:
     """The whole exchange as a trajectory (gateway.responses): the instructions and input are the prompt turns,
     every output item (reasoning, tool calls and their outputs, messages) a turn or part of one. Its group is the
-    cohort's id, an attempt after the first a group of its own."""
+    cohort's id (an attempt after the first a group of its own), else its task's: `task-<_ng_task_index>`."""
     found = responses.trajectory(request.responses_create_params, request.response)
     reference = _label(request.expected_answer if request.expected_answer is not None else request.label)
     cohort = request.group_id
+    if cohort is None and request.task_index is not None:
+        cohort = f"task-{request.task_index}"
     if cohort is not None and request.group_attempt:
         cohort = f"{cohort}/attempt-{request.group_attempt}"
     sample = Sample("", "", reference, found.turns, found.tools, found.prompt_turns)
@@ -257,6 +262,62 @@ def nemo_gym_failure(o: Outcome) -> dict[str, str]:
     if o.masked:
         return {"_ng_failure_class": "masked"}
     return {"_ng_failure_class": "judge_failed", "_ng_failure_judge_error": o.error or "no reason given"}
+
+
+# NeMo Gym's statistics of a column, in its `<stat>/<column>` keys (std of one value 0, as NeMo Gym fills it).
+NEMO_GYM_STATS: dict[str, Callable[[list[float]], float]] = {
+    "mean": statistics.fmean,
+    "max": max,
+    "min": min,
+    "median": statistics.median,
+    "std": lambda vs: statistics.stdev(vs) if len(vs) > 1 else 0.0,
+}
+NEMO_GYM_KEY_METRICS = ("reward", "judge_ok", "no_reward", "masked", "timed_out", "undefined_classes")
+TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
+
+
+class NemoGymAggregateRequest(msgspec.Struct, frozen=True):
+    """NeMo Gym's AggregateMetricsRequest: the verify responses of a collection, without their `response` (but
+    its `usage`) and `responses_create_params`."""
+
+    verify_responses: list[dict[str, Any]]
+
+
+def nemo_gym_metrics(request: NemoGymAggregateRequest) -> dict[str, Any]:
+    """NeMo Gym's AggregateMetrics, computed as its resources servers' default does: each numeric top-level field
+    (and `response.usage`'s) described by `<stat>/<field>`, over every rollout (`agent_metrics`) and per task
+    (`group_level_metrics`, by `_ng_task_index`, with `num_rollouts`); `key_metrics` rubricd's headline means."""
+    rows = [_numbers(r) for r in request.verify_responses]
+    tasks: dict[Any, list[dict[str, float]]] = {}
+    for raw, row in zip(request.verify_responses, rows):
+        tasks.setdefault(raw.get(TASK_INDEX), []).append(row)
+    overall = _described(rows)
+    return {
+        "group_level_metrics": [
+            {TASK_INDEX: task, **_described(members), "num_rollouts": len(members)}
+            for task, members in tasks.items()
+            if task is not None
+        ],
+        "agent_metrics": overall,
+        "key_metrics": {k: overall[k] for k in (f"mean/{m}" for m in NEMO_GYM_KEY_METRICS) if k in overall},
+    }
+
+
+def _numbers(response: Mapping[str, Any]) -> dict[str, float]:
+    usage = (response.get("response") or {}).get("usage") or {}
+    return {
+        k: float(v)
+        for k, v in {**response, **usage}.items()
+        if isinstance(v, int | float) and k not in (TASK_INDEX, ROLLOUT_INDEX) and math.isfinite(v)
+    }
+
+
+def _described(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    columns: dict[str, list[float]] = {}
+    for row in rows:
+        for k, v in row.items():
+            columns.setdefault(k, []).append(v)
+    return {f"{stat}/{k}": float(f(vs)) for k, vs in columns.items() for stat, f in NEMO_GYM_STATS.items()}
 
 
 # --- Rubric-ARM ----------------------------------------------------------------

@@ -173,6 +173,11 @@ async def nemo_gym_verify(gateway: RewardGateway, request: Request, raw: bytes) 
     return contracts.nemo_gym_answer(body, outcome, gateway.settings.failed_reward, gateway.settings.meta_classes)
 
 
+async def nemo_gym_aggregate(gateway: RewardGateway, request: Request, raw: bytes) -> object:
+    """NeMo Gym's rollout collection asks for a collection's metrics when it is done (through its agent)."""
+    return contracts.nemo_gym_metrics(msgspec.json.decode(raw, type=contracts.NemoGymAggregateRequest))
+
+
 async def arm(gateway: RewardGateway, request: Request, raw: bytes) -> object:
     """Rubric-ARM rewards: every rollout of the request rewarded, or 422 naming those rejected (a rollout of the
     phase its step does not train, an unknown prompt or comparison): a misconfigured trainer fails loudly."""
@@ -214,6 +219,7 @@ def routes(gateway: Callable[[], RewardGateway]) -> list[tuple[str, Route]]:
         ("/slime/reward_dict", endpoint("slime", gateway, slime_dict)),
         ("/verify", endpoint("nemo_gym", gateway, nemo_gym_verify)),
         ("/seed_session", nemo_gym_seed_session),
+        ("/aggregate_metrics", endpoint("nemo_gym", gateway, nemo_gym_aggregate)),
         ("/arm/reward", endpoint("arm", gateway, arm)),
     ]
     return [(path, Route(path, serve, methods=["POST"])) for path, serve in table]
