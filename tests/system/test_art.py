@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rubricd import wire
+from rubricd import usage, wire
 from rubricd.messages import JudgeStatus, ScoredRollout
 from rubricd.store import RubricStore
 from tests.factories import rubric_set
@@ -59,3 +59,34 @@ async def test_art_gathers_groups_rewarded_by_rubricd_with_verdicts_and_drops_a_
     # Without swallowing, the failure is ART's exception, never a reward of 0.
     assert out["raised"] is not None and "judge_failed" in out["raised"] and "2 of 2" in out["raised"]
     assert out["untouched"]  # the group given is left as it was; the one returned carries the rewards
+
+
+@pytest.mark.timeout(600)
+async def test_the_same_group_judged_by_ruler_and_by_rubricd(
+    redis, keys, stack, start_service, tmp_path, agents_python, run_framework
+):
+    """What docs/integrators/art.md shows: RULER's calls and prompt tokens for one group, against rubricd's, group
+    judged and judged alone, every call to the same simulator (its token counts: four characters a token)."""
+    single = RUN + "-single"
+    for run_id in (RUN, single):
+        assert await RubricStore(redis, keys).publish(rubric_set(run_id=run_id))
+    start_service("scorer", llm__max_retries=1, judge_cache_ttl_s=0)
+    [scenario] = SCENARIOS[:1]
+    run_framework(
+        agents_python, "art_vs_ruler.py", stack.llm_base_url, tmp_path / "vs.json", run=RUN, input=json.dumps(scenario)
+    )
+    out = json.loads((tmp_path / "vs.json").read_text())
+    n = len(scenario["answers"])
+    [ruler] = out["ruler"]["calls"]  # RULER: one call for the group
+    judged = {r: next(u for u in await usage.read(redis, keys, r) if u.agent == "judge") for r in (RUN, single)}
+    assert (judged[RUN].calls, judged[single].calls) == (1, n)  # rubricd: one call a group, or one a rollout
+    for run_id in (RUN, single):  # each trajectory with its reward and each rubric's verdict
+        assert all(
+            "rubricd_reward" in t["metrics"] and "rubric/" in "".join(t["metrics"]) for t in out["rubricd"][run_id]
+        )
+        assert len(out["rubricd"][run_id]) == n
+    print(
+        f"\nprompt tokens a rollout (group of {n}): RULER {ruler['prompt_tokens'] / n:.0f}, rubricd group-judged"
+        f" {judged[RUN].prompt_tokens / n:.0f}, judged alone {judged[single].prompt_tokens / n:.0f};"
+        f" RULER returned {out['ruler']['returned']}"
+    )
