@@ -52,6 +52,14 @@ def test_a_sample_without_reward_gets_the_failure_value_and_its_flags():
     verified = [contracts.nemo_gym_answer({}, o, -1.0, classes) for o in outcomes]
     assert [v["reward_components"] for v in verified] == [{"accuracy": -1.0, "completeness": -1.0}] * 4
     assert [v["undefined_classes"] for v in verified] == [2.0] * 4
+    # NeMo Gym's failure keys: the sample masked, with its kind and reason, filed as failed by its collection
+    assert [v["mask_sample"] for v in verified] == [False, True, True, True]
+    assert [v.get("failure_kind") for v in verified] == [None, "judge_failed", "masked", "timed_out"]
+    assert [v.get("_ng_failure_class") for v in verified] == [None, "judge_failed", "masked", "timed_out"]
+    assert verified[1]["failure_reason"] == verified[1]["_ng_failure_judge_error"] == "judge down"
+    assert "_ng_failure_judge_error" not in verified[3] and verified[3]["failure_reason"] == "no score by the deadline"
+    again = contracts.nemo_gym_answer({"_ng_failure_class": "judge_failed", "mask_sample": True}, outcomes[0], -1, [])
+    assert not again["mask_sample"] and "_ng_failure_class" not in again  # a rollout verified again: its new answer
 
 
 def test_nemo_gym_verify_is_scored_as_the_whole_exchange():

@@ -234,10 +234,11 @@ def nemo_gym_sample(request: NemoGymRequest) -> Sample:
 def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, classes: Sequence[str]) -> dict[str, Any]:
     """The verify response: the request, `reward`, `reward_components` (every declared meta-class: NeMo Gym wants
     the same objectives for every task), numeric flags that its aggregate metrics average (they read top-level
-    numbers only), and for a sample without a reward NeMo Gym's own failure keys (`nemo_gym_failure`)."""
+    numbers only), and NeMo Gym's own failure keys (`nemo_gym_failure`), in place of any the request carried (a
+    rollout verified again)."""
     return {
+        **{k: v for k, v in body.items() if k not in NEMO_GYM_FAILURE_KEYS},
         **nemo_gym_failure(o),
-        **body,
         "reward": failed_reward if o.reward is None else o.reward,
         "reward_components": class_scores(o, classes, failed_reward),
         "undefined_classes": undefined_classes(o, classes),
@@ -251,17 +252,26 @@ def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, clas
     }
 
 
-def nemo_gym_failure(o: Outcome) -> dict[str, str]:
-    """NeMo Gym's keys of a failed sample, which its rollout collection keeps out of the rollouts it trains on (in
-    its failures file): the kind, `_ng_failure_class` (judge_failed, timed_out, masked), and a failed judge's
-    reason, `_ng_failure_judge_error` (NeMo Gym's name from 0.5 on). None for a sample with a reward."""
+NEMO_GYM_FAILURE_KEYS = (
+    "mask_sample",
+    "failure_kind",
+    "failure_reason",
+    "_ng_failure_class",
+    "_ng_failure_judge_error",
+)
+
+
+def nemo_gym_failure(o: Outcome) -> dict[str, Any]:
+    """NeMo Gym's keys of a sample's failure: `mask_sample` (its environments' verify responses; NeMo RL drops a
+    masked sample's gradient), and for a sample without a reward its kind and reason, in its environments' names
+    (`failure_kind`, `failure_reason`) and in its rollout collection's (`_ng_failure_class`, which files the
+    rollout as failed, not trained on, and a failed judge's `_ng_failure_judge_error`)."""
     if o.reward is not None:
-        return {}
-    if o.timed_out:
-        return {"_ng_failure_class": "timed_out"}
-    if o.masked:
-        return {"_ng_failure_class": "masked"}
-    return {"_ng_failure_class": "judge_failed", "_ng_failure_judge_error": o.error or "no reason given"}
+        return {"mask_sample": False}
+    kind = "timed_out" if o.timed_out else "masked" if o.masked else "judge_failed"
+    reason = o.error or "no reason given"
+    failed = {"mask_sample": True, "failure_kind": kind, "failure_reason": reason, "_ng_failure_class": kind}
+    return failed | ({"_ng_failure_judge_error": reason} if kind == "judge_failed" else {})
 
 
 # NeMo Gym's statistics of a column, in its `<stat>/<column>` keys (std of one value 0, as NeMo Gym fills it).
@@ -272,7 +282,7 @@ NEMO_GYM_STATS: dict[str, Callable[[list[float]], float]] = {
     "median": statistics.median,
     "std": lambda vs: statistics.stdev(vs) if len(vs) > 1 else 0.0,
 }
-NEMO_GYM_KEY_METRICS = ("reward", "judge_ok", "no_reward", "masked", "timed_out", "undefined_classes")
+NEMO_GYM_KEY_METRICS = ("reward", "judge_ok", "mask_sample", "no_reward", "masked", "timed_out", "undefined_classes")
 TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
 
 
