@@ -108,17 +108,26 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def tenths(values: list[float]) -> tuple[float, float]:
-    """The mean of the first and of the last tenth of a run's values (at least one value each; a step without the
-    figure, NaN, is passed over)."""
+def tenths(values: list[float]) -> tuple[list[float], list[float]]:
+    """The first and the last tenth of a run's values (at least one value each; a step without the figure, NaN, is
+    passed over)."""
     n, known = max(1, len(values) // 10), [v for v in values if not math.isnan(v)] or [0.0]
-    return statistics.fmean(known[:n]), statistics.fmean(known[-n:])
+    return known[:n], known[-n:]
 
 
-def growth(values: list[float]) -> float | None:
-    """The last tenth's mean over the first tenth's (None when the first is 0)."""
-    first, last = tenths(values)
-    return last / first if first else None
+def noise(first: list[float], last: list[float]) -> float:
+    """Twice the standard error of the difference of the two tenths' means: a difference within it is what the
+    steps' scatter alone would give (a CPU figure of a few ms a step, read in 10 ms clock ticks; a read's time on
+    a busy machine)."""
+    if min(len(first), len(last)) < 2:
+        return 0.0
+    return 2 * math.sqrt(statistics.variance(first) / len(first) + statistics.variance(last) / len(last))
+
+
+def warmup(retention: str) -> int:
+    """The steps before the run's memory is in its steady state, left out of the growth table: with retention,
+    those before it forgets a first step (the most steps any kind keeps); without, none."""
+    return max(json.loads(retention).values(), default=0) if retention else 0
 
 
 def slope(values: list[float]) -> float:
@@ -485,14 +494,17 @@ def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[fl
     yield "reads", "dashboard /api/runs/RUN (s)", PER_STEP, of("dashboard_run_s")
 
 
-def table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The growth table: per figure, its first and last tenth, their ratio, and whether it passes."""
+def table(steps: list[dict[str, Any]], skip: int = 0) -> list[dict[str, Any]]:
+    """The growth table: per figure, its first and last tenth from step `skip` (the warm-up's end), their ratio, and
+    whether it passes: a per-step figure grows when the ratio is above FLAT and the difference beyond the noise."""
     rows = []
-    for group, name, kind, values in series(steps):
-        first, last = tenths(values)
+    for group, name, kind, values in series(steps[skip:]):
+        head, tail = tenths(values)
+        first, last = statistics.fmean(head), statistics.fmean(tail)
         ratio = last / first if first else None
         if kind == PER_STEP:
-            verdict = "flat" if ratio is None or ratio <= FLAT else "GROWS"
+            within = last - first <= noise(head, tail)
+            verdict = "flat" if ratio is None or ratio <= FLAT else "flat (within noise)" if within else "GROWS"
         else:
             verdict = f"{slope(values):+.3g} per step (second half)"
         rows.append(
@@ -503,6 +515,7 @@ def table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "first": first,
                 "last": last,
                 "ratio": ratio,
+                "noise": noise(head, tail),
                 "verdict": verdict,
             }
         )
@@ -555,7 +568,8 @@ def costs(soak: Soak) -> dict[str, dict[str, float]]:
 
 def write(soak: Soak, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    rows = table(soak.steps)
+    skip = warmup(soak.args.retention)
+    rows = table(soak.steps, skip)
     (folder / "soak.json").write_text(
         json.dumps(
             {
@@ -580,12 +594,20 @@ def write(soak: Soak, folder: Path) -> Path:
         "memory retention "
         f"{soak.args.retention or 'none'}. Plots: {', '.join(p.name for p in pngs)}.",
         "",
-        "| figure | kind | first tenth | last tenth | last / first | verdict |",
-        "|---|---|---|---|---|---|",
+        f"The tenths are of the steps from step {skip}"
+        + (" (the steps before, while retention's window fills, forget nothing)." if skip else ".")
+        + f" A per-step figure grows when its last tenth is above {FLAT} times its first and the difference is"
+        " beyond the noise (twice its standard error: what the steps' scatter alone gives).",
+        "",
+        "| figure | kind | first tenth | last tenth | last / first | noise | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
-        lines.append(f"| {r['figure']} | {r['kind']} | {r['first']:.4g} | {r['last']:.4g} | {ratio} | {r['verdict']} |")
+        lines.append(
+            f"| {r['figure']} | {r['kind']} | {r['first']:.4g} | {r['last']:.4g} | {ratio} | {r['noise']:.2g} |"
+            f" {r['verdict']} |"
+        )
     lines += [
         "",
         "## What each process costs",
@@ -685,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
     report = write(soak, args.reports / soak.run.run_id)
     print(report.read_text())
     print(f"report: {report}")
-    failing = [r["figure"] for r in table(soak.steps) if r["verdict"] == "GROWS"]
+    failing = [r["figure"] for r in table(soak.steps, warmup(args.retention)) if r["verdict"] == "GROWS"]
     print(f"per-step figures growing beyond {FLAT}: {', '.join(failing) if failing else 'none'}")
     return 0 if len(soak.steps) == args.steps else 1
 
