@@ -243,6 +243,7 @@ def run_framework(stack: Stack, keys: Keys, tmp_path: Path) -> Callable[..., str
     def run(python: str, script: str, *args: object, run: str, input: str | None = None, **env: str) -> str:
         done = subprocess.run(
             [python, str(REPO / "tests" / "frameworks" / script), *map(str, args)],
+            cwd=REPO,  # a framework run in a root of its own (NeMo Gym's) sees the checkout it is run from
             input=input,
             env={
                 "PATH": "/usr/bin:/bin",

@@ -28,10 +28,11 @@ more runs of one evaluation rollout each, so that Redis holds that many runs' ke
 dashboard's runs list timed over them (median of five).
 
 It writes reports/soak-<time>/: soak.json (every step's figures), a PNG per group of figures, and report.md with the
-growth table: each figure's mean over the run's last tenth against its first tenth. A per-step figure is flat when
-that ratio is at most 1.10; a memory figure (Redis, Weaviate, RSS) should plateau, or grow only with what the run
-keeps: the table gives its growth per step over the second half. Not part of `make test`: it is a benchmark, and
-prints its figures.
+growth table: each figure's mean over the run's last tenth against its first tenth (with retention, of the steps
+after every kind it names has begun to forget). A per-step figure is flat when that ratio is at most 1.10, grows
+when it is beyond that by more than the steps' noise, else is unresolved; a memory figure (Redis, Weaviate, RSS)
+should plateau, or grow only with what the run keeps: the table gives its growth per step over the second half.
+Not part of `make test`: it is a benchmark, and prints its figures.
 """
 
 import argparse
@@ -116,18 +117,20 @@ def tenths(values: list[float]) -> tuple[list[float], list[float]]:
 
 
 def noise(first: list[float], last: list[float]) -> float:
-    """Twice the standard error of the difference of the two tenths' means: a difference within it is what the
-    steps' scatter alone would give (a CPU figure of a few ms a step, read in 10 ms clock ticks; a read's time on
-    a busy machine)."""
+    """Twice the standard error of the last tenth's mean less FLAT times the first's: how far from the 1.10 line
+    the steps' scatter alone can put a figure (a CPU figure of a few ms a step, read in 10 ms clock ticks; a read's
+    time on a busy machine)."""
     if min(len(first), len(last)) < 2:
         return 0.0
-    return 2 * math.sqrt(statistics.variance(first) / len(first) + statistics.variance(last) / len(last))
+    return 2 * math.sqrt(statistics.variance(last) / len(last) + FLAT**2 * statistics.variance(first) / len(first))
 
 
-def warmup(retention: str) -> int:
+def warmup(retention: str, steps: int) -> int:
     """The steps before the run's memory is in its steady state, left out of the growth table: with retention,
-    those before it forgets a first step (the most steps any kind keeps); without, none."""
-    return max(json.loads(retention).values(), default=0) if retention else 0
+    those before every kind named has begun to forget (the most steps any keeps); without, none. None left out
+    where fewer than 100 steps would remain."""
+    skip = max(json.loads(retention).values(), default=0) if retention else 0
+    return skip if steps - skip >= 100 else 0
 
 
 def slope(values: list[float]) -> float:
@@ -496,15 +499,16 @@ def series(steps: list[dict[str, Any]]) -> Iterator[tuple[str, str, str, list[fl
 
 def table(steps: list[dict[str, Any]], skip: int = 0) -> list[dict[str, Any]]:
     """The growth table: per figure, its first and last tenth from step `skip` (the warm-up's end), their ratio, and
-    whether it passes: a per-step figure grows when the ratio is above FLAT and the difference beyond the noise."""
+    a per-step figure's verdict: flat at FLAT or below; above it, GROWS where the last tenth is beyond FLAT times
+    the first by more than the noise, else unresolved (the steps scatter too much to tell)."""
     rows = []
     for group, name, kind, values in series(steps[skip:]):
         head, tail = tenths(values)
         first, last = statistics.fmean(head), statistics.fmean(tail)
         ratio = last / first if first else None
         if kind == PER_STEP:
-            within = last - first <= noise(head, tail)
-            verdict = "flat" if ratio is None or ratio <= FLAT else "flat (within noise)" if within else "GROWS"
+            beyond = last - FLAT * first > noise(head, tail)
+            verdict = "flat" if ratio is None or ratio <= FLAT else "GROWS" if beyond else "unresolved (noise)"
         else:
             verdict = f"{slope(values):+.3g} per step (second half)"
         rows.append(
@@ -515,7 +519,7 @@ def table(steps: list[dict[str, Any]], skip: int = 0) -> list[dict[str, Any]]:
                 "first": first,
                 "last": last,
                 "ratio": ratio,
-                "noise": noise(head, tail),
+                "noise": noise(head, tail) if kind == PER_STEP else None,
                 "verdict": verdict,
             }
         )
@@ -568,7 +572,7 @@ def costs(soak: Soak) -> dict[str, dict[str, float]]:
 
 def write(soak: Soak, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    skip = warmup(soak.args.retention)
+    skip = warmup(soak.args.retention, len(soak.steps))
     rows = table(soak.steps, skip)
     (folder / "soak.json").write_text(
         json.dumps(
@@ -595,18 +599,19 @@ def write(soak: Soak, folder: Path) -> Path:
         f"{soak.args.retention or 'none'}. Plots: {', '.join(p.name for p in pngs)}.",
         "",
         f"The tenths are of the steps from step {skip}"
-        + (" (the steps before, while retention's window fills, forget nothing)." if skip else ".")
-        + f" A per-step figure grows when its last tenth is above {FLAT} times its first and the difference is"
-        " beyond the noise (twice its standard error: what the steps' scatter alone gives).",
+        + (" (before it, not every kind retention names has begun to forget)." if skip else ".")
+        + f" A per-step figure is flat at {FLAT} or below; above, it GROWS where its last tenth exceeds {FLAT}"
+        " times its first by more than the noise (twice the standard error: what the steps' scatter alone gives),"
+        " else it is unresolved.",
         "",
         "| figure | kind | first tenth | last tenth | last / first | noise | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        spread = f"{r['noise']:.2g}" if r["noise"] is not None else "-"
         lines.append(
-            f"| {r['figure']} | {r['kind']} | {r['first']:.4g} | {r['last']:.4g} | {ratio} | {r['noise']:.2g} |"
-            f" {r['verdict']} |"
+            f"| {r['figure']} | {r['kind']} | {r['first']:.4g} | {r['last']:.4g} | {ratio} | {spread} | {r['verdict']} |"
         )
     lines += [
         "",
@@ -707,7 +712,9 @@ def main(argv: list[str] | None = None) -> int:
     report = write(soak, args.reports / soak.run.run_id)
     print(report.read_text())
     print(f"report: {report}")
-    failing = [r["figure"] for r in table(soak.steps, warmup(args.retention)) if r["verdict"] == "GROWS"]
+    failing = [
+        r["figure"] for r in table(soak.steps, warmup(args.retention, len(soak.steps))) if r["verdict"] == "GROWS"
+    ]
     print(f"per-step figures growing beyond {FLAT}: {', '.join(failing) if failing else 'none'}")
     return 0 if len(soak.steps) == args.steps else 1
 

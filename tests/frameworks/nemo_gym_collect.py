@@ -1,6 +1,6 @@
 """NeMo Gym's own rollout collection (nemo-gym 0.4.0, `make nemo-gym`'s Python 3.13 root) against rubricd's gateway.
 
-    nemo_gym_collect.py GATEWAY_URL OUT_DIR < rows.jsonl      (rows as NeMo Gym's datasets hold them)
+    NUM_REPEATS=2 nemo_gym_collect.py GATEWAY_URL OUT_DIR < rows.jsonl      (rows as NeMo Gym's datasets hold them)
 
 Serves a scripted policy (a Responses-API model server) and two of NeMo Gym's own SimpleAgents: `text_agent`,
 whose resources server is the gateway itself, and `tool_agent`, whose resources server is a calculator that
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 GATEWAY, OUT = sys.argv[1], Path(sys.argv[2])
-NUM_REPEATS = int(os.environ.get("NUM_REPEATS", "2"))
+NUM_REPEATS = int(os.environ["NUM_REPEATS"])
 
 
 def free_port() -> int:
@@ -32,6 +32,11 @@ def free_port() -> int:
 
 host, port = GATEWAY.removeprefix("http://").split(":")
 PORTS = {name: free_port() for name in ("head", "model", "calc", "text_agent", "tool_agent")}
+
+
+def answers(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def agent(name: str, resources: str) -> dict[str, object]:
@@ -163,7 +168,7 @@ def serve() -> None:
         fork.Process(target=uvicorn.run, args=(app,), kwargs=kwargs, daemon=True).start()
     for name in apps:
         deadline = time.monotonic() + 60
-        while socket.socket().connect_ex(("127.0.0.1", PORTS[name])) != 0:
+        while not answers(PORTS[name]):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} did not start")
             time.sleep(0.1)

@@ -48,5 +48,5 @@ export PIP_FIND_LINKS=
   hydra-core==1.3.8 rich==15.0.0 ray==2.60.0 wandb==0.31.0 pandas==2.3.3 tqdm==4.70.1 devtools==0.13.0 yappi==1.7.6 \
   gprof2dot==2025.4.14 pydot==4.0.1 "msgspec>=0.19" "redis>=5.0"
 "$dir.new/python" -m pip install -q --no-deps nemo-gym==0.4.0
-mv "$dir.new" "$dir"
+rm -rf "$dir" && mv "$dir.new" "$dir"
 say "built $dir"

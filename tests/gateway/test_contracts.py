@@ -52,12 +52,11 @@ def test_a_sample_without_reward_gets_the_failure_value_and_its_flags():
     verified = [contracts.nemo_gym_answer({}, o, -1.0, classes) for o in outcomes]
     assert [v["reward_components"] for v in verified] == [{"accuracy": -1.0, "completeness": -1.0}] * 4
     assert [v["undefined_classes"] for v in verified] == [2.0] * 4
-    # NeMo Gym's failure keys: the sample masked, with its kind and reason, filed as failed by its collection
+    # NeMo Gym's failure keys: the sample masked, its kind (its collection files it as failed) and a judge's reason
     assert [v["mask_sample"] for v in verified] == [False, True, True, True]
-    assert [v.get("failure_kind") for v in verified] == [None, "judge_failed", "masked", "timed_out"]
     assert [v.get("_ng_failure_class") for v in verified] == [None, "judge_failed", "masked", "timed_out"]
-    assert verified[1]["failure_reason"] == verified[1]["_ng_failure_judge_error"] == "judge down"
-    assert "_ng_failure_judge_error" not in verified[3] and verified[3]["failure_reason"] == "no score by the deadline"
+    assert verified[1]["_ng_failure_judge_error"] == "judge down"
+    assert "_ng_failure_judge_error" not in verified[2] and "_ng_failure_judge_error" not in verified[3]
     again = contracts.nemo_gym_answer({"_ng_failure_class": "judge_failed", "mask_sample": True}, outcomes[0], -1, [])
     assert not again["mask_sample"] and "_ng_failure_class" not in again  # a rollout verified again: its new answer
 
@@ -205,30 +204,28 @@ def test_nemo_gym_s_task_is_the_group_where_no_cohort_is_named():
 
 
 def test_nemo_gym_s_aggregate_metrics_describe_every_number_overall_and_per_task():
-    def verified(task: int, reward: float, judge_ok: bool) -> dict[str, object]:
+    def verified(task: int | None, reward: float, judge_ok: bool) -> dict[str, object]:
         usage = {"input_tokens": 10, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 0}}
-        return {
-            "_ng_task_index": task,
-            "_ng_rollout_index": 0,
-            "reward": reward,
-            "judge_ok": judge_ok,
-            "rubricd_error": None,
-            "response": {"usage": usage},
-            "rubricd_turns": [],
-        }
+        row = {"_ng_rollout_index": 0, "reward": reward, "judge_ok": judge_ok, "rubricd_error": None}
+        return row | {"response": {"usage": usage}, "rubricd_turns": [], "big": 10**400, "_ng_task_index": task}
 
-    rows = [verified(0, 1.0, True), verified(0, 0.5, True), verified(1, -1.0, False)]
-    got = contracts.nemo_gym_metrics(contracts.NemoGymAggregateRequest(rows))
+    rows = [verified(1, -1.0, False), verified(0, 1.0, True), verified(0, 0.5, True)]
+    got = contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest(rows))
     overall = got["agent_metrics"]
     assert overall["mean/reward"] == pytest.approx(0.5 / 3) and overall["median/reward"] == 0.5
     assert (overall["max/reward"], overall["min/reward"]) == (1.0, -1.0)
     assert overall["std/reward"] == pytest.approx(statistics.stdev([1.0, 0.5, -1.0]))
-    assert overall["mean/judge_ok"] == pytest.approx(2 / 3) and overall["mean/input_tokens"] == 10
-    assert not [k for k in overall if "_ng_" in k or "rubricd_" in k or "details" in k]  # numbers only
+    assert overall["mean/judge_ok"] == pytest.approx(2 / 3) and overall["mean/input_tokens"] == 10  # a bool is 0/1
+    assert sorted({k.split("/", 1)[1] for k in overall}) == ["input_tokens", "judge_ok", "output_tokens", "reward"]
     assert got["key_metrics"] == {"mean/reward": overall["mean/reward"], "mean/judge_ok": overall["mean/judge_ok"]}
-    [task0, task1] = got["group_level_metrics"]
+    [task0, task1] = got["group_level_metrics"]  # by task
     assert (task0["_ng_task_index"], task0["num_rollouts"], task0["mean/reward"]) == (0, 2, 0.75)
     assert (task1["_ng_task_index"], task1["num_rollouts"], task1["std/reward"]) == (1, 1, 0.0)
+    # A rollout without its task is in task 0, as NeMo Gym puts it; a response without a `response` has no usage.
+    bare = {"reward": 1.0, "response": None}
+    got = contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest([bare, verified(0, 0.0, True)]))
+    assert [(g["_ng_task_index"], g["num_rollouts"]) for g in got["group_level_metrics"]] == [(0, 2)]
+    assert contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest([]))["agent_metrics"] == {}
 
 
 def request(query: str = "", headers: dict[str, str] | None = None) -> Request:

@@ -85,6 +85,10 @@ async def test_the_same_group_judged_by_ruler_and_by_rubricd(
             "rubricd_reward" in t["metrics"] and "rubric/" in "".join(t["metrics"]) for t in out["rubricd"][run_id]
         )
         assert len(out["rubricd"][run_id]) == n
+    # What the page says of them: RULER's prompt is the shortest, judging alone the longest; the simulator does not
+    # judge RULER's prompt (its schema's smallest instance has no scores), so RULER, swallowing, returned nothing.
+    assert ruler["prompt_tokens"] < judged[RUN].prompt_tokens < judged[single].prompt_tokens
+    assert out["ruler"]["returned"] is None
     print(
         f"\nprompt tokens a rollout (group of {n}): RULER {ruler['prompt_tokens'] / n:.0f}, rubricd group-judged"
         f" {judged[RUN].prompt_tokens / n:.0f}, judged alone {judged[single].prompt_tokens / n:.0f};"

@@ -7,6 +7,7 @@ raises ValueError naming the field. A sample without a reward never gets a silen
 closest form the framework can act on. The shapes: docs/integrators/openrlhf.md, slime.md and nemo-gym.md.
 """
 
+import contextlib
 import dataclasses
 import math
 import statistics
@@ -213,7 +214,7 @@ class NemoGymRequest(msgspec.Struct, frozen=True):
     group_id: str | None = msgspec.field(default=None, name="_ng_group_id")
     group_attempt: int = msgspec.field(default=0, name="_ng_group_attempt")
     rollout_index: int | None = msgspec.field(default=None, name="_ng_rollout_index")
-    task_index: int | None = msgspec.field(default=None, name="_ng_task_index")
+    task_index: int | str | None = msgspec.field(default=None, name="_ng_task_index")
 
 
 def nemo_gym_sample(request: NemoGymRequest) -> Sample:
@@ -233,8 +234,8 @@ def nemo_gym_sample(request: NemoGymRequest) -> Sample:
 
 def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, classes: Sequence[str]) -> dict[str, Any]:
     """The verify response: the request, `reward`, `reward_components` (every declared meta-class: NeMo Gym wants
-    the same objectives for every task), numeric flags that its aggregate metrics average (they read top-level
-    numbers only), and NeMo Gym's own failure keys (`nemo_gym_failure`), in place of any the request carried (a
+    the same objectives for every task), numeric flags that its aggregate metrics average, and NeMo Gym's own
+    failure keys (`nemo_gym_failure`), in place of any the request carried (a
     rollout verified again)."""
     return {
         **{k: v for k, v in body.items() if k not in NEMO_GYM_FAILURE_KEYS},
@@ -252,37 +253,39 @@ def nemo_gym_answer(body: dict[str, Any], o: Outcome, failed_reward: float, clas
     }
 
 
-NEMO_GYM_FAILURE_KEYS = (
-    "mask_sample",
-    "failure_kind",
-    "failure_reason",
-    "_ng_failure_class",
-    "_ng_failure_judge_error",
-)
+NEMO_GYM_FAILURE_KEYS = ("mask_sample", "_ng_failure_class", "_ng_failure_judge_error")
 
 
 def nemo_gym_failure(o: Outcome) -> dict[str, Any]:
-    """NeMo Gym's keys of a sample's failure: `mask_sample` (its environments' verify responses; NeMo RL drops a
-    masked sample's gradient), and for a sample without a reward its kind and reason, in its environments' names
-    (`failure_kind`, `failure_reason`) and in its rollout collection's (`_ng_failure_class`, which files the
-    rollout as failed, not trained on, and a failed judge's `_ng_failure_judge_error`)."""
+    """NeMo Gym's keys of a sample's failure: `mask_sample` (its agents' verify responses; NeMo RL drops a masked
+    sample's gradient), and for a sample without a reward its kind, `_ng_failure_class` (which its rollout
+    collection files as failed, not trained on), and a failed judge's reason, `_ng_failure_judge_error` (the name
+    its judge_failsafe gives it from 0.5 on)."""
     if o.reward is not None:
         return {"mask_sample": False}
     kind = "timed_out" if o.timed_out else "masked" if o.masked else "judge_failed"
-    reason = o.error or "no reason given"
-    failed = {"mask_sample": True, "failure_kind": kind, "failure_reason": reason, "_ng_failure_class": kind}
-    return failed | ({"_ng_failure_judge_error": reason} if kind == "judge_failed" else {})
+    failed: dict[str, Any] = {"mask_sample": True, "_ng_failure_class": kind}
+    return failed | ({"_ng_failure_judge_error": o.error or "no reason given"} if kind == "judge_failed" else {})
 
 
-# NeMo Gym's statistics of a column, in its `<stat>/<column>` keys (std of one value 0, as NeMo Gym fills it).
+def _std(vs: list[float]) -> float:
+    """The sample standard deviation in floats (statistics.stdev's exact fractions take a second a column of
+    100,000); 0 for one value, as NeMo Gym fills it."""
+    if len(vs) < 2:
+        return 0.0
+    mean = math.fsum(vs) / len(vs)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in vs) / (len(vs) - 1))
+
+
+# NeMo Gym's statistics of a column, in its `<stat>/<column>` keys.
 NEMO_GYM_STATS: dict[str, Callable[[list[float]], float]] = {
-    "mean": statistics.fmean,
+    "mean": lambda vs: math.fsum(vs) / len(vs),
     "max": max,
     "min": min,
     "median": statistics.median,
-    "std": lambda vs: statistics.stdev(vs) if len(vs) > 1 else 0.0,
+    "std": _std,
 }
-NEMO_GYM_KEY_METRICS = ("reward", "judge_ok", "mask_sample", "no_reward", "masked", "timed_out", "undefined_classes")
+NEMO_GYM_KEY_METRICS = ("reward", "judge_ok", "no_reward", "masked", "timed_out", "undefined_classes")
 TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
 
 
@@ -293,20 +296,21 @@ class NemoGymAggregateRequest(msgspec.Struct, frozen=True):
     verify_responses: list[dict[str, Any]]
 
 
-def nemo_gym_metrics(request: NemoGymAggregateRequest) -> dict[str, Any]:
-    """NeMo Gym's AggregateMetrics, computed as its resources servers' default does: each numeric top-level field
-    (and `response.usage`'s) described by `<stat>/<field>`, over every rollout (`agent_metrics`) and per task
-    (`group_level_metrics`, by `_ng_task_index`, with `num_rollouts`); `key_metrics` rubricd's headline means."""
+def nemo_gym_aggregate_metrics(request: NemoGymAggregateRequest) -> dict[str, Any]:
+    """NeMo Gym's AggregateMetrics, its default statistics: each numeric top-level field (and `response.usage`'s,
+    a boolean as 0 or 1) described by `<stat>/<field>`, over every rollout (`agent_metrics`) and per task
+    (`group_level_metrics`, by `_ng_task_index`, a rollout without one in task 0 as NeMo Gym puts it, with
+    `num_rollouts`); `key_metrics` rubricd's headline means."""
     rows = [_numbers(r) for r in request.verify_responses]
-    tasks: dict[Any, list[dict[str, float]]] = {}
+    tasks: dict[int | str, list[dict[str, float]]] = {}
     for raw, row in zip(request.verify_responses, rows):
-        tasks.setdefault(raw.get(TASK_INDEX), []).append(row)
+        task = raw.get(TASK_INDEX, 0)
+        tasks.setdefault(task if isinstance(task, int | str) else str(task), []).append(row)
     overall = _described(rows)
     return {
         "group_level_metrics": [
-            {TASK_INDEX: task, **_described(members), "num_rollouts": len(members)}
-            for task, members in tasks.items()
-            if task is not None
+            {TASK_INDEX: task, **_described(tasks[task]), "num_rollouts": len(tasks[task])}
+            for task in sorted(tasks, key=lambda t: (isinstance(t, str), t))
         ],
         "agent_metrics": overall,
         "key_metrics": {k: overall[k] for k in (f"mean/{m}" for m in NEMO_GYM_KEY_METRICS) if k in overall},
@@ -314,12 +318,15 @@ def nemo_gym_metrics(request: NemoGymAggregateRequest) -> dict[str, Any]:
 
 
 def _numbers(response: Mapping[str, Any]) -> dict[str, float]:
-    usage = (response.get("response") or {}).get("usage") or {}
-    return {
-        k: float(v)
-        for k, v in {**response, **usage}.items()
-        if isinstance(v, int | float) and k not in (TASK_INDEX, ROLLOUT_INDEX) and math.isfinite(v)
-    }
+    inner = response.get("response")
+    usage = inner.get("usage") if isinstance(inner, dict) else None
+    numbers = {}
+    for k, v in {**response, **(usage if isinstance(usage, dict) else {})}.items():
+        if isinstance(v, int | float) and k not in (TASK_INDEX, ROLLOUT_INDEX):
+            with contextlib.suppress(OverflowError):  # an integer beyond a float is left out
+                if math.isfinite(number := float(v)):
+                    numbers[k] = number
+    return numbers
 
 
 def _described(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:

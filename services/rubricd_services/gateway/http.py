@@ -12,6 +12,7 @@ Where a request's rollouts go, first found wins:
 - deadline: header `X-Rubricd-Deadline` or `?deadline=` (seconds), up to RUBRICD_MAX_DEADLINE_S.
 """
 
+import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -173,9 +174,11 @@ async def nemo_gym_verify(gateway: RewardGateway, request: Request, raw: bytes) 
     return contracts.nemo_gym_answer(body, outcome, gateway.settings.failed_reward, gateway.settings.meta_classes)
 
 
-async def nemo_gym_aggregate(gateway: RewardGateway, request: Request, raw: bytes) -> object:
-    """NeMo Gym's rollout collection asks for a collection's metrics when it is done (through its agent)."""
-    return contracts.nemo_gym_metrics(msgspec.json.decode(raw, type=contracts.NemoGymAggregateRequest))
+async def nemo_gym_aggregate_metrics(gateway: RewardGateway, request: Request, raw: bytes) -> object:
+    """NeMo Gym's rollout collection asks for a collection's metrics when it is done (through its agent); a
+    thread computes them, so the rollouts in flight are not held up by a large collection."""
+    body = msgspec.json.decode(raw, type=contracts.NemoGymAggregateRequest)
+    return await asyncio.to_thread(contracts.nemo_gym_aggregate_metrics, body)
 
 
 async def arm(gateway: RewardGateway, request: Request, raw: bytes) -> object:
@@ -219,7 +222,7 @@ def routes(gateway: Callable[[], RewardGateway]) -> list[tuple[str, Route]]:
         ("/slime/reward_dict", endpoint("slime", gateway, slime_dict)),
         ("/verify", endpoint("nemo_gym", gateway, nemo_gym_verify)),
         ("/seed_session", nemo_gym_seed_session),
-        ("/aggregate_metrics", endpoint("nemo_gym", gateway, nemo_gym_aggregate)),
+        ("/aggregate_metrics", endpoint("nemo_gym", gateway, nemo_gym_aggregate_metrics)),
         ("/arm/reward", endpoint("arm", gateway, arm)),
     ]
     return [(path, Route(path, serve, methods=["POST"])) for path, serve in table]
