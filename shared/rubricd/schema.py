@@ -5,6 +5,7 @@ One document (`shared/schemas/rubricd.schema.json`): every message and every typ
 languages and for validators on the wire.
 """
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -17,8 +18,22 @@ from .messages import MESSAGES
 PATH = "shared/schemas/rubricd.schema.json"
 
 
+def _cleaned(node: Any) -> Any:
+    """Every description as `inspect.cleandoc` makes it: msgspec from 0.23 cleans docstrings, before it did not,
+    and the document must not depend on which is installed."""
+    if isinstance(node, dict):
+        return {
+            k: inspect.cleandoc(v) if k == "description" and isinstance(v, str) else _cleaned(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_cleaned(v) for v in node]
+    return node
+
+
 def document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(MESSAGES, ref_template="#/$defs/{name}")
+    components = _cleaned(components)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "rubricd messages",
