@@ -204,33 +204,30 @@ def free_port_block(n: int) -> int:
     raise RuntimeError(f"no {n} consecutive free ports")
 
 
+def _built_python(target: str) -> str:
+    """The python `make TARGET-python` names, after `make TARGET` has built it where missing (cached outside the
+    repo)."""
+    subprocess.run(["make", "-s", target], cwd=REPO, check=True, timeout=1200)
+    done = subprocess.run(["make", "-s", "--no-print-directory", f"{target}-python"], cwd=REPO, capture_output=True)
+    return done.stdout.decode().strip()
+
+
 @pytest.fixture(scope="session")
 def frameworks_python() -> str:
-    """The python of `make frameworks`'s venv (torch, TRL, OpenRLHF's reward client, verl's reward loop; cached
-    outside the repo), built if missing."""
-    root = Path(__file__).parents[1]
-    subprocess.run(["make", "-s", "frameworks"], cwd=root, check=True, timeout=1200)
-    done = subprocess.run(["make", "-s", "--no-print-directory", "frameworks-python"], cwd=root, capture_output=True)
-    return done.stdout.decode().strip()
+    """`make frameworks`'s venv: torch, TRL, OpenRLHF's reward client, verl's reward loop."""
+    return _built_python("frameworks")
 
 
 @pytest.fixture(scope="session")
 def agents_python() -> str:
-    """The python of `make agents`'s venv (OpenPipe ART, verifiers; cached outside the repo), built if missing."""
-    root = Path(__file__).parents[1]
-    subprocess.run(["make", "-s", "agents"], cwd=root, check=True, timeout=1200)
-    done = subprocess.run(["make", "-s", "--no-print-directory", "agents-python"], cwd=root, capture_output=True)
-    return done.stdout.decode().strip()
+    """`make agents`'s venv: OpenPipe ART, verifiers."""
+    return _built_python("agents")
 
 
 @pytest.fixture(scope="session")
 def nemo_gym_python() -> str:
-    """The python of `make nemo-gym`'s Debian trixie root (Python 3.13, NeMo Gym 0.4.0; cached outside the repo),
-    built if missing (as root, once)."""
-    root = Path(__file__).parents[1]
-    subprocess.run(["make", "-s", "nemo-gym"], cwd=root, check=True, timeout=1200)
-    done = subprocess.run(["make", "-s", "--no-print-directory", "nemo-gym-python"], cwd=root, capture_output=True)
-    return done.stdout.decode().strip()
+    """`make nemo-gym`'s Debian trixie root (Python 3.13, NeMo Gym 0.4.0; built as root, once)."""
+    return _built_python("nemo-gym")
 
 
 @pytest.fixture

@@ -506,8 +506,9 @@ def table(steps: list[dict[str, Any]], skip: int = 0) -> list[dict[str, Any]]:
         head, tail = tenths(values)
         first, last = statistics.fmean(head), statistics.fmean(tail)
         ratio = last / first if first else None
-        if kind == PER_STEP:
-            beyond = last - FLAT * first > noise(head, tail)
+        spread = noise(head, tail) if kind == PER_STEP else None
+        if spread is not None:
+            beyond = last - FLAT * first > spread
             verdict = "flat" if ratio is None or ratio <= FLAT else "GROWS" if beyond else "unresolved (noise)"
         else:
             verdict = f"{slope(values):+.3g} per step (second half)"
@@ -519,7 +520,7 @@ def table(steps: list[dict[str, Any]], skip: int = 0) -> list[dict[str, Any]]:
                 "first": first,
                 "last": last,
                 "ratio": ratio,
-                "noise": noise(head, tail) if kind == PER_STEP else None,
+                "noise": spread,
                 "verdict": verdict,
             }
         )
@@ -570,7 +571,7 @@ def costs(soak: Soak) -> dict[str, dict[str, float]]:
     return out
 
 
-def write(soak: Soak, folder: Path) -> Path:
+def write(soak: Soak, folder: Path) -> tuple[Path, list[dict[str, Any]]]:
     folder.mkdir(parents=True, exist_ok=True)
     skip = warmup(soak.args.retention, len(soak.steps))
     rows = table(soak.steps, skip)
@@ -652,7 +653,7 @@ def write(soak: Soak, folder: Path) -> Path:
         ]
     report = folder / "report.md"
     report.write_text("\n".join(lines) + "\n")
-    return report
+    return report, rows
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -709,12 +710,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(soak.steps) < 10:
         print(f"only {len(soak.steps)} steps done: no report", file=sys.stderr)
         return 1
-    report = write(soak, args.reports / soak.run.run_id)
+    report, rows = write(soak, args.reports / soak.run.run_id)
     print(report.read_text())
     print(f"report: {report}")
-    failing = [
-        r["figure"] for r in table(soak.steps, warmup(args.retention, len(soak.steps))) if r["verdict"] == "GROWS"
-    ]
+    failing = [r["figure"] for r in rows if r["verdict"] == "GROWS"]
     print(f"per-step figures growing beyond {FLAT}: {', '.join(failing) if failing else 'none'}")
     return 0 if len(soak.steps) == args.steps else 1
 

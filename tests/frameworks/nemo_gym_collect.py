@@ -184,15 +184,18 @@ async def collect() -> dict[str, object]:
         upload_rollouts_to_wandb=False,
     )
     await RolloutCollectionHelper().run_from_config(config)
-    kept = [json.loads(line) for line in (OUT / "rollouts.jsonl").read_text().splitlines()]
-    failures = OUT / "rollouts_failures.jsonl"
-    failed = [json.loads(line) for line in failures.read_text().splitlines()] if failures.exists() else []
     metrics = json.loads((OUT / "rollouts_aggregate_metrics.json").read_text())
     return {
-        "kept": [VerifyResponse.model_validate(r).model_dump(mode="json") for r in kept],  # NeMo Gym's own types
-        "failed": [VerifyResponse.model_validate(r).model_dump(mode="json") for r in failed],
+        "kept": verified(OUT / "rollouts.jsonl"),
+        "failed": verified(OUT / "rollouts_failures.jsonl"),
         "metrics": {m["agent_ref"]["name"]: AggregateMetrics.model_validate(m).model_dump() for m in metrics},
     }
+
+
+def verified(path: Path) -> list[dict[str, object]]:
+    """The results NeMo Gym wrote to `path` (none if it wrote no such file), read into its own type."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [VerifyResponse.model_validate_json(line).model_dump(mode="json") for line in lines]
 
 
 if __name__ == "__main__":

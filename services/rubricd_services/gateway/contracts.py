@@ -202,6 +202,9 @@ def slime_reward_dict(o: Outcome, failed_reward: float, classes: Sequence[str]) 
 # --- NeMo Gym ----------------------------------------------------------------
 
 
+TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"  # NeMo Gym's names of a rollout's task and repeat
+
+
 class NemoGymRequest(msgspec.Struct, frozen=True):
     """The fields read from a verify request; the whole body is echoed in the answer. NeMo Gym names a prompt's
     cohort by its `_ng_task_index` (0.4.0's rollout collection: a dataset row, repeated), or as its genrm_compare
@@ -213,8 +216,8 @@ class NemoGymRequest(msgspec.Struct, frozen=True):
     label: Any = None
     group_id: str | None = msgspec.field(default=None, name="_ng_group_id")
     group_attempt: int = msgspec.field(default=0, name="_ng_group_attempt")
-    rollout_index: int | None = msgspec.field(default=None, name="_ng_rollout_index")
-    task_index: int | str | None = msgspec.field(default=None, name="_ng_task_index")
+    rollout_index: int | None = msgspec.field(default=None, name=ROLLOUT_INDEX)
+    task_index: int | str | None = msgspec.field(default=None, name=TASK_INDEX)
 
 
 def nemo_gym_sample(request: NemoGymRequest) -> Sample:
@@ -286,7 +289,6 @@ NEMO_GYM_STATS: dict[str, Callable[[list[float]], float]] = {
     "std": _std,
 }
 NEMO_GYM_KEY_METRICS = ("reward", "judge_ok", "no_reward", "masked", "timed_out", "undefined_classes")
-TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
 
 
 class NemoGymAggregateRequest(msgspec.Struct, frozen=True):
