@@ -39,6 +39,7 @@ system-deps:
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
 	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	[ -z "$$missing" ] || { \
 	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make system-deps' (or apt-get install$$missing)"; exit 1; }; \
 	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \

@@ -28,11 +28,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import aiohttp
+import openai
 import psutil
 import redis as redis_sync
 import stages
 from redis.asyncio import Redis
-from scoring import ENV, NAMESPACE, REDIS_URL, REPO, STACK, groups, judging_directly, machine, pct, rollouts, scorer_env
+from scoring import (
+    ENV,
+    LLM_URL,
+    NAMESPACE,
+    REDIS_URL,
+    REPO,
+    STACK,
+    groups,
+    judging_directly,
+    machine,
+    pct,
+    rollouts,
+    scorer_env,
+)
 
 from rubricd import RubricdClient
 from rubricd.messages import Function, FunctionSpec, Rollout, Tool, ToolCall, Turn
@@ -128,7 +143,8 @@ async def per_process(procs: dict[str, list[psutil.Process]], n: int, concurrenc
 
 async def floor(n: int = 2000) -> None:
     """What one redis-py command and one judge call through the openai client cost this process in CPU, one at a
-    time: the floor under a rollout's cost (the scorer makes a read, an MGET and a commit and one judge call)."""
+    time: the floor under a rollout's cost (the scorer makes a read, an MGET and a commit and one judge call); and
+    the scorer's POST through the openai client against the same POST with aiohttp alone."""
     me = psutil.Process()
     redis = Redis.from_url(REDIS_URL)
 
@@ -152,6 +168,31 @@ async def floor(n: int = 2000) -> None:
         for rollout in batch:
             await call(rollout)
         print(f"{'a judge call with the openai client (httpx)':42} {(spent() - started) / len(batch) * 1e6:8.0f}")
+    # The scorer's own way (the openai client over aiohttp, its reply as bytes) against aiohttp alone: the same
+    # judge-sized request, so the difference is what the openai client's request and response handling costs.
+    body = {"model": "rubricd-simulator", "messages": [{"role": "system", "content": "Judge the answer. " * 60},
+            {"role": "user", "content": "The prompt and the response. " * 30}]}  # fmt: skip
+    client = openai.AsyncOpenAI(
+        base_url=LLM_URL, api_key="bench", max_retries=0, http_client=openai.DefaultAioHttpClient()
+    )
+    async with client, aiohttp.ClientSession() as session:
+        for name, post in (
+            (
+                "a POST through the openai client (aiohttp)",
+                lambda: client.post("/chat/completions", cast_to=bytes, body=body),
+            ),
+            ("the same POST with aiohttp alone", lambda: aiohttp_post(session, body)),
+        ):
+            await post()
+            started = spent()
+            for _ in range(len(batch)):
+                await post()
+            print(f"{name:42} {(spent() - started) / len(batch) * 1e6:8.0f}")
+
+
+async def aiohttp_post(session: aiohttp.ClientSession, body: dict[str, object]) -> bytes:
+    async with session.post(f"{LLM_URL}/chat/completions", json=body) as response:
+        return await response.read()
 
 
 async def added(n: int) -> None:

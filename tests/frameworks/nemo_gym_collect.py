@@ -7,7 +7,8 @@ whose resources server is the gateway itself, and `tool_agent`, whose resources 
 serves the `calc` tool and forwards `/verify` to the gateway (what a launcher that starts every server it names
 needs). Then `RolloutCollectionHelper.run_from_config` collects every row (NUM_REPEATS each), and the script
 writes OUT_DIR/collected.json: what NeMo Gym kept (its results, its failures file and its aggregate metrics), each
-read into NeMo Gym's own types.
+read into NeMo Gym's own types, and the text agent's results as NeMo Gym sends them to `/aggregate_metrics`,
+described both by the gateway and by NeMo Gym's own default (`compute_aggregate_metrics`).
 """
 
 import asyncio
@@ -19,6 +20,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 GATEWAY, OUT = sys.argv[1], Path(sys.argv[2])
 NUM_REPEATS = int(os.environ["NUM_REPEATS"])
@@ -65,6 +67,7 @@ from nemo_gym.base_resources_server import (  # noqa: E402
     SimpleResourcesServer,
 )
 from nemo_gym.config_types import AggregateMetrics, BaseServerConfig  # noqa: E402
+from nemo_gym.reward_profile import compute_aggregate_metrics  # noqa: E402
 from nemo_gym.rollout_collection import RolloutCollectionConfig, RolloutCollectionHelper  # noqa: E402
 from nemo_gym.server_utils import HeadServer, ServerClient, get_response_json, raise_for_status, request  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -185,11 +188,25 @@ async def collect() -> dict[str, object]:
     )
     await RolloutCollectionHelper().run_from_config(config)
     metrics = json.loads((OUT / "rollouts_aggregate_metrics.json").read_text())
+    kept, failed = verified(OUT / "rollouts.jsonl"), verified(OUT / "rollouts_failures.jsonl")
     return {
-        "kept": verified(OUT / "rollouts.jsonl"),
-        "failed": verified(OUT / "rollouts_failures.jsonl"),
+        "kept": kept,
+        "failed": failed,
         "metrics": {m["agent_ref"]["name"]: AggregateMetrics.model_validate(m).model_dump() for m in metrics},
+        "described": await described([r for r in kept + failed if r["agent_ref"]["name"] == "text_agent"]),
     }
+
+
+async def described(results: list[dict[str, Any]]) -> dict[str, object]:
+    """The results stripped as NeMo Gym's collection strips them for `/aggregate_metrics`, described by the
+    gateway and by NeMo Gym's default."""
+    stripped = []
+    for r in results:
+        entry = {k: v for k, v in r.items() if k not in ("response", "responses_create_params")}
+        stripped.append(entry | {"response": {"usage": r["response"]["usage"]}})
+    answer = await request(method="POST", url=f"{GATEWAY}/aggregate_metrics", json={"verify_responses": stripped})
+    await raise_for_status(answer)
+    return {"gateway": await get_response_json(answer), "nemo_gym": compute_aggregate_metrics(stripped).model_dump()}
 
 
 def verified(path: Path) -> list[dict[str, object]]:

@@ -84,3 +84,15 @@ async def test_nemo_gym_s_own_collection_keeps_rubricd_s_rewards_and_files_its_f
     assert text["key_metrics"]["mean/judge_ok"] == 0.5 and text["key_metrics"]["mean/no_reward"] == 0.5
     assert {g["_ng_task_index"]: g["num_rollouts"] for g in text["group_level_metrics"]} == {0: REPEATS, 2: REPEATS}
     assert out["metrics"]["tool_agent"]["agent_metrics"]["mean/reward"] == 1.0
+    # The gateway's statistics are NeMo Gym's: the same results described by both, every `<stat>/<field>` alike.
+    ours, theirs = out["described"]["gateway"], out["described"]["nemo_gym"]
+    assert statistics(ours["agent_metrics"]) == pytest.approx(statistics(theirs["agent_metrics"]))
+    assert [g["_ng_task_index"] for g in ours["group_level_metrics"]] == [0, 2]
+    for a, b in zip(ours["group_level_metrics"], theirs["group_level_metrics"], strict=True):
+        assert a["_ng_task_index"] == b["_ng_task_index"] and statistics(a) == pytest.approx(statistics(b))
+    assert statistics(ours["agent_metrics"])["std/reward"] > 0  # described over the rollouts, not one value
+
+
+def statistics(metrics: dict[str, object]) -> dict[str, object]:
+    """NeMo Gym's default statistics in an AggregateMetrics dict (`mean/reward`, `std/total_tokens`, ...)."""
+    return {k: v for k, v in metrics.items() if k.split("/")[0] in ("mean", "max", "min", "median", "std")}

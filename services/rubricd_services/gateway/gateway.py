@@ -177,7 +177,7 @@ class GatewayMetrics:
     def __init__(self, metrics: Metrics) -> None:
         self.requests = metrics.counter(
             "rubricd_gateway_requests",
-            "reward requests, by contract and answer (ok, busy, invalid)",
+            "requests, by contract (nemo_gym_metrics: NeMo Gym's aggregate metrics, not rewards) and answer (ok, busy, invalid)",
             ["contract", "answer"],
         )
         self.no_reward = metrics.counter(

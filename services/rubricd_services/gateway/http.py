@@ -222,7 +222,7 @@ def routes(gateway: Callable[[], RewardGateway]) -> list[tuple[str, Route]]:
         ("/slime/reward_dict", endpoint("slime", gateway, slime_dict)),
         ("/verify", endpoint("nemo_gym", gateway, nemo_gym_verify)),
         ("/seed_session", nemo_gym_seed_session),
-        ("/aggregate_metrics", endpoint("nemo_gym", gateway, nemo_gym_aggregate_metrics)),
+        ("/aggregate_metrics", endpoint("nemo_gym_metrics", gateway, nemo_gym_aggregate_metrics)),
         ("/arm/reward", endpoint("arm", gateway, arm)),
     ]
     return [(path, Route(path, serve, methods=["POST"])) for path, serve in table]
