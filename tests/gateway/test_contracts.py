@@ -221,6 +221,11 @@ def test_nemo_gym_s_aggregate_metrics_describe_every_number_overall_and_per_task
     [task0, task1] = got["group_level_metrics"]  # by task
     assert (task0["_ng_task_index"], task0["num_rollouts"], task0["mean/reward"]) == (0, 2, 0.75)
     assert (task1["_ng_task_index"], task1["num_rollouts"], task1["std/reward"]) == (1, 1, 0.0)
+    assert [(i["rollout_id"], i["reward"], i["judge_ok"]) for i in task0["rollout_infos"]] == [
+        ("0:0", 1.0, 1.0),
+        ("0:0", 0.5, 1.0),
+    ]
+    assert (task0["expected_num_rollouts"], task0["missing_num_rollouts"]) == (2, 0)  # all of a task's are sent
     # A rollout without its task is in task 0, as NeMo Gym puts it; a response without a `response` has no usage.
     bare = {"reward": 1.0, "response": None}
     got = contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest([bare, verified(0, 0.0, True)]))

@@ -84,12 +84,17 @@ async def test_nemo_gym_s_own_collection_keeps_rubricd_s_rewards_and_files_its_f
     assert text["key_metrics"]["mean/judge_ok"] == 0.5 and text["key_metrics"]["mean/no_reward"] == 0.5
     assert {g["_ng_task_index"]: g["num_rollouts"] for g in text["group_level_metrics"]} == {0: REPEATS, 2: REPEATS}
     assert out["metrics"]["tool_agent"]["agent_metrics"]["mean/reward"] == 1.0
-    # The gateway's statistics are NeMo Gym's: the same results described by both, every `<stat>/<field>` alike.
+    # The gateway's aggregate is NeMo Gym's default: the same results described by both, every statistic alike,
+    # and each task's the same entry (but NeMo Gym's `sample`, a row it makes up here); only the key metrics differ.
     ours, theirs = out["described"]["gateway"], out["described"]["nemo_gym"]
     assert statistics(ours["agent_metrics"]) == pytest.approx(statistics(theirs["agent_metrics"]))
+    assert ours["agent_metrics"].keys() == theirs["agent_metrics"].keys()
     assert [g["_ng_task_index"] for g in ours["group_level_metrics"]] == [0, 2]
     for a, b in zip(ours["group_level_metrics"], theirs["group_level_metrics"], strict=True):
-        assert a["_ng_task_index"] == b["_ng_task_index"] and statistics(a) == pytest.approx(statistics(b))
+        assert statistics(a) == pytest.approx(statistics(b))
+        assert {k: v for k, v in a.items() if k not in statistics(a)} == {
+            k: v for k, v in b.items() if k not in statistics(b) and k != "sample"
+        }
     assert statistics(ours["agent_metrics"])["std/reward"] > 0  # described over the rollouts, not one value
 
 

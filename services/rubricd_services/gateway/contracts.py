@@ -299,24 +299,49 @@ class NemoGymAggregateRequest(msgspec.Struct, frozen=True):
 
 
 def nemo_gym_aggregate_metrics(request: NemoGymAggregateRequest) -> dict[str, Any]:
-    """NeMo Gym's AggregateMetrics, its default statistics: each numeric top-level field (and `response.usage`'s,
-    a boolean as 0 or 1) described by `<stat>/<field>`, over every rollout (`agent_metrics`) and per task
-    (`group_level_metrics`, by `_ng_task_index`, a rollout without one in task 0 as NeMo Gym puts it, with
-    `num_rollouts`); `key_metrics` rubricd's headline means."""
-    rows = [_numbers(r) for r in request.verify_responses]
-    tasks: dict[int | str, list[dict[str, float]]] = {}
-    for raw, row in zip(request.verify_responses, rows):
-        task = raw.get(TASK_INDEX, 0)
-        tasks.setdefault(task if isinstance(task, int | str) else str(task), []).append(row)
-    overall = _described(rows)
+    """NeMo Gym's AggregateMetrics, as its default computes them: each numeric top-level field (and
+    `response.usage`'s, a boolean as 0 or 1) described by `<stat>/<field>`, over every rollout (`agent_metrics`)
+    and per task (`group_level_metrics`, by `_ng_task_index`, a rollout without one in task 0 as NeMo Gym puts it,
+    with its rollouts counted and listed); `key_metrics` rubricd's headline means."""
+    tasks: dict[int | str, list[tuple[int | str, dict[str, float]]]] = {}
+    for raw in request.verify_responses:
+        task, rollout = (_index(raw.get(key, 0)) for key in (TASK_INDEX, ROLLOUT_INDEX))
+        tasks.setdefault(task, []).append((rollout, _numbers(raw)))
+    overall = _described([row for members in tasks.values() for _, row in members])
     return {
-        "group_level_metrics": [
-            {TASK_INDEX: task, **_described(tasks[task]), "num_rollouts": len(tasks[task])}
-            for task in sorted(tasks, key=lambda t: (isinstance(t, str), t))
-        ],
+        "group_level_metrics": [_task_metrics(task, tasks[task]) for task in sorted(tasks, key=_order)],
         "agent_metrics": overall,
         "key_metrics": {k: overall[k] for k in (f"mean/{m}" for m in NEMO_GYM_KEY_METRICS) if k in overall},
     }
+
+
+def _task_metrics(task: int | str, members: list[tuple[int | str, dict[str, float]]]) -> dict[str, Any]:
+    """One task's entry: its statistics, its rollouts counted (every one of them is in the request: none is
+    missing) and each listed by NeMo Gym's rollout id `<task>:<repeat>` with its numbers."""
+    n = len(members)
+    infos = [
+        {"rollout_id": f"{task}:{rollout}", TASK_INDEX: task, ROLLOUT_INDEX: rollout, **row}
+        for rollout, row in sorted(members, key=lambda m: _order(m[0]))
+    ]
+    return {
+        TASK_INDEX: task,
+        **_described([row for _, row in members]),
+        "num_rollouts": n,
+        "expected_num_rollouts": n,
+        "missing_num_rollouts": 0,
+        "reward_profile_completion_pct": 100.0,
+        "rollout_infos": infos,
+    }
+
+
+def _index(value: object) -> int | str:
+    """A task's or a repeat's index as sent (a number, or a string id), anything else as its text."""
+    return value if isinstance(value, int | str) else str(value)
+
+
+def _order(index: int | str) -> tuple[bool, int | str]:
+    """Numbers in order, then string ids."""
+    return isinstance(index, str), index
 
 
 def _numbers(response: Mapping[str, Any]) -> dict[str, float]:
