@@ -111,11 +111,13 @@ agents-python:
 	@echo $(AGENTS_VENV)/bin/python
 
 # NeMo Gym's own code for its test (tests/gateway/test_nemo_gym.py): it needs Python >= 3.12, so a Debian trixie
-# root (Python 3.13, debootstrap) with NeMo Gym 0.4.0, cached outside the repo, and a python run in it by bubblewrap
-# (tests/frameworks/nemo_gym_root.sh says how). Needs root the first time; three and a half minutes on 2 cores, once.
-NEMO_GYM := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/nemo-gym-0.4.0-trixie
+# root (Python 3.13, debootstrap) with NeMo Gym NEMO_GYM_VERSION, cached outside the repo, and a python run in it
+# by bubblewrap (tests/frameworks/nemo_gym_root.sh says how). Needs root the first time; two to four minutes on 2
+# cores, once.
+NEMO_GYM_VERSION := 0.4.0
+NEMO_GYM := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/nemo-gym-$(NEMO_GYM_VERSION)-trixie
 nemo-gym:
-	@test -x $(NEMO_GYM)/python || tests/frameworks/nemo_gym_root.sh $(NEMO_GYM)
+	@test -x $(NEMO_GYM)/python || tests/frameworks/nemo_gym_root.sh $(NEMO_GYM) $(NEMO_GYM_VERSION)
 
 nemo-gym-python:
 	@echo $(NEMO_GYM)/python
