@@ -215,3 +215,36 @@ async def test_services_starting_together_share_one_collection(stack) -> None:
         await memories[0].drop()
         for m in memories:
             await m.close()
+
+
+async def test_a_collection_made_with_another_index_is_used_with_a_warning(stack, caplog) -> None:
+    """A collection made before the flat index (HNSW, by the same properties) still works; starting on it warns
+    once, naming its index; the flat one rubricd makes does not warn."""
+    settings = ServiceSettings(
+        namespace=f"t{uuid.uuid4().hex[:8]}",
+        weaviate_url=stack.weaviate_url,
+        weaviate_grpc_port=stack.weaviate_grpc_port,
+    )
+    flat = await Memory.connect(settings, MiniLMEmbedder())
+    try:
+        assert await flat.other_index() == [] and "vector index" not in caplog.text
+    finally:
+        await flat.drop()
+        await flat.close()
+    made = await Memory.connect(settings, MiniLMEmbedder())  # as before 2026-11-29: HNSW, the properties alike
+    config = (await made.collection.config.get()).to_dict()
+    await made.drop()
+    config["vectorConfig"]["default"]["vectorIndexType"] = "hnsw"
+    config["vectorConfig"]["default"]["vectorIndexConfig"] = {}
+    await made.client.collections.create_from_dict(config)
+    await made.close()
+    with caplog.at_level("WARNING", logger="rubricd.memory"):
+        old = await Memory.connect(settings, MiniLMEmbedder())
+    try:
+        assert await old.other_index() == ["hnsw"]
+        assert f"collection {collection_name(settings.namespace)} has a hnsw vector index" in caplog.text
+        await old.put([analysis("run-a", 0, "still stored and found", ref="r")])
+        assert texts(await old.search("run-a", "stored", limit=1)) == ["still stored and found"]
+    finally:
+        await old.drop()
+        await old.close()

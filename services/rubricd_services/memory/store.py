@@ -9,6 +9,7 @@ second one, which is what makes the services' effects exactly-once.
 """
 
 import enum
+import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,8 @@ from weaviate.exceptions import UnexpectedStatusCodeError
 
 from rubricd_services.memory.embedder import Embedder
 from rubricd_services.settings import ServiceSettings
+
+log = logging.getLogger("rubricd.memory")
 
 _ID_SPACE = uuid.UUID("8a3f2c1e-5b7d-4e2a-9c60-7d1b0e4f6a21")  # uuid5 namespace of memory object ids
 _PROPERTIES = ["kind", "run_id", "step", "text", "ref", "instance_key", "message"]
@@ -115,9 +118,18 @@ class Memory:
         return memory
 
     async def ensure_collection(self) -> None:
-        """Create the collection if missing; another service creating it at the same time is fine."""
+        """Create the collection if missing; another service creating it at the same time is fine. One made with
+        another vector index than today's flat one is used as it is, with a warning."""
         name = collection_name(self.namespace)
         if await self.client.collections.exists(name):
+            if kinds := await self.other_index():
+                log.warning(
+                    "memory: collection %s has a %s vector index, not the flat one rubricd makes: it works, but "
+                    "each insert costs more as the run's memory grows; docs/operators/capacity.md says how to remake "
+                    "it",
+                    name,
+                    "/".join(kinds),
+                )
             return
         exact: dict[str, Any] = {
             "data_type": DataType.TEXT,
@@ -146,6 +158,14 @@ class Memory:
         except UnexpectedStatusCodeError:
             if not await self.client.collections.exists(name):
                 raise
+
+    async def other_index(self) -> list[str]:
+        """The collection's vector index types other than flat (a collection made before 2026-11-29: HNSW)."""
+        config = await self.collection.config.get()
+        kinds = [v.vector_index_config.vector_index_type() for v in (config.vector_config or {}).values()]
+        if config.vector_index_type is not None:  # a collection's one unnamed vector
+            kinds.append(config.vector_index_type.value)
+        return sorted({k for k in kinds if k != "flat"})
 
     async def close(self) -> None:
         await self.client.close()
