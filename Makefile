@@ -114,6 +114,7 @@ agents-python:
 # root (Python 3.13, debootstrap) with NeMo Gym NEMO_GYM_VERSION, cached outside the repo, and a python run in it
 # by bubblewrap (tests/frameworks/nemo_gym_root.sh says how). Needs root the first time; two to four minutes on 2
 # cores, once.
+# NeMo Gym's own dependencies are pinned in nemo_gym_root.sh, for this version: another wants them checked.
 NEMO_GYM_VERSION := 0.4.0
 NEMO_GYM := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/nemo-gym-$(NEMO_GYM_VERSION)-trixie
 nemo-gym:

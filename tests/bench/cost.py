@@ -168,8 +168,8 @@ async def floor(n: int = 2000) -> None:
         for rollout in batch:
             await call(rollout)
         print(f"{'a judge call with the openai client (httpx)':42} {(spent() - started) / len(batch) * 1e6:8.0f}")
-    # The scorer's own way (the openai client over aiohttp, its reply as bytes) against aiohttp alone: the same
-    # judge-sized request, so the difference is what the openai client's request and response handling costs.
+    # The scorer's own way (the openai client over aiohttp, a timeout per call, its reply as bytes) against aiohttp
+    # alone: the same judge-sized request, so the difference is what the openai client's handling costs.
     body = {"model": "rubricd-simulator", "messages": [{"role": "system", "content": "Judge the answer. " * 60},
             {"role": "user", "content": "The prompt and the response. " * 30}]}  # fmt: skip
     client = openai.AsyncOpenAI(
@@ -179,7 +179,7 @@ async def floor(n: int = 2000) -> None:
         for name, post in (
             (
                 "a POST through the openai client (aiohttp)",
-                lambda: client.post("/chat/completions", cast_to=bytes, body=body),
+                lambda: client.post("/chat/completions", cast_to=bytes, body=body, options={"timeout": 60}),
             ),
             ("the same POST with aiohttp alone", lambda: aiohttp_post(session, body)),
         ):
@@ -192,6 +192,7 @@ async def floor(n: int = 2000) -> None:
 
 async def aiohttp_post(session: aiohttp.ClientSession, body: dict[str, object]) -> bytes:
     async with session.post(f"{LLM_URL}/chat/completions", json=body) as response:
+        response.raise_for_status()
         return await response.read()
 
 

@@ -203,7 +203,8 @@ async def described(results: list[dict[str, Any]]) -> dict[str, object]:
     stripped = []
     for r in results:
         entry = {k: v for k, v in r.items() if k not in ("response", "responses_create_params")}
-        stripped.append(entry | {"response": {"usage": r["response"]["usage"]}})
+        usage = (r.get("response") or {}).get("usage")
+        stripped.append(entry | ({"response": {"usage": usage}} if usage else {}))
     answer = await request(method="POST", url=f"{GATEWAY}/aggregate_metrics", json={"verify_responses": stripped})
     await raise_for_status(answer)
     return {"gateway": await get_response_json(answer), "nemo_gym": compute_aggregate_metrics(stripped).model_dump()}

@@ -21,7 +21,7 @@ if ((${#missing[@]})); then
 fi
 
 rm -rf "$dir.new" && mkdir -p "$dir.new"
-say "building Debian trixie with NeMo Gym $version into $dir (three and a half minutes on 2 cores, once)"
+say "building Debian trixie with NeMo Gym $version into $dir (two to four minutes on 2 cores, once)"
 debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates trixie "$dir.new/root" "$mirror" \
   >"$dir.new/debootstrap.log" 2>&1 || { say "debootstrap failed:"; tail -5 "$dir.new/debootstrap.log"; exit 1; }
 rm -rf "$dir.new"/root/var/cache/apt/archives/*.deb "$dir.new"/root/var/lib/apt/lists/*

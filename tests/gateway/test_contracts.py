@@ -204,12 +204,12 @@ def test_nemo_gym_s_task_is_the_group_where_no_cohort_is_named():
 
 
 def test_nemo_gym_s_aggregate_metrics_describe_every_number_overall_and_per_task():
-    def verified(task: int | None, reward: float, judge_ok: bool) -> dict[str, object]:
+    def verified(task: int | None, reward: float, judge_ok: bool, repeat: int = 0) -> dict[str, object]:
         usage = {"input_tokens": 10, "output_tokens": 4, "input_tokens_details": {"cached_tokens": 0}}
-        row = {"_ng_rollout_index": 0, "reward": reward, "judge_ok": judge_ok, "rubricd_error": None}
+        row = {"_ng_rollout_index": repeat, "reward": reward, "judge_ok": judge_ok, "rubricd_error": None}
         return row | {"response": {"usage": usage}, "rubricd_turns": [], "big": 10**400, "_ng_task_index": task}
 
-    rows = [verified(1, -1.0, False), verified(0, 1.0, True), verified(0, 0.5, True)]
+    rows = [verified(1, -1.0, False), verified(0, 1.0, True), verified(0, 0.5, True, repeat=1)]
     got = contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest(rows))
     overall = got["agent_metrics"]
     assert overall["mean/reward"] == pytest.approx(0.5 / 3) and overall["median/reward"] == 0.5
@@ -220,16 +220,28 @@ def test_nemo_gym_s_aggregate_metrics_describe_every_number_overall_and_per_task
     assert got["key_metrics"] == {"mean/reward": overall["mean/reward"], "mean/judge_ok": overall["mean/judge_ok"]}
     [task0, task1] = got["group_level_metrics"]  # by task
     assert (task0["_ng_task_index"], task0["num_rollouts"], task0["mean/reward"]) == (0, 2, 0.75)
-    assert (task1["_ng_task_index"], task1["num_rollouts"], task1["std/reward"]) == (1, 1, 0.0)
+    assert (task1["_ng_task_index"], task1["num_rollouts"], task1["std/reward"]) == (1, 1, 0.0)  # one: std 0
     assert [(i["rollout_id"], i["reward"], i["judge_ok"]) for i in task0["rollout_infos"]] == [
         ("0:0", 1.0, 1.0),
-        ("0:0", 0.5, 1.0),
+        ("0:1", 0.5, 1.0),
     ]
     assert (task0["expected_num_rollouts"], task0["missing_num_rollouts"]) == (2, 0)  # all of a task's are sent
-    # A rollout without its task is in task 0, as NeMo Gym puts it; a response without a `response` has no usage.
+    # As pandas describes them for NeMo Gym: a column with one value among two rollouts has no std (a rubric
+    # version on a scored rollout beside a timed-out one); an index may come as a bool or a whole float.
+    scored, timed_out = {"reward": 1.0, "rubric_version": 3}, {"reward": 0.0, "rubric_version": None}
+    got = contracts.nemo_gym_aggregate_metrics(
+        contracts.NemoGymAggregateRequest([scored | {"_ng_task_index": 1.0}, timed_out | {"_ng_task_index": True}])
+    )
+    [task] = got["group_level_metrics"]
+    assert (task["_ng_task_index"], task["std/reward"], task["mean/rubric_version"]) == (1, statistics.stdev([1, 0]), 3)
+    assert "std/rubric_version" not in task
+    # Without its task a rollout is in task 0, without its repeat numbered in its task; no `response`, no usage.
     bare = {"reward": 1.0, "response": None}
-    got = contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest([bare, verified(0, 0.0, True)]))
-    assert [(g["_ng_task_index"], g["num_rollouts"]) for g in got["group_level_metrics"]] == [(0, 2)]
+    got = contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest([bare, bare]))
+    assert [i["rollout_id"] for g in got["group_level_metrics"] for i in g["rollout_infos"]] == ["0:0", "0:1"]
+    # Figures beyond a float's range are left out, never a failed request.
+    huge = contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest([{"x": 1e308}, {"x": 1e308}]))
+    assert "mean/x" not in huge["agent_metrics"] and huge["agent_metrics"]["max/x"] == 1e308
     assert contracts.nemo_gym_aggregate_metrics(contracts.NemoGymAggregateRequest([]))["agent_metrics"] == {}
 
 

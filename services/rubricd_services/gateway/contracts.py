@@ -273,9 +273,7 @@ def nemo_gym_failure(o: Outcome) -> dict[str, Any]:
 
 def _std(vs: list[float]) -> float:
     """The sample standard deviation in floats (statistics.stdev's exact fractions take a second a column of
-    100,000); 0 for one value, as NeMo Gym fills it."""
-    if len(vs) < 2:
-        return 0.0
+    100,000)."""
     mean = math.fsum(vs) / len(vs)
     return math.sqrt(math.fsum((v - mean) ** 2 for v in vs) / (len(vs) - 1))
 
@@ -301,12 +299,13 @@ class NemoGymAggregateRequest(msgspec.Struct, frozen=True):
 def nemo_gym_aggregate_metrics(request: NemoGymAggregateRequest) -> dict[str, Any]:
     """NeMo Gym's AggregateMetrics, as its default computes them: each numeric top-level field (and
     `response.usage`'s, a boolean as 0 or 1) described by `<stat>/<field>`, over every rollout (`agent_metrics`)
-    and per task (`group_level_metrics`, by `_ng_task_index`, a rollout without one in task 0 as NeMo Gym puts it,
-    with its rollouts counted and listed); `key_metrics` rubricd's headline means."""
-    tasks: dict[int | str, list[tuple[int | str, dict[str, float]]]] = {}
+    and per task (`group_level_metrics`, by `_ng_task_index`, with its rollouts counted and listed);
+    `key_metrics` rubricd's headline means. A rollout without its task index is in task 0, one without its repeat
+    index numbered by its place in its task (NeMo Gym's own refuses both)."""
+    tasks: dict[int | str, list[tuple[int | str | None, dict[str, float]]]] = {}
     for raw in request.verify_responses:
-        task, rollout = (_index(raw.get(key, 0)) for key in (TASK_INDEX, ROLLOUT_INDEX))
-        tasks.setdefault(task, []).append((rollout, _numbers(raw)))
+        task = _index(raw.get(TASK_INDEX))
+        tasks.setdefault(0 if task is None else task, []).append((_index(raw.get(ROLLOUT_INDEX)), _numbers(raw)))
     overall = _described([row for members in tasks.values() for _, row in members])
     return {
         "group_level_metrics": [_task_metrics(task, tasks[task]) for task in sorted(tasks, key=_order)],
@@ -315,14 +314,15 @@ def nemo_gym_aggregate_metrics(request: NemoGymAggregateRequest) -> dict[str, An
     }
 
 
-def _task_metrics(task: int | str, members: list[tuple[int | str, dict[str, float]]]) -> dict[str, Any]:
+def _task_metrics(task: int | str, members: list[tuple[int | str | None, dict[str, float]]]) -> dict[str, Any]:
     """One task's entry: its statistics, its rollouts counted (every one of them is in the request: none is
     missing) and each listed by NeMo Gym's rollout id `<task>:<repeat>` with its numbers."""
-    n = len(members)
+    numbered = [(i if rollout is None else rollout, row) for i, (rollout, row) in enumerate(members)]
     infos = [
         {"rollout_id": f"{task}:{rollout}", TASK_INDEX: task, ROLLOUT_INDEX: rollout, **row}
-        for rollout, row in sorted(members, key=lambda m: _order(m[0]))
+        for rollout, row in sorted(numbered, key=lambda m: _order(m[0]))
     ]
+    n = len(members)
     return {
         TASK_INDEX: task,
         **_described([row for _, row in members]),
@@ -334,9 +334,16 @@ def _task_metrics(task: int | str, members: list[tuple[int | str, dict[str, floa
     }
 
 
-def _index(value: object) -> int | str:
-    """A task's or a repeat's index as sent (a number, or a string id), anything else as its text."""
-    return value if isinstance(value, int | str) else str(value)
+def _index(value: object) -> int | str | None:
+    """A task's or a repeat's index as sent: a whole number (from an int, a bool or a whole float, as pandas
+    groups them), a string id, None when missing; anything else as its text."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool | int):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return str(value)
 
 
 def _order(index: int | str) -> tuple[bool, int | str]:
@@ -357,11 +364,25 @@ def _numbers(response: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _described(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each column's statistics, as pandas gives them to NeMo Gym: a column's std wants two values, but where no
+    column of these rows has two (one rollout), every column they all have gets std 0; a statistic beyond a
+    float's range is left out."""
     columns: dict[str, list[float]] = {}
     for row in rows:
         for k, v in row.items():
             columns.setdefault(k, []).append(v)
-    return {f"{stat}/{k}": float(f(vs)) for k, vs in columns.items() for stat, f in NEMO_GYM_STATS.items()}
+    spread = any(len(vs) > 1 for vs in columns.values())
+    described = {}
+    for k, vs in columns.items():
+        for stat, f in NEMO_GYM_STATS.items():
+            if stat == "std" and len(vs) < 2:
+                if not spread and len(vs) == len(rows):
+                    described[f"std/{k}"] = 0.0
+                continue
+            with contextlib.suppress(OverflowError):
+                if math.isfinite(value := float(f(vs))):
+                    described[f"{stat}/{k}"] = value
+    return described
 
 
 # --- Rubric-ARM ----------------------------------------------------------------
