@@ -28,10 +28,11 @@ more runs of one evaluation rollout each, so that Redis holds that many runs' ke
 dashboard's runs list timed over them (median of five).
 
 It writes reports/soak-<time>/: soak.json (every step's figures), a PNG per group of figures, and report.md with the
-growth table: each figure's mean over the run's last tenth against its first tenth (with retention, of the steps
-after every kind it names has begun to forget). A per-step figure is flat when that ratio is at most 1.10, grows
-when it is beyond that by more than the steps' noise, else is unresolved; a memory figure (Redis, Weaviate, RSS)
-should plateau, or grow only with what the run keeps: the table gives its growth per step over the second half.
+growth table: each figure's mean over the run's last tenth against its first tenth, of the steps after the rubric
+set has reached its final size (and with retention, after every kind it names has begun to forget). A per-step
+figure is flat when that ratio is at most 1.10, grows when it is beyond that by more than the steps' noise, else is
+unresolved; a memory figure (Redis, Weaviate, RSS) should plateau, or grow only with what the run keeps: the table
+gives its growth per step over the second half.
 Not part of `make test`: it is a benchmark, and prints its figures.
 """
 
@@ -125,12 +126,18 @@ def noise(first: list[float], last: list[float]) -> float:
     return 2 * math.sqrt(statistics.variance(last) / len(last) + FLAT**2 * statistics.variance(first) / len(first))
 
 
-def warmup(retention: str, steps: int) -> int:
-    """The steps before the run's memory is in its steady state, left out of the growth table: with retention,
-    those before every kind named has begun to forget (the most steps any keeps); without, none. None left out
-    where fewer than 100 steps would remain."""
-    skip = max(json.loads(retention).values(), default=0) if retention else 0
-    return skip if steps - skip >= 100 else 0
+def warmup(retention: str, steps: list[dict[str, Any]]) -> int:
+    """The steps before the run is in its steady state, left out of the growth table: those before the rubric set
+    reached the size it keeps to the end (the judge's and the analyzer's prompts carry every rubric, and the demo's
+    policy finds its hacks over the run's first third: the set grows with them), and with retention, those before
+    every kind named has begun to forget (the most steps any keeps). None left out where fewer than 100 steps would
+    remain."""
+    settled = len(steps)
+    while settled and steps[settled - 1]["rubrics"] == steps[-1]["rubrics"]:
+        settled -= 1
+    kept = max(json.loads(retention).values(), default=0) if retention else 0
+    skip = max(settled, kept)
+    return skip if len(steps) - skip >= 100 else 0
 
 
 def slope(values: list[float]) -> float:
@@ -573,7 +580,7 @@ def costs(soak: Soak) -> dict[str, dict[str, float]]:
 
 def write(soak: Soak, folder: Path) -> tuple[Path, list[dict[str, Any]]]:
     folder.mkdir(parents=True, exist_ok=True)
-    skip = warmup(soak.args.retention, len(soak.steps))
+    skip = warmup(soak.args.retention, soak.steps)
     rows = table(soak.steps, skip)
     (folder / "soak.json").write_text(
         json.dumps(
@@ -600,7 +607,12 @@ def write(soak: Soak, folder: Path) -> tuple[Path, list[dict[str, Any]]]:
         f"{soak.args.retention or 'none'}. Plots: {', '.join(p.name for p in pngs)}.",
         "",
         f"The tenths are of the steps from step {skip}"
-        + (" (before it, not every kind retention names has begun to forget)." if skip else ".")
+        + (
+            " (before it, the rubric set had not reached the size it keeps to the end"
+            + (", or not every kind retention names had begun to forget)." if soak.args.retention else ").")
+            if skip
+            else "."
+        )
         + f" A per-step figure is flat at {FLAT} or below; above, it GROWS where its last tenth exceeds {FLAT}"
         " times its first by more than the noise (twice the standard error: what the steps' scatter alone gives),"
         " else it is unresolved.",
