@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -148,30 +148,26 @@ async def floor(n: int = 2000) -> None:
     me = psutil.Process()
     redis = Redis.from_url(REDIS_URL)
 
-    def spent() -> float:
-        return sum(me.cpu_times()[:2])
+    async def per_call(name: str, call: Callable[[int], Awaitable[object]], times: int) -> None:
+        """Print the CPU this process spent on each of `times` calls, one at a time."""
+        started = sum(me.cpu_times()[:2])
+        for i in range(times):
+            await call(i)
+        print(f"{name:42} {(sum(me.cpu_times()[:2]) - started) / times * 1e6:8.0f}")
 
     print("\n== the floor: CPU of one call in this process, one at a time, microseconds")
-    for name, op in (
-        ("redis-py GET", lambda: redis.get("floor")),
-        ("redis-py XADD", lambda: redis.xadd("floor", {"x": b"x" * 300}, maxlen=100)),
-    ):
-        started = spent()
-        for _ in range(n):
-            await op()
-        print(f"{name:42} {(spent() - started) / n * 1e6:8.0f}")
+    await per_call("redis-py GET", lambda _: redis.get("floor"), n)
+    await per_call("redis-py XADD", lambda _: redis.xadd("floor", {"x": b"x" * 300}, maxlen=100), n)
     await redis.delete("floor")
     await redis.aclose()
     batch = rollouts("floor", min(n, 300))
     async with judging_directly(1) as call:
-        started = spent()
-        for rollout in batch:
-            await call(rollout)
-        print(f"{'a judge call with the openai client (httpx)':42} {(spent() - started) / len(batch) * 1e6:8.0f}")
+        await per_call("a judge call with the openai client (httpx)", lambda i: call(batch[i]), len(batch))
     # The scorer's own way (the openai client over aiohttp, a timeout per call, its reply as bytes) against aiohttp
     # alone: the same judge-sized request, so the difference is what the openai client's handling costs.
-    body = {"model": "rubricd-simulator", "messages": [{"role": "system", "content": "Judge the answer. " * 60},
-            {"role": "user", "content": "The prompt and the response. " * 30}]}  # fmt: skip
+    system = {"role": "system", "content": "Judge the answer. " * 60}
+    user = {"role": "user", "content": "The prompt and the response. " * 30}
+    body: dict[str, object] = {"model": "rubricd-simulator", "messages": [system, user]}
     client = openai.AsyncOpenAI(
         base_url=LLM_URL, api_key="bench", max_retries=0, http_client=openai.DefaultAioHttpClient()
     )
@@ -179,15 +175,12 @@ async def floor(n: int = 2000) -> None:
         for name, post in (
             (
                 "a POST through the openai client (aiohttp)",
-                lambda: client.post("/chat/completions", cast_to=bytes, body=body, options={"timeout": 60}),
+                lambda _: client.post("/chat/completions", cast_to=bytes, body=body, options={"timeout": 60}),
             ),
-            ("the same POST with aiohttp alone", lambda: aiohttp_post(session, body)),
+            ("the same POST with aiohttp alone", lambda _: aiohttp_post(session, body)),
         ):
-            await post()
-            started = spent()
-            for _ in range(len(batch)):
-                await post()
-            print(f"{name:42} {(spent() - started) / len(batch) * 1e6:8.0f}")
+            await post(0)  # the connection opened before the clock starts
+            await per_call(name, post, len(batch))
 
 
 async def aiohttp_post(session: aiohttp.ClientSession, body: dict[str, object]) -> bytes:

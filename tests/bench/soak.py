@@ -1,6 +1,7 @@
 """Soak: a long run of the whole memory loop, and whether step N costs what step 1 cost.
 
     make soak                                   # 300 steps x 8 rollouts in groups of 4: about 30 minutes on 2 cores
+    make soak SOAK="--retention-steps 20 --runs 0"  # analyses kept 20 steps; no many-runs check
     .venv/bin/python tests/bench/soak.py --steps 3000 --rollouts 16 --group-size 4 --latency-ms 200
 
 Starts its own stack (.stack/soak, own ports): Redis, Weaviate, the LLM simulator (a test tool; its judge latency
@@ -687,16 +688,33 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=100, help="the many-runs check: runs at once (0: no check)")
     parser.add_argument("--run-steps", type=int, default=2, help="the many-runs check: steps of each run")
     parser.add_argument("--idle-runs", type=int, default=900, help="the many-runs check: runs of one rollout more")
-    parser.add_argument(
+    retention = parser.add_mutually_exclusive_group()
+    retention.add_argument(
+        "--retention-steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="analyses and chunk summaries kept for the last N steps, as in rubricd plan (default 0: all kept)",
+    )
+    retention.add_argument(
         "--retention",
         default="",
         metavar="JSON",
-        help='the summarizer\'s RUBRICD_MEMORY_KEEP_STEPS, e.g. \'{"analysis": 20, "chunk_summary": 50}\' (default: none)',
+        help='the summarizer\'s RUBRICD_MEMORY_KEEP_STEPS, e.g. \'{"analysis": 20, "step_summary": 500}\'',
     )
     parser.add_argument(
         "--reports", type=Path, default=REPO / "reports", help="the report goes to REPORTS/soak-<time>/"
     )
     args = parser.parse_args(argv)
+    if args.retention_steps < 0:
+        parser.error("--retention-steps: 0 (all kept) or more")
+    if args.retention_steps:  # make's $(SOAK) splits words: a JSON with spaces cannot pass through it
+        args.retention = json.dumps({"analysis": args.retention_steps, "chunk_summary": args.retention_steps})
+    kept = None
+    with contextlib.suppress(ValueError):
+        kept = json.loads(args.retention or "{}")
+    if not isinstance(kept, dict) or not all(isinstance(n, int) for n in kept.values()):
+        parser.error("--retention: a JSON object of kinds and steps, e.g. '{\"analysis\": 20}'")
     if args.steps < 10 or min(args.rollouts, args.group_size, args.scorers, args.analyzers) < 1 or args.latency_ms < 0:
         parser.error(
             "--steps at least 10 (a tenth is a step), --rollouts, --group-size, --scorers and --analyzers at least 1,"
