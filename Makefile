@@ -226,8 +226,9 @@ bench: install
 	$(PY) tests/bench/endpoints.py
 
 # The soak (tests/bench/soak.py): a long run of the whole memory loop on its own stack (.stack/soak), every step's
-# costs measured, a report with plots and the growth table in reports/soak-<time>/. Not in `make test`: about 30
-# minutes on 2 cores at its defaults (300 steps); SOAK="--steps 3000 --retention-steps 20" for others.
+# costs measured, a report with plots and the growth table in reports/soak-<time>/. Not in `make test`: about 40
+# minutes on 2 cores at its defaults (300 steps and the many-runs check); SOAK="--steps 3000 --retention-steps 20"
+# for others.
 soak: install weaviate
 	$(PY) tests/bench/soak.py $(SOAK)
 

@@ -1,6 +1,6 @@
 """Soak: a long run of the whole memory loop, and whether step N costs what step 1 cost.
 
-    make soak                                   # 300 steps x 8 rollouts in groups of 4: about 30 minutes on 2 cores
+    make soak                                   # 300 steps x 8 rollouts in groups of 4: about 40 minutes on 2 cores
     make soak SOAK="--retention-steps 20 --runs 0"  # analyses kept 20 steps; no many-runs check
     .venv/bin/python tests/bench/soak.py --steps 3000 --rollouts 16 --group-size 4 --latency-ms 200
 
@@ -583,6 +583,9 @@ def write(soak: Soak, folder: Path) -> tuple[Path, list[dict[str, Any]]]:
     folder.mkdir(parents=True, exist_ok=True)
     skip = warmup(soak.args.retention, soak.steps)
     rows = table(soak.steps, skip)
+    why = "the rubric set had not reached the size it keeps to the end" + (
+        ", or not every kind retention names had begun to forget" if soak.args.retention else ""
+    )
     (folder / "soak.json").write_text(
         json.dumps(
             {
@@ -608,12 +611,7 @@ def write(soak: Soak, folder: Path) -> tuple[Path, list[dict[str, Any]]]:
         f"{soak.args.retention or 'none'}. Plots: {', '.join(p.name for p in pngs)}.",
         "",
         f"The tenths are of the steps from step {skip}"
-        + (
-            " (before it, the rubric set had not reached the size it keeps to the end"
-            + (", or not every kind retention names had begun to forget)." if soak.args.retention else ").")
-            if skip
-            else "."
-        )
+        + (f" (before it, {why})." if skip else ".")
         + f" A per-step figure is flat at {FLAT} or below; above, it GROWS where its last tenth exceeds {FLAT}"
         " times its first by more than the noise (twice the standard error: what the steps' scatter alone gives),"
         " else it is unresolved.",
