@@ -191,9 +191,13 @@ k8s-cluster-down:
 k8s-test: install k8s-deps
 	$(PY) -m pytest -q -s tests/k8s
 
-# The tests start their own stack (.stack/test, other ports) and take it down.
+# The suite on TEST_WORKERS pytest-xdist workers, a module's tests on one worker (--dist loadscope); each worker
+# starts its own stack (.stack/test, .stack/test-1, ..., other ports) and takes it down. Every run ends with its 20
+# slowest tests and the time per test directory (tests/timing.py; docs/development.md, "A fast suite").
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 test: install weaviate model frameworks k8s-tools compose-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 # The suite beside two CPU-bound processes, as on a busy CI machine: a test that races the clock fails here. Prints
 # how long the suite took; the two are stopped however it ends (passed, failed, Ctrl-C). All but the real-model
@@ -202,7 +206,7 @@ test: install weaviate model frameworks k8s-tools compose-tools
 test-under-load: install weaviate model frameworks k8s-tools compose-tools
 	@hogs=""; trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for _ in 1 2; do python3 -c 'while True: pass' & hogs="$$hogs $$!"; done; \
-	started=$$(date +%s); $(PY) -m pytest -q --ignore=tests/system/test_real_model.py; status=$$?; \
+	started=$$(date +%s); $(PY) -m pytest -q $(PYTEST_PARALLEL) --ignore=tests/system/test_real_model.py; status=$$?; \
 	echo "test-under-load: the suite took $$(( $$(date +%s) - started )) s beside 2 CPU-bound processes (exit $$status)"; \
 	exit $$status
 

@@ -60,6 +60,7 @@ SCRIPT_VARIABLES = {
     "RUBRICD_MODEL_NAME",
     "RUBRICD_MODEL_PORT",
     "RUBRICD_MODEL_SLOTS",
+    "RUBRICD_MODEL_THREADS",
     "RUBRICD_PYTHON",
     # compose.yaml: the published ports stack.sh has no name for, and every image's source
     "RUBRICD_DASHBOARD_PORT",

@@ -39,7 +39,12 @@ from rubricd_services.memory.store import Memory
 from rubricd_services.settings import ServiceSettings
 from rubricd_services.simulator.app import Simulator, serve_in_background
 from rubricd_services.simulator.faults import SimConfig
+from tests import forks
 from tests.factories import starter
+from tests.threads import one_thread
+
+# Every run ends with where its time went (tests/timing.py); pytester runs a suite of a test's own.
+pytest_plugins = ["tests.timing", "pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 STACK_SH = REPO / "deploy" / "local" / "stack.sh"
@@ -53,9 +58,12 @@ TEST_PORTS = {
     "RUBRICD_SIMULATOR_PORT": 8098,
     "RUBRICD_METRICS_BASE_PORT": 9200,  # services' /health and /metrics: 9201-9203, 9211+
 }
-# A second pytest session running at the same time (another checkout, another
-# terminal) takes the next slot: .stack/test-1 on the ports above + 100, ...
-SLOTS = 4
+# Each pytest session, and each xdist worker of one (a session of its own), takes the first free slot:
+# .stack/test, then .stack/test-1 on the ports above + 100, ... Ten at most: Weaviate derives its cluster
+# ports from its HTTP port modulo 1000.
+SLOTS = 10
+# The xdist worker this process is (gw0, gw1, ...; 0 without xdist): each draws free ports from a range of its own.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 # Settings that would send the script or the services to someone else's server, or lock the suite's stack
 # down (a test that wants a locked-down stack asks for one).
 FOREIGN_SETTINGS = (
@@ -189,8 +197,10 @@ def stack(request: pytest.FixtureRequest) -> Stack:
 
 def free_port_block(n: int) -> int:
     """The first of N consecutive free loopback ports (Weaviate wants some in pairs), below the
-    ephemeral range and away from the ports stack.sh derives (20000-23999)."""
-    for base in random.sample(range(24000, 30000, n), 50):
+    ephemeral range and away from the ports stack.sh derives (20000-23999); a thousand of them per xdist
+    worker, so that two workers never pick the same block."""
+    first = 24000 + 1000 * (WORKER % 6)
+    for base in random.sample(range(first, first + 1000 - n, n), 40):
         socks = [socket.socket() for _ in range(n)]
         try:
             for i, s in enumerate(socks):
@@ -244,6 +254,7 @@ def run_framework(stack: Stack, keys: Keys, tmp_path: Path) -> Callable[..., str
             input=input,
             env={
                 "PATH": "/usr/bin:/bin",
+                **one_thread(),
                 "HOME": str(tmp_path),
                 "PYTHONPATH": str(REPO / "shared"),
                 "RUBRICD_REDIS_URL": stack.redis_url,
@@ -378,17 +389,11 @@ async def redis(stack: Stack) -> AsyncIterator[Redis]:
 
 
 class ServiceProcess:
-    """`rubricd serve <service> [args]`, its output in a log file; killable with SIGKILL."""
+    """`rubricd serve <service> [args]` (forked: tests/forks.py), its output in a log file; killable with SIGKILL."""
 
     def __init__(self, service: str, env: dict[str, str], log: Path, *args: str) -> None:
         self.service, self.consumer, self.log = service, env["RUBRICD_CONSUMER"], log
-        self._log_file = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rubricd_services.cli", "serve", service, *args],
-            env=env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
+        self.proc = forks.Forked(["serve", service, *args], env, log)
 
     def wait_consuming(
         self, redis_url: str, keys: Keys, consumers: list[str] | None = None, timeout: float = 90
@@ -422,7 +427,6 @@ class ServiceProcess:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
-        self._log_file.close()
 
 
 @pytest.fixture
@@ -501,14 +505,7 @@ def cli(service_env: dict[str, str]) -> Callable[..., subprocess.CompletedProces
     exit status fails the test with its output."""
 
     def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "rubricd_services.cli", *args],
-            env=service_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+        done = forks.run(*args, env=service_env, timeout=timeout)
         if check and done.returncode != 0:
             pytest.fail(
                 f"rubricd {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}", pytrace=False
@@ -598,10 +595,17 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# The directories whose modules take minutes each (whole stacks, trainers, the demo): run first, so that under
+# xdist the short modules fill the workers around them instead of waiting behind them at the end.
+FIRST = ("tests/system/", "tests/demo/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "stack" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+    first = tuple(str(config.rootpath / d) for d in FIRST)
+    items.sort(key=lambda item: not str(item.path).startswith(first))
 
 
 @pytest.fixture

@@ -76,6 +76,9 @@ LLM=${RUBRICD_STACK_LLM:-simulator}
 [[ $LLM == simulator || $LLM == local ]] || { echo "stack: RUBRICD_STACK_LLM must be simulator or local, not '$LLM'" >&2; exit 1; }
 MODEL_PORT=${RUBRICD_MODEL_PORT:-8097}
 MODEL_SLOTS=${RUBRICD_MODEL_SLOTS:-2} # requests the model server decodes at once (its --parallel)
+# Its threads (default: every core). On cores it shares with busy processes (the test suite's workers) one
+# thread does the same work for a third of the CPU: two spin waiting for each other.
+MODEL_THREADS=${RUBRICD_MODEL_THREADS:-$(nproc)}
 # The local model: smollm2 (SmolLM2-135M-Instruct, CI's) or qwen (Qwen2.5-Coder-1.5B-Instruct, benchmarks and the
 # demo); RUBRICD_MODEL_FILE serves any other GGUF.
 LOCAL_MODEL=${RUBRICD_LOCAL_MODEL:-smollm2}
@@ -496,7 +499,7 @@ up_model() {
   ports_free model MODEL_PORT
   # Each of the MODEL_SLOTS slots gets an 8k-token context.
   spawn model "$LLAMA_BIN" -m "$file" --alias "$MODEL_NAME" --host 127.0.0.1 --port "$MODEL_PORT" \
-    -t "$(nproc)" --parallel "$MODEL_SLOTS" -c $((MODEL_SLOTS * 8192)) --no-webui
+    -t "$MODEL_THREADS" --parallel "$MODEL_SLOTS" -c $((MODEL_SLOTS * 8192)) --no-webui
   wait_until model 120 http_ok "$MODEL_PORT" /health
   echo "127.0.0.1:$MODEL_PORT ($MODEL_NAME, $MODEL_SLOTS slots)" >"$STACK/run/model.addr"
   say "model: up on 127.0.0.1:$MODEL_PORT ($MODEL_NAME from $(basename "$file"), llama.cpp's server)"

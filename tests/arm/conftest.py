@@ -2,11 +2,12 @@
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests import forks
 
 
 @pytest.fixture
@@ -14,13 +15,7 @@ def rubricd(service_env: dict[str, str]) -> Callable[..., subprocess.CompletedPr
     """rubricd(*args, ok=True): the command in this test's namespace; with ok, it must succeed."""
 
     def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "rubricd_services.cli", *args],
-            env=service_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = forks.run(*args, env=service_env, timeout=120)
         assert not ok or done.returncode == 0, done.stderr
         return done
 

@@ -2,12 +2,12 @@
 
 import dataclasses
 import json
-import subprocess
-import sys
+import os
 
 import pytest
 
 from rubricd_services.cli.plan import DAY_S, MEASURED, Costs, Defaults, Load, plan
+from tests import forks
 
 ROUND = Costs(
     scorer_cpu_ms=10,
@@ -111,18 +111,11 @@ def test_an_impossible_load_is_refused_naming_its_flag(change, named):
 
 
 def test_the_command_prints_the_plan_and_refuses_with_the_flag():
-    run = [sys.executable, "-m", "rubricd_services.cli", "plan"]
-    done = subprocess.run(
-        [*run, "--rollouts-per-day", "864000", "--rollouts-per-step", "400", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    done = forks.run("plan", "--rollouts-per-day", "864000", "--rollouts-per-step", "400", "--json", env=os.environ)
+    assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert got["load"]["rollouts_per_s"] == 10 and got["replicas"]["scorer"] == 1
-    refused = subprocess.run(
-        [*run, "--rollouts-per-second", "5", "--rollouts-per-step", "4", "--group-size", "8"],
-        capture_output=True,
-        text=True,
+    refused = forks.run(
+        "plan", "--rollouts-per-second", "5", "--rollouts-per-step", "4", "--group-size", "8", env=os.environ
     )
     assert refused.returncode == 1 and "--group-size: from 1 to --rollouts-per-step (4)" in refused.stderr

@@ -3,7 +3,6 @@
 import asyncio
 import json
 import subprocess
-import sys
 
 import httpx
 import msgspec
@@ -25,6 +24,7 @@ from rubricd.messages import (
 )
 from rubricd.store import RubricStore
 from rubricd_services.simulator.pairwise import PREFER_FIRST
+from tests import forks
 
 pytestmark = pytest.mark.integration
 
@@ -55,13 +55,7 @@ def events(raw: list) -> list[Event]:
 
 
 def cli(service_env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.cli", *args],
-        env=service_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = forks.run(*args, env=service_env, timeout=120)
     assert done.returncode == 0, done.stderr
     return done
 

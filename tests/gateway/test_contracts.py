@@ -2,8 +2,6 @@
 
 import os
 import statistics
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import msgspec
@@ -16,6 +14,7 @@ from rubricd_services.gateway import contracts
 from rubricd_services.gateway.gateway import Call, rollout_ids, rollouts_of
 from rubricd_services.gateway.http import BadRequest, read_call
 from rubricd_services.gateway.settings import GatewaySettings
+from tests import forks
 
 
 def score(reward: float | None, status: JudgeStatus = JudgeStatus.OK, **fields: object) -> Score:
@@ -272,11 +271,5 @@ def test_the_run_s_choices_come_from_headers_query_or_body_fields():
 
 def test_a_bad_setting_stops_the_gateway_at_start_naming_it():
     env = {**os.environ, "RUBRICD_DEADLINE_S": "500", "RUBRICD_MAX_DEADLINE_S": "100"}
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.cli", "serve", "gateway"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = forks.run("serve", "gateway", env=env, timeout=60)
     assert done.returncode != 0 and "deadline_s (500.0) is above max_deadline_s (100.0)" in done.stderr, done.stderr

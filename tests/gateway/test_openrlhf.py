@@ -10,6 +10,7 @@ import pytest
 
 from rubricd import wire
 from rubricd.messages import JudgeStatus, ScoredRollout
+from tests.threads import one_thread
 
 from .conftest import RUN
 
@@ -43,7 +44,7 @@ async def test_openrlhf_s_own_client_gets_each_reward_and_its_flags(
     done = subprocess.run(
         [frameworks_python, str(SCRIPT), f"{url}/get_reward?run={run_rubrics}&step=2"],
         input=json.dumps(CASES),
-        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+        env={"PATH": "/usr/bin:/bin", **one_thread(), "HOME": "/tmp"},
         capture_output=True,
         text=True,
         timeout=300,

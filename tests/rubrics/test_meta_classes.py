@@ -3,8 +3,6 @@ service at start, naming the setting, the file and the class."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from rubricd.messages import HEALTHBENCH_AXES
 from rubricd_services.scorer.settings import ScorerSettings
 from rubricd_services.settings import ServiceSettings, load
 from rubricd_services.updater.settings import UpdaterSettings
+from tests import forks
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 
@@ -81,13 +80,7 @@ def test_the_service_stops_at_start_on_a_healthbench_file_with_an_undeclared_axi
         "RUBRICD_META_CLASSES": '["accuracy", "completeness", "communication_quality", "context_awareness"]',
     }
     for service in ("scorer", "updater"):
-        done = subprocess.run(
-            [sys.executable, "-m", "rubricd_services.cli", "serve", service],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = forks.run("serve", service, env=env, timeout=60)
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
         assert (
             f"RUBRICD_INSTANCE_RUBRICS ({SAMPLE}): line 3: rubrics[0].tags: axis 'instruction_following' is not a "

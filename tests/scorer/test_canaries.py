@@ -4,7 +4,6 @@ canaries are still being judged."""
 
 import json
 import subprocess
-import sys
 import time
 
 import httpx
@@ -37,6 +36,7 @@ from rubricd_services.judges.evaluation.canaries import (
 )
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.run import Judged
+from tests import forks
 
 RULE = Rule(floor=0.6, margin=0.15, baseline_steps=2)
 CORRECT = Rubric(
@@ -214,23 +214,13 @@ async def test_a_judge_that_starts_flipping_mid_run_is_caught_at_that_step_and_t
     assert metric(page, "rubricd_canary_agreement", run_id="run") == 0.0
     assert metric(page, "rubricd_judge_drift", run_id="run") == 1
     env = {**service_env}
-    status = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.cli", "status", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    status = forks.run("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
     [run] = json.loads(status.stdout)["canaries"]
     assert (run["step"], run["agreement"], run["judged_steps"], run["drift_since"]) == (4, 0.0, 5, 3)
-    shown = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.cli", "judge", "canaries", "run"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "judge drift since step 3" in shown, shown
+    shown = forks.run("judge", "canaries", "run", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "judge drift since step 3" in shown.stdout, shown.stdout
 
 
 @pytest.mark.integration
@@ -238,8 +228,7 @@ async def test_a_run_names_its_own_canary_set_and_a_bad_one_is_refused_with_its_
     stack, redis, keys, start_service, tmp_path, eventually, service_env
 ):
     def rubricd(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "rubricd_services.cli", "judge", "canaries", *args]
-        return subprocess.run(command, env=service_env, capture_output=True, text=True, timeout=60)
+        return forks.run("judge", "canaries", *args, env=service_env, timeout=60)
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(

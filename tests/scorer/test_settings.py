@@ -2,7 +2,8 @@
 
 import os
 import subprocess
-import sys
+
+from tests import forks
 
 
 def test_a_bad_setting_stops_the_scorer_with_its_name():
@@ -13,13 +14,7 @@ def test_a_bad_setting_stops_the_scorer_with_its_name():
         "RUBRICD_LLM__TIMEOUT_S": "soon",
         "RUBRICD_SHADOW_STEPS": "0",  # promotion's, read by the scorer too
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = forks.run("serve", "scorer", env=env, timeout=60)
     assert done.returncode != 0
     for name in ("RUBRICD_MAX_IN_FLIGHT", "RUBRICD_REWARD_POLICY", "RUBRICD_LLM__TIMEOUT_S", "RUBRICD_SHADOW_STEPS"):
         assert name in done.stderr, done.stderr
@@ -29,13 +24,7 @@ def test_a_bad_setting_stops_the_scorer_with_its_name():
 
 def test_a_missing_seed_file_is_named():
     env = {**os.environ, "RUBRICD_SEED_RUBRICS": "/nonexistent/rubrics.json"}
-    done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = forks.run("serve", "scorer", env=env, timeout=60)
     assert done.returncode != 0 and "RUBRICD_SEED_RUBRICS" in done.stderr and "/nonexistent/rubrics.json" in done.stderr
 
 
@@ -44,13 +33,7 @@ def test_a_malformed_instance_rubrics_file_is_named(tmp_path):
     bad.write_text('{"poem": [{"id": "rhymes", "points": "many"}]}')
     env = {**os.environ, "RUBRICD_INSTANCE_RUBRICS": str(bad)}
     for service in ("scorer", "updater"):
-        done = subprocess.run(
-            [sys.executable, "-m", "rubricd_services.cli", "serve", service],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = forks.run("serve", service, env=env, timeout=60)
         assert done.returncode != 0 and "RUBRICD_INSTANCE_RUBRICS" in done.stderr and "Traceback" not in done.stderr, (
             done.stderr
         )
@@ -62,8 +45,7 @@ def test_a_canary_set_that_cannot_be_read_stops_the_scorer_naming_the_setting_an
 
     def serve(**settings: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **settings}
-        command = [sys.executable, "-m", "rubricd_services.cli", "serve", "scorer"]
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        return forks.run("serve", "scorer", env=env, timeout=60)
 
     bad = tmp_path / "canaries.jsonl"
     bad.write_text('{"id": "a", "prompt": "p", "response": "r", "rubrics": [], "labels": {}}\n')

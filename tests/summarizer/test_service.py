@@ -2,8 +2,6 @@
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -32,6 +30,7 @@ from rubricd.messages import (
 from rubricd.store import RubricStore
 from rubricd_services.analyzer.handler import memory_item
 from rubricd_services.memory.store import MemoryKind
+from tests import forks
 
 pytestmark = pytest.mark.integration
 
@@ -381,12 +380,6 @@ def test_a_retention_of_the_rubric_history_stops_the_summarizer_with_the_setting
         ('{"analysis": 0}', "at least 1"),
         ('{"analyses": 3}', "unknown memory kind 'analyses'"),
     ):
-        done = subprocess.run(
-            [sys.executable, "-m", "rubricd_services.cli", "serve", "summarizer"],
-            env={**os.environ, "RUBRICD_MEMORY_KEEP_STEPS": keep},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = forks.run("serve", "summarizer", env={**os.environ, "RUBRICD_MEMORY_KEEP_STEPS": keep}, timeout=60)
         assert done.returncode != 0 and "RUBRICD_MEMORY_KEEP_STEPS" in done.stderr, done.stderr
         assert why in done.stderr and "Traceback" not in done.stderr

@@ -40,6 +40,7 @@ PORTS = {  # not stack.sh's defaults, nor the suite's: a `make up` or another te
     "RUBRICD_GATEWAY_PORT": 18300,
     "RUBRICD_DASHBOARD_PORT": 18400,
 }
+WHEELS_PORT = "18398"  # images.sh's package index: its default (8398) is a port of the suite's stack slots
 REDIS_URL = f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0"
 SERVICES = ["scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "dashboard", "simulator"]
 RUN = "compose-1"
@@ -97,7 +98,8 @@ def compose() -> Iterator[Compose]:
     with docker_daemon() as started_here:
         SESSION.timed("dockerd (started here)" if started_here else "dockerd (running)", started)
         started = time.monotonic()
-        exports = sh("deploy/docker/images.sh", "build", timeout=1800).split()[1:]  # `export A=x B=y ...`
+        env = {**os.environ, "RUBRICD_WHEELS_PORT": WHEELS_PORT}
+        exports = sh("deploy/docker/images.sh", "build", env=env, timeout=1800).split()[1:]  # `export A=x B=y ...`
         SESSION.timed("images built (or found)", started)
         binary = sh("make", "-s", "compose-path").strip()
         assert Path(binary).is_file(), f"no Compose at {binary}: run make compose-tools"

@@ -38,6 +38,9 @@ BEHAVIOURS = ("correct", "wrong", "padded", "judge_addressing")
 MODEL = "smollm2-135m-instruct"  # the name stack.sh serves it under
 SERVICES = ("scorer", "analyzer", "summarizer", "updater")
 RUN = "real"
+# One thread: beside the suite's other workers two spin waiting for a core, for three times the CPU
+# (docs/development.md, "A fast suite").
+MODEL_STACK = {"RUBRICD_STACK_LLM": "local", "RUBRICD_MODEL_THREADS": "1"}
 
 
 def entries(client: redis_sync.Redis, stream: str, type_: type) -> list:
@@ -64,7 +67,7 @@ def agent_usage(port: int) -> dict[str, dict[str, float]]:
 
 @pytest.mark.timeout(1800)
 async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_stack, fresh_ports, start_service):
-    model = start_stack(fresh_ports, "model", env={"RUBRICD_STACK_LLM": "local"})
+    model = start_stack(fresh_ports, "model", env=MODEL_STACK)
     llm = {
         "llm__base_url": f"http://127.0.0.1:{model.ports['RUBRICD_MODEL_PORT']}/v1",
         "llm__model": MODEL,
@@ -156,7 +159,7 @@ async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_s
 def test_judge_eval_computes_consistent_figures_on_the_real_model(start_stack, fresh_ports, service_env):
     """`rubricd judge eval` end to end on SmolLM2 with the six labelled sample items: every figure is computed
     and agrees with the counts it comes from; how good the model is, it prints (`-s`) and does not assert."""
-    model = start_stack(fresh_ports, "model", env={"RUBRICD_STACK_LLM": "local"})
+    model = start_stack(fresh_ports, "model", env=MODEL_STACK)
     base_url = f"http://127.0.0.1:{model.ports['RUBRICD_MODEL_PORT']}/v1"
     spec = f"name=smollm2,base_url={base_url},model={MODEL},output_mode=json_schema,strict=false"
     spec += ",context_tokens=8192,timeout_s=600,max_retries=2,concurrency=2"

@@ -5,7 +5,6 @@ The venv with torch and TRL is `make frameworks`'s (cached outside the repo); th
 
 import json
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,6 +15,8 @@ import redis as redis_sync
 
 from rubricd import wire
 from rubricd.messages import Event, EventKind, RewardedArmRollout, ScoredRollout, StepSummary, Turn
+from tests import forks
+from tests.threads import one_thread
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,7 @@ def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_
         launch = [python] if ranks == 1 else [python, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
         done = subprocess.run(
             [*launch, str(ROOT / "tests" / "frameworks" / "train_grpo.py"), run, str(out)],
-            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+            env={"PATH": "/usr/bin:/bin", **one_thread(), "HOME": str(tmp_path), **env},
             capture_output=True,
             text=True,
             timeout=900,
@@ -92,6 +93,7 @@ def test_grpo_with_a_tool_sends_each_completion_as_the_trajectory_trl_built_with
         [frameworks_python, str(ROOT / "tests" / "frameworks" / "train_grpo_tools.py"), "grpo-tools", str(tmp_path)],
         env={
             "PATH": "/usr/bin:/bin",
+            **one_thread(),
             "HOME": str(tmp_path),
             "RUBRICD_REDIS_URL": stack.redis_url,
             "RUBRICD_NAMESPACE": keys.namespace,
@@ -146,14 +148,13 @@ def test_grpo_trains_rubric_arms_judge_then_its_generator_through_the_arm_adapte
             for i in range(4)
         )
     )
-    rubricd = [sys.executable, "-m", "rubricd_services.cli", "arm"]
     for args in (
         ["import", "trl-arm", str(pairs)],
         ["phases", "trl-arm", "--first", "judge", "--steps", "1"],
         ["dataset", "trl-arm", "--phase", "generator", "-o", str(tmp_path / "generator.jsonl")],
         ["dataset", "trl-arm", "--phase", "judge", "--generator", "gen-v0", "-o", str(tmp_path / "judge.jsonl")],
     ):
-        done = subprocess.run([*rubricd, *args], env=service_env, capture_output=True, text=True, timeout=120)
+        done = forks.run("arm", *args, env=service_env, timeout=120)
         assert done.returncode == 0, done.stderr
     start_service("arm")
     env = {
@@ -165,7 +166,7 @@ def test_grpo_trains_rubric_arms_judge_then_its_generator_through_the_arm_adapte
     done = subprocess.run(
         [frameworks_python, str(script), "trl-arm", str(tmp_path / "generator.jsonl"), str(tmp_path / "judge.jsonl")]
         + ["gen-v0", str(tmp_path)],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        env={"PATH": "/usr/bin:/bin", **one_thread(), "HOME": str(tmp_path), **env},
         capture_output=True,
         text=True,
         timeout=900,
