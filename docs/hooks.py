@@ -40,56 +40,10 @@ from pydantic_core import PydanticUndefined
 log = logging.getLogger("mkdocs.hooks.rubricd")
 ROOT = Path(__file__).resolve().parent.parent
 
-# Environment variables that scripts read, not settings classes: named in the docs, so allowed by the check.
-SCRIPT_VARIABLES = {
-    # deploy/local/stack.sh: the local stack's ports, size, mode, model and directories
-    "RUBRICD_REDIS_PORT",
-    "RUBRICD_WEAVIATE_PORT",
-    "RUBRICD_WEAVIATE_GOSSIP_PORT",
-    "RUBRICD_WEAVIATE_RAFT_PORT",
-    "RUBRICD_SIMULATOR_PORT",
-    "RUBRICD_METRICS_BASE_PORT",
-    "RUBRICD_ANALYZER_WORKERS",
-    "RUBRICD_SCORER_WORKERS",
-    "RUBRICD_SECURE",
-    "RUBRICD_REDIS_TLS",
-    "RUBRICD_STACK_LLM",
-    "RUBRICD_STACK_DIR",
-    "RUBRICD_STACK_STOP_TIMEOUT",
-    "RUBRICD_MODEL_FILE",
-    "RUBRICD_MODEL_NAME",
-    "RUBRICD_MODEL_PORT",
-    "RUBRICD_MODEL_SLOTS",
-    "RUBRICD_MODEL_THREADS",
-    "RUBRICD_PYTHON",
-    # compose.yaml: the published ports stack.sh has no name for, and every image's source
-    "RUBRICD_DASHBOARD_PORT",
-    "RUBRICD_BASE_IMAGE",
-    "RUBRICD_IMAGE",
-    "RUBRICD_REDIS_IMAGE",
-    "RUBRICD_WEAVIATE_IMAGE",
-    # deploy/docker/images.sh: images for a machine without a registry
-    "RUBRICD_DEBIAN_MIRROR",
-    "RUBRICD_CA_BUNDLE",
-    "RUBRICD_WHEELS_PORT",
-    "RUBRICD_DOCKERD_LOG",
-    # the Makefile and stack.sh: where builds are cached; the chaos suite's seed (tests/system/test_chaos.py)
-    "RUBRICD_CACHE_DIR",
-    "RUBRICD_CHAOS_SEED",
-    # the LLM simulator (`rubricd serve simulator`): its flags' environment
-    "RUBRICD_SIM_HOST",
-    "RUBRICD_SIM_PORT",
-    "RUBRICD_SIM_WORKERS",
-    "RUBRICD_SIM_LATENCY_MS",
-    "RUBRICD_SIM_LATENCY_JITTER_MS",
-    "RUBRICD_SIM_FAIL_RATE",
-    "RUBRICD_SIM_FAILURES",
-    "RUBRICD_SIM_TIMEOUT_HOLD_S",
-    "RUBRICD_SIM_CACHE_TTL_S",
-    "RUBRICD_SIM_RETRY_AFTER_S",
-    "RUBRICD_SIM_SLOTS",
-    "RUBRICD_SIM_DIALECTS",
-}
+# Where the code spells the RUBRICD_ names it reads that are not settings: the scripts, compose files, images and
+# manifests (stack.sh's ports, images.sh's mirror, ...) and the modules that read the environment themselves (the
+# simulator's RUBRICD_SIM_*). The suite's own (tests/) are not the docs' to name.
+READERS = ["Makefile", ".ci/run", "compose.yaml", "compose.secure.yaml", "deploy", "services", "shared"]
 CHECKED = ["README.md", "deploy/k8s/README.md"]  # besides every page under docs/
 
 
@@ -267,6 +221,21 @@ def setting_names() -> set[str]:
     agents, fields, _ = agent_defaults()
     names = {s.name for s in settings()}
     return names | {f"RUBRICD_AGENTS__{a.upper()}__{f.upper()}" for a in agents for f in fields}
+
+
+def read_names() -> set[str]:
+    """Every RUBRICD_ name the code reads: the settings, the old names they are still read by, and the names the
+    READERS spell out."""
+    from rubricd_services.settings import RENAMED
+
+    renamed = set(RENAMED) | {old for _, cls in settings_classes() for old in getattr(cls, "renamed", {})}
+    spelled: set[str] = set()
+    for reader in READERS:
+        path = ROOT / reader
+        for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            if file.is_file() and "__pycache__" not in file.parts:
+                spelled |= set(re.findall(r"RUBRICD_[A-Z0-9_]*[A-Z0-9]", file.read_text(errors="ignore")))
+    return setting_names() | renamed | spelled
 
 
 # Messages
@@ -502,15 +471,15 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 def check(docs: Path) -> None:
     """Warn for every RUBRICD_ name and `rubricd` command the pages and the README name that does not exist, and
     every relative link of the README that leads nowhere."""
-    known = setting_names() | SCRIPT_VARIABLES
+    known = read_names()
     follow = command_words()
     top = follow[("rubricd",)]
     for path in [*sorted(docs.rglob("*.md")), *(ROOT / p for p in CHECKED)]:
         text = path.read_text()
-        where = path.relative_to(ROOT)
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         for name in sorted(set(re.findall(r"RUBRICD_[A-Za-z0-9_*<>]*", text))):
             if not _known(name, known):
-                log.warning(f"{where}: {name} is not a setting (reference/settings.md) or a script's variable")
+                log.warning(f"{where}: {name} is read by no code (reference/settings.md, or a script's variable)")
         for code in re.findall(r"```.*?```|`[^`\n]+`", text, flags=re.S):
             # a command line: `rubricd` first on a line, after a shell operator, or as a path's last part
             for words in re.findall(r"(?:^[ \t`]*|[;&|(][ \t]*|/)rubricd((?:[ \t]+[a-z][a-z_-]*)+)", code, re.M):

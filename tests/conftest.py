@@ -244,7 +244,7 @@ def nemo_gym_python() -> str:
 def run_framework(stack: Stack, keys: Keys, tmp_path: Path) -> Callable[..., str]:
     """`run_framework(python, script, *args, run=RUN, input=None, **env)`: tests/frameworks/SCRIPT run by PYTHON (a
     framework's venv) against this stack's Redis in the test's namespace (RUBRICD_REDIS_URL, RUBRICD_NAMESPACE,
-    RUBRICD_RUN), the checkout's shared package on its path, HOME a temporary directory, and ENV; its stdout. A
+    RUN_ID), the checkout's shared package on its path, HOME a temporary directory, and ENV; its stdout. A
     script that fails fails the test with its stderr."""
 
     def run(python: str, script: str, *args: object, run: str, input: str | None = None, **env: str) -> str:
@@ -259,7 +259,7 @@ def run_framework(stack: Stack, keys: Keys, tmp_path: Path) -> Callable[..., str
                 "PYTHONPATH": str(REPO / "shared"),
                 "RUBRICD_REDIS_URL": stack.redis_url,
                 "RUBRICD_NAMESPACE": keys.namespace,
-                "RUBRICD_RUN": run,
+                "RUN_ID": run,
                 **env,
             },
             capture_output=True,

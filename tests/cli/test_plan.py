@@ -6,7 +6,10 @@ import os
 
 import pytest
 
+from rubricd_services.analyzer.settings import AnalyzerSettings
 from rubricd_services.cli.plan import DAY_S, MEASURED, Costs, Defaults, Load, plan
+from rubricd_services.scorer.settings import ScorerSettings
+from rubricd_services.summarizer.settings import SummarizerSettings
 from tests import forks
 
 ROUND = Costs(
@@ -27,7 +30,9 @@ ROUND = Costs(
     updater_tokens=2000,
     busy=0.5,
 )
-SMALL = Defaults(answer_ttl_s=100, judge_cache_ttl_s=10, kept_maxlen=1000, kept_ttl_s=DAY_S, stream_maxlen=10)
+SMALL = dataclasses.replace(
+    Defaults.read(), answer_ttl_s=100, judge_cache_ttl_s=10, kept_maxlen=1000, kept_ttl_s=DAY_S, stream_maxlen=10
+)
 
 
 def test_a_plan_worked_by_hand():
@@ -87,9 +92,10 @@ def test_retention_bounds_the_memory_to_its_steps_and_the_summaries():
 
 def test_many_runs_keep_their_own_rollouts_and_one_redis_stops_being_enough():
     one = plan(Load(rollouts_per_s=1_000_000 / DAY_S, rollouts_per_step=64))
-    many = plan(Load(rollouts_per_s=1_000_000 / DAY_S, rollouts_per_step=64, runs=100))
-    assert many.redis_gb["kept rollouts"] == pytest.approx(100 * one.redis_gb["kept rollouts"], rel=0.01)
-    assert one.limits == [] and many.limits[0].startswith("Redis: 53.3 GB is more than one Redis")
+    many = plan(Load(rollouts_per_s=1_000_000 / DAY_S, rollouts_per_step=64, runs=300))
+    assert many.redis_gb["kept rollouts"] == pytest.approx(300 * one.redis_gb["kept rollouts"], rel=0.01)
+    assert one.limits == [] and many.redis_gb["total"] > Defaults.read().redis_max_gb
+    assert many.limits[0].startswith(f"Redis: {many.redis_gb['total']:.1f} GB is more than one Redis (25 GB)")
     assert MEASURED.busy == 0.7
 
 
@@ -119,3 +125,27 @@ def test_the_command_prints_the_plan_and_refuses_with_the_flag():
         "plan", "--rollouts-per-second", "5", "--rollouts-per-step", "4", "--group-size", "8", env=os.environ
     )
     assert refused.returncode == 1 and "--group-size: from 1 to --rollouts-per-step (4)" in refused.stderr
+
+
+def test_the_plan_assumes_the_services_own_defaults_and_follows_a_changed_one(monkeypatch):
+    """Never restated: the scorer keeps 20,000 rollouts a run for 7 days and verdicts a day (its settings), and a
+    default changed in a service's settings changes the plan."""
+    d = Defaults.read()
+    scorer = ScorerSettings()
+    assert (d.answer_ttl_s, d.judge_cache_ttl_s, d.kept_maxlen, d.kept_ttl_s, d.stream_maxlen, d.scorer_in_flight) == (
+        scorer.answer_ttl_s,
+        scorer.judge_cache_ttl_s,
+        scorer.kept_maxlen,
+        scorer.kept_ttl_s,
+        scorer.stream_maxlen,
+        scorer.max_in_flight,
+    )
+    assert (d.analyzer_in_flight, d.chunk_size) == (AnalyzerSettings().max_in_flight, SummarizerSettings().chunk_size)
+    load = Load(rollouts_per_s=10, rollouts_per_step=400)
+    before = plan(load, ROUND)
+    assert before.redis_gb["kept rollouts"] == pytest.approx(scorer.kept_maxlen * (4000 + 1000) / 1e9)
+    monkeypatch.setattr(ScorerSettings.model_fields["kept_maxlen"], "default", 2 * scorer.kept_maxlen)
+    monkeypatch.setattr(ScorerSettings.model_fields["judge_cache_ttl_s"], "default", 60)
+    after = plan(load, ROUND)
+    assert after.redis_gb["kept rollouts"] == pytest.approx(2 * before.redis_gb["kept rollouts"])
+    assert after.redis_gb["verdicts"] == pytest.approx(10 * 60 * ROUND.verdict_bytes / 1e9)

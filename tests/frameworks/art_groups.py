@@ -50,7 +50,7 @@ async def rollout(question: str, answer: str) -> art.Trajectory:
 
 async def main(out: str, scenarios: list[dict]) -> None:
     client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
-    reward = ArtReward(client, os.environ["RUBRICD_RUN"], timeout=120)
+    reward = ArtReward(client, os.environ["RUN_ID"], timeout=120)
     groups = await art.gather_trajectory_groups(
         (art.TrajectoryGroup(rollout(s["question"], a) for a in s["answers"]) for s in scenarios),
         after_each=lambda group: reward.score_group(group, step=0, swallow_exceptions=True),

@@ -43,7 +43,7 @@ async def main(judge_url: str, out: str, scenario: dict[str, Any]) -> None:
     by_ruler = await ruler_score_group(group, "openai/judge", extra_litellm_params=judge, swallow_exceptions=True)
     client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
     by_rubricd = {}
-    for run_id, mode in ((os.environ["RUBRICD_RUN"], "group"), (os.environ["RUBRICD_RUN"] + "-single", "single")):
+    for run_id, mode in ((os.environ["RUN_ID"], "group"), (os.environ["RUN_ID"] + "-single", "single")):
         reward = ArtReward(client, run_id, judge_mode=mode, timeout=120)
         by_rubricd[run_id] = returned(await reward.score_group(group, step=0))
         reward.finish()

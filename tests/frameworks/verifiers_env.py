@@ -3,7 +3,7 @@ a scripted policy and scoring every trace with rubricd's reward (vf_rubricd_env.
 
     python tests/frameworks/verifiers_env.py OUT.json < rows.json   # [{"prompt", "answer", "responses": [...]}]
 
-Each row is sampled once per response, as a trainer samples an example's group (RUBRICD_GROUP_SIZE): the
+Each row is sampled once per response, as a trainer samples an example's group (GROUP_SIZE): the
 policy, an OpenAI-compatible endpoint served here, answers the row's prompt with its responses in turn.
 OUT.json holds each trace as verifiers recorded it: its task's prompt, its answer, `ok`, `reward`, its rewards
 and metrics, and its last error.
@@ -64,7 +64,7 @@ async def main(out: str, rows: list[dict]) -> None:
         client=vf.EvalClientConfig(base_url=url, api_key_var="POLICY_KEY"),
         sampling=vf.SamplingConfig(max_tokens=64),
     )
-    n = int(os.environ["RUBRICD_GROUP_SIZE"])
+    n = int(os.environ["GROUP_SIZE"])
     async with env.serving():
         slots = [slot for task in env.taskset for slot in env.slots(task, n)]
         episodes = await asyncio.gather(*(env.run_slot(slot, ctx) for slot in slots))

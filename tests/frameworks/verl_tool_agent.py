@@ -25,7 +25,7 @@ class ConversationToolAgentLoop(ToolAgentLoop):
 
 
 client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
-reward = VerlReward(client, run_id=os.environ["RUBRICD_RUN"])
+reward = VerlReward(client, run_id=os.environ["RUN_ID"])
 atexit.register(client.close)
 atexit.register(reward.finish)
 

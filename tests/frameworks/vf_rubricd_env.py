@@ -4,8 +4,8 @@ process (through verifiers' interception server, offering a calculator tool) ins
 that it runs here without a container or a package index. verifiers loads it by its id, this module's name
 (tests/frameworks/verifiers_env.py puts this directory on sys.path).
 
-The reward's run, Redis and group size come from RUBRICD_REDIS_URL, RUBRICD_NAMESPACE, RUBRICD_RUN and
-RUBRICD_GROUP_SIZE.
+The reward's run, Redis and group size come from RUBRICD_REDIS_URL, RUBRICD_NAMESPACE, RUN_ID and
+GROUP_SIZE.
 """
 
 import os
@@ -22,8 +22,8 @@ __all__ = ["ArithmeticTaskset", "ArithmeticTasksetConfig", "AskHarness", "AskHar
 
 
 client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
-group_size = int(os.environ["RUBRICD_GROUP_SIZE"])
-reward = VerifiersReward(client, os.environ["RUBRICD_RUN"], group_size=group_size, judge_mode="group", timeout=120)
+group_size = int(os.environ["GROUP_SIZE"])
+reward = VerifiersReward(client, os.environ["RUN_ID"], group_size=group_size, judge_mode="group", timeout=120)
 
 
 class ArithmeticData(vf.TaskData):

@@ -35,7 +35,7 @@ async def test_verifiers_env_scores_its_traces_through_rubricd_and_a_failed_judg
         tmp_path / "out.json",
         run=RUN,
         input=json.dumps(ROWS),
-        RUBRICD_GROUP_SIZE=str(GROUP),
+        GROUP_SIZE=str(GROUP),
         NO_PROXY="127.0.0.1,localhost",
     )
     traces = json.loads((tmp_path / "out.json").read_text())

@@ -6,9 +6,16 @@ one Weaviate stops being enough: docs/operators/capacity.md.
 
 import argparse
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import msgspec
+from pydantic_settings import BaseSettings
+
+from rubricd_services.analyzer.settings import AnalyzerSettings
+from rubricd_services.scorer.settings import ScorerSettings
+from rubricd_services.summarizer.settings import SummarizerSettings
 
 from .context import Context, Failed, table
 
@@ -116,19 +123,40 @@ MEASURED = Costs(
 
 @dataclass(frozen=True)
 class Defaults:
-    """The settings a plan assumes (their defaults): TTLs, caps and concurrency."""
+    """The settings a plan assumes (`read()`: the services' own defaults) and where one Redis or one Weaviate
+    stops being enough."""
 
-    answer_ttl_s: int = 3600
-    judge_cache_ttl_s: int = 3600
-    kept_maxlen: int = 100_000
-    kept_ttl_s: int = 30 * DAY_S
-    stream_maxlen: int = 100_000
-    scorer_in_flight: int = 256
-    analyzer_in_flight: int = 32
-    chunk_size: int = 20
+    answer_ttl_s: int
+    judge_cache_ttl_s: int
+    kept_maxlen: int
+    kept_ttl_s: int
+    stream_maxlen: int
+    scorer_in_flight: int
+    analyzer_in_flight: int
+    chunk_size: int
     redis_max_gb: float = 25.0  # one Redis's memory a plan stays under (then: Redis Cluster)
     redis_max_cpu: float = 0.5  # one core's share one Redis may spend on commands
     weaviate_max_objects: int = 50_000_000  # one Weaviate node's objects a plan stays under (then: shards)
+
+    @classmethod
+    def read(cls) -> "Defaults":
+        """The defaults of the scorer's, the analyzers' and the summarizers' settings, as the services have them."""
+        scorer = default_of(ScorerSettings)
+        return cls(
+            answer_ttl_s=scorer("answer_ttl_s"),
+            judge_cache_ttl_s=scorer("judge_cache_ttl_s"),
+            kept_maxlen=scorer("kept_maxlen"),
+            kept_ttl_s=scorer("kept_ttl_s"),
+            stream_maxlen=scorer("stream_maxlen"),
+            scorer_in_flight=scorer("max_in_flight"),
+            analyzer_in_flight=default_of(AnalyzerSettings)("max_in_flight"),
+            chunk_size=default_of(SummarizerSettings)("chunk_size"),
+        )
+
+
+def default_of(settings: type[BaseSettings]) -> Callable[[str], Any]:
+    """`default_of(Settings)(name)`: the default of the setting NAME."""
+    return lambda name: settings.model_fields[name].get_default(call_default_factory=True)
 
 
 @dataclass(frozen=True)
@@ -143,9 +171,10 @@ class Plan:
     limits: list[str] = field(default_factory=list)
 
 
-def plan(load: Load, costs: Costs = MEASURED, d: Defaults = Defaults()) -> Plan:
-    """The replicas, memory and tokens `load` needs at `costs`."""
+def plan(load: Load, costs: Costs = MEASURED, d: Defaults | None = None) -> Plan:
+    """The replicas, memory and tokens `load` needs at `costs`, under the settings D (default: the services')."""
     load.check()
+    d = d or Defaults.read()
     r, steps = load.rollouts_per_s, load.steps_per_s
     analysed = r * load.analysed_share
     work = {  # cores the load keeps busy, beyond what the processes cost idle
