@@ -461,6 +461,47 @@ PAGES = {
 }
 
 
+# Plans
+
+
+def plan_output(args: str) -> str:
+    """`rubricd plan ARGS` as a shell block: the command and what it prints, run when the page is built."""
+    import contextlib
+    import io
+    import shlex
+
+    from rubricd_services.cli.__main__ import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if main(["plan", *shlex.split(args)]) != 0:
+            raise RuntimeError(f"rubricd plan {args} failed")
+    return f"```console\n$ rubricd plan {args}\n{out.getvalue().rstrip()}\n```"
+
+
+def plan_defaults() -> str:
+    """The settings `rubricd plan` assumes, as a table of their names and defaults (the services' own)."""
+    from rubricd_services.cli.plan import Defaults
+
+    d = Defaults.read()
+    rows = [
+        ("RUBRICD_ANSWER_TTL_S", f"{d.answer_ttl_s:,} s", "a score kept for redelivery"),
+        ("RUBRICD_JUDGE_CACHE_TTL_S", f"{d.judge_cache_ttl_s:,} s", "a verdict reused"),
+        ("RUBRICD_KEPT_MAXLEN", f"{d.kept_maxlen:,}", "a run's scored rollouts kept (the scorer's)"),
+        ("RUBRICD_KEPT_TTL_S", f"{d.kept_ttl_s:,} s", "after a run's last score"),
+        ("RUBRICD_STREAM_MAXLEN", f"{d.stream_maxlen:,}", "entries a stream keeps"),
+        ("RUBRICD_MAX_IN_FLIGHT", f"{d.scorer_in_flight} / {d.analyzer_in_flight}", "a scorer's / an analyzer's"),
+        ("RUBRICD_CHUNK_SIZE", f"{d.chunk_size}", "analyses a chunk summary reads"),
+    ]
+    return "| setting | default | |\n| --- | --- | --- |\n" + "".join(f"| `{n}` | {v} | {w} |\n" for n, v, w in rows)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """`<!-- rubricd plan ARGS -->` becomes the plan's own output, `<!-- rubricd plan defaults -->` its settings."""
+    markdown = markdown.replace("<!-- rubricd plan defaults -->", plan_defaults())
+    return re.sub(r"<!-- rubricd plan (.+?) -->", lambda m: plan_output(m.group(1)), markdown)
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     for path, page in PAGES.items():
         files.append(File.generated(config, path, content=page()))
