@@ -338,12 +338,14 @@ class RubricdClient:
         *,
         part: int | None = None,
         parts: int | None = None,
+        closer: str | None = None,
     ) -> None:
         """Say that every rollout of `step` has been published (`rollouts` of them).
 
         With `rollout_ids`, a step summarized at its deadline names the rollouts it missed. A trainer of several
         processes closes the step once per process, each with its own rollouts: `part` (its rank) of `parts`
-        (the world size); the step is closed when every part is (StepClosed).
+        (the world size); the step is closed when every part is. A process that knows neither names itself
+        (`closer`): the closers' closures add up (StepClosed).
         """
         count = rollouts if rollouts is not None else (len(rollout_ids) or None)
         closed = StepClosed(
@@ -354,6 +356,7 @@ class RubricdClient:
             closed_at=time.time(),
             part=part,
             parts=parts,
+            closer=closer,
         )
         await self._retrying(
             lambda: self.redis.xadd(self.keys.steps, wire.entry(closed)),
@@ -507,8 +510,9 @@ class SyncRubricdClient:
         *,
         part: int | None = None,
         parts: int | None = None,
+        closer: str | None = None,
     ) -> None:
-        self._run(self._client.close_step(run_id, step, rollouts, rollout_ids, part=part, parts=parts))
+        self._run(self._client.close_step(run_id, step, rollouts, rollout_ids, part=part, parts=parts, closer=closer))
 
     def wait_for_rubrics(self, run_id: str, step: int, *, timeout: float | None = None) -> None:
         self._run(self._client.wait_for_rubrics(run_id, step, timeout=timeout))

@@ -6,7 +6,8 @@ manager, turning a DataProto of prompts and responses into `rm_scores` and the r
     python tests/frameworks/verl_reward_loop.py OUT_DIR FUNCTION... < cases.json
 
 cases: [{"prompt", "response", "label", "step"}, ...]. For each FUNCTION (compute_score, compute_score_async)
-it prints one JSON line: each sample's reward (its rm_scores summed over the response) and the extra info.
+and each step, in step order, one batch of that step's cases (as a trainer's steps follow each other) and one JSON
+line: the function, the step, each sample's reward (its rm_scores summed over the response) and the extra info.
 The tokenizer is built here (word level, no download); nothing else is a stand-in.
 """
 
@@ -65,11 +66,12 @@ def main(out: Path, functions: list[str], cases: list[dict]) -> None:
                 f"reward.custom_reward_function.name={name}",
                 "reward.num_workers=2",
             ]
-            config = OmegaConf.merge(config, OmegaConf.from_dotlist(overrides))
-            result = RewardLoopManager(config).compute_rm_score(batch(tok, cases))
-            extra = {k: np.asarray(v).tolist() for k, v in result.non_tensor_batch.items()}
-            rewards = result.batch["rm_scores"].sum(-1).tolist()
-            print(json.dumps({"function": name, "rewards": rewards, "extra": extra}), flush=True)
+            manager = RewardLoopManager(OmegaConf.merge(config, OmegaConf.from_dotlist(overrides)))
+            for step in sorted({c["step"] for c in cases}):
+                result = manager.compute_rm_score(batch(tok, [c for c in cases if c["step"] == step]))
+                extra = {k: np.asarray(v).tolist() for k, v in result.non_tensor_batch.items()}
+                rewards = result.batch["rm_scores"].sum(-1).tolist()
+                print(json.dumps({"function": name, "step": step, "rewards": rewards, "extra": extra}), flush=True)
     finally:
         ray.shutdown()
 

@@ -205,6 +205,46 @@ async def test_a_step_whose_rank_never_closes_its_part_is_summarized_at_its_dead
     assert (summary.analyses, summary.expected_rollouts, summary.missing_parts) == (2, 2, 1)
 
 
+def by_closer(run_id: str, step: int, closer: str, ids: list[str]) -> dict:
+    return wire.entry(StepClosed(run_id=run_id, step=step, rollouts=len(ids), rollout_ids=ids, closer=closer))
+
+
+async def test_closers_that_cannot_name_their_part_add_up_and_the_step_waits_its_quiet_time_for_more(
+    stack, redis, keys, memory, start_summarizer, drained
+):
+    """Two reward workers that know neither their rank nor their count (verl's) each close their own half of step
+    0, the first twice (a redelivery): the step expects all four, and waits the quiet time after the last closer."""
+    quiet = 3
+    start_summarizer(step_quiet_s=quiet, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
+    analyses = await record(redis, keys, memory, [analysis("run", 0, i) for i in range(4)])
+    await drained(redis, keys.analyses, SUMMARIZERS, analyses)
+    await redis.xadd(keys.steps, by_closer("run", 0, "worker-a", ["s0-r0", "s0-r1"]))
+    again = await redis.xadd(keys.steps, by_closer("run", 0, "worker-a", ["s0-r0", "s0-r1"]))
+    await drained(redis, keys.steps, SUMMARIZERS, again)
+    second = time.monotonic()
+    await redis.xadd(keys.steps, by_closer("run", 0, "worker-b", ["s0-r2", "s0-r3"]))
+    [summary] = await summaries(redis, keys, 1, timeout=60)
+    assert time.monotonic() - second >= quiet - 0.2  # not before the quiet time after the last closer
+    assert (summary.analyses, summary.expected_rollouts, summary.missing_rollouts) == (4, 4, [])
+    events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+    [done] = [e for e in events if e.kind == "step_summarized"]
+    assert done.fields["closers"] == 2 and "parts" not in done.fields
+
+
+async def test_a_step_no_closure_closes_is_summarized_after_its_latest_analysis(
+    stack, redis, keys, memory, start_summarizer, drained
+):
+    """Its trainer's processes ended without closing it (Ray's actors need not run atexit)."""
+    start_summarizer(unclosed_step_s=2, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
+    first = await record(redis, keys, memory, [analysis("run", 5, 0)])
+    await drained(redis, keys.analyses, SUMMARIZERS, first)
+    latest = time.monotonic()
+    await record(redis, keys, memory, [analysis("run", 5, 1)])
+    [summary] = await summaries(redis, keys, 1, timeout=60)
+    assert time.monotonic() - latest >= 2 - 0.2  # its time runs from the latest analysis
+    assert (summary.step, summary.analyses, summary.expected_rollouts) == (5, 2, None)
+
+
 async def test_a_closure_with_part_but_not_parts_is_dead_lettered(stack, redis, keys, start_summarizer, eventually):
     start_summarizer().wait_consuming(stack.redis_url, keys)
     await redis.xadd(keys.steps, {"__data__": b'{"type":"step_closed","run_id":"run","step":0,"part":1}'})

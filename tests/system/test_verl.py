@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from rubricd import wire
-from rubricd.messages import JudgeStatus, Rubric, ScoredRollout, Turn
+from rubricd.messages import Event, EventKind, JudgeStatus, Rubric, ScoredRollout, StepSummary, Turn
 from rubricd.store import RubricStore
 from tests.factories import rubric_set
 
@@ -64,6 +64,49 @@ async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
     }
     assert [r.score.status for r in kept].count(JudgeStatus.JUDGE_FAILED) == 2
     assert [r.rollout.response for r in kept].count(CASES[0]["response"]) == 2 * 2  # the padding
+
+
+@pytest.mark.timeout(900)
+async def test_verl_s_two_reward_workers_each_close_their_share_and_every_step_is_summarized_whole(
+    redis, keys, start_service, tmp_path, frameworks_python, run_framework, eventually
+):
+    """Three steps of 8 samples through verl's reward loop at reward.num_workers=2: each Ray worker loads the docs'
+    reward file, so two VerlRewards that know neither their rank nor their count each close their own 4 rollouts
+    of a step. Every step is summarized once from all 8 analyses, expecting 8; the last one too, which the
+    workers close at exit or, where Ray ends them without atexit, the summarizer after its latest analysis."""
+    run = "verl-steps"
+    assert await RubricStore(redis, keys).publish(rubric_set(run_id=run))
+    for service in ("scorer", "analyzer"):
+        start_service(service)
+    start_service("summarizer", unclosed_step_s=5)
+    cases = [
+        {"prompt": f"What is {a} + {i} ?", "response": f"The sum is {a + i} .", "label": str(a + i), "step": step}
+        for step, a in enumerate((17, 23, 31))
+        for i in range(8)
+    ]
+    out = run_framework(
+        frameworks_python,
+        "verl_reward_loop.py",
+        tmp_path,
+        "compute_score",
+        run=run,
+        input=json.dumps(cases),
+        RAY_USAGE_STATS_ENABLED="0",
+    )
+    assert [(r["step"], len(r["rewards"])) for r in map(json.loads, out.splitlines())] == [(0, 8), (1, 8), (2, 8)]
+
+    async def summarized() -> list[StepSummary]:
+        found = [wire.decode(wire.payload(f), StepSummary) for _, f in await redis.xrange(keys.summaries)]
+        return sorted((s for s in found if s.run_id == run), key=lambda s: s.step) if len(found) >= 3 else []
+
+    summaries = await eventually(summarized, "the three steps' summaries", timeout=300)
+    assert [(s.step, s.analyses, s.missing_rollouts) for s in summaries] == [(0, 8, []), (1, 8, []), (2, 8, [])]
+    assert [s.expected_rollouts for s in summaries][:2] == [8, 8]  # not 4: one worker's closure does not shrink it
+    assert summaries[2].expected_rollouts in (8, None)  # closed by both workers, or by no closure at all
+    events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+    once = [e.step for e in events if e.kind == EventKind.STEP_SUMMARIZED and e.run_id == run]
+    assert sorted(once) == [0, 1, 2]
+    assert [e.fields.get("closers") for e in events if e.kind == EventKind.STEP_SUMMARIZED and e.step < 2] == [2, 2]
 
 
 @pytest.mark.timeout(900)

@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
@@ -32,10 +32,11 @@ local function open_step()
 end
 """
 
-# A StepClosed: the whole step (`part` '') or one part of it, `part_json` that part's {"expected", "ids"}.
+# A StepClosed: one part of the step (`part`), one closer's (`closer`: the step is quiet `quiet_s` after its last new
+# closer), or the whole step; `part_json` a part's or a closer's {"expected", "ids"}, its first closure's.
 _CLOSED = Script(
     keys="step open_steps steps",
-    args="expected ids deadline_s member consumer_group entry_id ttl part parts part_json",
+    args="expected ids deadline_s member consumer_group entry_id ttl part parts closer quiet_s part_json",
     body=CLOCK
     + _OPEN
     + """
@@ -43,6 +44,10 @@ if redis.call('HGET', k_step, 'summarized') ~= '1' then
   if a_part ~= '' then
     redis.call('HSETNX', k_step, 'parts', a_parts)
     redis.call('HSETNX', k_step, 'part:' .. a_part, a_part_json)
+  elseif a_closer ~= '' then
+    if redis.call('HSETNX', k_step, 'closer:' .. a_closer, a_part_json) == 1 then
+      redis.call('HSET', k_step, 'quiet_at', now + tonumber(a_quiet_s))
+    end
   else
     if a_expected ~= '' then redis.call('HSET', k_step, 'expected', a_expected) end
     if a_ids ~= '[]' then redis.call('HSET', k_step, 'rollout_ids', a_ids) end
@@ -55,10 +60,12 @@ return 1
 """,
 )
 
-# An analysis: `rollouts_per_step` ('' = none) closes the step itself; `entry_id` '' acks nothing.
+# An analysis: `rollouts_per_step` ('' = none) closes the step itself; a step no closure has closed is due
+# `unclosed_s` after its latest analysis (its trainer's processes may end without closing it); `entry_id` '' acks
+# nothing.
 _ANALYZED = Script(
     keys="step step_analyses open_steps analyses",
-    args="rollout_id rollouts_per_step deadline_s member consumer_group entry_id ttl",
+    args="rollout_id rollouts_per_step deadline_s member consumer_group entry_id ttl unclosed_s",
     body=CLOCK
     + _OPEN
     + """
@@ -69,6 +76,12 @@ if a_rollouts_per_step ~= '' and redis.call('HGET', k_step, 'summarized') ~= '1'
     and redis.call('HEXISTS', k_step, 'expected') == 0 then
   redis.call('HSET', k_step, 'expected', a_rollouts_per_step)
   open_step()
+end
+if redis.call('HEXISTS', k_step, 'closed_at') == 0 and redis.call('HEXISTS', k_step, '~claimed') == 0
+    and redis.call('HGET', k_step, 'summarized') ~= '1' then
+  redis.call('HSET', k_step, 'analysed_at', now)
+  redis.call('EXPIRE', k_step, a_ttl)
+  redis.call('ZADD', k_open_steps, now + tonumber(a_unclosed_s), a_member)
 end
 if a_entry_id ~= '' then ack(k_analyses, a_consumer_group, a_entry_id) end
 return 1
@@ -104,6 +117,9 @@ class StepState:
     closed_at: float | None = None
     parts: int | None = None  # closed in parts: how many
     parts_in: int = 0  # and how many of them are in
+    closers: int = 0  # closed by closers that could not name their part: how many
+    quiet_at: float | None = None  # then: when it is quiet, if no other closer closes it (Redis's clock)
+    now: float = 0.0  # Redis's clock when this was read
 
     @property
     def closed(self) -> bool:
@@ -117,7 +133,7 @@ class StepState:
     def complete(self) -> bool:
         """Every part is in, and every analysis the trainer announced is in or given up on (never, for a closure
         that gave no count: its deadline decides)."""
-        if self.missing_parts:
+        if self.missing_parts or (self.quiet_at is not None and self.now < self.quiet_at):
             return False
         settled = self.analyzed | self.given_up | self.unsampled.keys()
         if self.rollout_ids:
@@ -139,6 +155,14 @@ class StepState:
         rule: AnalysisSample = int(rules[0][0]) if rules[0][0].isdigit() else cast(AnalysisSample, rules[0][0])
         scored = set(analyzed) | self.given_up | self.unsampled.keys()
         return StepSample(rule=rule, analyzed=len(analyzed), scored=len(scored))
+
+
+def added(closures: list[dict[str, Any]]) -> tuple[int | None, tuple[str, ...]]:
+    """The sum of closures' counts and the union of their ids: a count, or ids, only where every closure gave them."""
+    counts = [c["expected"] for c in closures]
+    expected = sum(counts) if closures and None not in counts else None
+    ids = tuple(sorted({i for c in closures for i in c["ids"]})) if all(c["ids"] for c in closures) else ()
+    return expected, ids
 
 
 def member(run_id: str, step: int) -> str:
@@ -164,9 +188,12 @@ class StepBook:
         deadline_s: float,
         claim_ttl_s: float,
         maxlen: int,
+        quiet_s: float = 5.0,
+        unclosed_s: float = 600.0,
         state_ttl_s: int = 7 * 86_400,
     ) -> None:
         self.redis = redis
+        self.quiet_s, self.unclosed_s = quiet_s, unclosed_s
         self.state_ttl_s = state_ttl_s
         self.keys = keys
         self.consumer_group = consumer_group
@@ -204,6 +231,8 @@ class StepBook:
                 "ttl": self.state_ttl_s,
                 "part": "" if msg.part is None else msg.part,
                 "parts": msg.parts or "",
+                "closer": msg.closer or "",
+                "quiet_s": self.quiet_s,
                 "part_json": json.dumps({"expected": expected, "ids": ids}),
             },
         )
@@ -226,6 +255,7 @@ class StepBook:
                 "consumer_group": self.consumer_group,
                 "entry_id": entry_id,
                 "ttl": self.state_ttl_s,
+                "unclosed_s": self.unclosed_s,
             },
         )
 
@@ -235,14 +265,18 @@ class StepBook:
             pipe.smembers(self.keys.step_analyses(run_id, step))
             pipe.smembers(self.keys.step_given_up(run_id, step))
             pipe.hgetall(self.keys.step_unsampled(run_id, step))
-            raw, analyzed, given_up, unsampled = await pipe.execute()
+            pipe.time()
+            raw, analyzed, given_up, unsampled, (seconds, micros) = await pipe.execute()
         h = {k.decode(): v.decode() for k, v in raw.items()}
         expected, ids = (int(h["expected"]) if "expected" in h else None), tuple(json.loads(h.get("rollout_ids", "[]")))
         parts = [json.loads(v) for k, v in h.items() if k.startswith("part:")]
+        closers = [json.loads(v) for k, v in h.items() if k.startswith("closer:")]
         if "parts" in h:  # closed in parts: their sum and union (a count or ids only where every part gave them)
-            counts = [p["expected"] for p in parts]
-            expected = sum(counts) if parts and None not in counts else None
-            ids = tuple(sorted({i for p in parts for i in p["ids"]})) if all(p["ids"] for p in parts) else ()
+            expected, ids = added(parts)
+        elif closers:  # by closers: theirs, never less than a closure of the whole step said
+            summed, union = added(closers)
+            expected = None if summed is None else max(summed, expected or 0)
+            ids = tuple(sorted({*union, *ids})) if union else ()
         return StepState(
             run_id=run_id,
             step=step,
@@ -255,6 +289,9 @@ class StepBook:
             given_up=frozenset(x.decode() for x in given_up),
             unsampled={k.decode(): v.decode() for k, v in unsampled.items()},
             closed_at=float(h["closed_at"]) if "closed_at" in h else None,
+            closers=len(closers),
+            quiet_at=float(h["quiet_at"]) if "quiet_at" in h else None,
+            now=int(seconds) + int(micros) / 1e6,
         )
 
     async def open_steps(self) -> list[tuple[str, int]]:

@@ -105,6 +105,8 @@ class Summarizer:
             deadline_s=settings.step_deadline_s,
             claim_ttl_s=settings.claim_ttl_s,
             maxlen=settings.stream_maxlen,
+            quiet_s=settings.step_quiet_s,
+            unclosed_s=settings.unclosed_step_s,
         )
         self.templates = (
             prompts.load(__package__, SUMMARIZER, settings.summarizer_prompt),
@@ -208,6 +210,7 @@ class Summarizer:
             **({"sampled": f"{sampled.analyzed}/{sampled.scored} ({sampled.rule})"} if sampled else {}),
             hacking=",".join(sorted({p.type for s in summaries for p in s.reward_hacking})),
             **({"parts": state.parts, "missing_parts": state.missing_parts} if state.parts else {}),
+            **({"closers": state.closers} if state.closers else {}),
         )
         if not await self.book.commit(state.run_id, state.step, summaries, event):
             log.info("%s step %s was summarized by another summarizer meanwhile", state.run_id, state.step)

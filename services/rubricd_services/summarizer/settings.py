@@ -16,6 +16,18 @@ class SummarizerSettings(ServiceSettings):
     step_deadline_s: float = Field(
         600.0, gt=0, description="after a step closes, summarize it with what has arrived by then"
     )
+    step_quiet_s: float = Field(
+        5.0,
+        ge=0,
+        description="a step closed by closers that cannot name their part (StepClosed.closer: a framework's reward "
+        "workers that do not know each other) is complete only this long after its last closer's closure",
+    )
+    unclosed_step_s: float = Field(
+        600.0,
+        gt=0,
+        description="a step that no closure closed (its trainer's processes ended without closing their last step, "
+        "as Ray's actors may) is summarized this long after its latest analysis, with what arrived",
+    )
     chunk_size: int = Field(
         20, ge=1, description="analyses per chunk summary; chunks run in parallel, then a meta-summary"
     )

@@ -66,11 +66,16 @@ class Steps:
         timeout: float | None,
         rank: int = 0,
         world_size: int = 1,
+        closer: str | None = None,
     ) -> None:
-        """`rank` of `world_size`: this process's part of every step (each process closes its own part)."""
+        """`rank` of `world_size`: this process's part of every step (each process closes its own part); `closer`:
+        this process's id where it knows neither (its closures add up with the other closers')."""
         self.client, self.run_id = client, run_id
         self.wait_for_rubrics, self.timeout = wait_for_rubrics, timeout
-        self.part = {"part": rank, "parts": world_size} if world_size > 1 else {}
+        several = world_size > 1
+        self.part: int | None = rank if several else None
+        self.parts: int | None = world_size if several else None
+        self.closer = None if several else closer
         self.open: dict[int, list[str]] = {}
         self.closed_through = -1  # rollouts of a step already closed are scored, not counted again
         self._lock = asyncio.Lock()
@@ -93,7 +98,9 @@ class Steps:
 
     async def _close(self, step: int) -> None:
         ids = self.open.pop(step)
-        await self.client.close_step(self.run_id, step, rollouts=len(ids), rollout_ids=ids, **self.part)
+        await self.client.close_step(
+            self.run_id, step, rollouts=len(ids), rollout_ids=ids, part=self.part, parts=self.parts, closer=self.closer
+        )
         self.closed_through = max(self.closed_through, step)
 
 
@@ -121,17 +128,26 @@ class Reward:
         group): this run's choices, set on every rollout like `reward_policy` (docs/researchers/groups.md).
         `evaluation`: every rollout is an evaluation rollout (a reward used only to evaluate).
         `rank`, `world_size`: this process's place in a job of several (default: the RANK and WORLD_SIZE
-        environment variables that torchrun and accelerate set; else one process)."""
+        environment variables that torchrun and accelerate set). Where neither is given nor set (a framework's
+        reward workers that do not know each other: verl's), each process closes its steps as a closer of its own,
+        and the closers' closures add up (StepClosed.closer)."""
         self.client, self.run_id, self.context, self.timeout = client, run_id, context, timeout
         self.reward_policy, self.evaluation = reward_policy, evaluation
         self.judge_mode, self.judge_votes, self.analysis_sample = judge_mode, judge_votes, analysis_sample
+        known = rank is not None or world_size is not None or "WORLD_SIZE" in os.environ
         rank = int(os.environ.get("RANK", 0)) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
         self.rank = rank
         self.steps = Steps(
-            client.aio, run_id, wait_for_rubrics=wait_for_rubrics, timeout=timeout, rank=rank, world_size=world_size
+            client.aio,
+            run_id,
+            wait_for_rubrics=wait_for_rubrics,
+            timeout=timeout,
+            rank=rank,
+            world_size=world_size,
+            closer=None if known else uuid.uuid4().hex[:16],
         )
 
     def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:

@@ -137,6 +137,12 @@ class StepClosed(Message, tag="step_closed", frozen=True, kw_only=True):
     that died does not hold the step (the summary says how many parts were
     missing). A part closed twice counts once. Both fields or neither; `part`
     below `parts`.
+
+    A process that cannot name its part (a framework's reward worker that knows
+    neither its rank nor how many there are: verl's Ray actors) sends its own
+    `closer` id instead: closures of different closers add up (a closer's
+    counted once), and the step waits `RUBRICD_STEP_QUIET_S` after the last of
+    them for another before it is complete. A `closer` goes without `part`.
     """
 
     run_id: RunId
@@ -146,10 +152,13 @@ class StepClosed(Message, tag="step_closed", frozen=True, kw_only=True):
     rollout_ids: Annotated[list[RolloutId], msgspec.Meta(max_length=MAX_ROLLOUTS_PER_STEP)] = []
     part: Annotated[int, msgspec.Meta(ge=0, lt=MAX_PARTS)] | None = None
     parts: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)] | None = None
+    closer: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
 
     def __post_init__(self) -> None:
         if (self.part is None) != (self.parts is None):
             raise ValueError("part and parts go together: this closure's part (rank) of the step's parts (world size)")
+        if self.closer is not None and self.part is not None:
+            raise ValueError("a closure names its part (part of parts) or its closer, not both")
         if self.part is not None and self.parts is not None and self.part >= self.parts:
             raise ValueError(f"part {self.part} is not below parts {self.parts}")
 

@@ -48,6 +48,33 @@ async def test_each_rank_closes_its_own_part_of_a_step(redis, keys, client, monk
         trl_reward(client, "bad", rank=2, world_size=2)
 
 
+async def test_workers_that_know_neither_rank_nor_count_close_each_as_a_closer_of_its_own(
+    redis, keys, client, monkeypatch, published, closed
+) -> None:
+    """verl's reward workers (Ray actors, no RANK or WORLD_SIZE) each close their own rollouts of a step: each its
+    own closer id, so that their closures add up; a process that says it is alone closes the whole step."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    workers = [VerlReward(client, "verl") for _ in range(2)]
+    for step in (0, 1):
+        for worker in workers:
+            worker.compute_score("math", "42", "42", {"prompt": PROMPTS[0], "step": step})
+    for worker in workers:
+        worker.finish()
+    steps = await closed(redis, keys)
+    by_closer: dict[str, set[int]] = {}
+    for c in steps:
+        assert c.part is None and c.closer is not None and c.rollouts == 1, c
+        by_closer.setdefault(c.closer, set()).add(c.step)
+    assert list(by_closer.values()) == [{0, 1}, {0, 1}]  # two closers, each closing both steps
+    ids = {r.rollout_id for r in await published(redis, keys) if r.step == 0}
+    assert {i for c in steps if c.step == 0 for i in c.rollout_ids} == ids and len(ids) == 2
+    alone = VerlReward(client, "alone", world_size=1)
+    alone.compute_score("math", "42", "42", {"prompt": PROMPTS[0], "step": 0})
+    alone.finish()
+    assert [(c.part, c.closer) for c in await closed(redis, keys) if c.run_id == "alone"] == [(None, None)]
+
+
 async def test_an_adapter_sets_its_runs_reward_policy_on_every_rollout(redis, keys, client, published) -> None:
     reward = trl_reward(client, "alt", reference_column="answer", reward_policy="alternating")
     state = SimpleNamespace(global_step=0)
