@@ -56,9 +56,9 @@ def batch(tok: PreTrainedTokenizerFast, cases: list[dict]) -> DataProto:
 def main(out: Path, functions: list[str], cases: list[dict]) -> None:
     tok = tokenizer(w for c in cases for w in (c["prompt"] + " " + c["response"]).split())
     tok.save_pretrained(out / "tokenizer")
-    ray.init(num_cpus=2, include_dashboard=False)
-    try:
-        for name in functions:
+    for name in functions:  # a Ray of its own each: a manager's workers are named actors (reward_loop_worker_0...)
+        ray.init(num_cpus=2, include_dashboard=False)
+        try:
             config = OmegaConf.load(str(files("verl.trainer.config") / "_generated_ppo_trainer.yaml"))
             overrides = [
                 f"actor_rollout_ref.model.path={out / 'tokenizer'}",
@@ -72,8 +72,8 @@ def main(out: Path, functions: list[str], cases: list[dict]) -> None:
                 extra = {k: np.asarray(v).tolist() for k, v in result.non_tensor_batch.items()}
                 rewards = result.batch["rm_scores"].sum(-1).tolist()
                 print(json.dumps({"function": name, "step": step, "rewards": rewards, "extra": extra}), flush=True)
-    finally:
-        ray.shutdown()
+        finally:
+            ray.shutdown()
 
 
 if __name__ == "__main__":

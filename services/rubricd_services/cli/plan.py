@@ -13,9 +13,6 @@ from typing import Any
 import msgspec
 from pydantic_settings import BaseSettings
 
-from rubricd_services.analyzer.settings import AnalyzerSettings
-from rubricd_services.scorer.settings import ScorerSettings
-from rubricd_services.summarizer.settings import SummarizerSettings
 
 from .context import Context, Failed, table
 
@@ -140,7 +137,12 @@ class Defaults:
 
     @classmethod
     def read(cls) -> "Defaults":
-        """The defaults of the scorer's, the analyzers' and the summarizers' settings, as the services have them."""
+        """The defaults of the scorer's, the analyzers' and the summarizers' settings, as the services have them
+        (imported here, by the one command that reads them: the rest of the command line imports no service)."""
+        from rubricd_services.analyzer.settings import AnalyzerSettings
+        from rubricd_services.scorer.settings import ScorerSettings
+        from rubricd_services.summarizer.settings import SummarizerSettings
+
         scorer = default_of(ScorerSettings)
         return cls(
             answer_ttl_s=scorer("answer_ttl_s"),

@@ -58,7 +58,7 @@ async def test_workers_that_know_neither_rank_nor_count_close_each_as_a_closer_o
     workers = [VerlReward(client, "verl") for _ in range(2)]
     for step in (0, 1):
         for worker in workers:
-            worker.compute_score("math", "42", "42", {"prompt": PROMPTS[0], "step": step})
+            worker.compute_score("math", "42", "42", {"question": PROMPTS[0], "global_step": step})
     for worker in workers:
         worker.finish()
     steps = await closed(redis, keys)
@@ -70,7 +70,7 @@ async def test_workers_that_know_neither_rank_nor_count_close_each_as_a_closer_o
     ids = {r.rollout_id for r in await published(redis, keys) if r.step == 0}
     assert {i for c in steps if c.step == 0 for i in c.rollout_ids} == ids and len(ids) == 2
     alone = VerlReward(client, "alone", world_size=1)
-    alone.compute_score("math", "42", "42", {"prompt": PROMPTS[0], "step": 0})
+    alone.compute_score("math", "42", "42", {"question": PROMPTS[0], "global_step": 0})
     alone.finish()
     assert [(c.part, c.closer) for c in await closed(redis, keys) if c.run_id == "alone"] == [(None, None)]
 
@@ -81,5 +81,5 @@ async def test_an_adapter_sets_its_runs_reward_policy_on_every_rollout(redis, ke
     rewards = reward(prompts=PROMPTS, completions=["42", "41"], trainer_state=state, answer=ANSWERS)
     assert all(r is not None for r in rewards)
     assert {r.reward_policy for r in await published(redis, keys)} == {"alternating"}
-    VerlReward(client, "plain").compute_score("math", "42", "42", {"prompt": PROMPTS[0], "step": 0})
+    VerlReward(client, "plain").compute_score("math", "42", "42", {"question": PROMPTS[0], "global_step": 0})
     assert {r.reward_policy for r in await published(redis, keys) if r.run_id == "plain"} == {None}
