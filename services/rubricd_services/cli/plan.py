@@ -13,7 +13,6 @@ from typing import Any
 import msgspec
 from pydantic_settings import BaseSettings
 
-
 from .context import Context, Failed, table
 
 SUMMARY = "the replicas per service, Redis and Weaviate memory and LLM tokens per hour a training load needs"
