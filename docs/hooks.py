@@ -22,6 +22,7 @@ import logging
 import os
 import pkgutil
 import re
+import subprocess
 import types
 from collections.abc import Iterator
 from enum import Enum
@@ -496,8 +497,88 @@ def plan_defaults() -> str:
     return "| setting | default | |\n| --- | --- | --- |\n" + "".join(f"| `{n}` | {v} | {w} |\n" for n, v, w in rows)
 
 
+# Versions
+
+# (what, where its pin is, the pattern that reads it, how the suite runs it)
+PINS = [
+    (
+        "TRL",
+        "Makefile",
+        r"\btrl==([\w.]+)",
+        "GRPOTrainer trains on CPU, one process and two ranks (tests/system/test_trl.py)",
+    ),
+    (
+        "verl",
+        "Makefile",
+        r"\bverl==([\w.]+)",
+        "its reward loop and tool agent loop on a local Ray (tests/system/test_verl.py)",
+    ),
+    (
+        "OpenRLHF",
+        "Makefile",
+        r"\bopenrlhf==([\w.]+)",
+        "its agent executor posting to the gateway (tests/gateway/test_openrlhf.py)",
+    ),
+    ("torch", "Makefile", r"\btorch==([\w.]+)", "CPU, for TRL, verl and OpenRLHF"),
+    ("transformers", "Makefile", r"\btransformers==([\w.]+)", "for TRL"),
+    (
+        "ART",
+        "Makefile",
+        r"\bopenpipe-art==([\w.]+)",
+        "gather_trajectory_groups, in place of RULER (tests/system/test_art.py)",
+    ),
+    (
+        "verifiers",
+        "Makefile",
+        r"\bverifiers==([\w.]+)",
+        "an environment's rubric and its evaluation (tests/system/test_verifiers.py)",
+    ),
+    (
+        "NeMo Gym",
+        "Makefile",
+        r"NEMO_GYM_VERSION := ([\w.]+)",
+        "its resources server's verify calls, on Python 3.13 (tests/gateway/test_nemo_gym.py)",
+    ),
+    ("Weaviate", "deploy/local/stack.sh", r"WEAVIATE_VERSION=(v[\w.]+)", "built from source, every stack"),
+    (
+        "Kubernetes",
+        "deploy/local/cluster.sh",
+        r"K8S_VERSION=(v[\w.]+)",
+        "a cluster built from its modules (make k8s-test)",
+    ),
+    ("KEDA", "deploy/local/cluster.sh", r"KEDA_VERSION=(v[\w.]+)", "the redis-streams scaler, on that cluster"),
+    (
+        "llama.cpp",
+        "deploy/local/stack.sh",
+        r"LLAMA_CPP_PYTHON=([\w.]+)",
+        "llama-server, as llama-cpp-python's sdist vendors it",
+    ),
+]
+
+
+def versions_table() -> str:
+    """What the suite runs rubricd against, each version read from the pin the tests use."""
+    rows = []
+    for name, where, pattern, how in PINS:
+        found = re.search(pattern, (ROOT / where).read_text())
+        if found is None:
+            raise RuntimeError(f"no pin of {name} in {where} ({pattern})")
+        version = found[1] + (" (llama-cpp-python)" if name == "llama.cpp" else "")
+        rows.append((name, version, how, where))
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout
+    served = re.search(r"v=([\d.]+)", redis)
+    rows.append(("Redis", served[1] if served else "the system's", "the distribution's redis-server (Debian)", "-"))
+    rows.append(("slime", "not run", "its remote_rm requests, as its source sends them (tests/gateway)", "-"))
+    table = "| | version | how the suite runs it | pinned in |\n| --- | --- | --- | --- |\n"
+    return table + "".join(
+        f"| {n} | {v} | {h} | `{w}` |\n" if w != "-" else f"| {n} | {v} | {h} | |\n" for n, v, h, w in rows
+    )
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """`<!-- rubricd plan ARGS -->` becomes the plan's own output, `<!-- rubricd plan defaults -->` its settings."""
+    """`<!-- rubricd plan ARGS -->` becomes the plan's own output, `<!-- rubricd plan defaults -->` its settings,
+    `<!-- rubricd versions -->` the versions the suite runs against."""
+    markdown = markdown.replace("<!-- rubricd versions -->", versions_table())
     markdown = markdown.replace("<!-- rubricd plan defaults -->", plan_defaults())
     return re.sub(r"<!-- rubricd plan (.+?) -->", lambda m: plan_output(m.group(1)), markdown)
 

@@ -89,7 +89,7 @@ class LLMSettings(BaseModel):
     output_mode: OutputMode = Field(
         "json_schema",
         description="how the endpoint is made to follow the answer's schema (its dialect): json_schema (OpenAI, "
-        "vLLM, llama-server, Ollama), json_object_schema (llama-cpp-python's server), guided_json (vLLM's field), "
+        "vLLM, llama-server, Ollama), json_object_schema (llama-cpp-python's server), guided_json (vLLM's field before 0.12), "
         "format (Ollama's field), json_object or text (schema in the prompt, tolerant parsing); auto probes the "
         "endpoint once at start and keeps the first that works, or stops the service naming each one's failure",
     )

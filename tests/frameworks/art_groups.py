@@ -9,7 +9,7 @@ each scored by `ArtReward.score_group` as its `after_each`, exceptions swallowed
 is dropped, as with RULER). The last scenario, the one that fails, is then scored again without swallowing, and
 a group of its own (UNTOUCHED) scored directly. OUT.json holds what ART returned: each kept group's trajectories
 (reward, metrics, logs), the error the unswallowed call raised, and whether the direct call left the group it was
-given as it was.
+given as it was, and the row ART's own `Model.log` wrote of the kept groups (history.jsonl).
 """
 
 import asyncio
@@ -72,8 +72,13 @@ async def main(out: str, scenarios: list[dict]) -> None:
         [{"reward": t.reward, "metrics": t.metrics, "logs": t.logs, "answer": t.messages()[-1]["content"]} for t in g]
         for g in groups
     ]
+    # What ART logs of the kept groups (its Model.log: each metric's mean over the trajectories, history.jsonl).
+    model = art.Model(name="rubricd", project="groups", base_path=os.path.join(os.path.dirname(out), "art"))
+    await model.log(groups, split="train")
+    with open(os.path.join(model.base_path, "groups", "models", "rubricd", "history.jsonl")) as f:
+        history = [json.loads(line) for line in f]
     with open(out, "w") as f:
-        json.dump({"groups": kept, "raised": raised, "untouched": untouched}, f)
+        json.dump({"groups": kept, "raised": raised, "untouched": untouched, "history": history}, f)
 
 
 if __name__ == "__main__":

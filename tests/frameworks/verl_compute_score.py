@@ -8,7 +8,7 @@ from rubricd import SyncRubricdClient
 from rubricd.adapters import VerlReward
 
 client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
-reward = VerlReward(client, run_id=os.environ["RUN_ID"], prompt_field="question")
+reward = VerlReward(client, run_id=os.environ["RUN_ID"], prompt_field="question", rubrics=["correct"])
 compute_score = reward.compute_score
 compute_score_async = reward.compute_score_async
 atexit.register(client.close)

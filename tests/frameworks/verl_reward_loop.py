@@ -7,7 +7,8 @@ manager, turning a DataProto of prompts and responses into `rm_scores` and the r
 
 cases: [{"prompt", "response", "label", "step"}, ...]. For each FUNCTION (compute_score, compute_score_async)
 and each step, in step order, one batch of that step's cases (as a trainer's steps follow each other) and one JSON
-line: the function, the step, each sample's reward (its rm_scores summed over the response) and the extra info.
+line: the function, the step, each sample's reward (its rm_scores summed over the response), the extra info, and
+what verl's validation logs of them (its process_validation_metrics, per key: mean@1 ...).
 The tokenizer is built here (word level, no download); nothing else is a stand-in.
 """
 
@@ -23,6 +24,7 @@ from omegaconf import OmegaConf
 from transformers import PreTrainedTokenizerFast
 from verl import DataProto
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
+from verl.trainer.ppo.metric_utils import process_validation_metrics
 from word_level import tokenizer
 
 FUNCTIONS = Path(__file__).with_name("verl_compute_score.py")
@@ -71,7 +73,14 @@ def main(out: Path, functions: list[str], cases: list[dict]) -> None:
                 result = manager.compute_rm_score(batch(tok, [c for c in cases if c["step"] == step]))
                 extra = {k: np.asarray(v).tolist() for k, v in result.non_tensor_batch.items()}
                 rewards = result.batch["rm_scores"].sum(-1).tolist()
-                print(json.dumps({"function": name, "step": step, "rewards": rewards, "extra": extra}), flush=True)
+                # What verl's validation logs of them: its own metrics per data source and key (one sample a uid).
+                n = len(rewards)
+                logged = process_validation_metrics(
+                    ["arithmetic"] * n, list(map(str, range(n))), {"reward": rewards, **extra}
+                )
+                validation = {k: {m: float(v) for m, v in ms.items()} for k, ms in logged["arithmetic"].items()}
+                line = {"function": name, "step": step, "rewards": rewards, "extra": extra, "validation": validation}
+                print(json.dumps(line), flush=True)
         finally:
             ray.shutdown()
 

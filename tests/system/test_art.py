@@ -54,6 +54,13 @@ async def test_art_gathers_groups_rewarded_by_rubricd_with_verdicts_and_drops_a_
         assert [t.function.name for t in k.rollout.tools] == ["calc"]
         size = sizes[k.rollout.trajectory[1].content]
         assert k.rollout.group_size == size and k.score.grouping and k.score.grouping.members == size
+    # ART's own log of the kept groups: each rubric's met rate and the rubric version, over their trajectories.
+    [row] = out["history"]
+    trajectories = [t for g in out["groups"] for t in g]
+    for rubric_id in rubric_ids:
+        met = sum(t["metrics"][f"rubric/{rubric_id}"] for t in trajectories) / len(trajectories)
+        assert row[f"train/rubric/{rubric_id}"] == pytest.approx(met), row
+    assert row["train/rubric_version"] == 1.0
     failed = [k for k in kept if k.score.status is JudgeStatus.JUDGE_FAILED]
     assert {k.rollout.trajectory[1].content for k in failed} == {SCENARIOS[2]["question"]}
     # Without swallowing, the failure is ART's exception, never a reward of 0.

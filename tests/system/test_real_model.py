@@ -66,16 +66,27 @@ def agent_usage(port: int) -> dict[str, dict[str, float]]:
 
 
 @pytest.mark.timeout(1800)
-async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_stack, fresh_ports, start_service):
+async def test_one_step_goes_round_the_loop_on_a_real_model(stack, keys, start_stack, fresh_ports, start_service, cli):
     model = start_stack(fresh_ports, "model", env=MODEL_STACK)
+    # The services run on what `rubricd endpoint` finds the server needs (docs/operators/real-model.md's
+    # llama.cpp settings are these): its dialect, the whole schema (its grammar holds every bound), each slot's
+    # window and its two slots, shared with the judge's share kept free.
+    url = f"http://127.0.0.1:{model.ports['RUBRICD_MODEL_PORT']}/v1"
+    checked = json.loads(cli("endpoint", "--base-url", url, "--timeout", "600", "--json", timeout=1200).stdout)
+    print("\nrubricd endpoint:", json.dumps(checked["findings"]))
+    said = {s["name"]: s["value"] for s in checked["settings"]}
+    assert {k: v for k, v in said.items() if k.startswith("RUBRICD_LLM__")} == {
+        "RUBRICD_LLM__BASE_URL": url,
+        "RUBRICD_LLM__MODEL": MODEL,
+        "RUBRICD_LLM__OUTPUT_MODE": "json_schema",
+        "RUBRICD_LLM__STRICT": "false",
+        "RUBRICD_LLM__CONTEXT_TOKENS": "8192",  # per slot: stack.sh gives each 8k of -c
+        "RUBRICD_LLM__SHARED_SLOTS": "2",  # the server's --parallel
+    }
+    assert checked["findings"]["cached_tokens"] > 0  # llama-server reuses a slot's cached prefix, and says so
     llm = {
-        "llm__base_url": f"http://127.0.0.1:{model.ports['RUBRICD_MODEL_PORT']}/v1",
-        "llm__model": MODEL,
-        "llm__output_mode": "json_schema",
-        "llm__strict": "false",  # the whole schema: the server enforces every bound, so no answer runs on
-        "llm__shared_slots": 2,  # the server's --parallel; the background agents may fill one
-        "llm__context_tokens": 8192,  # per slot (stack.sh gives each 8k)
-        "llm__timeout_s": 600,
+        **{k.removeprefix("RUBRICD_").lower(): v for k, v in said.items() if k.startswith("RUBRICD_LLM__")},
+        "llm__timeout_s": 600,  # longer than the agents' defaults: one core's speed beside the suite
         "llm__max_retries": 2,
     }
     ports = {name: fresh_ports["RUBRICD_METRICS_BASE_PORT"] + i for i, name in enumerate(SERVICES)}

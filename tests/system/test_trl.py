@@ -81,6 +81,21 @@ def test_grpo_trains_through_the_adapter_with_every_rank_counted_and_evaluation_
             logged = json.loads((out / f"rank-{rank}.json").read_text())
             assert any("rewards/rubricd/mean" in entry for entry in logged["log"])
             assert "eval_rewards/rubricd/mean" in logged["eval"]
+            assert logged["eval"]["eval_rubricd/judge_failed"] == 0.0
+        # Each step's figures as TRL logged them (its log_metric, averaged over the ranks): each rubric's met
+        # rate over the step's rollouts of every rank, the rubric version, no judge failed.
+        scored = [s for s in entries(client, keys.kept_rollouts(run), ScoredRollout) if not s.rollout.evaluation]
+        trained = [e for e in json.loads((out / "rank-0.json").read_text())["log"] if "loss" in e]
+        assert [e["step"] for e in trained] == [s + 1 for s in STEPS]
+        for entry in trained:
+            step = [s.score for s in scored if s.rollout.step == entry["step"] - 1]
+            rates = {
+                f"rubricd/rubric/{r}": sum(r in {m.rubric_id for m in s.results if m.met} for s in step) / len(step)
+                for r in {m.rubric_id for s in step for m in s.results}
+            }
+            assert rates and {k: v for k, v in entry.items() if k.startswith("rubricd/rubric/")} == pytest.approx(rates)
+            version = max(s.rubric_version for s in step)  # the updater may have moved on since step 0
+            assert (entry["rubricd/judge_failed"], entry["rubricd/rubric_version"]) == (0.0, version), entry
     client.close()
 
 

@@ -52,8 +52,11 @@ async def test_verl_s_reward_loop_scores_a_batch_through_the_adapter(
     for name, result in results.items():
         assert result["rewards"] == [1.0, 0.0, 0.0], name  # the failed judge's is the failure value, flagged
         extra = result["extra"]
-        assert set(extra) == {"score", "judge_ok", "masked", "rubric_version", "weighted_total"}, name
+        assert set(extra) == {"score", "judge_ok", "masked", "rubric_version", "weighted_total", "rubric/correct"}
         assert extra["judge_ok"] == [1.0, 0.0, 1.0] and extra["rubric_version"] == [1.0, 1.0, 1.0], name
+        assert extra["rubric/correct"] == [1.0, 0.0, 0.0], name  # met; its judge failed; not met
+        # verl's validation logs it as val-aux/<data source>/rubric/correct/mean@1: the share met
+        assert result["validation"]["rubric/correct"]["mean@1"] == pytest.approx(1 / 3), name
     # Each sample reached the run at its step with verl's prompt and ground truth. verl pads a batch to a multiple
     # of its reward workers with copies of its first samples and scores them too: 3 samples, 2 workers, 4 scored
     # a function (verl gives no ids, so each call's rollouts are new ones).

@@ -21,6 +21,7 @@ from . import (
     archive,
     arm,
     dlq,
+    endpoint,
     export,
     judge,
     memory,
@@ -60,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
         dlq,
         acl,
         plan,
+        endpoint,
     ):
         module.arguments(
             commands.add_parser(

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import msgspec
 import openai
@@ -20,8 +20,10 @@ from rubricd import wire
 from rubricd_services.llm.dialects import (
     DIALECTS,
     ENFORCING,
+    PROBE_MESSAGES,
     ChatReply,
     EmbeddingReply,
+    Probe,
     Tokens,
     TokenUsage,
     decode,
@@ -39,19 +41,6 @@ log = logging.getLogger("rubricd.llm")
 # httpx.Limits under openai 1.x, httpx2.Limits under 3.x: take it from the SDK.
 _Limits = type(openai.DEFAULT_CONNECTION_LIMITS)
 _ANSWER_TOKENS = 1024  # what a call without max_tokens books against `tpm` for its answer
-
-
-class _Probe(msgspec.Struct, frozen=True, kw_only=True):
-    """What `detect` asks for: no model writes this unless the server holds it to the schema (or, in the
-    json_object and text dialects, the schema is shown to it)."""
-
-    rubricd_probe: Literal["k7q2"]
-
-
-_PROBE_MESSAGES = [
-    {"role": "system", "content": "You are a helpful assistant."},
-    {"role": "user", "content": "Say hello."},
-]
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -188,7 +177,7 @@ class LLMClient:
             for mode in DIALECTS:
                 self._settings[agent] = s.model_copy(update={"output_mode": mode, "max_retries": 0, "max_tokens": 256})
                 try:
-                    await self.structured(agent, _PROBE_MESSAGES, _Probe)
+                    await self.structured(agent, PROBE_MESSAGES, Probe)
                 except LLMError as e:
                     failures.append(f"{mode}: {e.reason}")
                     continue

@@ -9,7 +9,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import json_repair
 import msgspec
@@ -33,6 +33,19 @@ _STRICT_DROP = {
     "uniqueItems",
     "examples",
 }
+
+
+class Probe(msgspec.Struct, frozen=True, kw_only=True):
+    """What `auto` (LLMClient.detect) and `rubricd endpoint` ask for: no model writes this unless the server holds
+    it to the schema (or, in the json_object and text dialects, the schema is shown to it)."""
+
+    rubricd_probe: Literal["k7q2"]
+
+
+PROBE_MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Say hello."},
+]
 
 
 # Just the fields of a reply the LLM client reads; msgspec skips the rest.

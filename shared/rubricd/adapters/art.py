@@ -9,7 +9,7 @@ from typing import Any
 from ..chat import text
 from ..client import SyncRubricdClient
 from ..messages import JudgeMode, Score
-from .reward import NotScored, Reward, Sample, unscored
+from .reward import NotScored, Reward, Sample, sample_metrics, unscored
 
 log = logging.getLogger("rubricd.adapters")
 
@@ -20,9 +20,10 @@ class ArtReward:
     `score_group(group, step)` judges the group's trajectories as one sample group (group judging by default:
     `judge_mode`), each trajectory's messages as a rollout's turns with its tools, and returns a new group
     whose trajectories carry rubricd's reward; in their metrics, the reward they had (`independent_reward`,
-    as RULER keeps it), `rubricd_reward`, `rubric_version` and each rubric's verdict (`rubric/<id>`: 1.0 met,
-    0.0 not). A group with a trajectory rubricd gave no reward (its judge failed, it was refused, or the
-    `alternating` policy masked it) raises NotScored, or, with `swallow_exceptions`, is None, with a warning:
+    as RULER keeps it), `rubricd_reward`, and `sample_metrics`: `rubric_version`, each rubric's verdict
+    (`rubric/<id>`: 1.0 met, 0.0 not) and each meta-class's score (`meta/<class>`). A group with a trajectory
+    rubricd gave no reward (its judge failed, it was refused, or the `alternating` policy masked it) raises
+    NotScored, or, with `swallow_exceptions`, is None, with a warning:
     `gather_trajectory_groups` then drops the whole group, as it does a group RULER failed. Never a reward of 0
     that looks earned. Like RULER, it refuses trajectories with additional histories.
 
@@ -89,9 +90,7 @@ def scored(trajectory: Any, score: Score) -> Any:
     copy = trajectory.model_copy(update=fresh)
     copy.metrics["independent_reward"] = trajectory.reward
     copy.metrics["rubricd_reward"] = score.reward
-    copy.metrics["rubric_version"] = score.rubric_version
-    for result in score.results:
-        copy.metrics[f"rubric/{result.rubric_id}"] = 1.0 if result.met else 0.0
+    copy.metrics.update(sample_metrics(score))
     copy.reward = score.reward
     copy.log(
         "rubricd: " + "; ".join(f"{r.rubric_id} {'met' if r.met else 'unmet'}: {r.explanation}" for r in score.results)

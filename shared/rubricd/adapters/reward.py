@@ -36,6 +36,36 @@ def unscored(score: Score) -> bool:
     return score.status is not JudgeStatus.OK or score.reward is None
 
 
+def sample_metrics(score: Score) -> dict[str, float]:
+    """A score's figures as a trainer logs them per sample: its rubric version, each rubric's verdict
+    (`rubric/<id>`: 1.0 met, 0.0 not) and each meta-class's score where it is defined (`meta/<class>`)."""
+    metrics = {"rubric_version": float(score.rubric_version)}
+    metrics.update({f"rubric/{r.rubric_id}": 1.0 if r.met else 0.0 for r in score.results})
+    metrics.update({f"meta/{name}": value for name, value in score.meta_class_scores.items()})
+    return metrics
+
+
+def batch_metrics(scores: Sequence[Score], prefix: str = "rubricd/") -> dict[str, float]:
+    """A batch's figures for a trainer's log (TRL's `log_metric`): the share of its scores whose judge failed,
+    the newest rubric version judged with, each rubric's met rate over the samples judged on it and each
+    meta-class's mean score over the samples it is defined for (`<prefix>rubric/<id>`, `<prefix>meta/<class>`)."""
+    if not scores:
+        return {}
+    failed = sum(s.status is JudgeStatus.JUDGE_FAILED for s in scores)
+    metrics = {f"{prefix}judge_failed": failed / len(scores)}
+    judged = [s for s in scores if s.status is JudgeStatus.OK]
+    if not judged:
+        return metrics
+    metrics[f"{prefix}rubric_version"] = float(max(s.rubric_version for s in judged))
+    per: dict[str, list[float]] = {}
+    for s in judged:
+        for name, value in sample_metrics(s).items():
+            if name != "rubric_version":
+                per.setdefault(name, []).append(value)
+    metrics.update({f"{prefix}{name}": sum(v) / len(v) for name, v in sorted(per.items())})
+    return metrics
+
+
 class Sample(NamedTuple):
     """One sample of a trainer's call, as its rollout carries it: its text, and, where the trainer gave chat
     messages, the whole conversation (`messages`, prompt first: `prompt_turns` of them) and the `tools` offered

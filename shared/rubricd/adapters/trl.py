@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 
 from ..chat import text
 from ..client import SyncRubricdClient
-from .reward import Reward, Sample, optional_str
+from ..messages import Score
+from .reward import Reward, Sample, batch_metrics, optional_str
 
 log = logging.getLogger("rubricd.adapters")
 
@@ -35,7 +36,9 @@ def trl_reward(
     default: the trainer's own `tools`.
     Each completion's sample group is its prompt's `num_generations` completions (default: the trainer's
     `num_generations`, `num_generations_eval` in evaluation), placed as TRL places them (see `TrlGroups`).
-    Rollouts of TRL's evaluation are evaluation rollouts (see `rubricd.adapters`).
+    Rollouts of TRL's evaluation are evaluation rollouts (see `rubricd.adapters`). Each batch's figures go to
+    the trainer's log through the `log_metric` TRL passes (`batch_metrics`: `rubricd/judge_failed`,
+    `rubricd/rubric_version`, `rubricd/rubric/<id>`, `rubricd/meta/<class>`).
     `options`: context, timeout, wait_for_rubrics, reward_policy, judge_mode, judge_votes, analysis_sample, rank,
     world_size, evaluation (see `Reward`).
     Call `.finish()` after training.
@@ -50,6 +53,7 @@ def trl_reward(
         samples = _trl_samples(prompts, completions, columns, reference_column, instance_column, tools)
         samples = groups.place(samples, step, evaluating, _trainer(columns))
         scores = reward.score(step, samples, evaluation=evaluating)
+        _log(columns, scores)
         return [s.reward for s in scores]
 
     return _named(rubricd, name, reward)
@@ -77,6 +81,7 @@ def async_trl_reward(
         samples = _trl_samples(prompts, completions, columns, reference_column, instance_column, tools)
         samples = groups.place(samples, step, evaluating, _trainer(columns))
         scores = await reward.score_async(step, samples, evaluation=evaluating)
+        _log(columns, scores)
         return [s.reward for s in scores]
 
     return _named(rubricd, name, reward)
@@ -143,6 +148,16 @@ def _trainer_generations(trainer: Any, evaluating: bool) -> int | None:
     size = getattr(trainer, "num_generations_eval", None) if evaluating else None
     size = size or getattr(trainer, "num_generations", None)
     return size if isinstance(size, int) and size >= 1 else None
+
+
+def _log(columns: dict[str, Any], scores: list[Score]) -> None:
+    """The batch's figures (`batch_metrics`: judge failures, rubric version, each rubric's met rate, each
+    meta-class's mean) through the `log_metric` TRL passes, which averages them over its processes and logging
+    steps beside its own (`kl`, `reward`)."""
+    log_metric = columns.get("log_metric")
+    if callable(log_metric):
+        for name, value in batch_metrics(scores).items():
+            log_metric(name, value)
 
 
 def _trainer(columns: dict[str, Any]) -> Any:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..client import SyncRubricdClient
 from ..messages import Score
-from .reward import NotScored, Reward, Sample, group_id, unscored
+from .reward import NotScored, Reward, Sample, group_id, sample_metrics, unscored
 
 
 class VerifiersReward:
@@ -74,10 +74,8 @@ def sample(trace: Any, step: int, group_size: int | None) -> Sample:
 
 
 def record(trace: Any, score: Score) -> None:
-    """The score's rubric version and verdicts as the trace's metrics."""
-    metrics = {"rubric_version": float(score.rubric_version)}
-    metrics.update({f"rubric/{r.rubric_id}": 1.0 if r.met else 0.0 for r in score.results})
-    trace.record_metrics(metrics)
+    """The score's rubric version, verdicts and meta-class scores as the trace's metrics (`sample_metrics`)."""
+    trace.record_metrics(sample_metrics(score))
 
 
 def _reference(data: Any) -> str | None:

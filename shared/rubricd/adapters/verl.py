@@ -20,7 +20,10 @@ class VerlReward:
       batch reward manager; the whole batch in one round trip.
 
     Each returns {"score": reward, "judge_ok": 1.0 or 0.0, "masked": 1.0 or 0.0, "rubric_version": v,
-    "weighted_total": w}, the same keys for every sample (see `result`); verl logs the extra keys.
+    "weighted_total": w}, and one key per rubric id in `rubrics` ("rubric/<id>": 1.0 met, 0.0 not met, not
+    judged or failed) and per meta-class in `meta_classes` ("meta/<class>": its score, `failed_score` where it
+    is undefined or failed): the same keys for every sample of the run (see `result`), which verl's validation
+    logs per data source (`val-aux/<source>/rubric/<id>/mean@N`) and its rollout dumps keep per sample.
     A failed judge scores `failed_score` with judge_ok 0.0 (verl needs a number); so does a sample the
     `alternating` policy masks (its step's meta-class is undefined for it), with masked 1.0: drop it.
     The prompt comes from extra_info[prompt_field]; the step from extra_info[step_field],
@@ -51,6 +54,8 @@ class VerlReward:
         group_field: str = "uid",
         group_size: int | None = None,
         failed_score: float = 0.0,
+        rubrics: Sequence[str] = (),
+        meta_classes: Sequence[str] = (),
         **options: Any,
     ) -> None:
         # The names these fields had before (`instance_key` named a field, not a key).
@@ -62,6 +67,7 @@ class VerlReward:
         self.messages_field, self.tools_field = messages_field, tools_field
         self.group_field, self.group_size = group_field, group_size
         self.failed_score = failed_score
+        self.rubrics, self.meta_classes = tuple(rubrics), tuple(meta_classes)
         self.step = 0
 
     def compute_score(
@@ -129,13 +135,17 @@ class VerlReward:
     def result(self, score: Score) -> dict[str, float]:
         """The same keys for every sample of a run, whatever its status or rubric set: verl's reward loop takes a
         batch's keys from its first sample (a later sample without one fails the step), and its validation wants
-        every key of every batch for every sample. Per rubric and per meta-class: `rubricd serve dashboard`."""
+        every key of every batch for every sample (a number: it takes their mean). So the rubrics and meta-classes
+        followed are named up front; every rubric and meta-class of every step: `rubricd serve dashboard`."""
+        met = {r.rubric_id for r in score.results if r.met}
         return {
             "score": self.failed_score if score.reward is None else score.reward,
             "judge_ok": float(score.status is JudgeStatus.OK),
             "masked": float(score.masked),
             "rubric_version": float(score.rubric_version),
             "weighted_total": self.failed_score if score.weighted_total is None else score.weighted_total,
+            **{f"rubric/{r}": float(r in met) for r in self.rubrics},
+            **{f"meta/{c}": score.meta_class_scores.get(c, self.failed_score) for c in self.meta_classes},
         }
 
     @staticmethod

@@ -83,3 +83,24 @@ async def test_an_adapter_sets_its_runs_reward_policy_on_every_rollout(redis, ke
     assert {r.reward_policy for r in await published(redis, keys)} == {"alternating"}
     VerlReward(client, "plain").compute_score("math", "42", "42", {"question": PROMPTS[0], "global_step": 0})
     assert {r.reward_policy for r in await published(redis, keys) if r.run_id == "plain"} == {None}
+
+
+async def test_trl_logs_each_batchs_figures_and_verl_gives_every_sample_the_keys_it_was_told_to_follow(
+    client,
+) -> None:
+    logged: list[tuple[str, float]] = []
+    reward = trl_reward(client, "logged", reference_column="answer")
+    state = SimpleNamespace(global_step=0)
+    reward(
+        prompts=PROMPTS,
+        completions=["42", "41"],
+        trainer_state=state,
+        answer=ANSWERS,
+        log_metric=lambda *m: logged.append(m),
+    )
+    figures = dict(logged)
+    assert figures["rubricd/judge_failed"] == 0.0 and figures["rubricd/rubric_version"] == 1.0
+    assert [k for k in figures if k.startswith("rubricd/rubric/")]  # the seed rubrics' met rates
+    verl = VerlReward(client, "followed", rubrics=["no_such_rubric"], meta_classes=["no_such_class"], failed_score=-1)
+    keys = verl.compute_score("math", "42", "42", {"question": PROMPTS[0], "global_step": 0})
+    assert (keys["rubric/no_such_rubric"], keys["meta/no_such_class"]) == (0.0, -1.0)  # not judged: still a number
