@@ -53,6 +53,10 @@ OVERLAYS = {
         **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 4, "StatefulSet": 2, "Deployment": 8},
         **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
     },
+    "trainer-access": {
+        **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 5, "StatefulSet": 2, "Deployment": 8},
+        **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
+    },
     "external-redis": {
         **{"Namespace": 1, "ConfigMap": 1, "Secret": 1, "Service": 3, "StatefulSet": 1, "Deployment": 8},
         **{"ScaledObject": 6, "TriggerAuthentication": 1, "PodMonitor": 1},
@@ -240,6 +244,28 @@ def test_locked_down_redis_loads_the_acl_file_and_weaviate_wants_its_key() -> No
     for name, deployment in of_kind(docs, "Deployment").items():
         (service,) = deployment["spec"]["template"]["spec"]["containers"]
         assert service["envFrom"][-1] == {"secretRef": {"name": f"rubricd-{name}", "optional": True}}, name
+
+
+def test_trainer_access_exposes_only_redis_tls_port_still_behind_the_acl_file() -> None:
+    """Trainers outside the cluster: Redis also serves TLS on 6380 (its certificate from `rubricd-redis-tls`,
+    clients proving themselves by password), the LoadBalancer exposes that port alone, and the ACL file still
+    decides who may do what; inside the cluster the services keep 6379."""
+    docs = render(K8S / "overlays" / "trainer-access")
+    redis = of_kind(docs, "StatefulSet")["redis"]["spec"]["template"]["spec"]
+    (container,) = redis["containers"]
+    args = container["args"]
+    flags = dict(zip(args[1::2], args[2::2]))
+    assert flags["--aclfile"] == "/etc/rubricd/users.acl" and flags["--tls-port"] == "6380"
+    assert flags["--tls-auth-clients"] == "no"
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/rubricd/tls"]
+    (volume,) = [v for v in redis["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "rubricd-redis-tls"
+    assert all(flags[f].startswith(mount["mountPath"] + "/") for f in ("--tls-cert-file", "--tls-key-file"))
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"redis": 6379, "redis-tls": 6380}
+    services = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Service"}
+    exposed = services["redis-trainers"]
+    assert exposed["type"] == "LoadBalancer" and [p["targetPort"] for p in exposed["ports"]] == ["redis-tls"]
+    assert services["redis"].get("type", "ClusterIP") == "ClusterIP"  # the plain port stays inside
 
 
 def test_the_simulator_is_only_in_the_demo_and_labelled_a_test_tool() -> None:
