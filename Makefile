@@ -108,13 +108,14 @@ frameworks-python:
 	@echo $(FRAMEWORKS_VENV)/bin/python
 
 # The agent-RL frameworks' venv, cached outside the repo like the one above (a minute and a half, once): OpenPipe
-# ART without its backend extra (tests/system/test_art.py) and verifiers (tests/system/test_verifiers.py); the
-# project's code comes from the checkout.
-AGENTS := openpipe-art-0.5.18-verifiers-0.4.0
+# ART without its backend extra (tests/system/test_art.py; pyarrow: its Model.log writes the trajectories as
+# parquet beside the metrics it logs) and verifiers (tests/system/test_verifiers.py); the project's code comes
+# from the checkout.
+AGENTS := openpipe-art-0.5.18-verifiers-0.4.0-pyarrow-26.0.1
 AGENTS_VENV := $(or $(RUBRICD_CACHE_DIR),$(HOME)/.cache/rubricd)/agents-$(AGENTS)
 agents:
 	@test -x $(AGENTS_VENV)/bin/python || { rm -rf $(AGENTS_VENV).new && python3 -m venv $(AGENTS_VENV).new && \
-	  $(AGENTS_VENV).new/bin/python -m pip install -q openpipe-art==0.5.18 verifiers==0.4.0 "msgspec>=0.19" \
+	  $(AGENTS_VENV).new/bin/python -m pip install -q openpipe-art==0.5.18 verifiers==0.4.0 pyarrow==26.0.1 "msgspec>=0.19" \
 	    "redis>=5.0" && \
 	  mv $(AGENTS_VENV).new $(AGENTS_VENV); }
 
