@@ -420,7 +420,7 @@ up_simulator() {
 build_llama() {
   if [[ -x $LLAMA_BIN ]]; then say "model: $LLAMA_BIN (cached)"; return; fi
   command -v cmake >/dev/null && command -v g++ >/dev/null ||
-    die "model: cmake and g++ build llama.cpp's server: apt-get install cmake g++ (or sudo make system-deps LLM=local)"
+    die "model: cmake and g++ build llama.cpp's server: apt-get install cmake g++ (or: sudo make model-deps)"
   local work
   work=$(mktemp -d)
   say "model: building llama-server from llama-cpp-python $LLAMA_CPP_PYTHON's llama.cpp into $(dirname "$LLAMA_BIN") (about 10 minutes on 2 cores, once)"
