@@ -23,9 +23,10 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.experimental.reward_loop.reward_loop import RewardLoopManager
-from verl.tools.function_tool import function_tool, get_function_tool
+from verl.tools.function_tool import get_function_tool
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
+from verl_add_tool import add  # noqa: F401 (registers the tool)
 from verl_tool_agent import ConversationToolAgentLoop, RubricdToolAgentLoop
 from word_level import chat_tokenizer
 
@@ -40,17 +41,6 @@ SAMPLE = {
     "raw_prompt": [{"role": "user", "content": QUESTION}],
     "agent_name": "tool_agent",
 }
-
-
-@function_tool
-def add(a: int, b: int) -> str:
-    """Add two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-    """
-    return str(a + b)
 
 
 class ScriptedServer:

@@ -8,6 +8,7 @@ past its deadline is cancelled and its entry retried, then dead-lettered; a Redi
 
 import asyncio
 import json
+import signal
 import threading
 from collections.abc import Callable
 
@@ -17,7 +18,18 @@ import pytest
 
 from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, CANARIES, SCORERS, SUMMARIZERS, UPDATERS, Keys
-from rubricd.messages import DeadLetter, JudgeStatus, Rollout, Score, ScoredRollout, StepClosed
+from rubricd.messages import (
+    DeadLetter,
+    Event,
+    EventKind,
+    JudgeStatus,
+    Rollout,
+    RubricsUpdated,
+    Score,
+    ScoredRollout,
+    StepClosed,
+)
+from rubricd.store import RubricStore
 from rubricd_services.runtime.service import EXIT_GROUP_GONE
 
 # FastStream's binary message format starts with this header; its JSON envelope is {"data": ..., "headers": ...}.
@@ -346,6 +358,36 @@ async def test_junk_on_a_listened_stream_is_one_warning_not_a_traceback(stack, r
     await eventually(lambda: scorer.log.read_text().count("skipped entry") == 2, "the scorer to skip both entries")
     lines = [json.loads(line) for line in scorer.log.read_text().splitlines() if line.startswith("{")]
     assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL") or "exc_info" in x], lines
+
+
+async def test_an_update_published_while_a_listener_is_paused_is_heard(stack, redis, keys, start_service, eventually):
+    """A listener reads on from where it was: an entry added while none of its reads is blocked (the process
+    paused, as by a busy machine, between two of them) still arrives."""
+    scorer = start_service("scorer")
+    store = RubricStore(redis, keys)
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        first = await client.score_one(Rollout(run_id="paused", rollout_id="a", step=0, prompt="2+2?", response="4"))
+        v1 = await store.current("paused")
+        assert v1 is not None and first.rubric_version == v1.version == 1
+        assert await store.publish(msgspec.structs.replace(v1, version=2))
+        scorer.proc.send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(1)  # meanwhile Redis ends the listener's blocking read (100 ms): none is waiting
+            await redis.xadd(
+                keys.rubrics_updated, wire.entry(RubricsUpdated(run_id="paused", version=2, previous_version=1))
+            )
+        finally:
+            scorer.proc.send_signal(signal.SIGCONT)
+
+        async def reloaded() -> bool:
+            return any(
+                e.kind == EventKind.RUBRICS_RELOADED and e.service == "scorer" and e.fields.get("version") == 2
+                for e in (wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events))
+            )
+
+        await eventually(reloaded, "the scorer to hear the update it was paused through")
+        second = await client.score_one(Rollout(run_id="paused", rollout_id="b", step=1, prompt="2+2?", response="4"))
+    assert second.rubric_version == 2
 
 
 async def test_handlers_cancelled_at_shutdown_are_one_line_and_their_entries_reclaimed(

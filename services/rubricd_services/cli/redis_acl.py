@@ -91,7 +91,7 @@ def services(keys: Keys) -> list[User]:
     return [
         User(
             "scorer",
-            # listen: XREAD; score records and kept verdicts: GET, SET, and one MGET of both before judging; rubric
+            # listen: XREVRANGE (the last entry at start), XREAD; score records and kept verdicts: GET, SET, and one MGET of both before judging; rubric
             # sets: HGET, and the store's seed script: HGET, HSET; the commit script adds to the run's usage: HINCRBY, and to the step's class
             # statistics: HINCRBYFLOAT, and to its rubric health: HINCRBY (its index: TIME, ZADD, ZREMRANGEBYSCORE); the meta-class schedule: HGET, HGETALL, its decide script's HSETNX; rubric
             # generation: its lock (redis-py's Lock: SET NX PX, scripts with GET, PEXPIRE, DEL) and failure record
@@ -101,7 +101,7 @@ def services(keys: Keys) -> list[User]:
             # commit (WATCH, HGETALL, MULTI: HSET, EXPIRE, HINCRBY of the usage, XADD of its events); group judging's
             # gathering (runtime.gathering: TIME, HEXISTS, HGET, HSETNX, HSET, HINCRBY, EXPIRE, ZADD, XACK; ZSCORE,
             # EXISTS, ZREM, HGETALL, HKEYS) and its sweep (ZRANGEBYSCORE)
-            (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx")
+            (*CONSUMER, *LLM_SLOTS, "xrevrange", "xread", "get", "mget", "set", "del", "hget", "hincrbyfloat", "hsetnx")
             + ("watch", "unwatch", "hexists", "zscore", "exists", "hkeys", "hdel", "zrangebyscore"),
             keys=[
                 *consuming(k, k.rollouts),
@@ -129,10 +129,10 @@ def services(keys: Keys) -> list[User]:
         ),
         User(
             "comparer",
-            # listen: XREAD; the stored preference: MGET (runtime.answering); rubric sets and generation as the
+            # listen: XREVRANGE (the last entry at start), XREAD; the stored preference: MGET (runtime.answering); rubric sets and generation as the
             # scorer's; the preference commit script's GET, SET, XADD, EXPIRE, HSETNX (instance prompts), HINCRBY
             # (accuracy), then HGETALL of the accuracy
-            (*CONSUMER, *LLM_SLOTS, "xread", "get", "mget", "set", "del", "hget", "hsetnx"),
+            (*CONSUMER, *LLM_SLOTS, "xrevrange", "xread", "get", "mget", "set", "del", "hget", "hsetnx"),
             keys=[
                 *consuming(k, k.comparisons),
                 family(k.preference("run", "comparison")),

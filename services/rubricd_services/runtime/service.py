@@ -107,6 +107,7 @@ class ServiceApp(Generic[W]):
         self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
         self._shutdown: list[Callable[[W], Awaitable[None]]] = []
         self._trimmed: list[str] = []
+        self._listened: list[tuple[str, Handler[W]]] = []
         self.ledger = Ledger(name)
         self.stopped_for: list[str] = []  # why the service stopped by itself, if it did (a consumer group gone)
         self._worker: W | None = None
@@ -182,9 +183,16 @@ class ServiceApp(Generic[W]):
                 await self._dead_letter(msg, *spent)
 
     def listen(self, stream: str, handle: Handler[W]) -> None:
-        """Every new entry of `stream`, in every process (no group, no ack)."""
+        """Every entry of `stream` added after the service started, in every process (no group, no ack)."""
+        self._listened.append((stream, handle))
 
-        @self.broker.subscriber(stream=StreamSub(stream), parser=intake.parse_entry, decoder=intake.itself)
+    def _subscribe_listener(self, stream: str, handle: Handler[W], start_id: str) -> None:
+        """The listener on `stream`, reading on from `start_id` (then from the last entry it read): never from
+        `$`, whose reads, until a first entry arrives, miss what is added between two of them."""
+
+        @self.broker.subscriber(
+            stream=StreamSub(stream, last_id=start_id), parser=intake.parse_entry, decoder=intake.itself
+        )
         async def listener(msg: Entry) -> None:
             try:
                 if intake.MALFORMED in msg.headers:
@@ -241,6 +249,9 @@ class ServiceApp(Generic[W]):
             # Created at 0, not $: entries published before the service first ran are handled too.
             for stream, group in self.groups:
                 await consumer_groups.ensure_group(redis, stream, group)
+            # Listeners start after the stream's last entry now, before the worker reads what they keep fresh.
+            for stream, handle in self._listened:
+                self._subscribe_listener(stream, handle, await last_entry_id(redis, stream))
             self._clients = Clients(redis, llm, self.metrics, self.keys, self.consumer, self.outages, memory)
             self.ledger.watch(await self.broker.connect(), fresh=self.consumer, reclaimed=self.reclaimer)
             quiet = QuietOutages(self.outages, self._group_gone)
@@ -383,6 +394,12 @@ class ServiceApp(Generic[W]):
             except Exception as e:
                 if not self.outages.down(str(name), e):
                     log.exception("%s: %s failed", self.name, name)
+
+
+async def last_entry_id(redis: Redis, stream: str) -> str:
+    """The id of `stream`'s last entry; 0-0 if it has none yet (everything added later is new)."""
+    last = await redis.xrevrange(stream, count=1)
+    return cast(bytes, last[0][0]).decode() if last else "0-0"
 
 
 def consumer_name(settings: ServiceSettings) -> str:
