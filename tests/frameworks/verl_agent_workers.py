@@ -83,7 +83,13 @@ def main(out: Path, steps: int, samples: int) -> None:
     tok = chat_tokenizer(words)
     model = out / "model"
     tok.save_pretrained(model)
-    LlamaConfig(vocab_size=len(tok), hidden_size=8, num_hidden_layers=1, num_attention_heads=1).save_pretrained(model)
+    LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        architectures=["LlamaForCausalLM"],
+    ).save_pretrained(model)  # verl reads the model config; no weights are loaded
     (out / "agent_loops.yaml").write_text(
         "- name: rubricd_tool_agent\n  _target_: verl_tool_agent.RubricdToolAgentLoop\n"
     )
@@ -93,6 +99,7 @@ def main(out: Path, steps: int, samples: int) -> None:
         f"actor_rollout_ref.rollout.multi_turn.function_tool_path={HERE / 'verl_add_tool.py'}",
         "actor_rollout_ref.rollout.prompt_length=128",
         "actor_rollout_ref.rollout.response_length=128",
+        "actor_rollout_ref.rollout.name=vllm",  # the server kind verl asks for; no vLLM runs (the scripted server)
         "actor_rollout_ref.rollout.agent.num_workers=2",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={out / 'agent_loops.yaml'}",
     ]
@@ -100,7 +107,7 @@ def main(out: Path, steps: int, samples: int) -> None:
     config = OmegaConf.merge(config, OmegaConf.from_dotlist(overrides))
     # The workers import the agent loop file by its module name (hydra's _target_): this folder on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # stdout: the JSON lines only
     try:
         manager = AgentLoopManager.create(config, llm_client=ScriptedServer(tok))
         for step, pairs in enumerate(asked):

@@ -51,6 +51,9 @@ async def test_verifiers_env_scores_its_traces_through_rubricd_and_a_failed_judg
     for t in judged:
         assert t["metrics"]["rubric_version"] == 1.0
         assert {k.removeprefix("rubric/") for k in t["metrics"] if k.startswith("rubric/")} == rubric_ids
+    # Each meta-class's score too, as verifiers recorded it (the seed's `correct` is of class accuracy).
+    meta = sorted(k.score.meta_class_scores["accuracy"] for k in kept if k.score.status is JudgeStatus.OK)
+    assert sorted(t["metrics"]["meta/accuracy"] for t in judged) == meta and len(meta) == GROUP
     # Each rollout is the trace's conversation with the tool it was offered, judged with its example's group.
     for k in kept:
         assert [t.role for t in k.rollout.trajectory] == ["user", "assistant"] and k.rollout.prompt_turns == 1

@@ -3,7 +3,8 @@ scoring a batch through the docs' verl reward function file (docs/integrators/ve
 (tests/frameworks/verl_reward_loop.py, in `make frameworks`'s venv): each sample's reward lands in verl's
 `rm_scores`, and every sample carries the same extra keys whatever its status (verl takes them from the first
 sample: a failed judge among judged ones once failed the step). And verl's tool agent loop, its conversation sent
-as the rollout's trajectory (tests/frameworks/verl_agent_loop.py)."""
+as the rollout's trajectory (tests/frameworks/verl_agent_loop.py). And both at two workers over three steps (the
+reward loop's, the agent loop manager's): every step summarized once, whole."""
 
 import json
 
@@ -110,6 +111,48 @@ async def test_verl_s_two_reward_workers_each_close_their_share_and_every_step_i
     once = [e.step for e in events if e.kind == EventKind.STEP_SUMMARIZED and e.run_id == run]
     assert sorted(once) == [0, 1, 2]
     assert [e.fields.get("closers") for e in events if e.kind == EventKind.STEP_SUMMARIZED and e.step < 2] == [2, 2]
+
+
+@pytest.mark.timeout(900)
+async def test_verl_s_two_agent_loop_workers_each_close_their_share_and_every_step_is_summarized_whole(
+    redis, keys, start_service, tmp_path, frameworks_python, run_framework, eventually
+):
+    """Three steps of 6 samples through verl's AgentLoopManager at agent.num_workers=2
+    (tests/frameworks/verl_agent_workers.py): each AgentLoopWorker loads the docs' agent loop file, so two VerlRewards
+    that know neither their rank nor their count score and close their own 3 rollouts of a step in the loop. Every
+    step is summarized once from all 6 analyses, expecting 6; the last one too (Ray ends the workers without
+    atexit: the summarizer closes it after its latest analysis)."""
+    run = "verl-agent-steps"
+    assert await RubricStore(redis, keys).publish(rubric_set(run_id=run))
+    for service in ("scorer", "analyzer"):
+        start_service(service)
+    start_service("summarizer", unclosed_step_s=5)
+    out = run_framework(
+        frameworks_python, "verl_agent_workers.py", tmp_path, 3, 6, run=run, RAY_USAGE_STATS_ENABLED="0"
+    )
+    results = [json.loads(line) for line in out.splitlines()]
+    assert [(r["step"], len(r["rewards"])) for r in results] == [(0, 6), (1, 6), (2, 6)]
+    kept = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(run))]
+    assert sorted(r.rollout.step for r in kept) == [0] * 6 + [1] * 6 + [2] * 6
+    assert all(r.rollout.trajectory and r.score.status is JudgeStatus.OK for r in kept)
+    for r in results:  # each sample's reward is the one rubricd kept for it (rm_scores: float32)
+        assert sorted(r["rewards"]) == pytest.approx(
+            sorted(k.score.reward for k in kept if k.rollout.step == r["step"])
+        )
+
+    async def summarized() -> list[StepSummary]:
+        found = [wire.decode(wire.payload(f), StepSummary) for _, f in await redis.xrange(keys.summaries)]
+        found = sorted((s for s in found if s.run_id == run), key=lambda s: s.step)
+        return found if len(found) >= 3 else []
+
+    summaries = await eventually(summarized, "the three steps' summaries", timeout=300)
+    assert [(s.step, s.analyses, s.missing_rollouts) for s in summaries] == [(0, 6, []), (1, 6, []), (2, 6, [])]
+    assert [s.expected_rollouts for s in summaries][:2] == [6, 6]  # not 3: one worker's closure does not shrink it
+    assert summaries[2].expected_rollouts in (6, None)  # closed by both workers, or by no closure at all
+    events = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
+    summarized_steps = [e for e in events if e.kind == EventKind.STEP_SUMMARIZED and e.run_id == run]
+    assert sorted(e.step for e in summarized_steps) == [0, 1, 2]
+    assert [e.fields.get("closers") for e in summarized_steps if e.step < 2] == [2, 2]
 
 
 @pytest.mark.timeout(900)
