@@ -15,9 +15,18 @@ from typing import Annotated, Any
 
 import msgspec
 import openai
-from openai.types import CompletionUsage
 
-from rubricd_services.llm.dialects import DIALECTS, ENFORCING, PROBE_MESSAGES, Probe, decode, request, schema_of
+from rubricd_services.llm.dialects import (
+    DIALECTS,
+    ENFORCING,
+    PROBE_MESSAGES,
+    ChatReply,
+    Probe,
+    TokenUsage,
+    answer,
+    request,
+    schema_of,
+)
 from rubricd_services.llm.errors import Retryable, clip
 from rubricd_services.settings import MIN_PROMPT_TOKENS, LLMSettings
 
@@ -165,7 +174,7 @@ async def _slots(client: openai.AsyncOpenAI, base_url: str) -> int | None:
 class _Reply:
     """A chat completion's usage and the rate limits its headers say."""
 
-    usage: CompletionUsage | None
+    usage: TokenUsage | None
     rpm: int | None
     tpm: int | None
 
@@ -189,15 +198,10 @@ async def _call(
         extra_body=fields,
         timeout=s.timeout_s,
     )
-    reply = raw.parse()
+    reply = msgspec.json.decode(raw.content, type=ChatReply)  # read as the services' client reads it
     limits = _header(raw.headers, "x-ratelimit-limit-requests"), _header(raw.headers, "x-ratelimit-limit-tokens")
-    if not whole:
-        return _Reply(reply.usage, *limits)
-    if not reply.choices:
-        raise Retryable("reply without choices")
-    if reply.choices[0].finish_reason == "length":
-        raise Retryable("truncated output (finish_reason=length)")
-    decode(reply.choices[0].message.content or "", schema, tolerant=s.output_mode not in ENFORCING)
+    if whole:
+        answer(reply, schema, s.output_mode)
     return _Reply(reply.usage, *limits)
 
 

@@ -19,14 +19,13 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd_services.llm.dialects import (
     DIALECTS,
-    ENFORCING,
     PROBE_MESSAGES,
     ChatReply,
     EmbeddingReply,
     Probe,
     Tokens,
     TokenUsage,
-    decode,
+    answer,
     request,
     schema_of,
 )
@@ -144,12 +143,7 @@ class LLMClient:
 
         async def once(client: openai.AsyncOpenAI) -> T:
             reply = await self._post(client, "/chat/completions", body, s, ChatReply, tokens, agent)
-            if not reply.choices:
-                raise Retryable("reply without choices")
-            if reply.choices[0].finish_reason == "length":
-                raise Retryable("truncated output (finish_reason=length)")
-            content = reply.choices[0].message.content or ""
-            return decode(content, type_, tolerant=s.output_mode not in ENFORCING)
+            return answer(reply, type_, s.output_mode)
 
         value, attempts, elapsed = await self._run(agent, once, cost, tokens)
         return Completion(value, attempts, elapsed, tokens.prompt, tokens.completion, tokens.cached)

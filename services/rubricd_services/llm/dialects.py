@@ -157,6 +157,15 @@ def decode(content: str, type_: type[T], *, tolerant: bool) -> T:
         raise Retryable(f"malformed output: {clip(e, 120)}") from None
 
 
+def answer(reply: ChatReply, type_: type[T], output_mode: str) -> T:
+    """A chat reply's answer as `type_`; Retryable where it has none or was cut at its max_tokens."""
+    if not reply.choices:
+        raise Retryable("reply without choices")
+    if reply.choices[0].finish_reason == "length":
+        raise Retryable("truncated output (finish_reason=length)")
+    return decode(reply.choices[0].message.content or "", type_, tolerant=output_mode not in ENFORCING)
+
+
 def _with_instruction(messages: list[dict[str, str]], instruction: str) -> list[dict[str, str]]:
     """Append the schema to the (first) system message, keeping the cacheable prefix stable."""
     out = [dict(m) for m in messages]
