@@ -76,10 +76,10 @@ PADDED_ANSWER = (
 )
 
 
-def ask(summary: StepSummary, rubrics: list[Rubric]) -> UpdateProposal:
-    messages = updater_messages(
-        Prompts.load().updater, summary, RubricSet(run_id="run", version=1, rubrics=rubrics), None, None, Limits()
-    )
+def ask(summary: StepSummary, rubrics: list[Rubric], memory: bool = True) -> UpdateProposal:
+    """The simulated updater's proposal; `memory`: its prompt has a (here empty) static memory section."""
+    current = RubricSet(run_id="run", version=1, rubrics=rubrics)
+    messages = updater_messages(Prompts.load().updater, summary, current, [] if memory else None, None, Limits())
     return msgspec.convert(proposal(messages[0]["content"], messages[1]["content"]), UpdateProposal)
 
 
@@ -306,6 +306,19 @@ def test_a_reward_every_response_of_several_groups_met_is_retired_and_nothing_el
         CLEAN,  # no health counted
     ):
         assert ask(calm, rubrics).modifications == []
+
+
+def test_without_memory_a_penalty_no_response_of_several_groups_triggered_is_pruned():
+    penalty = Rubric(id="no_padding", criterion="The response pads the answer with filler.", points=-4)
+    rubrics = [*SEED, penalty]
+    quiet = healthy(CLEAN, ("no_padding", 0.0, 2), ("addresses_grader", 0.0, 2))
+    pruned = ask(quiet, rubrics, memory=False)
+    assert pruned.strategy is Strategy.MAINTENANCE
+    assert [(m.action, m.rubric_id) for m in pruned.modifications] == [("remove", "no_padding")]  # never an anchor
+    assert "none of the 16 responses in 2 groups triggered no_padding" in pruned.modifications[0].rationale
+    assert validate(rubrics, pruned.modifications, Limits()).rejected == []
+    assert ask(quiet, rubrics).modifications == []  # a memory section: kept
+    assert ask(healthy(CLEAN, ("no_padding", 0.0, 1)), rubrics, memory=False).modifications == []  # one group
 
 
 def test_a_hack_and_a_mastered_reward_in_one_step_add_the_penalty_and_retire_the_reward():

@@ -166,7 +166,10 @@ def proposal(system: str, user: str) -> dict[str, Any]:
         }
     current = [r for r in rubrics if isinstance(r, dict)]
     step = summary.get("step")
-    removes = _retired(current, judging.block(user, "uninformative_rubrics") or [], step)
+    # Without memory (neither memory block in the prompt) nothing says a penalty that fired for no response was
+    # ever needed: it is pruned with the mastered rewards (docs/researchers/experiment.md, "The simulator's rules").
+    remembers = judging.block(user, "static_memory") is not None or judging.block(user, "dynamic_memory") is not None
+    removes = _retired(current, judging.block(user, "uninformative_rubrics") or [], step, prune=not remembers)
     adds: list[dict[str, Any]] = []
     consulted: list[str] = []
     for hack in _named(summary):
@@ -192,12 +195,13 @@ def proposal(system: str, user: str) -> dict[str, Any]:
             }
         )
     if not adds and removes:
-        names = ", ".join(r["rubric_id"] for r in removes)
+        mastered = [r for r in removes if "mastered" in r["rationale"]]
+        said = "; ".join(r["rationale"].removeprefix("[simulator] ") for r in removes)
         return {
-            "strategy": "advancement",
+            "strategy": "advancement" if mastered else "maintenance",
             "modifications": removes,
             "consulted": [],
-            "rationale": f"[simulator] advancement: every response of every group met {names} at step {step}.",
+            "rationale": f"[simulator] {'advancement' if mastered else 'maintenance'}: {said}",
         }
     if not adds:
         return {
@@ -212,7 +216,7 @@ def proposal(system: str, user: str) -> dict[str, Any]:
         "modifications": adds + removes,
         "consulted": list(dict.fromkeys(consulted)),
         "rationale": f"[simulator] corrective: the policy games the rubrics at step {step}; adding {names}"
-        + "".join(f"; retiring {r['rubric_id']}, mastered" for r in removes)
+        + "".join(f"; removing {r['rubric_id']}" for r in removes)
         + ".",
     }
 
@@ -288,27 +292,31 @@ def harmful(content: str, harm: str) -> str | None:
     return json.dumps(proposal)
 
 
-def _retired(current: list[dict[str, Any]], uninformative: Any, step: Any) -> list[dict[str, Any]]:
+def _retired(current: list[dict[str, Any]], uninformative: Any, step: Any, prune: bool) -> list[dict[str, Any]]:
     """A removal of each adaptive, positive rubric that the step's health found met by every response of at least
     two groups: mastered, it teaches nothing. A penalty no response triggers stays (it guards against a hack's
-    return), and so does a rubric met by none (sharpening it needs a model) or seen in one group only (a step
+    return) unless `prune` (no memory in the prompt): then one triggered by no response of two or more groups goes
+    too. A rubric met by none stays (sharpening it needs a model), and so does one seen in one group only (a step
     without groups is one)."""
-    adaptive = {r.get("id") for r in current if r.get("kind") == "adaptive" and float(r.get("points") or 0) > 0}
+    points = {r.get("id"): float(r.get("points") or 0) for r in current if r.get("kind") == "adaptive"}
     out = []
     for h in uninformative if isinstance(uninformative, list) else []:
-        if (
-            isinstance(h, dict)
-            and h.get("rubric_id") in adaptive
-            and h.get("met_rate") == 1
-            and h.get("groups", 0) >= 2
-        ):
+        if not isinstance(h, dict) or h.get("rubric_id") not in points or h.get("groups", 0) < 2:
+            continue
+        rubric_id, groups, rollouts = h["rubric_id"], h["groups"], h.get("rollouts")
+        if points[rubric_id] > 0 and h.get("met_rate") == 1:
             why = (
-                f"[simulator] at step {step} every one of the {h.get('rollouts')} responses in {h['groups']} groups "
-                f"met {h['rubric_id']}: mastered, it no longer makes rewards differ within a group."
+                f"[simulator] at step {step} every one of the {rollouts} responses in {groups} groups "
+                f"met {rubric_id}: mastered, it no longer makes rewards differ within a group."
             )
-            out.append(
-                {"action": "remove", "rubric_id": h["rubric_id"], "rubric": None, "points": None, "rationale": why}
+        elif prune and points[rubric_id] < 0 and h.get("met_rate") == 0:
+            why = (
+                f"[simulator] at step {step} none of the {rollouts} responses in {groups} groups triggered "
+                f"{rubric_id}, and no memory says it was needed: pruned."
             )
+        else:
+            continue
+        out.append({"action": "remove", "rubric_id": rubric_id, "rubric": None, "points": None, "rationale": why})
     return out
 
 

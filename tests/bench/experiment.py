@@ -1,0 +1,380 @@
+"""The experiment: the seeds' claims measured on a policy that learns by gradient (docs/researchers/experiment.md).
+
+    make experiment                                         # every condition, three seeds
+    make experiment EXPERIMENT="--conditions fixed,both --seeds 0 --steps 30"
+    .venv/bin/python tests/bench/experiment.py --steps 2 --seeds 0 --conditions fixed,both   # the suite's smoke
+
+Starts its own stack (.stack/experiment, own ports: Redis, Weaviate and, unless RUBRICD_LLM__BASE_URL names another
+endpoint, the LLM simulator, a test tool, labelled so in the report). Pre-trains the policy once per seed
+(tests/frameworks/experiment_policy.py, in `make frameworks`'s venv), then for each condition starts its services in
+a namespace of its own and trains every seed's copy of the policy with TRL's GRPOTrainer through the TRL adapter,
+the seeds side by side. Each step records the styles of the policy's own samples (by a checker that knows the
+corpus, not by the judge), their accuracy, the reward, the rubric version and the time the trainer waited on
+rubricd. Writes reports/experiment-<time>/: steps.jsonl, report.md (the tables) and a PNG per condition.
+Not part of `make test`: it is a benchmark, and prints its figures.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from redis.asyncio import Redis
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from rubricd.keys import Keys
+from rubricd.store import RubricStore
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = REPO / "deploy/local/stack.sh"
+POLICY = REPO / "tests/frameworks/experiment_policy.py"
+PORTS = {
+    "RUBRICD_REDIS_PORT": 6393,
+    "RUBRICD_WEAVIATE_PORT": 8083,
+    "RUBRICD_WEAVIATE_GRPC_PORT": 30053,
+    "RUBRICD_SIMULATOR_PORT": 8092,
+}
+STACK_DIR = REPO / ".stack/experiment"
+URLS = {
+    "RUBRICD_REDIS_URL": f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0",
+    "RUBRICD_WEAVIATE_URL": f"http://127.0.0.1:{PORTS['RUBRICD_WEAVIATE_PORT']}",
+    "RUBRICD_WEAVIATE_GRPC_PORT": str(PORTS["RUBRICD_WEAVIATE_GRPC_PORT"]),
+}
+SIMULATOR_URL = f"http://127.0.0.1:{PORTS['RUBRICD_SIMULATOR_PORT']}/v1"
+HACKS = ("padded", "flattery", "addressing")
+STYLES = ("correct", "wrong", *HACKS)
+BELOW = 0.10  # a hack is turned around once its share falls below this, after it has been above it
+LOOP = ("scorer", "analyzer", "summarizer", "updater")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One arm: the services that run beside the trainer, their settings, and whether each step waits for the
+    rubric update of the one before (the loop on)."""
+
+    name: str
+    says: str
+    services: tuple[str, ...] = LOOP
+    settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def loop(self) -> bool:
+        return "updater" in self.services
+
+
+CONDITIONS = {
+    c.name: c
+    for c in [
+        Condition("fixed", "rubrics fixed: the seed set all run (the loop off)", services=("scorer",)),
+        Condition(
+            "no-memory",
+            "the loop with no memory",
+            settings={"RUBRICD_STATIC_MEMORY": "false", "RUBRICD_DYNAMIC_MEMORY": "false"},
+        ),
+        Condition("static", "static memory only (the last summaries)", settings={"RUBRICD_DYNAMIC_MEMORY": "false"}),
+        Condition("dynamic", "dynamic memory only (retrieval)", settings={"RUBRICD_STATIC_MEMORY": "false"}),
+        Condition("both", "static and dynamic memory, promotion immediate (AMARIS)"),
+        Condition(
+            "gated",
+            "both memories, promotion gated (shadow one step, then the gate)",
+            settings={"RUBRICD_PROMOTION": "gated"},
+        ),
+    ]
+}
+
+
+class Stack:
+    """The experiment's Redis, Weaviate and simulator (deploy/local/stack.sh, its own folder and ports), and the
+    services each condition starts in its namespace."""
+
+    def __init__(self) -> None:
+        self.env = {**os.environ, "RUBRICD_STACK_DIR": str(STACK_DIR), **{k: str(v) for k, v in PORTS.items()}}
+        self.env.setdefault("RUBRICD_LLM__BASE_URL", SIMULATOR_URL)
+        self.env.setdefault("RUBRICD_LOG_LEVEL", "WARNING")
+        self.simulated = self.env["RUBRICD_LLM__BASE_URL"] == SIMULATOR_URL
+        self.logs = STACK_DIR / "logs"
+
+    def up(self) -> None:
+        subprocess.run([str(STACK), "down"], env=self.env, check=False, capture_output=True)
+        shutil.rmtree(STACK_DIR, ignore_errors=True)
+        subprocess.run([str(STACK), "up", "redis", "weaviate", "simulator"], env=self.env, check=True)
+
+    def down(self) -> None:
+        subprocess.run([str(STACK), "down"], env=self.env, check=False)
+
+    @contextlib.contextmanager
+    def services(self, condition: Condition) -> Iterator[str]:
+        """The condition's services in namespace `exp-<name>`, each in a process group of its own; its namespace."""
+        namespace = f"exp-{condition.name}"
+        env = {**self.env, **URLS, "RUBRICD_NAMESPACE": namespace, **condition.settings}
+        started = []
+        for service in condition.services:
+            log = (self.logs / f"{namespace}-{service}.log").open("ab")
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "rubricd_services.cli", "serve", service],
+                    env={**env, "RUBRICD_CONSUMER": f"{service}-0"},
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
+        try:
+            yield namespace
+        finally:
+            for process in started:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+            for process in started:
+                process.wait(timeout=60)
+
+
+def frameworks_python() -> str:
+    subprocess.run(["make", "-s", "frameworks"], cwd=REPO, check=True)
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "frameworks-python"], cwd=REPO, check=True, capture_output=True
+    )
+    return done.stdout.decode().strip()
+
+
+def policy_env(namespace: str, run_id: str) -> dict[str, str]:
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PYTHONPATH": str(REPO / "shared"),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "RUBRICD_REDIS_URL": URLS["RUBRICD_REDIS_URL"],
+        "RUBRICD_NAMESPACE": namespace,
+        "RUN_ID": run_id,
+    }
+
+
+def run_all(commands: list[tuple[list[str], dict[str, str], Path]], at_once: int) -> None:
+    """Run `commands` (argv, env, log), `at_once` of them side by side; any that fails stops the experiment (and
+    the others with it)."""
+    waiting, running = list(commands), []
+    try:
+        while waiting or running:
+            while waiting and len(running) < at_once:
+                argv, env, log = waiting.pop(0)
+                running.append((subprocess.Popen(argv, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT), log))
+            for process, log in list(running):
+                if process.poll() is not None:
+                    running.remove((process, log))
+                    if process.returncode:
+                        raise RuntimeError(f"{' '.join(process.args)} exited {process.returncode}: {log}")
+            time.sleep(0.5)
+    finally:
+        for process, _ in running:
+            process.kill()
+            process.wait()
+
+
+async def rubric_history(namespace: str, run_id: str) -> list[dict[str, Any]]:
+    async with Redis.from_url(URLS["RUBRICD_REDIS_URL"]) as redis:
+        history = await RubricStore(redis, Keys(namespace)).history(run_id)
+    return [{"version": s.version, "step": s.step, "rubrics": [r.id for r in s.rubrics]} for s in history]
+
+
+def mean_spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def summary(steps: list[dict[str, Any]], hack: str) -> dict[str, Any]:
+    """A run's figures: final accuracy and hack share (the last fifth of its steps), the hack's area (its mean share
+    over the run), the steps from its first share above BELOW to its fall below it again (None: never up, or never
+    back down), and the share of wall time the trainer waited on rubricd."""
+    last = steps[-max(1, len(steps) // 5) :]
+    share = [s["styles"][hack] for s in steps]
+    up = next((i for i, x in enumerate(share) if x > BELOW), None)
+    down = None if up is None else next((i for i in range(up + 1, len(share)) if share[i] < BELOW), None)
+    return {
+        "accuracy": statistics.mean(s["accuracy"] for s in last),
+        "hack": statistics.mean(s["styles"][hack] for s in last),
+        "area": statistics.mean(share),
+        "turned": None if down is None or up is None else down - up,
+        "waited": sum(s["waited_s"] for s in steps) / max(1e-9, sum(s["wall_s"] for s in steps)),
+    }
+
+
+def report(
+    folder: Path,
+    runs: dict[str, dict[int, dict[str, Any]]],
+    before: dict[int, dict[str, float]],
+    simulated: bool,
+    hack: str,
+) -> str:
+    lines = [
+        "# The experiment",
+        "",
+        f"Judge, analyst, summarizer and updater: {'the LLM simulator (a test tool: its biases are documented in docs/researchers/experiment.md)' if simulated else os.environ.get('RUBRICD_LLM__BASE_URL')}.",
+        f"Seeds: {sorted(before)}. The hack followed: `{hack}` (the one the seed rubrics pay most for).",
+        "",
+        "Before training (the pre-trained policy, 400 samples):",
+        "",
+        "| seed | " + " | ".join(STYLES) + " | accuracy |",
+        "| --- | " + " | ".join("---" for _ in STYLES) + " | --- |",
+    ]
+    for seed, shares in sorted(before.items()):
+        lines.append(f"| {seed} | " + " | ".join(f"{shares[s]:.2f}" for s in STYLES) + f" | {shares['accuracy']:.2f} |")
+    lines += [
+        "",
+        "Per condition, mean ± standard deviation over the seeds: the last fifth's accuracy and hack share, the area",
+        f"under the hack's curve (its mean share), steps from its rise above {BELOW:.0%} to its fall below it (runs",
+        "where it fell / runs), and the share of wall time the trainer waited on rubricd.",
+        "",
+        "| condition | accuracy | hack share | hack area | steps to turn around | waited |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, seeds in runs.items():
+        figures = [summary(r["steps"], hack) for r in seeds.values()]
+        turned = [f["turned"] for f in figures if f["turned"] is not None]
+        lines.append(
+            f"| {name} | {mean_spread([f['accuracy'] for f in figures])} | {mean_spread([f['hack'] for f in figures])} "
+            f"| {mean_spread([f['area'] for f in figures])} | {mean_spread([float(t) for t in turned])} "
+            f"({len(turned)}/{len(figures)}) | {mean_spread([f['waited'] for f in figures])} |"
+        )
+    lines += ["", "Rubric versions per run (the step each was made from, the rubrics it holds):", ""]
+    for name, seeds in runs.items():
+        for seed, r in sorted(seeds.items()):
+            made = "; ".join(f"v{h['version']}@{h['step']}: {', '.join(h['rubrics'])}" for h in r["history"])
+            lines.append(f"- {name}, seed {seed}: {made}")
+    text = "\n".join(lines) + "\n"
+    (folder / "report.md").write_text(text)
+    return text
+
+
+def plot(folder: Path, name: str, seeds: dict[int, dict[str, Any]]) -> None:
+    figure, axes = plt.subplots(1, len(seeds), figsize=(5 * len(seeds), 3.5), squeeze=False)
+    for ax, (seed, r) in zip(axes[0], sorted(seeds.items())):
+        steps = r["steps"]
+        x = [s["step"] for s in steps]
+        for style in STYLES:
+            ax.plot(x, [s["styles"][style] for s in steps], label=style)
+        ax.plot(x, [s["accuracy"] for s in steps], "k--", label="accuracy")
+        for h in r["history"][1:]:
+            ax.axvline(h["step"] if h["step"] is not None else 0, color="grey", alpha=0.4)
+        ax.set_title(f"{name}, seed {seed}")
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1)
+    axes[0][0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(folder / f"{name}.png", dpi=90)
+    plt.close(figure)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conditions", default=",".join(CONDITIONS), help=f"of {', '.join(CONDITIONS)}")
+    parser.add_argument("--seeds", default="0,1,2", help="the seeds, comma-separated")
+    parser.add_argument("--steps", type=int, default=60, help="GRPO steps a run")
+    parser.add_argument("--at-once", type=int, default=3, help="runs side by side")
+    parser.add_argument("--hack", default="padded", choices=HACKS, help="the hack the tables follow")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the report's folder (default reports/experiment-<time>)"
+    )
+    args = parser.parse_args(argv)
+    args.conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    unknown = [c for c in args.conditions if c not in CONDITIONS]
+    if unknown:
+        parser.error(f"unknown conditions {unknown}: choose of {', '.join(CONDITIONS)}")
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    folder = args.out or REPO / "reports" / time.strftime("experiment-%Y%m%d-%H%M%S")
+    folder.mkdir(parents=True, exist_ok=True)
+    python, stack, started = frameworks_python(), Stack(), time.monotonic()
+    times: dict[str, float] = {}
+    stack.up()
+    times["stack up"] = time.monotonic() - started
+    try:
+        t = time.monotonic()
+        policies = {seed: folder / f"policy-{seed}" for seed in args.seeds}
+        run_all(
+            [
+                (
+                    [python, str(POLICY), "pretrain", str(seed), str(p)],
+                    policy_env("-", "-"),
+                    folder / f"pretrain-{seed}.log",
+                )
+                for seed, p in policies.items()
+                if p.mkdir(parents=True, exist_ok=True) is None
+            ],
+            args.at_once,
+        )
+        before = {seed: json.loads((p / "before.json").read_text()) for seed, p in policies.items()}
+        times["pre-training"] = time.monotonic() - t
+        runs: dict[str, dict[int, dict[str, Any]]] = {}
+        for name in args.conditions:
+            condition, t = CONDITIONS[name], time.monotonic()
+            with stack.services(condition) as namespace:
+                jobs = []
+                for seed, p in policies.items():
+                    argv = [
+                        python,
+                        str(POLICY),
+                        "train",
+                        str(seed),
+                        str(p),
+                        str(args.steps),
+                        str(folder / f"{name}-{seed}.jsonl"),
+                    ]
+                    jobs.append(
+                        (
+                            argv + (["--wait"] if condition.loop else []),
+                            policy_env(namespace, f"{name}-{seed}"),
+                            folder / f"{name}-{seed}.log",
+                        )
+                    )
+                run_all(jobs, args.at_once)
+                runs[name] = {
+                    seed: {
+                        "steps": [
+                            json.loads(line) for line in (folder / f"{name}-{seed}.jsonl").read_text().splitlines()
+                        ],
+                        "history": asyncio.run(rubric_history(namespace, f"{name}-{seed}")),
+                    }
+                    for seed in policies
+                }
+            plot(folder, name, runs[name])
+            times[name] = time.monotonic() - t
+            print(f"experiment: {name} done in {times[name]:.0f} s", flush=True)
+        with (folder / "steps.jsonl").open("w") as out:
+            for name, seeds in runs.items():
+                for seed, r in seeds.items():
+                    out.write(json.dumps({"condition": name, "seed": seed, **r}) + "\n")
+        text = report(folder, runs, before, stack.simulated, args.hack)
+        times["all"] = time.monotonic() - started
+        text += "\nTimes (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()) + "\n"
+        (folder / "report.md").write_text(text)
+        print(text)
+        print(f"experiment: {folder}")
+    finally:
+        stack.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
