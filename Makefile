@@ -14,7 +14,7 @@ LLM_DEPS := $(if $(filter local,$(LLM)),model)
 METHOD ?= amaris
 DEMO_SIZE := $(if $(filter local,$(LLM)),--steps 2 --rollouts 4 --timeout 1200,$(if $(filter rubric-arm,$(METHOD)),--steps 12 --rollouts 16,--steps 10 --rollouts 24))
 
-.PHONY: all install system-deps model-deps docker-deps test-deps weaviate model frameworks frameworks-python agents agents-python nemo-gym nemo-gym-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench judge-eval gate-eval schemas docs demo clean
+.PHONY: all install system-deps model-deps docker-deps test-deps weaviate model frameworks frameworks-python agents agents-python nemo-gym nemo-gym-python k8s-deps k8s-tools k8s-tools-path k8s-cluster k8s-cluster-down k8s-test compose-tools compose-path up down status lint format typecheck test test-under-load chaos bench experiment judge-eval gate-eval schemas docs demo clean
 
 all: install lint typecheck test
 
@@ -247,6 +247,15 @@ bench: install
 # for others.
 soak: install weaviate
 	$(PY) tests/bench/soak.py $(SOAK)
+
+# The experiment (tests/bench/experiment.py, docs/researchers/experiment.md): a tiny policy pre-trained here and
+# trained by TRL's GRPOTrainer through rubricd, under each condition (the loop off, the memory ablation, gated
+# promotion) for three seeds, on its own stack (.stack/experiment); the report and plots in
+# reports/experiment-<time>/. Not in `make test`; EXPERIMENT="--conditions fixed,both --seeds 0" for fewer; with
+# RUBRICD_LLM__BASE_URL (and RUBRICD_LLM__MODEL) every agent is that endpoint instead of the simulator.
+EXPERIMENT ?=
+experiment: install weaviate frameworks
+	$(PY) tests/bench/experiment.py $(EXPERIMENT)
 
 # The judge evaluation (docs/researchers/judges.md) of MODEL on LABELLED, with the probes: MODEL=simulator (the
 # default) or MODEL=smollm2 (SmolLM2-135M-Instruct behind llama.cpp's server, as `make up LLM=local` serves it),

@@ -3,7 +3,7 @@ pre-trained here (no download) on a synthetic corpus of arithmetic answers in fi
 GRPOTrainer through the README's TRL adapter. Each step's own samples are measured by `style`, a checker that knows
 the corpus's styles (not the judge), against the references.
 
-    python tests/frameworks/experiment_policy.py pretrain SEED DIR        # DIR/model; DIR/before.json: its shares
+    python tests/frameworks/experiment_policy.py pretrain SEED DIR [STEPS]  # DIR/model; DIR/before.json: its shares
     python tests/frameworks/experiment_policy.py train SEED DIR STEPS OUT.jsonl [--wait]
 
 `train` starts from DIR/model and writes one JSON line per step to OUT.jsonl (RUN_ID, RUBRICD_REDIS_URL and
@@ -100,7 +100,7 @@ def encode(tok: PreTrainedTokenizerFast, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def pretrain(seed: int, folder: Path) -> None:
+def pretrain(seed: int, folder: Path, steps: int = PRETRAIN_STEPS) -> None:
     """Next-token training on the corpus's answers (the prompt masked out), then the styles' shares sampled."""
     model, tok = build(seed)
     rng = random.Random(seed)
@@ -112,7 +112,7 @@ def pretrain(seed: int, folder: Path) -> None:
         corpus.append((encode(tok, f"What is {a} + {b} ?"), encode(tok, answer) + [tok.eos_token_id]))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
-    for _ in range(PRETRAIN_STEPS):
+    for _ in range(steps):
         batch = rng.sample(corpus, PRETRAIN_BATCH)
         length = max(len(p) + len(r) for p, r in batch)
         ids = torch.tensor([p + r + [tok.pad_token_id] * (length - len(p) - len(r)) for p, r in batch])
@@ -176,6 +176,7 @@ def train(seed: int, folder: Path, steps: int, out: Path, wait: bool) -> None:
         wait_for_rubrics=wait,
         timeout=600,
         analysis_sample="extremes",
+        num_generations=GENERATIONS,  # the wrapper's own log_metric hides the trainer the adapter would read it from
     )
     last = [time.perf_counter()]
 
@@ -223,6 +224,6 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     command, seed, folder = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     if command == "pretrain":
-        pretrain(seed, folder)
+        pretrain(seed, folder, *map(int, sys.argv[4:5]))
     else:
         train(seed, folder, int(sys.argv[4]), Path(sys.argv[5]), "--wait" in sys.argv[6:])
