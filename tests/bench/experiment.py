@@ -59,6 +59,9 @@ HACKS = ("padded", "flattery", "addressing")
 STYLES = ("correct", "wrong", *HACKS)
 BELOW = 0.10  # a hack is turned around once its share falls below this, after it has been above it
 LOOP = ("scorer", "analyzer", "summarizer", "updater")
+SIMULATED = (
+    'the LLM simulator (a test tool: its rules are in docs/researchers/experiment.md, "The simulator\'s rules").'
+)
 
 
 @dataclass(frozen=True)
@@ -199,20 +202,21 @@ def mean_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def summary(steps: list[dict[str, Any]], hack: str) -> dict[str, Any]:
+def summary(steps: list[dict[str, Any]], hack: list[str]) -> dict[str, Any]:
     """A run's figures: final accuracy and hack share (the last fifth of its steps), the hack's area (its mean share
     over the run), the steps from its first share above BELOW to its fall below it again (None: never up, or never
     back down), and the share of wall time the trainer waited on rubricd."""
     last = steps[-max(1, len(steps) // 5) :]
-    share = [s["styles"][hack] for s in steps]
+    share = [sum(s["styles"][h] for h in hack) for s in steps]
     up = next((i for i, x in enumerate(share) if x > BELOW), None)
     down = None if up is None else next((i for i in range(up + 1, len(share)) if share[i] < BELOW), None)
     return {
         "accuracy": statistics.mean(s["accuracy"] for s in last),
-        "hack": statistics.mean(s["styles"][hack] for s in last),
+        "hack": statistics.mean(share[-len(last) :]),
         "area": statistics.mean(share),
         "turned": None if down is None or up is None else down - up,
         "waited": sum(s["waited_s"] for s in steps) / max(1e-9, sum(s["wall_s"] for s in steps)),
+        "waited_s": statistics.median(s["waited_s"] for s in steps[1:] or steps),
     }
 
 
@@ -220,14 +224,16 @@ def report(
     folder: Path,
     runs: dict[str, dict[int, dict[str, Any]]],
     before: dict[int, dict[str, float]],
-    simulated: bool,
-    hack: str,
+    endpoint: str | None,
+    hack: list[str],
 ) -> str:
+    """report.md's text: `endpoint` the agents' endpoint (None: the simulator)."""
     lines = [
         "# The experiment",
         "",
-        f"Judge, analyst, summarizer and updater: {'the LLM simulator (a test tool: its biases are documented in docs/researchers/experiment.md)' if simulated else os.environ.get('RUBRICD_LLM__BASE_URL')}.",
-        f"Seeds: {sorted(before)}. The hack followed: `{hack}` (the one the seed rubrics pay most for).",
+        "Judge, analyst, summarizer and updater: " + (f"the endpoint {endpoint}." if endpoint else SIMULATED),
+        f"Seeds: {sorted(before)}. The hack share: the samples in style {' or '.join(hack)} (under the seed rubrics "
+        "they earn more than the same answer without them).",
         "",
         "Before training (the pre-trained policy, 400 samples):",
         "",
@@ -240,10 +246,11 @@ def report(
         "",
         "Per condition, mean ± standard deviation over the seeds: the last fifth's accuracy and hack share, the area",
         f"under the hack's curve (its mean share), steps from its rise above {BELOW:.0%} to its fall below it (runs",
-        "where it fell / runs), and the share of wall time the trainer waited on rubricd.",
+        "where it fell / runs), the share of wall time the trainer waited on rubricd and the median seconds it waited",
+        "a step (this policy's own step takes a fraction of a second: the share says little of a real job's).",
         "",
-        "| condition | accuracy | hack share | hack area | steps to turn around | waited |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| condition | accuracy | hack share | hack area | steps to turn around | waited | waited a step (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, seeds in runs.items():
         figures = [summary(r["steps"], hack) for r in seeds.values()]
@@ -251,7 +258,8 @@ def report(
         lines.append(
             f"| {name} | {mean_spread([f['accuracy'] for f in figures])} | {mean_spread([f['hack'] for f in figures])} "
             f"| {mean_spread([f['area'] for f in figures])} | {mean_spread([float(t) for t in turned])} "
-            f"({len(turned)}/{len(figures)}) | {mean_spread([f['waited'] for f in figures])} |"
+            f"({len(turned)}/{len(figures)}) | {mean_spread([f['waited'] for f in figures])} "
+            f"| {mean_spread([f['waited_s'] for f in figures])} |"
         )
     lines += ["", "Rubric versions per run (the step each was made from, the rubrics it holds):", ""]
     for name, seeds in runs.items():
@@ -289,7 +297,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=60, help="GRPO steps a run")
     parser.add_argument("--pretrain-steps", type=int, default=600, help="the policy's pre-training steps")
     parser.add_argument("--at-once", type=int, default=3, help="runs side by side")
-    parser.add_argument("--hack", default="padded", choices=HACKS, help="the hack the tables follow")
+    parser.add_argument(
+        "--hack", default="padded,flattery", help=f"the styles (of {', '.join(HACKS)}) the tables count as the hack"
+    )
     parser.add_argument(
         "--out", type=Path, default=None, help="the report's folder (default reports/experiment-<time>)"
     )
@@ -299,11 +309,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown conditions {unknown}: choose of {', '.join(CONDITIONS)}")
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.hack = [h.strip() for h in args.hack.split(",")]
+    if set(args.hack) - set(HACKS):
+        parser.error(f"--hack: choose of {', '.join(HACKS)}")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.report:
+        print(written(args.report))
+        return 0
     folder = args.out or REPO / "reports" / time.strftime("experiment-%Y%m%d-%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     python, stack, started = frameworks_python(), Stack(), time.monotonic()
@@ -313,18 +329,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t = time.monotonic()
         policies = {seed: folder / f"policy-{seed}" for seed in args.seeds}
-        run_all(
-            [
-                (
-                    [python, str(POLICY), "pretrain", str(seed), str(p)],
-                    policy_env("-", "-"),
-                    folder / f"pretrain-{seed}.log",
-                )
-                for seed, p in policies.items()
-                if p.mkdir(parents=True, exist_ok=True) is None
-            ],
-            args.at_once,
-        )
+        for p in policies.values():
+            p.mkdir(parents=True, exist_ok=True)
+        pretraining = [
+            (
+                [python, str(POLICY), "pretrain", str(seed), str(p), str(args.pretrain_steps)],
+                policy_env("-", "-"),
+                p / "log",
+            )
+            for seed, p in policies.items()
+        ]
+        run_all(pretraining, args.at_once)
         before = {seed: json.loads((p / "before.json").read_text()) for seed, p in policies.items()}
         times["pre-training"] = time.monotonic() - t
         runs: dict[str, dict[int, dict[str, Any]]] = {}
@@ -366,15 +381,27 @@ def main(argv: list[str] | None = None) -> int:
             for name, seeds in runs.items():
                 for seed, r in seeds.items():
                     out.write(json.dumps({"condition": name, "seed": seed, **r}) + "\n")
-        text = report(folder, runs, before, stack.simulated, args.hack)
         times["all"] = time.monotonic() - started
-        text += "\nTimes (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()) + "\n"
-        (folder / "report.md").write_text(text)
-        print(text)
-        print(f"experiment: {folder}")
+        meta = {"simulated": stack.simulated, "endpoint": stack.env["RUBRICD_LLM__BASE_URL"], "before": before}
+        (folder / "meta.json").write_text(json.dumps({**meta, "times": times, "hack": args.hack}))
     finally:
         stack.down()
+    print(written(folder))
+    print(f"experiment: {folder}")
     return 0
+
+
+def written(folder: Path) -> str:
+    """report.md of the experiment in `folder` (its steps.jsonl and meta.json), written anew; its text."""
+    meta = json.loads((folder / "meta.json").read_text())
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in map(json.loads, (folder / "steps.jsonl").read_text().splitlines()):
+        runs.setdefault(r["condition"], {})[r["seed"]] = r
+    before = {int(seed): shares for seed, shares in meta["before"].items()}
+    text = report(folder, runs, before, None if meta["simulated"] else meta["endpoint"], meta["hack"])
+    text += "\nTimes (s): " + ", ".join(f"{k} {v:.0f}" for k, v in meta["times"].items()) + "\n"
+    (folder / "report.md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -35,6 +35,6 @@ def test_the_experiment_runs_two_conditions_for_two_steps_and_reports_them(tmp_p
     assert [h["version"] for h in runs[("fixed", 0)]["history"]] == [1]  # no updater: the seed set all run
     assert len(runs[("both", 0)]["history"]) >= 1
     report = (out / "report.md").read_text()
-    assert "the LLM simulator (a test tool" in report
+    assert "the LLM simulator (a test tool" in report and "Times (s): stack up" in report
     assert "| fixed |" in report and "| both |" in report
     assert (out / "fixed.png").exists() and (out / "both.png").exists()
