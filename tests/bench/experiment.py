@@ -57,7 +57,8 @@ URLS = {
 SIMULATOR_URL = f"http://127.0.0.1:{PORTS['RUBRICD_SIMULATOR_PORT']}/v1"
 HACKS = ("padded", "flattery", "addressing")
 STYLES = ("correct", "wrong", *HACKS)
-BELOW = 0.10  # a hack is turned around once its share falls below this, after it has been above it
+RISE, BELOW = 0.25, 0.10  # a hack has risen once its smoothed share passes RISE, turned around once back below BELOW
+SMOOTH = 5  # steps in the smoothed share
 LOOP = ("scorer", "analyzer", "summarizer", "updater")
 SIMULATED = (
     'the LLM simulator (a test tool: its rules are in docs/researchers/experiment.md, "The simulator\'s rules").'
@@ -202,19 +203,26 @@ def mean_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def smoothed(values: list[float], width: int = SMOOTH) -> list[float]:
+    """Each step's mean over it and the `width - 1` before it (a step's 16 samples are a noisy share)."""
+    return [statistics.mean(values[max(0, i - width + 1) : i + 1]) for i in range(len(values))]
+
+
 def summary(steps: list[dict[str, Any]], hack: list[str]) -> dict[str, Any]:
     """A run's figures: final accuracy and hack share (the last fifth of its steps), the hack's area (its mean share
-    over the run), the steps from its first share above BELOW to its fall below it again (None: never up, or never
-    back down), and the share of wall time the trainer waited on rubricd."""
-    last = steps[-max(1, len(steps) // 5) :]
+    over the run), the steps from its rise above RISE to its fall below BELOW again (smoothed; None: it never rose,
+    or never fell back), and the share of wall time the trainer waited on rubricd, with the median seconds a step."""
+    last = max(1, len(steps) // 5)
     share = [sum(s["styles"][h] for h in hack) for s in steps]
-    up = next((i for i, x in enumerate(share) if x > BELOW), None)
-    down = None if up is None else next((i for i in range(up + 1, len(share)) if share[i] < BELOW), None)
+    trend = smoothed(share)
+    up = next((i for i, x in enumerate(trend) if x > RISE), None)
+    down = None if up is None else next((i for i in range(up + 1, len(trend)) if trend[i] < BELOW), None)
     return {
-        "accuracy": statistics.mean(s["accuracy"] for s in last),
-        "hack": statistics.mean(share[-len(last) :]),
+        "accuracy": statistics.mean(s["accuracy"] for s in steps[-last:]),
+        "hack": statistics.mean(share[-last:]),
         "area": statistics.mean(share),
-        "turned": None if down is None or up is None else down - up,
+        "rose": up is not None,
+        "turned": None if up is None or down is None else down - up,
         "waited": sum(s["waited_s"] for s in steps) / max(1e-9, sum(s["wall_s"] for s in steps)),
         "waited_s": statistics.median(s["waited_s"] for s in steps[1:] or steps),
     }
@@ -245,9 +253,10 @@ def report(
     lines += [
         "",
         "Per condition, mean ± standard deviation over the seeds: the last fifth's accuracy and hack share, the area",
-        f"under the hack's curve (its mean share), steps from its rise above {BELOW:.0%} to its fall below it (runs",
-        "where it fell / runs), the share of wall time the trainer waited on rubricd and the median seconds it waited",
-        "a step (this policy's own step takes a fraction of a second: the share says little of a real job's).",
+        f"under the hack's curve (its mean share), the steps from its rise above {RISE:.0%} to its fall below",
+        f"{BELOW:.0%} (its mean over {SMOOTH} steps; in how many runs it fell of those where it rose), the share of",
+        "wall time the trainer waited on rubricd and the median seconds it waited a step (this policy's own step takes",
+        "a fraction of a second: the share says little of a real job's).",
         "",
         "| condition | accuracy | hack share | hack area | steps to turn around | waited | waited a step (s) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -255,10 +264,11 @@ def report(
     for name, seeds in runs.items():
         figures = [summary(r["steps"], hack) for r in seeds.values()]
         turned = [f["turned"] for f in figures if f["turned"] is not None]
+        rose = sum(f["rose"] for f in figures)
         lines.append(
             f"| {name} | {mean_spread([f['accuracy'] for f in figures])} | {mean_spread([f['hack'] for f in figures])} "
             f"| {mean_spread([f['area'] for f in figures])} | {mean_spread([float(t) for t in turned])} "
-            f"({len(turned)}/{len(figures)}) | {mean_spread([f['waited'] for f in figures])} "
+            f"(fell in {len(turned)} of the {rose} runs it rose in) | {mean_spread([f['waited'] for f in figures])} "
             f"| {mean_spread([f['waited_s'] for f in figures])} |"
         )
     lines += ["", "Rubric versions per run (the step each was made from, the rubrics it holds):", ""]
@@ -300,6 +310,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--hack", default="padded,flattery", help=f"the styles (of {', '.join(HACKS)}) the tables count as the hack"
     )
+    parser.add_argument("--report", type=Path, default=None, help="only write the report of this folder's runs anew")
     parser.add_argument(
         "--out", type=Path, default=None, help="the report's folder (default reports/experiment-<time>)"
     )
