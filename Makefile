@@ -250,7 +250,7 @@ soak: install weaviate
 
 # The experiment (tests/bench/experiment.py, docs/researchers/experiment.md): a tiny policy pre-trained here and
 # trained by TRL's GRPOTrainer through rubricd, under each condition (the loop off, the memory ablation, gated
-# promotion) for three seeds, on its own stack (.stack/experiment); the report and plots in
+# promotion, ARL-RR's alternating rewards) for three seeds, on its own stack (.stack/experiment); the report and plots in
 # reports/experiment-<time>/. Not in `make test`; EXPERIMENT="--conditions fixed,both --seeds 0" for fewer; with
 # RUBRICD_LLM__BASE_URL (and RUBRICD_LLM__MODEL) every agent is that endpoint instead of the simulator.
 EXPERIMENT ?=

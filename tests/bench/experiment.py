@@ -74,6 +74,7 @@ class Condition:
     says: str
     services: tuple[str, ...] = LOOP
     settings: dict[str, str] = field(default_factory=dict)
+    reward_policy: str | None = None  # the run's (the TRL adapter's reward_policy); None: weighted_sum
 
     @property
     def loop(self) -> bool:
@@ -92,6 +93,7 @@ CONDITIONS = {
         Condition("static", "static memory only (the last summaries)", settings={"RUBRICD_DYNAMIC_MEMORY": "false"}),
         Condition("dynamic", "dynamic memory only (retrieval)", settings={"RUBRICD_STATIC_MEMORY": "false"}),
         Condition("both", "static and dynamic memory, promotion immediate (AMARIS)"),
+        Condition("alternating", "both memories, ARL-RR's alternating meta-class rewards", reward_policy="alternating"),
         Condition(
             "gated",
             "both memories, promotion gated (shadow one step, then the gate)",
@@ -271,6 +273,7 @@ def report(
             f"(fell in {len(turned)} of the {rose} runs it rose in) | {mean_spread([f['waited'] for f in figures])} "
             f"| {mean_spread([f['waited_s'] for f in figures])} |"
         )
+    lines += arl_rr(runs)
     lines += ["", "Rubric versions per run (the step each was made from, the rubrics it holds):", ""]
     for name, seeds in runs.items():
         for seed, r in sorted(seeds.items()):
@@ -279,6 +282,45 @@ def report(
     text = "\n".join(lines) + "\n"
     (folder / "report.md").write_text(text)
     return text
+
+
+def arl_rr(runs: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """ARL-RR's table, where both reward policies ran: each meta-class's mean score over the last fifth of the steps
+    (as the adapter logged it) and the reward's variance within a step, over the first and the second half."""
+    ran = [name for name in ("both", "alternating") if name in runs]
+    if len(ran) < 2:
+        return []
+    classes = sorted({c for name in ran for r in runs[name].values() for s in r["steps"] for c in s.get("meta", {})})
+    lines = [
+        "",
+        "ARL-RR: `both` rewards the weighted sum of every rubric, `alternating` one meta-class a step. Each",
+        "meta-class's mean score over the last fifth (mean ± sd over the seeds), and the reward's variance within",
+        "a step, mean over the first and the second half of the steps:",
+        "",
+        "| condition | " + " | ".join(classes) + " | variance, first half | variance, second half |",
+        "| --- | " + " | ".join("---" for _ in classes) + " | --- | --- |",
+    ]
+    for name in ran:
+        cells = []
+        for c in classes:
+            per_seed = []
+            for r in runs[name].values():
+                tail = [s["meta"][c] for s in r["steps"][-max(1, len(r["steps"]) // 5) :] if c in s.get("meta", {})]
+                if tail:
+                    per_seed.append(statistics.mean(tail))
+            cells.append(mean_spread(per_seed))
+        halves = []
+        for part in (0, 1):
+            per_seed = []
+            for r in runs[name].values():
+                steps = r["steps"]
+                half = steps[: len(steps) // 2] if part == 0 else steps[len(steps) // 2 :]
+                variances = [s["reward_var"] for s in half if s.get("reward_var") is not None]
+                if variances:
+                    per_seed.append(statistics.mean(variances))
+            halves.append(mean_spread(per_seed))
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {halves[0]} | {halves[1]} |")
+    return lines
 
 
 def plot(folder: Path, name: str, seeds: dict[int, dict[str, Any]]) -> None:
@@ -370,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     jobs.append(
                         (
-                            argv + (["--wait"] if condition.loop else []),
+                            argv
+                            + (["--wait"] if condition.loop else [])
+                            + (["--reward-policy", condition.reward_policy] if condition.reward_policy else []),
                             policy_env(namespace, f"{name}-{seed}"),
                             folder / f"{name}-{seed}.log",
                         )

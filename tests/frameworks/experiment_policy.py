@@ -4,18 +4,20 @@ GRPOTrainer through the README's TRL adapter. Each step's own samples are measur
 the corpus's styles (not the judge), against the references.
 
     python tests/frameworks/experiment_policy.py pretrain SEED DIR [STEPS]  # DIR/model; DIR/before.json: its shares
-    python tests/frameworks/experiment_policy.py train SEED DIR STEPS OUT.jsonl [--wait]
+    python tests/frameworks/experiment_policy.py train SEED DIR STEPS OUT.jsonl [--wait] [--reward-policy P]
 
 `train` starts from DIR/model and writes one JSON line per step to OUT.jsonl (RUN_ID, RUBRICD_REDIS_URL and
 RUBRICD_NAMESPACE say where rubricd is; `--wait`: each step waits for the rubric update of the one before, as a
-synchronous trainer does): the share of each style among the step's samples, their accuracy, the mean reward, what
-the adapter logged (rubric version, each rubric's met rate), and the seconds the reward function took (the time the
-trainer waited on rubricd) beside the step's wall time.
+synchronous trainer does; `--reward-policy`: the run's reward policy, `weighted_sum` or `alternating`): the share of
+each style among the step's samples, their accuracy, the mean reward and its variance, what the adapter logged
+(rubric version, each rubric's met rate, each meta-class's mean score), and the seconds the reward function took (the
+time the trainer waited on rubricd) beside the step's wall time.
 """
 
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -147,7 +149,7 @@ def shares(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, rng: random.Ra
     return {**{s: c / n for s, c in found.items()}, "accuracy": right / n}
 
 
-def train(seed: int, folder: Path, steps: int, out: Path, wait: bool) -> None:
+def train(seed: int, folder: Path, steps: int, out: Path, wait: bool, reward_policy: str | None) -> None:
     tok = PreTrainedTokenizerFast.from_pretrained(folder / "model")
     model = LlamaForCausalLM.from_pretrained(folder / "model")
     rng = random.Random(seed)
@@ -176,6 +178,7 @@ def train(seed: int, folder: Path, steps: int, out: Path, wait: bool) -> None:
         wait_for_rubrics=wait,
         timeout=600,
         analysis_sample="extremes",
+        reward_policy=reward_policy,
         num_generations=GENERATIONS,  # the wrapper's own log_metric hides the trainer the adapter would read it from
     )
     last = [time.perf_counter()]
@@ -201,9 +204,11 @@ def train(seed: int, folder: Path, steps: int, out: Path, wait: bool) -> None:
                 "styles": {s: styles.count(s) / len(styles) for s in STYLES},
                 "accuracy": sum(correct(c, a, b) for c, (a, b) in zip(completions, asked)) / len(completions),
                 "reward": sum(judged) / len(judged) if judged else None,
+                "reward_var": statistics.pvariance(judged) if judged else None,
                 "judge_failed": len(rewards) - len(judged),
                 "rubric_version": logged.get("rubricd/rubric_version"),
                 "met": {k.removeprefix("rubricd/rubric/"): v for k, v in logged.items() if "/rubric/" in k},
+                "meta": {k.removeprefix("rubricd/meta/"): v for k, v in logged.items() if "/meta/" in k},
                 "waited_s": now - started,
                 "wall_s": now - last[0],
             }
@@ -226,4 +231,6 @@ if __name__ == "__main__":
     if command == "pretrain":
         pretrain(seed, folder, *map(int, sys.argv[4:5]))
     else:
-        train(seed, folder, int(sys.argv[4]), Path(sys.argv[5]), "--wait" in sys.argv[6:])
+        options = sys.argv[6:]
+        policy = options[options.index("--reward-policy") + 1] if "--reward-policy" in options else None
+        train(seed, folder, int(sys.argv[4]), Path(sys.argv[5]), "--wait" in options, policy)
