@@ -346,7 +346,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help=f"of {', '.join(CONDITIONS)}")
     parser.add_argument("--seeds", default="0,1,2", help="the seeds, comma-separated")
-    parser.add_argument("--steps", type=int, default=60, help="GRPO steps a run")
+    parser.add_argument("--steps", type=int, default=40, help="GRPO steps a run")
     parser.add_argument("--pretrain-steps", type=int, default=600, help="the policy's pre-training steps")
     parser.add_argument("--at-once", type=int, default=3, help="runs side by side")
     parser.add_argument(
