@@ -29,7 +29,7 @@ install: system-deps .venv/.installed
 	touch $@
 
 # Debian's packages, each group installed where a command of it is missing (needs root): what the stack runs on
-# (redis-server, Python's venv, openssl for its TLS), llama.cpp's server build (cmake, g++: `make model`), Docker with debootstrap
+# (redis-server, Python's venv), llama.cpp's server build (cmake, g++: `make model`), Docker with debootstrap
 # (deploy/docker/images.sh: the compose test, `make demo STACK=compose`, the Kubernetes cluster) and what only the
 # suite runs (chromium with its driver: the dashboard's browser test; bubblewrap: NeMo Gym's root). Weaviate is
 # built from source by `make weaviate`. apt_missing's argument: command:package pairs; venv:python3-venv checks
@@ -45,7 +45,7 @@ define apt_missing
 endef
 
 system-deps:
-	$(call apt_missing,redis-server:redis-server venv:python3-venv openssl:openssl)
+	$(call apt_missing,redis-server:redis-server venv:python3-venv)
 
 model-deps:
 	$(call apt_missing,cmake:cmake g++:g++)
