@@ -29,11 +29,11 @@ install: system-deps .venv/.installed
 	touch $@
 
 # Debian's packages, each group installed where a command of it is missing (needs root): what the stack runs on
-# (redis-server, Python's venv), llama.cpp's server build (cmake, g++: `make model`), Docker with debootstrap
-# (deploy/docker/images.sh: the compose test, `make demo STACK=compose`, the Kubernetes cluster) and what only the
-# suite runs (chromium with its driver: the dashboard's browser test; bubblewrap: NeMo Gym's root). Weaviate is
-# built from source by `make weaviate`. apt_missing's argument: command:package pairs; venv:python3-venv checks
-# that python3 can make a venv.
+# (redis-server, Python's venv, openssl for its TLS), llama.cpp's server build (cmake, g++: `make model`), Docker
+# with debootstrap (deploy/docker/images.sh: the compose test, `make demo STACK=compose`, the Kubernetes cluster)
+# and what only the suite runs (chromium with its driver: the dashboard's browser test; bubblewrap: NeMo Gym's
+# root). Weaviate is built from source by `make weaviate`. apt_missing's argument: command:package pairs;
+# venv:python3-venv checks that python3 can make a venv.
 define apt_missing
 	@missing=""; for pair in $(1); do \
 	  case $${pair%%:*} in venv) python3 -c 'import ensurepip, venv' 2>/dev/null ;; *) command -v $${pair%%:*} >/dev/null ;; esac \
@@ -45,7 +45,7 @@ define apt_missing
 endef
 
 system-deps:
-	$(call apt_missing,redis-server:redis-server venv:python3-venv)
+	$(call apt_missing,redis-server:redis-server venv:python3-venv openssl:openssl)
 
 model-deps:
 	$(call apt_missing,cmake:cmake g++:g++)

@@ -14,7 +14,7 @@ def debian_packages(*args: str) -> set[str]:
 
 
 def test_each_target_installs_only_the_debian_packages_it_runs():
-    stack = {"redis-server", "python3-venv"}
+    stack = {"redis-server", "python3-venv", "openssl"}  # openssl: the stack's TLS (make up TLS=1)
     assert debian_packages("demo") == stack  # no browser, no Docker engine, no debootstrap
     assert debian_packages("up") == stack
     assert debian_packages("demo", "LLM=local") == stack | {"cmake", "g++"}  # llama.cpp's server is built

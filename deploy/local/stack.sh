@@ -262,7 +262,7 @@ make_secrets() {
 make_certs() {
   local tls=$SECRETS/tls
   [[ -s $tls/redis.crt ]] && return
-  command -v openssl >/dev/null || die "redis: openssl is needed for TLS (apt-get install openssl)"
+  command -v openssl >/dev/null || die "redis: openssl is needed for TLS (apt-get install openssl, or: sudo make system-deps)"
   (umask 077 && mkdir -p "$tls")
   (
     umask 077
@@ -304,7 +304,7 @@ redis_ping() { [[ $(redis_cli "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
 
 up_redis() {
   live_pid redis >/dev/null && { say "redis: already up on $REDIS_PORT"; return; }
-  command -v redis-server >/dev/null || die "redis: redis-server not found; install it with: apt-get install redis-server (or: make system-deps)"
+  command -v redis-server >/dev/null || die "redis: redis-server not found; install it with: apt-get install redis-server (or: sudo make system-deps)"
   ports_free redis REDIS_PORT
   mkdir -p "$STACK/redis" "$STACK/run" "$STACK/logs"
   echo "$REDIS_PORT" >"$STACK/run/redis.port"
