@@ -250,9 +250,11 @@ soak: install weaviate
 
 # The experiment (tests/bench/experiment.py, docs/researchers/experiment.md): a tiny policy pre-trained here and
 # trained by TRL's GRPOTrainer through rubricd, under each condition (the loop off, the memory ablation, gated
-# promotion, ARL-RR's alternating rewards) for three seeds, on its own stack (.stack/experiment); the report and plots in
+# promotion, ARL-RR's alternating rewards), and Rubric-ARM's tiny generator and judge trained in alternating phases or
+# both at once, for three seeds, on its own stack (.stack/experiment); the report and plots in
 # reports/experiment-<time>/. Not in `make test`; EXPERIMENT="--conditions fixed,both --seeds 0" for fewer; with
-# RUBRICD_LLM__BASE_URL (and RUBRICD_LLM__MODEL) every agent is that endpoint instead of the simulator.
+# RUBRICD_LLM__BASE_URL (and RUBRICD_LLM__MODEL) every agent of the policy's conditions is that endpoint instead of
+# the simulator (Rubric-ARM's judge and generator are the models it trains).
 EXPERIMENT ?=
 experiment: install weaviate frameworks
 	$(PY) tests/bench/experiment.py $(EXPERIMENT)

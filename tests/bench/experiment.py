@@ -42,6 +42,7 @@ from rubricd.store import RubricStore
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"
 POLICY = REPO / "tests/frameworks/experiment_policy.py"
+ARM = REPO / "tests/frameworks/experiment_arm.py"
 PORTS = {
     "RUBRICD_REDIS_PORT": 6393,
     "RUBRICD_WEAVIATE_PORT": 8083,
@@ -55,6 +56,8 @@ URLS = {
     "RUBRICD_WEAVIATE_GRPC_PORT": str(PORTS["RUBRICD_WEAVIATE_GRPC_PORT"]),
 }
 SIMULATOR_URL = f"http://127.0.0.1:{PORTS['RUBRICD_SIMULATOR_PORT']}/v1"
+ARM_PORT = 8094  # the server of Rubric-ARM's saved models (experiment_arm.py serve)
+ARM_URL = f"http://127.0.0.1:{ARM_PORT}/v1"
 HACKS = ("padded", "flattery", "addressing")
 STYLES = ("correct", "wrong", *HACKS)
 RISE, BELOW = 0.25, 0.10  # a hack has risen once its smoothed share passes RISE, turned around once back below BELOW
@@ -75,6 +78,7 @@ class Condition:
     services: tuple[str, ...] = LOOP
     settings: dict[str, str] = field(default_factory=dict)
     reward_policy: str | None = None  # the run's (the TRL adapter's reward_policy); None: weighted_sum
+    arm: str | None = None  # Rubric-ARM's two models trained (experiment_arm.py), "alternating" or "simultaneous"
 
     @property
     def loop(self) -> bool:
@@ -99,6 +103,20 @@ CONDITIONS = {
             "both memories, promotion gated (shadow one step, then the gate)",
             settings={"RUBRICD_PROMOTION": "gated"},
         ),
+        Condition(
+            "arm-alternating",
+            "Rubric-ARM: its generator and judge in alternating phases, judge first",
+            services=("arm",),
+            settings={"RUBRICD_LLM__BASE_URL": ARM_URL},
+            arm="alternating",
+        ),
+        Condition(
+            "arm-simultaneous",
+            "Rubric-ARM: its generator and judge both updated every step",
+            services=("arm",),
+            settings={"RUBRICD_LLM__BASE_URL": ARM_URL},
+            arm="simultaneous",
+        ),
     ]
 }
 
@@ -114,10 +132,12 @@ class Stack:
         self.simulated = self.env["RUBRICD_LLM__BASE_URL"] == SIMULATOR_URL
         self.logs = STACK_DIR / "logs"
 
-    def up(self) -> None:
+    def up(self, policy: bool) -> None:
+        """Redis, and for the policy's conditions Weaviate and the simulator (Rubric-ARM's use neither)."""
         subprocess.run([str(STACK), "down"], env=self.env, check=False, capture_output=True)
         shutil.rmtree(STACK_DIR, ignore_errors=True)
-        subprocess.run([str(STACK), "up", "redis", "weaviate", "simulator"], env=self.env, check=True)
+        parts = ["redis", "weaviate", "simulator"] if policy else ["redis"]
+        subprocess.run([str(STACK), "up", *parts], env=self.env, check=True)
 
     def down(self) -> None:
         subprocess.run([str(STACK), "down"], env=self.env, check=False)
@@ -238,8 +258,25 @@ def report(
     hack: list[str],
 ) -> str:
     """report.md's text: `endpoint` the agents' endpoint (None: the simulator)."""
+    arm_runs = {name: seeds for name, seeds in runs.items() if CONDITIONS[name].arm}
+    runs = {name: seeds for name, seeds in runs.items() if name not in arm_runs}
+    lines = ["# The experiment"]
+    if runs:
+        lines += policy_tables(runs, before, endpoint, hack)
+    lines += rubric_arm(arm_runs)
+    text = "\n".join(lines) + "\n"
+    (folder / "report.md").write_text(text)
+    return text
+
+
+def policy_tables(
+    runs: dict[str, dict[int, dict[str, Any]]],
+    before: dict[int, dict[str, float]],
+    endpoint: str | None,
+    hack: list[str],
+) -> list[str]:
+    """The policy's tables: its styles before training, each condition's figures, ARL-RR's, the rubric versions."""
     lines = [
-        "# The experiment",
         "",
         "Judge, analyst, summarizer and updater: " + (f"the endpoint {endpoint}." if endpoint else SIMULATED),
         f"Seeds: {sorted(before)}. The hack share: the samples in style {' or '.join(hack)} (under the seed rubrics "
@@ -279,9 +316,7 @@ def report(
         for seed, r in sorted(seeds.items()):
             made = "; ".join(f"v{h['version']}@{h['step']}: {', '.join(h['rubrics'])}" for h in r["history"])
             lines.append(f"- {name}, seed {seed}: {made}")
-    text = "\n".join(lines) + "\n"
-    (folder / "report.md").write_text(text)
-    return text
+    return lines
 
 
 def arl_rr(runs: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
@@ -323,6 +358,63 @@ def arl_rr(runs: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def rubric_arm(runs: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """Rubric-ARM's table: per plan, the pair's held-out accuracy over the last fifth of the steps and over the run
+    (its area), each model's updates and its training reward over the last fifth of the steps it trained in, and
+    the rubrics the generator wrote at the end (mean ± sd over the seeds)."""
+    if not runs:
+        return []
+    lines = [
+        "",
+        "Rubric-ARM: a tiny generator and a tiny judge (pre-trained on noisy verdicts), trained in alternating phases",
+        "or both every step. Held-out accuracy: the share of the held-out pairs the judge just trained picks right in",
+        "both orders under the rubrics the generator just trained writes for their prompts (a tie or a flip with the",
+        "order is wrong); the models' own rewards are the arm service's, on the training pairs:",
+        "",
+        "| condition | held-out accuracy, last fifth | held-out accuracy, mean over the run | after step 0 | judge updates "
+        "| generator updates | judge reward, its last fifth | generator reward, its last fifth | the generator's rubrics at the end |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, seeds in runs.items():
+        cells: dict[str, list[float]] = {k: [] for k in ("last", "area", "first", "judge", "generator", "jr", "gr")}
+        written: list[str] = []
+        for r in seeds.values():
+            steps = r["steps"]
+            tail = steps[-max(1, len(steps) // 5) :]
+            cells["last"].append(statistics.mean(s["heldout_accuracy"] for s in tail))
+            cells["area"].append(statistics.mean(s["heldout_accuracy"] for s in steps))
+            cells["first"].append(steps[0]["heldout_accuracy"])
+            for role, key in (("judge", "jr"), ("generator", "gr")):
+                cells[role].append(float(sum(s["training"] in (role, "both") for s in steps)))
+                trained = [s[f"{role}_reward"] for s in steps if s[f"{role}_reward"] is not None]
+                rewards = trained[-max(1, len(trained) // 5) :]  # the last fifth of the steps it trained in
+                if rewards:
+                    cells[key].append(statistics.mean(rewards))
+            written.append(", ".join(sorted(set(steps[-1]["rubrics"]))) or "none")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(mean_spread(cells[k]) for k in ("last", "area", "first"))
+            + f" | {cells['judge'][0]:.0f} | {cells['generator'][0]:.0f} | "
+            + " | ".join(mean_spread(cells[k]) for k in ("jr", "gr"))
+            + f" | {'; '.join(written)} |"
+        )
+    return lines
+
+
+def plot_arm(folder: Path, name: str, seeds: dict[int, dict[str, Any]]) -> None:
+    figure, ax = plt.subplots(figsize=(6, 3.5))
+    for seed, r in sorted(seeds.items()):
+        steps = r["steps"]
+        ax.plot([s["step"] for s in steps], [s["heldout_accuracy"] for s in steps], label=f"seed {seed}")
+    ax.set_title(f"{name}: held-out accuracy")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(folder / f"{name}.png", dpi=90)
+    plt.close(figure)
+
+
 def plot(folder: Path, name: str, seeds: dict[int, dict[str, Any]]) -> None:
     figure, axes = plt.subplots(1, len(seeds), figsize=(5 * len(seeds), 3.5), squeeze=False)
     for ax, (seed, r) in zip(axes[0], sorted(seeds.items())):
@@ -348,6 +440,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2", help="the seeds, comma-separated")
     parser.add_argument("--steps", type=int, default=40, help="GRPO steps a run")
     parser.add_argument("--pretrain-steps", type=int, default=600, help="the policy's pre-training steps")
+    parser.add_argument("--arm-steps", type=int, default=20, help="Rubric-ARM's steps a run")
+    parser.add_argument("--arm-phase-steps", type=int, default=5, help="Rubric-ARM's steps a phase (alternating)")
+    parser.add_argument("--arm-pretrain-steps", type=int, default=800, help="Rubric-ARM's judge's pre-training steps")
     parser.add_argument("--at-once", type=int, default=3, help="runs side by side")
     parser.add_argument(
         "--hack", default="padded,flattery", help=f"the styles (of {', '.join(HACKS)}) the tables count as the hack"
@@ -377,12 +472,15 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     python, stack, started = frameworks_python(), Stack(), time.monotonic()
     times: dict[str, float] = {}
-    stack.up()
+    conditions = [CONDITIONS[name] for name in args.conditions]
+    stack.up(policy=any(not c.arm for c in conditions))
     times["stack up"] = time.monotonic() - started
+    server = None
     try:
         t = time.monotonic()
-        policies = {seed: folder / f"policy-{seed}" for seed in args.seeds}
-        for p in policies.values():
+        policies = {seed: folder / f"policy-{seed}" for seed in args.seeds if any(not c.arm for c in conditions)}
+        pairs = {seed: folder / f"arm-{seed}" for seed in args.seeds if any(c.arm for c in conditions)}
+        for p in [*policies.values(), *pairs.values()]:
             p.mkdir(parents=True, exist_ok=True)
         pretraining = [
             (
@@ -391,47 +489,36 @@ def main(argv: list[str] | None = None) -> int:
                 p / "log",
             )
             for seed, p in policies.items()
+        ] + [
+            (
+                [python, str(ARM), "pretrain", str(seed), str(p), str(args.arm_pretrain_steps)],
+                policy_env("-", "-"),
+                p / "log",
+            )
+            for seed, p in pairs.items()
         ]
         run_all(pretraining, args.at_once)
         before = {seed: json.loads((p / "before.json").read_text()) for seed, p in policies.items()}
         times["pre-training"] = time.monotonic() - t
+        if pairs:
+            server = subprocess.Popen(
+                [python, str(ARM), "serve", str(folder), str(ARM_PORT)],
+                env=policy_env("-", "-"),
+                stdout=(folder / "arm-server.log").open("ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         runs: dict[str, dict[int, dict[str, Any]]] = {}
-        for name in args.conditions:
-            condition, t = CONDITIONS[name], time.monotonic()
+        for condition in conditions:
+            t = time.monotonic()
             with stack.services(condition) as namespace:
-                jobs = []
-                for seed, p in policies.items():
-                    argv = [
-                        python,
-                        str(POLICY),
-                        "train",
-                        str(seed),
-                        str(p),
-                        str(args.steps),
-                        str(folder / f"{name}-{seed}.jsonl"),
-                    ]
-                    jobs.append(
-                        (
-                            argv
-                            + (["--wait"] if condition.loop else [])
-                            + (["--reward-policy", condition.reward_policy] if condition.reward_policy else []),
-                            policy_env(namespace, f"{name}-{seed}"),
-                            folder / f"{name}-{seed}.log",
-                        )
-                    )
-                run_all(jobs, args.at_once)
-                runs[name] = {
-                    seed: {
-                        "steps": [
-                            json.loads(line) for line in (folder / f"{name}-{seed}.jsonl").read_text().splitlines()
-                        ],
-                        "history": asyncio.run(rubric_history(namespace, f"{name}-{seed}")),
-                    }
-                    for seed in policies
-                }
-            plot(folder, name, runs[name])
-            times[name] = time.monotonic() - t
-            print(f"experiment: {name} done in {times[name]:.0f} s", flush=True)
+                if condition.arm:
+                    runs[condition.name] = train_arm(condition, namespace, python, stack, pairs, folder, args)
+                else:
+                    runs[condition.name] = train_policy(condition, namespace, python, policies, folder, args)
+            (plot_arm if condition.arm else plot)(folder, condition.name, runs[condition.name])
+            times[condition.name] = time.monotonic() - t
+            print(f"experiment: {condition.name} done in {times[condition.name]:.0f} s", flush=True)
         with (folder / "steps.jsonl").open("w") as out:
             for name, seeds in runs.items():
                 for seed, r in seeds.items():
@@ -440,10 +527,84 @@ def main(argv: list[str] | None = None) -> int:
         meta = {"simulated": stack.simulated, "endpoint": stack.env["RUBRICD_LLM__BASE_URL"], "before": before}
         (folder / "meta.json").write_text(json.dumps({**meta, "times": times, "hack": args.hack}))
     finally:
+        if server is not None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
         stack.down()
     print(written(folder))
     print(f"experiment: {folder}")
     return 0
+
+
+def train_policy(
+    condition: Condition,
+    namespace: str,
+    python: str,
+    policies: dict[int, Path],
+    folder: Path,
+    args: argparse.Namespace,
+) -> dict[int, dict[str, Any]]:
+    """Each seed's policy trained under `condition` (its services up in `namespace`): its steps and rubric history."""
+    jobs = []
+    for seed, p in policies.items():
+        run, out = f"{condition.name}-{seed}", folder / f"{condition.name}-{seed}.jsonl"
+        argv = [python, str(POLICY), "train", str(seed), str(p), str(args.steps), str(out)]
+        argv += ["--wait"] if condition.loop else []
+        argv += ["--reward-policy", condition.reward_policy] if condition.reward_policy else []
+        jobs.append((argv, policy_env(namespace, run), folder / f"{condition.name}-{seed}.log"))
+    run_all(jobs, args.at_once)
+    return {
+        seed: {
+            "steps": read_steps(folder / f"{condition.name}-{seed}.jsonl"),
+            "history": asyncio.run(rubric_history(namespace, f"{condition.name}-{seed}")),
+        }
+        for seed in policies
+    }
+
+
+def train_arm(
+    condition: Condition,
+    namespace: str,
+    python: str,
+    stack: Stack,
+    pairs: dict[int, Path],
+    folder: Path,
+    args: argparse.Namespace,
+) -> dict[int, dict[str, Any]]:
+    """Each seed's generator and judge trained under `condition`'s plan (the arm service up in `namespace`): the
+    runs' preference pairs imported (the held-out ones into a run of their own, every step admitting a generator
+    rollout), their plans set and the generator's rows written, then the pair trained; its steps."""
+    mode = condition.arm
+    assert mode is not None
+    env = {**stack.env, **URLS, "RUBRICD_NAMESPACE": namespace, **condition.settings}
+    cli = [sys.executable, "-m", "rubricd_services.cli", "arm"]
+    plan = ["--simultaneous"] if mode == "simultaneous" else ["--first", "judge", "--steps", str(args.arm_phase_steps)]
+    jobs = []
+    for seed, p in pairs.items():
+        run, rows = f"{condition.name}-{seed}", p / mode
+        rows.mkdir(parents=True, exist_ok=True)
+        for argv in (
+            ["import", run, str(p / "train.jsonl")],
+            ["import", f"{run}-heldout", str(p / "heldout.jsonl")],
+            ["phases", run, *plan],
+            ["phases", f"{run}-heldout", "--simultaneous"],
+            ["dataset", run, "--phase", "generator", "-o", str(rows / "generator-rows.jsonl")],
+            ["dataset", f"{run}-heldout", "--phase", "generator", "-o", str(rows / "heldout-generator-rows.jsonl")],
+        ):
+            subprocess.run([*cli, *argv], env=env, check=True, capture_output=True)
+        argv = [python, str(ARM), "train", str(seed), str(p), mode, str(args.arm_steps), str(args.arm_phase_steps)]
+        trainer_env = {
+            **policy_env(namespace, run),
+            "RUBRICD_LLM__BASE_URL": ARM_URL,
+            "RUBRICD_CLI": f"{sys.executable} -m rubricd_services.cli",
+        }
+        jobs.append(([*argv, str(folder / f"{run}.jsonl")], trainer_env, folder / f"{run}.log"))
+    run_all(jobs, args.at_once)
+    return {seed: {"steps": read_steps(folder / f"{condition.name}-{seed}.jsonl"), "history": []} for seed in pairs}
+
+
+def read_steps(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def written(folder: Path) -> str:

@@ -1,5 +1,6 @@
 """`make experiment`'s two-step smoke (tests/bench/experiment.py): its own stack, the policy pre-trained briefly,
-two conditions (the loop off, the loop with both memories) of two GRPO steps each through rubricd, and the report."""
+two conditions (the loop off, the loop with both memories) of two GRPO steps each through rubricd, Rubric-ARM's two
+models for a judge step and a generator step (served to the arm service by name), and the report."""
 
 import json
 import subprocess
@@ -15,7 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(900)
 def test_the_experiment_runs_two_conditions_for_two_steps_and_reports_them(tmp_path, frameworks_python):
     out = tmp_path / "report"
-    argv = ["--steps", "2", "--seeds", "0", "--conditions", "fixed,both", "--pretrain-steps", "30", "--out", str(out)]
+    argv = ["--steps", "2", "--seeds", "0", "--conditions", "fixed,both,arm-alternating", "--pretrain-steps", "30"]
+    argv += ["--arm-steps", "2", "--arm-phase-steps", "1", "--arm-pretrain-steps", "40", "--out", str(out)]
     done = subprocess.run(
         [sys.executable, str(REPO / "tests/bench/experiment.py"), *argv],
         cwd=REPO,
@@ -26,7 +28,14 @@ def test_the_experiment_runs_two_conditions_for_two_steps_and_reports_them(tmp_p
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = {(r["condition"], r["seed"]): r for r in map(json.loads, (out / "steps.jsonl").read_text().splitlines())}
-    assert set(runs) == {("fixed", 0), ("both", 0)}
+    assert set(runs) == {("fixed", 0), ("both", 0), ("arm-alternating", 0)}
+    arm = runs.pop(("arm-alternating", 0))["steps"]
+    assert [(s["step"], s["training"]) for s in arm] == [(0, "judge"), (1, "generator")]
+    assert arm[0]["judge_reward"] is not None and arm[0]["generator_reward"] is None  # the judge's step
+    assert arm[1]["generator_reward"] is not None and arm[1]["judge_reward"] is None
+    for step in arm:  # the held-out pairs judged by the served judge, wherever the generator wrote a valid set
+        assert 0 <= step["heldout_accuracy"] <= 1 and len(step["rubrics"]) == 4
+        assert step["heldout_judged"] == 3 * sum(1 for r in step["rubrics"] if r)
     for run in runs.values():
         assert [s["step"] for s in run["steps"]] == [0, 1]
         for step in run["steps"]:
@@ -37,4 +46,5 @@ def test_the_experiment_runs_two_conditions_for_two_steps_and_reports_them(tmp_p
     report = (out / "report.md").read_text()
     assert "the LLM simulator (a test tool" in report and "Times (s): stack up" in report
     assert "| fixed |" in report and "| both |" in report
-    assert (out / "fixed.png").exists() and (out / "both.png").exists()
+    assert "| arm-alternating |" in report
+    assert all((out / f"{name}.png").exists() for name in ("fixed", "both", "arm-alternating"))
