@@ -200,7 +200,7 @@ k8s-cluster-down:
 
 # deploy/k8s on that cluster, for real (tests/k8s): its own suite, not in `make test` (a cold build alone would take
 # half of CI's time). Run it whenever deploy/k8s changes; it starts the cluster and removes it however it ends.
-k8s-test: install k8s-deps
+k8s-test: install k8s-tools k8s-deps docker-deps
 	$(PY) -m pytest -q -s tests/k8s
 
 # The suite on TEST_WORKERS pytest-xdist workers, a module's tests on one worker (--dist loadscope); each worker

@@ -21,3 +21,8 @@ def test_each_target_installs_only_the_debian_packages_it_runs():
     assert debian_packages("demo", "STACK=compose") == stack | {"docker.io", "debootstrap"}
     suite = {"chromium", "chromium-driver", "docker.io", "debootstrap", "bubblewrap", "cmake", "g++"}
     assert debian_packages("test") == stack | suite
+
+
+def test_the_kubernetes_tests_install_what_their_cluster_and_images_need():
+    # tests/k8s builds the cluster and deploy/docker/images.sh's images onto it: Docker and debootstrap are needed
+    assert {"docker.io", "debootstrap"} <= debian_packages("k8s-test")

@@ -35,7 +35,7 @@ answers() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.a
 
 cmd_daemon() {
   docker info >/dev/null 2>&1 && return
-  command -v dockerd >/dev/null || die "no dockerd: install Docker (Debian: apt-get install docker.io, or: sudo make docker-deps)"
+  command -v dockerd >/dev/null || die "no dockerd: install Docker with: sudo make docker-deps (Debian's docker.io)"
   [[ $(id -u) == 0 ]] || die "no Docker daemon answers and starting one needs root: start Docker (or run as root)"
   say "starting dockerd (log: $DOCKERD_LOG)"
   setsid dockerd >"$DOCKERD_LOG" 2>&1 </dev/null &
@@ -52,7 +52,7 @@ cmd_daemon() {
 # (Weaviate's health check), imported as an image.
 build_base() {
   have "$BASE" && return
-  command -v debootstrap >/dev/null || die "no debootstrap: apt-get install debootstrap (or: sudo make docker-deps)"
+  command -v debootstrap >/dev/null || die "no debootstrap: install it with: sudo make docker-deps"
   [[ $(id -u) == 0 ]] || die "$BASE: debootstrap needs root (once; the image is reused after)"
   mkdir -p "$CACHE"
   ROOTFS=$(mktemp -d "$CACHE/debootstrap.XXXXXX") # not /tmp: it may be a nodev tmpfs, which debootstrap refuses

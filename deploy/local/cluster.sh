@@ -358,9 +358,9 @@ cmd_up() {
   [[ -x $BIN/keda ]] || die "not built: $0 build (or make k8s-cluster)"
   local tool
   for tool in containerd runc ctr iptables openssl curl; do
-    command -v $tool >/dev/null || die "no $tool: apt-get install containerd runc iptables openssl curl (or: sudo make k8s-deps)"
+    command -v $tool >/dev/null || die "no $tool: install it with: sudo make k8s-deps"
   done
-  [[ -x $CNI_BIN/bridge ]] || die "no CNI plugins in $CNI_BIN: apt-get install containernetworking-plugins (or: sudo make k8s-deps)"
+  [[ -x $CNI_BIN/bridge ]] || die "no CNI plugins in $CNI_BIN: install them with: sudo make k8s-deps"
   # `down` removes every KUBE-* and CNI-* chain: refuse a host where another Kubernetes or CNI user made some.
   if [[ ! -d $STATE ]] && [[ -n $(iptables_chains) ]]; then
     die "this host has KUBE-*/CNI-* iptables chains of another cluster: $(iptables_chains | tr '\n' ' ')"

@@ -262,7 +262,7 @@ make_secrets() {
 make_certs() {
   local tls=$SECRETS/tls
   [[ -s $tls/redis.crt ]] && return
-  command -v openssl >/dev/null || die "redis: openssl is needed for TLS (apt-get install openssl, or: sudo make system-deps)"
+  command -v openssl >/dev/null || die "redis: openssl is needed for TLS; install it with: sudo make system-deps"
   (umask 077 && mkdir -p "$tls")
   (
     umask 077
@@ -304,7 +304,7 @@ redis_ping() { [[ $(redis_cli "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
 
 up_redis() {
   live_pid redis >/dev/null && { say "redis: already up on $REDIS_PORT"; return; }
-  command -v redis-server >/dev/null || die "redis: redis-server not found; install it with: apt-get install redis-server (or: sudo make system-deps)"
+  command -v redis-server >/dev/null || die "redis: redis-server not found; install it with: sudo make system-deps"
   ports_free redis REDIS_PORT
   mkdir -p "$STACK/redis" "$STACK/run" "$STACK/logs"
   echo "$REDIS_PORT" >"$STACK/run/redis.port"
@@ -420,7 +420,7 @@ up_simulator() {
 build_llama() {
   if [[ -x $LLAMA_BIN ]]; then say "model: $LLAMA_BIN (cached)"; return; fi
   command -v cmake >/dev/null && command -v g++ >/dev/null ||
-    die "model: cmake and g++ build llama.cpp's server: apt-get install cmake g++ (or: sudo make model-deps)"
+    die "model: cmake and g++ build llama.cpp's server; install them with: sudo make model-deps"
   local work
   work=$(mktemp -d)
   say "model: building llama-server from llama-cpp-python $LLAMA_CPP_PYTHON's llama.cpp into $(dirname "$LLAMA_BIN") (about 10 minutes on 2 cores, once)"
