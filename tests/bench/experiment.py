@@ -85,6 +85,10 @@ class Condition:
         return "updater" in self.services
 
 
+ARM_PLANS = {
+    "alternating": "Rubric-ARM: its generator and judge in alternating phases, judge first",
+    "simultaneous": "Rubric-ARM: its generator and judge both updated every step",
+}
 CONDITIONS = {
     c.name: c
     for c in [
@@ -103,19 +107,9 @@ CONDITIONS = {
             "both memories, promotion gated (shadow one step, then the gate)",
             settings={"RUBRICD_PROMOTION": "gated"},
         ),
-        Condition(
-            "arm-alternating",
-            "Rubric-ARM: its generator and judge in alternating phases, judge first",
-            services=("arm",),
-            settings={"RUBRICD_LLM__BASE_URL": ARM_URL},
-            arm="alternating",
-        ),
-        Condition(
-            "arm-simultaneous",
-            "Rubric-ARM: its generator and judge both updated every step",
-            services=("arm",),
-            settings={"RUBRICD_LLM__BASE_URL": ARM_URL},
-            arm="simultaneous",
+        *(
+            Condition(f"arm-{plan}", says, services=("arm",), settings={"RUBRICD_LLM__BASE_URL": ARM_URL}, arm=plan)
+            for plan, says in ARM_PLANS.items()
         ),
     ]
 }

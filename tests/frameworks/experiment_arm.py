@@ -33,11 +33,10 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from experiment_policy import LARGEST, STYLES, near_miss
+from experiment_policy import LARGEST, STYLES, encode, fit, near_miss, tiny_llama
 from experiment_policy import words as answer_words
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
-from word_level import tokenizer
 
 from rubricd import ArmRollout, SyncRubricdClient
 from rubricd.adapters import trl_arm_reward
@@ -67,7 +66,7 @@ VERDICTS = {"TT": (True, True), "TF": (True, False), "FT": (False, True), "FF": 
 REJECTED = ("wrong", "padded", "flattery")  # each prompt's pairs: the correct answer against each
 TRAIN_PROMPTS, HELDOUT_PROMPTS = 8, 4
 NOISE = 0.25  # the share of the judge's pre-training verdicts flipped
-PRETRAIN_STEPS, PRETRAIN_BATCH = 800, 64
+PRETRAIN_STEPS = 800  # the judge's, in batches of 64 (the generator's: a quarter)
 BATCH = 16
 GENERATIONS = {"generator": 8, "judge": 4}
 MAX_TOKENS = {"generator": 3, "judge": len(TRUTH) + 1}
@@ -79,21 +78,7 @@ def vocabulary() -> list[str]:
 
 
 def build(seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-    torch.manual_seed(seed)
-    tok = tokenizer(vocabulary())
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=96,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )
-    return LlamaForCausalLM(config), tok
+    return tiny_llama(seed, vocabulary(), max_positions=96)
 
 
 # --- the views and the codes ----------------------------------------------------------------------------------
@@ -160,25 +145,9 @@ def pairs(rng: random.Random, questions: list[tuple[int, int]]) -> list[dict[str
     ]
 
 
-def fit(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, examples: list[tuple[str, str]], steps: int) -> None:
-    """Next-token training on (view, code) examples, the view masked out."""
-    rng = random.Random(0)
-    encoded = [
-        (tok(v, add_special_tokens=False)["input_ids"], tok(c, add_special_tokens=False)["input_ids"])
-        for v, c in examples
-    ]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(steps):
-        batch = rng.sample(encoded, PRETRAIN_BATCH)
-        batch = [(p, r + [tok.eos_token_id]) for p, r in batch]
-        length = max(len(p) + len(r) for p, r in batch)
-        ids = torch.tensor([p + r + [tok.pad_token_id] * (length - len(p) - len(r)) for p, r in batch])
-        labels = torch.tensor([[-100] * len(p) + r + [-100] * (length - len(p) - len(r)) for p, r in batch])
-        loss = model(input_ids=ids, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+def encoded(tok: PreTrainedTokenizerFast, examples: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """(view, code) examples as the token ids `fit` trains on, each code ending with eos."""
+    return [(encode(tok, view), encode(tok, code) + [tok.eos_token_id]) for view, code in examples]
 
 
 def pretrain(seed: int, folder: Path, steps: int = PRETRAIN_STEPS) -> None:
@@ -196,7 +165,7 @@ def pretrain(seed: int, folder: Path, steps: int = PRETRAIN_STEPS) -> None:
         examples.append(
             (f"question : What is {a} + {b} ? rubrics :", " ".join(rng.sample(list(POOL), rng.choice([1, 2]))))
         )
-    fit(generator, tok, examples, steps // 4)
+    fit(generator, tok, encoded(tok, examples), steps // 4, random.Random(0))
     judge, _ = build(seed + 1000)
     examples = []
     for _ in range(20_000):
@@ -210,7 +179,7 @@ def pretrain(seed: int, folder: Path, steps: int = PRETRAIN_STEPS) -> None:
             f, s = f ^ (rng.random() < NOISE), s ^ (rng.random() < NOISE)
             code.append(next(w for w, v in VERDICTS.items() if v == (f, s)))
         examples.append((view, " ".join(code)))
-    fit(judge, tok, examples, steps)
+    fit(judge, tok, encoded(tok, examples), steps, random.Random(0))
     for role, model in (("generator", generator), ("judge", judge)):
         model.save_pretrained(folder / "pretrained" / role)
         tok.save_pretrained(folder / "pretrained" / role)
@@ -319,6 +288,7 @@ class Pair:
         self.models = {r: LlamaForCausalLM.from_pretrained(folder / "pretrained" / r) for r in ("generator", "judge")}
         self.optimizers = {r: torch.optim.AdamW(m.parameters(), lr=1e-3) for r, m in self.models.items()}
         self.version = {"generator": 0, "judge": 0}
+        self.rows: dict[str, list[dict[str, Any]]] = {}  # the judge's, per frozen generator
         for role in self.models:
             self.save(role)
 
@@ -386,14 +356,14 @@ class Pair:
 
     def judge_rows(self, generator: str) -> list[dict[str, Any]]:
         """The judge's rows under `generator`'s rubrics (`rubricd arm dataset` asks it through the server, once)."""
-        path = self.folder / self.mode / f"judge-rows-{generator}.jsonl"
-        if not path.exists():
+        if generator not in self.rows:
+            path = self.folder / self.mode / f"judge-rows-{generator}.jsonl"
             rubricd_cli("arm", "dataset", self.run_id, "--phase", "judge", "--generator", generator, "-o", str(path))
-        rows = []
-        for r in read_rows(path):
-            view, ids = judge_view(r["prompt"])
-            rows.append({**r, "prompt": view, "ids": " ".join(ids)})
-        return rows
+            self.rows[generator] = []
+            for r in read_rows(path):
+                view, ids = judge_view(r["prompt"])
+                self.rows[generator].append({**r, "prompt": view, "ids": " ".join(ids)})
+        return self.rows[generator]
 
 
 def train(seed: int, folder: Path, mode: str, steps: int, phase_steps: int, out: Path) -> None:

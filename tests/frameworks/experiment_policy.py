@@ -81,8 +81,15 @@ def operands(prompt: str) -> tuple[int, int]:
 
 
 def build(seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    return tiny_llama(seed, words(), max_positions=64)
+
+
+def tiny_llama(
+    seed: int, vocabulary: list[str], max_positions: int
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A freshly initialised two-layer Llama (hidden size 64) over a word-level tokenizer of `vocabulary`."""
     torch.manual_seed(seed)
-    tok = tokenizer(words())
+    tok = tokenizer(vocabulary)
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=64,
@@ -90,7 +97,7 @@ def build(seed: int) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,
-        max_position_embeddings=64,
+        max_position_embeddings=max_positions,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
         bos_token_id=tok.eos_token_id,
@@ -112,6 +119,21 @@ def pretrain(seed: int, folder: Path, steps: int = PRETRAIN_STEPS) -> None:
         s = rng.choices(list(SHARES), weights=list(SHARES.values()))[0]
         answer = STYLES[s].format(right=a + b, wrong=near_miss(a, b))
         corpus.append((encode(tok, f"What is {a} + {b} ?"), encode(tok, answer) + [tok.eos_token_id]))
+    fit(model, tok, corpus, steps, rng)
+    model.save_pretrained(folder / "model")
+    tok.save_pretrained(folder / "model")
+    (folder / "before.json").write_text(json.dumps(shares(model, tok, rng, 400)))
+
+
+def fit(
+    model: LlamaForCausalLM,
+    tok: PreTrainedTokenizerFast,
+    corpus: list[tuple[list[int], list[int]]],
+    steps: int,
+    rng: random.Random,
+) -> None:
+    """Next-token training on (prompt, answer) token ids, batches of PRETRAIN_BATCH drawn by `rng`, the prompt
+    masked out."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
@@ -123,9 +145,6 @@ def pretrain(seed: int, folder: Path, steps: int = PRETRAIN_STEPS) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.save_pretrained(folder / "model")
-    tok.save_pretrained(folder / "model")
-    (folder / "before.json").write_text(json.dumps(shares(model, tok, rng, 400)))
 
 
 def shares(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, rng: random.Random, n: int) -> dict[str, float]:
