@@ -72,12 +72,14 @@ down:
 status:
 	$(STACK_SH) status
 
-# ruff (lint, and the format check) and the import contracts (the layers), as configured in pyproject.toml; mypy
-# is `make typecheck`.
+# ruff (lint, and the format check), the import contracts (the layers), as configured in pyproject.toml, and the
+# shared package's reach (tests/reach.py: every module of it is reached from the client, the adapters or the
+# messages); mypy is `make typecheck`.
 lint: install
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/lint-imports
+	.venv/bin/python tests/reach.py
 
 format: install
 	.venv/bin/ruff check --fix .

@@ -14,7 +14,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from rubricd import health
 from rubricd.messages import (
     Function,
     FunctionSpec,
@@ -29,6 +28,7 @@ from rubricd.messages import (
     Turn,
 )
 from rubricd_services.demo.policy import respond
+from rubricd_services.state import health
 
 
 def rollout(i: int = 0, *, run_id: str = "run", step: int = 0, **fields: object) -> Rollout:

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from rubricd import Rollout, RubricdClient, Score
 from rubricd.keys import Keys
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import answer
 
 ROOT = Path(__file__).resolve().parents[1]

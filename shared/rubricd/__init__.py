@@ -1,9 +1,10 @@
 """rubricd: rubric-based rewards whose rubrics evolve from an evaluation memory.
 
-This package is the shared contract (message schemas, stream names, the wire
-format, reward policies, the rubric store), what readers read from Redis (rubric
-history, the schedule, usage, events) and the trainer client. It depends only on
-msgspec and redis, so a training environment can install it alone.
+This package is the shared contract (message schemas, stream and key names, the
+wire format, the JSON Schema) and what a trainer runs: the client, the framework
+adapters and the read-only view of the rubric sets they wait on. What the services
+keep in Redis is theirs (rubricd_services.state). It depends only on msgspec and
+redis, so a training environment can install it alone.
 """
 
 from .client import (

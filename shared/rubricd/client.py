@@ -27,7 +27,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from . import wire
 from .keys import DEFAULT_NAMESPACE, Keys
 from .messages import ArmReward, ArmRollout, Comparison, Preference, Rollout, Score, StepClosed
-from .store import RubricStore
+from .views import RubricView
 
 T = TypeVar("T")
 log = logging.getLogger("rubricd.client")
@@ -183,7 +183,7 @@ class RubricdClient:
         self._block_ms = _read_block_ms(self.redis)
         self.client_id = client_id or default_client_id(self.redis)
         self.reply_stream = self.keys.replies(self.client_id)
-        self.rubrics = RubricStore(self.redis, self.keys)
+        self.rubrics = RubricView(self.redis, self.keys)
         # What waits for its reply, and where and how it was sent (published again after an outage).
         self._waiting: dict[_Key, asyncio.Future[Any]] = {}
         self._published: dict[_Key, tuple[str, bytes]] = {}

@@ -88,7 +88,7 @@ class Keys:
         return f"{self.namespace}:candidates:{run_id}:{instance_key or GLOBAL}"
 
     def shadow_scores(self, run_id: str, step: int, instance_key: str | None = None) -> str:
-        """Hash of the shadow scores of the candidate proposed at `step` (rubricd.promotion): rollout id -> its
+        """Hash of the shadow scores of the candidate proposed at `step` (rubricd_services.state.promotion): rollout id -> its
         verdicts under the set in force and the candidate's changed rubrics; deleted by its decision."""
         return f"{self.namespace}:shadow-scores:{run_id}:{step}:{instance_key or GLOBAL}"
 
@@ -204,13 +204,13 @@ class Keys:
         return f"{self.namespace}:instance-prompts:{run_id}"
 
     def accuracy(self, run_id: str) -> str:
-        """Hash of a run's judge accuracy counts (rubricd.accuracy.accuracy_increments), added with each committed
+        """Hash of a run's judge accuracy counts (rubricd_services.state.accuracy.accuracy_increments), added with each committed
         Preference: `v<version>:<count>`, `v<version>:class:<meta-class>:<count>` and `set:<instance>:<version>:
         <count>`; no expiry, like the run's rubric sets."""
         return f"{self.namespace}:accuracy:{run_id}"
 
     def schedule(self, run_id: str) -> str:
-        """Hash of a run's meta-class schedule (alternating rewards): field <step> -> its decision (rubricd.schedule reads it),
+        """Hash of a run's meta-class schedule (alternating rewards): field <step> -> its decision (rubricd_services.state.schedule reads it),
         written once (HSETNX)."""
         return f"{self.namespace}:schedule:{run_id}"
 
@@ -219,7 +219,7 @@ class Keys:
         return f"{self.namespace}:class-stats:{run_id}:{step}"
 
     def rubric_health(self, run_id: str, step: int, instance_key: str | None = None) -> str:
-        """Hash of one step's rubric health (rubricd.health) from its committed scores: `n:<group>:<rubric>` and
+        """Hash of one step's rubric health (rubricd_services.state.health) from its committed scores: `n:<group>:<rubric>` and
         `m:<group>:<rubric>`, the verdicts on a rubric in a sample group and those met; kept the scorer's
         `schedule_stats_ttl_s` after the step's last score."""
         return f"{self.namespace}:rubric-health:{run_id}:{step}:{instance_key or GLOBAL}"
@@ -230,7 +230,7 @@ class Keys:
         return f"{self.namespace}:rubric-health-steps:{run_id}:{instance_key or GLOBAL}"
 
     def canaries(self, run_id: str) -> str:
-        """Hash of a run's judge canaries (rubricd.canaries reads it): field <step> -> that step's `CanaryStep`,
+        """Hash of a run's judge canaries (rubricd_services.state.canaries reads it): field <step> -> that step's `CanaryStep`,
         written once. Expires the scorer's `kept_ttl_s` after its last write."""
         return f"{self.namespace}:canaries:{run_id}"
 
@@ -273,12 +273,12 @@ class Keys:
         return f"{self.namespace}:arm-rubrics:{run_id}:{generator_model}"
 
     def arm_plan(self, run_id: str) -> str:
-        """A run's own Rubric-ARM phase plan (`rubricd arm phases`, JSON rubricd.arm.Plan), in place of the arm
+        """A run's own Rubric-ARM phase plan (`rubricd arm phases`, JSON rubricd.messages.Plan), in place of the arm
         service's RUBRICD_ARM_* settings; no expiry."""
         return f"{self.namespace}:arm-plan:{run_id}"
 
     def arm_phases(self, run_id: str) -> str:
-        """Hash of a run's Rubric-ARM phase per step: field <step> -> its rubricd.arm.PhaseDecision, written once
+        """Hash of a run's Rubric-ARM phase per step: field <step> -> its rubricd.messages.PhaseDecision, written once
         (HSETNX) by the first arm process to reward a rollout of that step."""
         return f"{self.namespace}:arm-phases:{run_id}"
 

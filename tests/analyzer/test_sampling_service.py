@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from rubricd import usage, wire
+from rubricd import wire
 from rubricd.keys import ANALYZERS
 from rubricd.messages import (
     AnalysisSample,
@@ -24,10 +24,11 @@ from rubricd.messages import (
     StepSample,
     StepSummary,
 )
-from rubricd.store import RubricStore
 from rubricd_services.analyzer.effects import Effects, GroupRef
 from rubricd_services.memory.store import MemoryKind
 from rubricd_services.runtime import events
+from rubricd_services.state import usage
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

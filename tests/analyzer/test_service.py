@@ -24,8 +24,8 @@ from rubricd.messages import (
     Tool,
     Turn,
 )
-from rubricd.store import RubricStore
 from rubricd_services.memory.store import MemoryKind
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

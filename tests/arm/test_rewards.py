@@ -5,11 +5,11 @@ import json
 import msgspec
 import pytest
 
-from rubricd.arm import InvalidPreferences, PhaseDecision, Plan, read_preferences
-from rubricd.messages import HEALTHBENCH_AXES, Comparison, Preference, Rubric, RubricSet
+from rubricd.messages import HEALTHBENCH_AXES, Comparison, PhaseDecision, Plan, Preference, Rubric, RubricSet
 from rubricd_services.arm import rewards
 from rubricd_services.judges import pairwise
 from rubricd_services.simulator import pairwise as simulated
+from rubricd_services.state.arm import InvalidPreferences, read_preferences
 
 ANCHORS = [
     Rubric(

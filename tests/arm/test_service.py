@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from rubricd import RubricdClient, usage, wire
-from rubricd.arm import parse_decisions, prompt_key, read_prompt
+from rubricd import RubricdClient, wire
 from rubricd.messages import ArmRollout, DeadLetter, Event, EventKind, RubricSet
 from rubricd_services.simulator import pairwise as simulated
+from rubricd_services.state import usage
+from rubricd_services.state.arm import parse_decisions, prompt_key, read_prompt
 
 from .test_rewards import CONCISE, PADDED, POLITE, QUESTION, REASONING, SHORT, completion
 

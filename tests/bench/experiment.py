@@ -37,7 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from rubricd.keys import Keys
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"

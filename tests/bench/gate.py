@@ -25,9 +25,7 @@ from pathlib import Path
 
 import msgspec
 
-from rubricd import promotion
 from rubricd.messages import Action, Candidate, HackingEvidence, RolloutAnalysis, Rubric, RubricModification, RubricSet
-from rubricd.promotion import ShadowScore
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.evaluation import labelled
@@ -39,6 +37,8 @@ from rubricd_services.settings import LLMSettings, ServiceSettings
 from rubricd_services.simulator.app import serve_in_background
 from rubricd_services.simulator.faults import SimConfig
 from rubricd_services.simulator.updates import CHURNED, COLLATERAL, HACKS
+from rubricd_services.state import promotion
+from rubricd_services.state.promotion import ShadowScore
 from rubricd_services.updater import gate
 from rubricd_services.updater.proposal import Limits, validate
 

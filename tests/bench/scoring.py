@@ -35,7 +35,7 @@ import openai
 import psutil
 import redis as redis_sync
 
-from rubricd import RubricdClient, usage
+from rubricd import RubricdClient
 from rubricd.keys import Keys
 from rubricd.messages import Function, FunctionSpec, JudgeMode, Rollout, RubricSet, Tool, ToolCall, Turn
 from rubricd_services.judges import rollouts as texts
@@ -44,6 +44,7 @@ from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.runtime import prompts
 from rubricd_services.scorer.settings import ScorerSettings
+from rubricd_services.state import usage
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"

@@ -63,7 +63,7 @@ from redis.asyncio import Redis
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from rubricd import RubricdClient, usage, wire
+from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import Event
 from rubricd_services.cli.__main__ import main as cli
@@ -73,6 +73,7 @@ from rubricd_services.demo.trainer import TASKS, Announcements, Run, StepRecord,
 from rubricd_services.memory.embedder import make_embedder
 from rubricd_services.memory.store import Memory
 from rubricd_services.settings import ServiceSettings, load
+from rubricd_services.state import usage
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"

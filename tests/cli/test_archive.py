@@ -6,8 +6,8 @@ import time
 
 from rubricd import wire
 from rubricd.messages import Rubric, RubricSet, ScoredRollout
-from rubricd.store import RubricStore
 from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rollout, scored
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]

@@ -10,8 +10,8 @@ import pytest
 
 from rubricd import wire
 from rubricd.messages import JudgeStatus, Rubric, RubricKind, RubricResult, RubricSet, Score, ScoredRollout
-from rubricd.store import RubricStore
 from rubricd_services.rubrics import healthbench
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rollout
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"

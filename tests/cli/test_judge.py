@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rubricd.reward import policy
+from rubricd_services.rubrics.policies import policy
 from tests.factories import rubric
 
 SAMPLE = Path(__file__).parents[1] / "fixtures/labelled_sample.jsonl"

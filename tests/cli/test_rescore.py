@@ -4,7 +4,7 @@ import json
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import Rollout, ScoredRollout
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rollout, rubric, rubric_set
 
 CORRECT = rubric()

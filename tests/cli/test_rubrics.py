@@ -22,8 +22,8 @@ from rubricd.messages import (
     StepSummary,
     Strategy,
 )
-from rubricd.store import RubricStore
 from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import count_health
 
 ANCHOR = Rubric(id="correct", criterion="The final answer is correct.", points=5, kind=RubricKind.ANCHOR)

@@ -4,8 +4,8 @@ import json
 
 from rubricd import RubricdClient
 from rubricd.messages import Rollout
-from rubricd.schedule import ClassStats
 from rubricd_services.cli.schedule import undefined
+from rubricd_services.state.schedule import ClassStats
 from tests.factories import rollout
 
 

@@ -12,9 +12,9 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, SCORERS
 from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, RubricResult, Score
-from rubricd.store import RubricStore
 from rubricd_services.runtime.consumer_groups import ensure_group
 from rubricd_services.scorer.schedule import Rule, Schedule
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import count_health, indexed, rollout, rubric_set
 
 
@@ -164,7 +164,7 @@ def test_the_installed_entry_point_runs_and_says_when_to_add_analyzers(stack, re
 
 
 async def test_status_shows_where_the_votes_split_at_each_voted_runs_latest_step(stack, redis, keys, cli):
-    """What the scorer's commit adds for scores judged by 3 votes (rubricd.health.increments), read back."""
+    """What the scorer's commit adds for scores judged by 3 votes (rubricd_services.state.health.increments), read back."""
     await RubricStore(redis, keys).publish(rubric_set(run_id="voted"))
     for step, agreements in ((0, [1.0, 1.0]), (1, [2 / 3, 1.0, 1 / 3 + 1 / 3])):
         for i, agreement in enumerate(agreements):

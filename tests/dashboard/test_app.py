@@ -32,10 +32,10 @@ def test_the_dashboard_is_a_service_not_a_command_of_its_own(capsys):
         main(["serve", "dashboard", "--workers", "2"])
 
 
-def test_the_dashboard_reads_through_the_shared_package_not_the_command_line():
+def test_the_dashboard_reads_through_the_state_not_the_command_line():
     probe = (
         "import sys, rubricd_services.dashboard.app, rubricd_services.dashboard.reader\n"
         "print(' '.join(sorted({m.split('.')[1] for m in sys.modules if m.startswith('rubricd_services.')})))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-    assert set(done.stdout.split()) <= {"dashboard", "memory", "settings", "runtime", "llm"}
+    assert set(done.stdout.split()) <= {"dashboard", "state", "memory", "settings", "runtime", "llm"}

@@ -19,8 +19,6 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from rubricd import RubricdClient, wire
-from rubricd.arm import PhaseDecision, Plan
-from rubricd.canaries import CanaryStep
 from rubricd.messages import (
     Action,
     ArmReward,
@@ -30,6 +28,8 @@ from rubricd.messages import (
     GateDecision,
     Interference,
     JudgeStatus,
+    PhaseDecision,
+    Plan,
     RewardedArmRollout,
     Rollout,
     Rubric,
@@ -41,9 +41,10 @@ from rubricd.messages import (
     ScoredRollout,
     Strategy,
 )
-from rubricd.store import RubricStore
 from rubricd_services.dashboard.reader import PAGE, Reader, RunTally, StepTally
 from rubricd_services.settings import ServiceSettings
+from rubricd_services.state.canaries import CanaryStep
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import answer, count_health, rollout, scored
 
 from .conftest import IMG, SCRIPT

@@ -40,7 +40,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rubricd import ArmRollout, SyncRubricdClient
 from rubricd.adapters import trl_arm_reward
-from rubricd.arm import Plan
+from rubricd.messages import Plan
 
 # The generator's code words and the rubric each spells out. Under the truth below, `concise` and `flatters` tell
 # the preferred answer from each rejected one, `reasoning` prefers the padded and flattering ones, `polite` the

@@ -21,7 +21,7 @@ from word_level import tokenizer
 
 from rubricd import SyncRubricdClient
 from rubricd.adapters import trl_arm_reward
-from rubricd.arm import Plan
+from rubricd.messages import Plan
 
 # A generator's answer the arm service accepts (one rubric that tells a short answer from a padded one), and
 # filler: a tiny random model emits it among the rest, so a group's rewards differ.

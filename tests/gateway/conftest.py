@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rubric_set, starter
 
 RUN = "gw-run"

@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from rubricd import wire
-from rubricd.arm import prompt_key
 from rubricd.messages import Rollout, ScoredRollout
-from rubricd.store import RubricStore
+from rubricd_services.state.arm import prompt_key
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rubric_set
 
 from .conftest import RUN

@@ -5,15 +5,15 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from rubricd import usage
 from rubricd.messages import Rollout, Rubric, RubricSet
-from rubricd.usage import AgentUsage
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.llm import Completion, LLMClient
 from rubricd_services.llm import usage as recording
 from rubricd_services.runtime import prompts
 from rubricd_services.runtime.metrics import Metrics
 from rubricd_services.settings import LLMSettings, Price, ServiceSettings
+from rubricd_services.state import usage
+from rubricd_services.state.usage import AgentUsage
 
 GPT = Price(prompt_per_mtok=0.15, completion_per_mtok=0.60)
 

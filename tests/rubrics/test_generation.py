@@ -21,7 +21,6 @@ from rubricd.messages import (
     StepSummary,
     Strategy,
 )
-from rubricd.store import RubricStore
 from rubricd_services.cli.redis_acl import services
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
@@ -35,6 +34,7 @@ from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator import generating, judging
 from rubricd_services.simulator.faults import FaultPlan, SimConfig, directive
+from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.proposal import Limits, UpdateProposal
 from rubricd_services.updater.update import RubricUpdater

@@ -29,8 +29,8 @@ from rubricd.messages import (
     ScoredRollout,
     StepClosed,
 )
-from rubricd.store import RubricStore
 from rubricd_services.runtime.service import EXIT_GROUP_GONE
+from rubricd_services.state.rubric_sets import RubricStore
 
 # FastStream's binary message format starts with this header; its JSON envelope is {"data": ..., "headers": ...}.
 FASTSTREAM_BINARY = b"\x89BIN\x0d\x0a\x1a\x0a"

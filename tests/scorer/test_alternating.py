@@ -6,11 +6,12 @@ import httpx
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, health, wire
+from rubricd import RubricdClient, wire
 from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
-from rubricd.schedule import ClassStats, Decision, parse_stats
-from rubricd.store import RubricStore
 from rubricd_services.scorer.schedule import Rule, Schedule
+from rubricd_services.state import health
+from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_services.state.schedule import ClassStats, Decision, parse_stats
 
 from .test_service import sim
 

@@ -11,7 +11,6 @@ import msgspec
 import pytest
 
 from rubricd import RubricdClient, wire
-from rubricd.canaries import CLAIMED, CanaryStep, drifting_since, read
 from rubricd.keys import CANARIES
 from rubricd.messages import (
     Action,
@@ -36,6 +35,7 @@ from rubricd_services.judges.evaluation.canaries import (
 )
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.run import Judged
+from rubricd_services.state.canaries import CLAIMED, CanaryStep, drifting_since, read
 from tests import forks
 
 RULE = Rule(floor=0.6, margin=0.15, baseline_steps=2)

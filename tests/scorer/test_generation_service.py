@@ -4,11 +4,12 @@ import hashlib
 
 import pytest
 
-from rubricd import RubricdClient, usage, wire
+from rubricd import RubricdClient, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, instance_key
-from rubricd.store import RubricStore
 from rubricd_services.rubrics import generation
 from rubricd_services.runtime import prompts
+from rubricd_services.state import usage
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

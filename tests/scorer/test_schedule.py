@@ -3,8 +3,8 @@
 import pytest
 
 from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rubric, Score
-from rubricd.schedule import ClassStats, Decision, explain, parse_stats
 from rubricd_services.scorer.schedule import Rule, candidates, choose, stats_increments
+from rubricd_services.state.schedule import ClassStats, Decision, explain, parse_stats
 
 AXES = ["accuracy", "completeness", "communication_quality"]
 

@@ -6,8 +6,7 @@ import httpx
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, runs, wire
-from rubricd.history import rubric_versions
+from rubricd import RubricdClient, wire
 from rubricd.keys import SCORERS
 from rubricd.messages import (
     Action,
@@ -25,7 +24,9 @@ from rubricd.messages import (
     Score,
     ScoredRollout,
 )
-from rubricd.store import RubricStore
+from rubricd_services.state import runs
+from rubricd_services.state.history import rubric_versions
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

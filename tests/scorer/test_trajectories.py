@@ -18,7 +18,7 @@ from rubricd.messages import (
     ToolCall,
     Turn,
 )
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

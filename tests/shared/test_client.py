@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from rubricd import InvalidRollout, RubricdClient, ScoreTimeout, SyncRubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import JudgeStatus, Rollout, Score, StepClosed
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

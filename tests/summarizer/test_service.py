@@ -9,7 +9,7 @@ import httpx
 import msgspec
 import pytest
 
-from rubricd import RubricdClient, health, wire
+from rubricd import RubricdClient, wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import (
     DeadLetter,
@@ -27,9 +27,10 @@ from rubricd.messages import (
     StepClosed,
     StepSummary,
 )
-from rubricd.store import RubricStore
 from rubricd_services.analyzer.handler import memory_item
 from rubricd_services.memory.store import MemoryKind
+from rubricd_services.state import health
+from rubricd_services.state.rubric_sets import RubricStore
 from tests import forks
 
 pytestmark = pytest.mark.integration

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from rubricd import usage, wire
+from rubricd import wire
 from rubricd.messages import JudgeStatus, ScoredRollout
-from rubricd.store import RubricStore
+from rubricd_services.state import usage
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration

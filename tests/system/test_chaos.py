@@ -55,8 +55,8 @@ from rubricd.messages import (
     ScoredRollout,
     StepSummary,
 )
-from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

@@ -39,8 +39,8 @@ from rubricd.messages import (
     Score,
     StepClosed,
 )
-from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

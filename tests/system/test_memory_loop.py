@@ -25,8 +25,8 @@ from rubricd.messages import (
     StepSummary,
     TrainingContext,
 )
-from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import redis as redis_sync
 
-from rubricd import RubricdClient, canaries, promotion, wire
+from rubricd import RubricdClient, wire
 from rubricd.messages import (
     Candidate,
     Event,
@@ -30,9 +30,10 @@ from rubricd.messages import (
     Rubric,
     TrainingContext,
 )
-from rubricd.store import RubricStore
 from rubricd_services.demo.policy import respond
 from rubricd_services.judges.evaluation.labelled import Item
+from rubricd_services.state import canaries, promotion
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import Event, EventKind, JudgeStatus, RolloutAnalysis, RubricKind, StepSummary
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import answer
 
 pytestmark = pytest.mark.integration

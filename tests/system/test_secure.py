@@ -24,9 +24,9 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, ConnectionError, NoPermissionError, TimeoutError
 
 from rubricd import Rollout, RubricdClient, wire
-from rubricd.arm import prompt_key
 from rubricd.keys import ANALYZERS, ARM, CANARIES, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import ArmReward, ArmRollout, JudgeStatus, Score
+from rubricd_services.state.arm import prompt_key
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from weaviate.classes.config import Configure, DataType, Property
 from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import StepSummary
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rollout, rubric_set
 
 pytestmark = pytest.mark.integration

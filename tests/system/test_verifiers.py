@@ -9,7 +9,7 @@ import pytest
 
 from rubricd import wire
 from rubricd.messages import JudgeStatus, ScoredRollout
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import pytest
 
 from rubricd import wire
 from rubricd.messages import Event, EventKind, JudgeStatus, Rubric, ScoredRollout, StepSummary, Turn
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration

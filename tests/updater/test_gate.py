@@ -3,8 +3,6 @@ scorer's commit would keep, and the gate's decision on good and harmful candidat
 
 import msgspec
 
-from rubricd import promotion
-from rubricd.canaries import CanaryStep
 from rubricd.messages import (
     Action,
     Candidate,
@@ -17,7 +15,6 @@ from rubricd.messages import (
     RubricSet,
     StepSummary,
 )
-from rubricd.promotion import ShadowScore
 from rubricd_services.demo.policy import respond
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
@@ -26,6 +23,9 @@ from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
 from rubricd_services.simulator import judging as sim_judging
 from rubricd_services.simulator.updates import COLLATERAL, HACKS
+from rubricd_services.state import promotion
+from rubricd_services.state.canaries import CanaryStep
+from rubricd_services.state.promotion import ShadowScore
 from rubricd_services.updater import gate
 from rubricd_services.updater.prompting import Prompts, refused, updater_messages
 from rubricd_services.updater.proposal import validate

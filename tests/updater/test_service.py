@@ -10,8 +10,8 @@ import pytest
 from rubricd import wire
 from rubricd.keys import UPDATERS, Keys
 from rubricd.messages import Event, HackingPattern, RubricKind, RubricSet, RubricsUpdated, StepSummary
-from rubricd.store import RubricStore
 from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
+from rubricd_services.state.rubric_sets import RubricStore
 
 pytestmark = pytest.mark.integration
 

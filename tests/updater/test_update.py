@@ -3,10 +3,10 @@
 import msgspec
 
 from rubricd.messages import EventKind, RubricSet, Strategy
-from rubricd.store import Shadowing
 from rubricd_services.memory.store import MemoryItem, MemoryKind
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.simulator import updates as sim_updates
+from rubricd_services.state.rubric_sets import Shadowing
 from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.update import RubricUpdater
 

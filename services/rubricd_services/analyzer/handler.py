@@ -23,7 +23,6 @@ from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
 from rubricd.messages import Event, EventKind, RolloutAnalysis, Rubric, ScoredRollout
-from rubricd.store import RubricStore
 from rubricd_services.llm import LLMError
 from rubricd_services.llm.usage import Metered
 from rubricd_services.memory.embedder import EMBEDDER
@@ -32,6 +31,7 @@ from rubricd_services.runtime import events, intake, prompts
 from rubricd_services.runtime.gathering import Claim
 from rubricd_services.runtime.outage import LLM, WEAVIATE
 from rubricd_services.runtime.service import Clients
+from rubricd_services.state.rubric_sets import RubricStore
 
 from . import sampling
 from .analysis import ANALYZER, AnalysisDraft, AnalysisFailed, analyze_rollout, render

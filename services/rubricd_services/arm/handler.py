@@ -16,8 +16,7 @@ from typing import Any, cast
 
 import msgspec
 
-from rubricd import arm, wire
-from rubricd.arm import explain
+from rubricd import wire
 from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
@@ -29,6 +28,8 @@ from rubricd_services.runtime import answering
 from rubricd_services.runtime.answering import ARM_ROLLOUTS, Answered, Answering
 from rubricd_services.runtime.intake import Sender
 from rubricd_services.runtime.service import Clients
+from rubricd_services.state import arm
+from rubricd_services.state.arm import explain
 
 from . import rewards
 from .phases import Phases

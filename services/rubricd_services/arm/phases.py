@@ -4,7 +4,8 @@ The first arm process to reward a rollout of a step writes the step's decision w
 (`Keys.arm_phases`), following the run's plan (`rubricd arm phases`) or the service's RUBRICD_ARM_* settings;
 every other process, and every later rollout, reads that decision. The process whose decision is written, and
 whose step trains something else than the step before, writes the `arm_phase` event in the same script: one
-event per switch. The read side (Plan, PhaseDecision, `explain`) is `rubricd.arm`.
+event per switch. The plan and the decision are rubricd.messages.Plan and PhaseDecision; `explain` and the reads are
+`rubricd_services.state.arm`.
 """
 
 import asyncio
@@ -14,10 +15,10 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.arm import PhaseDecision, Plan, explain, read_plan
 from rubricd.keys import Keys
-from rubricd.messages import EventKind
+from rubricd.messages import EventKind, PhaseDecision, Plan
 from rubricd_services.runtime import events
+from rubricd_services.state.arm import explain, read_plan
 
 CACHED_DECISIONS = 4096  # decisions a process keeps in memory (they never change: a miss only costs a read)
 

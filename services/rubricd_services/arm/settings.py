@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from rubricd.arm import Plan
+from rubricd.messages import Plan
 from rubricd_services.judges.settings import PairwiseSettings
 from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings

@@ -5,7 +5,7 @@ from typing import Any
 
 import msgspec
 
-from rubricd.accuracy import Accuracy, RunAccuracy, parse_accuracy
+from rubricd_services.state.accuracy import Accuracy, RunAccuracy, parse_accuracy
 
 from .context import Context, Failed, table
 

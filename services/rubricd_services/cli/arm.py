@@ -8,12 +8,13 @@ from pathlib import Path
 
 import msgspec
 
-from rubricd import arm
-from rubricd.arm import Plan, explain
+from rubricd.messages import Plan
 from rubricd_services.llm import LLMClient
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import load
+from rubricd_services.state import arm
+from rubricd_services.state.arm import explain
 
 from .context import Context, Failed, clock, table
 

@@ -18,7 +18,6 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.arm import ArmPrompt
 from rubricd.keys import Keys
 from rubricd.messages import GeneratedBy, Order, Rubric, RubricSet
 from rubricd_services.judges import pairwise
@@ -30,6 +29,7 @@ from rubricd_services.rubrics.generation import GENERATOR
 from rubricd_services.rubrics.prompting import messages as generator_messages
 from rubricd_services.rubrics.validation import RubricLimits
 from rubricd_services.settings import LLMSettings
+from rubricd_services.state.arm import ArmPrompt
 
 log = logging.getLogger("rubricd.arm")
 ORDERS: tuple[Order, ...] = ("AB", "BA")

@@ -11,11 +11,11 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.accuracy import COUNTS, Accuracy
 from rubricd.keys import GLOBAL, Keys
 from rubricd.messages import JudgedComparison, RewardedArmRollout, RubricSet
-from rubricd.store import RubricStore
 from rubricd.wire import StreamEntry
+from rubricd_services.state.accuracy import COUNTS, Accuracy
+from rubricd_services.state.rubric_sets import RubricStore
 
 from .context import Context
 
@@ -199,7 +199,7 @@ async def generator_records(redis: Redis, keys: Keys, run_id: str) -> AsyncItera
 
 
 async def set_accuracy(redis: Redis, keys: Keys, run_id: str, instance: str | None, version: int) -> Accuracy:
-    """The judge accuracy counts of one rubric set (rubricd.accuracy)."""
+    """The judge accuracy counts of one rubric set (rubricd_services.state.accuracy)."""
     names = [f"set:{instance or GLOBAL}:{version}:{count}" for count in COUNTS]
     values = await redis.hmget(keys.accuracy(run_id), names)
     accuracy = Accuracy()

@@ -37,9 +37,9 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import JudgeStatus, RubricKind, RubricSet, RunId, Score, ScoredRollout
-from rubricd.store import RubricStore
 from rubricd.wire import StreamEntry
 from rubricd_services.rubrics import healthbench
+from rubricd_services.state.rubric_sets import RubricStore
 
 from .context import Context, Failed
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import msgspec
 from pydantic import BaseModel, ValidationError
 
-from rubricd.canaries import drifting_since, read
 from rubricd_services.cli.settings import EvalSettings
 from rubricd_services.judges import pairwise, verdicts
 from rubricd_services.judges.evaluation import labelled, pairs
@@ -21,6 +20,7 @@ from rubricd_services.judges.scoring import TRAJECTORY, Judging
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings, load
+from rubricd_services.state.canaries import drifting_since, read
 
 from .context import Context, Failed, share, table
 

@@ -32,8 +32,8 @@ from redis.asyncio import Redis
 from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import RubricSet, RunId, Score, ScoredRollout, instance_key
-from rubricd.store import RubricStore
 from rubricd.wire import StreamEntry
+from rubricd_services.state.rubric_sets import RubricStore
 
 from .context import Context, Failed, table
 

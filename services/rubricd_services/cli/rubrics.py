@@ -5,7 +5,7 @@ between two, each step's rubric health, and how its changes take effect with the
 Versions come from the rubric store; what produced each (step, strategy, each
 modification's rationale) from the RubricsUpdated announcements, or, once the
 announcements stream has been trimmed, from the memory's rubric_update records. Rubric health comes from the
-steps' health hashes (rubricd.health), kept as long as the scorer keeps a step's statistics.
+steps' health hashes (rubricd_services.state.health), kept as long as the scorer keeps a step's statistics.
 """
 
 import argparse
@@ -13,11 +13,12 @@ from typing import TypedDict
 
 import msgspec
 
-from rubricd import health, promotion, wire
-from rubricd.history import changes, render_change, summary
+from rubricd import wire
 from rubricd.messages import Candidate, GateCheck, Interference, PromotionPlan, RubricSet
-from rubricd.store import RubricStore
-from rubricd_services.memory.announcements import announcements
+from rubricd_services.state import health, promotion
+from rubricd_services.state.announcements import announcements
+from rubricd_services.state.history import changes, render_change, summary
+from rubricd_services.state.rubric_sets import RubricStore
 
 from . import healthbench
 from .context import Context, Failed, clock, table

@@ -5,7 +5,7 @@ from typing import Any
 
 import msgspec
 
-from rubricd.schedule import ClassStats, Decision, explain, read_history, read_stats
+from rubricd_services.state.schedule import ClassStats, Decision, explain, read_history, read_stats
 
 from .context import Context, Failed, clock, table
 

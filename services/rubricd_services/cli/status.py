@@ -9,13 +9,13 @@ from typing import Any
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import arm, canaries, health, runs
-from rubricd.history import rubric_versions
 from rubricd.keys import Keys
-from rubricd.schedule import Decision
-from rubricd.status import stream_status, streams
-from rubricd.usage import run_usage
 from rubricd.wire import string
+from rubricd_services.runtime.status import stream_status, streams
+from rubricd_services.state import arm, canaries, health, runs
+from rubricd_services.state.history import rubric_versions
+from rubricd_services.state.schedule import Decision
+from rubricd_services.state.usage import run_usage
 
 from .context import Context, ago, share, table
 

@@ -9,9 +9,9 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.events import kind, matches
 from rubricd.messages import Event, EventKind
 from rubricd.wire import StreamEntry, StreamRead
+from rubricd_services.state.events import kind, matches
 
 from .context import Context, clip, clock
 

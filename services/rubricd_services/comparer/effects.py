@@ -3,11 +3,11 @@ accuracy and the prompt of the Preference's instance (for `rubricd export`), wit
 What is kept: docs/researchers/rubric-arm.md, "Accuracy" and "Training records".
 """
 
-from rubricd.accuracy import accuracy_increments
 from rubricd.keys import Keys
 from rubricd.messages import Comparison, Preference
 from rubricd_services.runtime import answering
 from rubricd_services.runtime.answering import Effects
+from rubricd_services.state.accuracy import accuracy_increments
 
 # `instance` is '' for a rubric set without an instance.
 SCRIPT = answering.script(

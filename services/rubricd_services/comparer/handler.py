@@ -18,9 +18,7 @@ import msgspec
 from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
-from rubricd.accuracy import Accuracy, parse_accuracy
 from rubricd.messages import Comparison, Event, EventKind, JudgeStatus, Preference, RubricsUpdated
-from rubricd.store import RubricStore
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.scoring import Judging
@@ -32,6 +30,8 @@ from rubricd_services.runtime.answering import COMPARISONS, Answered, Answering
 from rubricd_services.runtime.intake import Sender
 from rubricd_services.runtime.metrics import Metrics
 from rubricd_services.runtime.service import Clients
+from rubricd_services.state.accuracy import Accuracy, parse_accuracy
+from rubricd_services.state.rubric_sets import RubricStore
 
 from . import effects
 from .settings import ComparerSettings

@@ -14,9 +14,7 @@ from typing import Any, TypeVar, cast
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import arm, canaries, health, runs, wire
-from rubricd.events import matches
-from rubricd.history import changes, render_change, rubric_versions
+from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import (
     ArmReward,
@@ -29,13 +27,16 @@ from rubricd.messages import (
     RubricsUpdated,
     ScoredRollout,
 )
-from rubricd.schedule import parse_history
-from rubricd.status import stream_status, streams
-from rubricd.store import RubricStore
-from rubricd.usage import run_usage
 from rubricd.wire import StreamEntry
-from rubricd_services.memory.announcements import announcements
+from rubricd_services.runtime.status import stream_status, streams
 from rubricd_services.settings import ServiceSettings
+from rubricd_services.state import arm, canaries, health, runs
+from rubricd_services.state.announcements import announcements
+from rubricd_services.state.events import matches
+from rubricd_services.state.history import changes, render_change, rubric_versions
+from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_services.state.schedule import parse_history
+from rubricd_services.state.usage import run_usage
 
 from . import rollouts
 

@@ -18,11 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-from rubricd import RubricdClient, usage
+from rubricd import RubricdClient
 from rubricd.keys import Keys
 from rubricd.messages import AnalysisSample, JudgeMode, Promotion
-from rubricd.usage import AgentUsage
 from rubricd_services.settings import ServiceSettings, load
+from rubricd_services.state import usage
+from rubricd_services.state.usage import AgentUsage
 
 from . import report
 from .policy import TRADE_OFF_START

@@ -26,8 +26,8 @@ from typing import Any
 import msgspec
 
 from rubricd import RubricdClient
-from rubricd.arm import Plan, prompt_key, read_prompts
-from rubricd.messages import ArmReward, ArmRollout
+from rubricd.messages import ArmReward, ArmRollout, Plan
+from rubricd_services.state.arm import prompt_key, read_prompts
 
 from .policy import respond
 

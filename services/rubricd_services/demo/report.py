@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 
 from rubricd.messages import Action, EventKind, RubricModification
-from rubricd.usage import AgentUsage, total_cost
 from rubricd_services.settings import LLMSettings, Price
+from rubricd_services.state.usage import AgentUsage, total_cost
 
 from . import compare, gating, judging, plots, transcript
 from .policy import Task
@@ -202,7 +202,7 @@ def summary_lines(
 
 
 def write(run: Run, folder: Path, spent: Sequence[AgentUsage] = (), prices: Mapping[str, Price] | None = None) -> Path:
-    """Write the report folder; returns report.md's path. `spent`: the run's LLM usage (rubricd.usage.read)."""
+    """Write the report folder; returns report.md's path. `spent`: the run's LLM usage (rubricd_services.state.usage.read)."""
     folder.mkdir(parents=True, exist_ok=True)
     plots.rewards(run, folder / "rewards.png")
     plots.rubrics(run, folder / "rubrics.png")

@@ -28,7 +28,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.typing import KeyT, StreamIdT
 
-from rubricd import RubricdClient, promotion, usage, wire
+from rubricd import RubricdClient, wire
 from rubricd.keys import Keys
 from rubricd.messages import (
     UPDATE_OUTCOMES,
@@ -46,7 +46,9 @@ from rubricd.messages import (
     Score,
     StepSummary,
 )
-from rubricd.schedule import explain, read_history
+from rubricd_services.state import promotion, usage
+from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_services.state.schedule import explain, read_history
 
 from .agent import AGENT
 from .policy import ARITHMETIC, START, Policy, Task
@@ -108,7 +110,9 @@ class StepRecord:
     update: Update | None = None
     class_means: dict[str, float] = field(default_factory=dict)  # per meta-class, over the scores where defined
     active_meta_class: str | None = None  # alternating: the class the step's Scores name (None: weighted total)
-    schedule: str = ""  # alternating: the schedule's decision for the step, and why (rubricd.schedule.explain)
+    schedule: str = (
+        ""  # alternating: the schedule's decision for the step, and why (rubricd_services.state.schedule.explain)
+    )
     turn_rubrics: list[str] = field(default_factory=list)  # the ids of the turn rubrics that scored the step
     examples: list[Example] = field(default_factory=list)  # the first rollout of each behaviour, scored
     # The run's LLM use once the step's update is in (its analyses, summary and update done): per agent, calls
@@ -143,7 +147,7 @@ class Run:
     judge_mode: JudgeMode = "single"  # set on every rollout of a grouped run
     group_size: int | None = None  # G responses sampled per prompt (None: one per prompt)
     analysis_sample: AnalysisSample | None = None  # set on every rollout of a grouped run (None: the analyzers')
-    promotion: Promotion | None = None  # the run's own (rubricd.promotion), None: the updater's settings
+    promotion: Promotion | None = None  # the run's own (rubricd_services.state.promotion), None: the updater's settings
     shadow_steps: int = 1
     finished_at: float | None = None
     records: list[StepRecord] = field(default_factory=list)
@@ -249,7 +253,9 @@ async def train(
     announcements = Announcements(client.redis, client.keys, run.run_id)
     await announcements.start()
     if run.task.seeds:
-        await client.rubrics.seed(RubricSet(run_id=run.run_id, version=1, rubrics=run.task.seeds))
+        await RubricStore(client.redis, client.keys).seed(
+            RubricSet(run_id=run.run_id, version=1, rubrics=run.task.seeds)
+        )
     if run.promotion is not None:
         plan = PromotionPlan(promotion=run.promotion, shadow_steps=run.shadow_steps)
         await promotion.write_plan(client.redis, client.keys, run.run_id, plan)

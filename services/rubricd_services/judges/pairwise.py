@@ -3,7 +3,7 @@
 Plain Python: a test hands in rubrics and judge answers and needs no broker. `decide` picks one order's winner
 from the per-rubric verdicts and points (hard rules, then net points, then ties), never from the judge's stated
 preference alone; `aggregate` combines both orders, so a position-biased judge shows as inconsistent.
-The rules: docs/researchers/rubric-arm.md, "How the winner is chosen"; accuracy is counted in `rubricd.accuracy`.
+The rules: docs/researchers/rubric-arm.md, "How the winner is chosen"; accuracy is counted in `rubricd_services.state.accuracy`.
 """
 
 import asyncio

@@ -26,7 +26,7 @@ from rubricd.messages import (
     Score,
     TurnResult,
 )
-from rubricd.reward import Policy, Undefined, policy
+from rubricd_services.rubrics.policies import Policy, Undefined, policy
 from rubricd_services.rubrics.sets import Generation, InForce
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
@@ -317,7 +317,7 @@ async def score_group(
 @dataclass(frozen=True)
 class Scoring:
     """How verdicts become a Score: under a set (`rubrics`), and the policy named `policy_name` (`active`, the
-    step's meta-class under `alternating`, and `undefined`: rubricd.reward)."""
+    step's meta-class under `alternating`, and `undefined`: rubricd_services.rubrics.policies)."""
 
     rubrics: Rubrics
     policy_name: str

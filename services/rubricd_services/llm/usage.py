@@ -1,4 +1,4 @@
-"""Adding each run's LLM calls (calls, tokens) to its usage hash (`Keys.usage`); `rubricd.usage` reads it.
+"""Adding each run's LLM calls (calls, tokens) to its usage hash (`Keys.usage`); `rubricd_services.state.usage` reads it.
 
 A service that calls an LLM on behalf of a run adds the call to the run's usage
 hash: the scorer inside its commit script, the others with `record` after the

@@ -19,12 +19,12 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import EventKind, GeneratedBy, Rubric, RubricKind, RubricSet
-from rubricd.store import RubricStore
 from rubricd_services.llm import LLMError, usage
 from rubricd_services.llm.usage import Ask
 from rubricd_services.runtime import events, locks, prompts
 from rubricd_services.runtime.service import Clients
 from rubricd_services.settings import ServiceSettings
+from rubricd_services.state.rubric_sets import RubricStore
 
 from .draft import InvalidDraft, RubricDraft, build, draft_type
 from .prompting import messages

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
 from rubricd.messages import Candidate, Event, EventKind, Rubric, RubricSet, RubricsUpdated, instance_key
-from rubricd.store import RubricStore
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.runtime import events
+from rubricd_services.state.rubric_sets import RubricStore
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from rubricd.status import group_lag
 from rubricd_services.llm import LLMClient
+from rubricd_services.runtime.status import group_lag
 from rubricd_services.settings import Price
 
 log = logging.getLogger("rubricd.metrics")

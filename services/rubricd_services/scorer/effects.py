@@ -1,16 +1,16 @@
 """What the scorer's commit writes besides the answering runtime's (runtime.answering): with the first score only,
 the rollout handed to the analyzers (unless not analysed), the step's class statistics and rubric health (and its
-step in the run's health index), its shadow score under a candidate rubric set (promotion gated: rubricd.promotion),
+step in the run's health index), its shadow score under a candidate rubric set (promotion gated: rubricd_services.state.promotion),
 and, for the step's first score, its event on the canary-steps stream (the canaries start there, off the scoring
 path); with every commit, a new verdict for the judge cache. What is written: docs/operators/recover.md, "Delivery".
 """
 
-from rubricd import health, promotion
-from rubricd.canaries import STARTED
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, Score
 from rubricd_services.runtime import answering
 from rubricd_services.runtime.answering import Effects
+from rubricd_services.state import health, promotion
+from rubricd_services.state.canaries import STARTED
 
 from .schedule import stats_increments
 from .settings import ScorerSettings

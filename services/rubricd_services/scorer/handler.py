@@ -22,18 +22,18 @@ from faststream.redis.message import RedisStreamMessage
 
 from rubricd import wire
 from rubricd.messages import Candidate, Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
-from rubricd.reward import POLICIES
-from rubricd.store import RubricStore
 from rubricd_services.judges.cache import VerdictCache
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
+from rubricd_services.rubrics.policies import POLICIES
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import RubricCache
 from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering, Prepared, Read
 from rubricd_services.runtime.intake import Rejected, Sender, entry_id
 from rubricd_services.runtime.service import Clients
+from rubricd_services.state.rubric_sets import RubricStore
 
 from . import effects
 from .groups import Claimed, Groups

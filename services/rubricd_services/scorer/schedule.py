@@ -3,7 +3,7 @@
 `choose` applies the rule (warm-up, minimum phase, then `round_robin`, `most_room` or `largest_gain`) to the
 run's earlier decisions and class statistics; the scorer decides once per (run, step) and writes the decision
 with a compare-and-set (`Keys.schedule`), so every scorer gives a step the same class. This is the deciding
-side; the read side (decisions, statistics, `explain`) is `rubricd.schedule`.
+side; the read side (decisions, statistics, `explain`) is `rubricd_services.state.schedule`.
 The rules, the candidates and why `largest_gain` exploits: docs/researchers/alternating.md, "The meta-class
 schedule".
 """
@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Event, EventKind, JudgeStatus, Rubric, Score
-from rubricd.schedule import (
+from rubricd_services.runtime import events
+from rubricd_services.state.schedule import (
     ClassStats,
     Decision,
     Reason,
@@ -29,7 +30,6 @@ from rubricd.schedule import (
     explain,
     read_stats,
 )
-from rubricd_services.runtime import events
 
 CACHED_DECISIONS = 4096  # decisions a scorer keeps in memory (they never change: a miss only costs a read)
 

@@ -2,8 +2,8 @@
 
 from pydantic import Field, field_validator
 
-from rubricd.reward import POLICIES, Undefined
 from rubricd_services.judges.settings import CanarySettings, JudgeSettings
+from rubricd_services.rubrics.policies import POLICIES, Undefined
 from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings, PromotionSettings
 from rubricd_services.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from faststream.redis.message import RedisStreamMessage
 
-from rubricd import health, wire
+from rubricd import wire
 from rubricd.keys import SUMMARIZERS
 from rubricd.messages import EventKind, RolloutAnalysis, StepClosed, StepSummary
 from rubricd_services.llm.usage import Metered
@@ -30,6 +30,7 @@ from rubricd_services.runtime import events, intake, prompts
 from rubricd_services.runtime.metrics import Metrics
 from rubricd_services.runtime.outage import LLM, WEAVIATE
 from rubricd_services.runtime.service import Clients
+from rubricd_services.state import health
 
 from .effects import StepBook, StepState, member
 from .settings import SummarizerSettings

@@ -72,7 +72,9 @@ class StepInfo:
     missing: tuple[str, ...] = ()
     missing_parts: int = 0  # closed in parts: the parts that never closed the step
     sampled: StepSample | None = None  # the analyses are a sample of the step's scored rollouts: which
-    health: tuple[RubricHealth, ...] = ()  # every rubric's health (rubricd.health), carried into the summary
+    health: tuple[
+        RubricHealth, ...
+    ] = ()  # every rubric's health (rubricd_services.state.health), carried into the summary
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Candidate, Event, RubricsUpdated
-from rubricd.store import RubricStore
 from rubricd_services.runtime import locks
+from rubricd_services.state.rubric_sets import RubricStore
 
 
 class Effects:

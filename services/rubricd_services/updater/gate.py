@@ -1,6 +1,6 @@
 """The promotion gate: which of a candidate's modifications earn their place, from its shadow scores.
 
-Plain Python over the shadow scores (rubricd.promotion) and the analyses of the shadow steps: no broker, no LLM.
+Plain Python over the shadow scores (rubricd_services.state.promotion) and the analyses of the shadow steps: no broker, no LLM.
 Each modification is priced alone against the set in force, rollout by rollout under the rollout's own policy:
 an added or modified rubric must separate responses within a group, no modification may favour the rollouts
 flagged for the hacking the proposal answered over the honest ones, nor lower the honest ones' reward by more than
@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rubricd.canaries import CanaryStep
 from rubricd.messages import (
     Action,
     Candidate,
@@ -26,8 +25,9 @@ from rubricd.messages import (
     RubricModification,
     RubricSet,
 )
-from rubricd.promotion import ShadowScore
-from rubricd.reward import policy
+from rubricd_services.rubrics.policies import policy
+from rubricd_services.state.canaries import CanaryStep
+from rubricd_services.state.promotion import ShadowScore
 
 from .proposal import Limits, validate
 

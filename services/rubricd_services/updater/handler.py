@@ -17,7 +17,7 @@ import logging
 import msgspec
 from faststream.redis.message import RedisStreamMessage
 
-from rubricd import promotion, wire
+from rubricd import wire
 from rubricd.keys import UPDATERS
 from rubricd.messages import Candidate, Event, EventKind, RubricsUpdated, StepSummary
 from rubricd_services.llm import LLMError
@@ -25,6 +25,7 @@ from rubricd_services.llm.usage import Metered
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.runtime import events, intake
 from rubricd_services.runtime.service import Clients
+from rubricd_services.state import promotion
 
 from .effects import Effects
 from .prompting import UPDATER, MemoryBudget, Prompts

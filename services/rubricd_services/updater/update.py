@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from rubricd import promotion, wire
-from rubricd.canaries import steps as canary_steps
-from rubricd.history import modifications
+from rubricd import wire
 from rubricd.messages import (
     Candidate,
     EventKind,
@@ -27,10 +25,13 @@ from rubricd.messages import (
     StepSummary,
     Strategy,
 )
-from rubricd.store import RubricStore
 from rubricd_services.llm.usage import Ask
 from rubricd_services.memory.store import Memory, MemoryKind
 from rubricd_services.rubrics.seeds import Seeds
+from rubricd_services.state import promotion
+from rubricd_services.state.canaries import steps as canary_steps
+from rubricd_services.state.history import modifications
+from rubricd_services.state.rubric_sets import RubricStore
 
 from . import gate
 from .memory import describe, dynamic_memory, memory_item, rejection_item, static_memory

@@ -37,7 +37,7 @@ def trl_arm_reward(
 
     The dataset is `rubricd arm dataset`'s for the phase: its `prompt_id` column (generator), `comparison_id`,
     `order` and `generator_model` columns (judge; `generator_model=` when the rows have none). The run's step is
-    `first_step` + TRL's global step: a trainer of several turns (rubricd.arm.Plan.turns) starts each at the turn's
+    `first_step` + TRL's global step: a trainer of several turns (rubricd.messages.Plan.turns) starts each at the turn's
     first step. The reward is None where the frozen judge failed; a rejected rollout raises ArmRejected.
     """
     if phase not in ("generator", "judge"):

@@ -2,7 +2,9 @@
 
 A trainer training Rubric-ARM's rubric generator or its judge publishes each completion as an ArmRollout on the
 arm stream; the arm service rewards it against the run's imported preference pairs and answers an ArmReward on
-the trainer's reply stream. The rules: docs/researchers/rubric-arm.md, "Training the generator and the judge".
+the trainer's reply stream. A run's `Plan` says which model each step trains (a trainer loops over its turns);
+the arm service writes each step's `PhaseDecision` once. The rules: docs/researchers/rubric-arm.md, "Training the
+generator and the judge".
 """
 
 from typing import Annotated, Literal
@@ -113,3 +115,63 @@ class RewardedArmRollout(Message, tag="arm_rewarded", frozen=True, kw_only=True)
 
     rollout: ArmRollout
     reward: ArmReward
+
+
+# What a step trains: one model, or both (a plan with simultaneous updates, the baseline alternation is compared to).
+Training = Literal["generator", "judge", "both"]
+Why = Literal["warm_up", "phase", "simultaneous"]
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """Which model each step of a run trains: `first` for `warm_up_steps` steps, then `phase_steps` steps of each
+    in turn from `first`; with `simultaneous`, both every step."""
+
+    first: Phase = "judge"
+    phase_steps: Annotated[int, msgspec.Meta(ge=1)] = 10
+    warm_up_steps: Annotated[int, msgspec.Meta(ge=0)] = 0
+    simultaneous: bool = False
+
+    def training(self, step: int) -> tuple[Training, Why]:
+        """What `step` trains, and why."""
+        if self.simultaneous:
+            return "both", "simultaneous"
+        if step < self.warm_up_steps:
+            return self.first, "warm_up"
+        other: Phase = "generator" if self.first == "judge" else "judge"
+        turn = (step - self.warm_up_steps) // self.phase_steps
+        return (self.first if turn % 2 == 0 else other), "phase"
+
+    def turns(self, total_steps: int) -> list[tuple[Training, int, int]]:
+        """The run's first `total_steps` steps as turns: (what they train, first step, how many steps), in order: a
+        trainer loop trains one model per turn (with simultaneous updates, one turn of "both": each model trains
+        over it, with its own trainer)."""
+        out: list[tuple[Training, int, int]] = []
+        for step in range(total_steps):
+            training = self.training(step)[0]
+            if out and out[-1][0] == training:
+                out[-1] = (training, out[-1][1], out[-1][2] + 1)
+            else:
+                out.append((training, step, 1))
+        return out
+
+    def span(self, step: int) -> tuple[int, int]:
+        """The first and last step of `step`'s phase (warm-up included in the first)."""
+        if self.simultaneous:
+            return 0, step
+        if step < self.warm_up_steps + self.phase_steps:
+            return 0, self.warm_up_steps + self.phase_steps - 1
+        start = step - (step - self.warm_up_steps) % self.phase_steps
+        return start, start + self.phase_steps - 1
+
+
+class PhaseDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """What one step of a run trains, decided once for every trainer process, and the plan it followed."""
+
+    step: int
+    training: Training
+    why: Why
+    plan: Plan
+    decided_at: float | None = None
+
+    def admits(self, phase: Phase) -> bool:
+        return self.training in (phase, "both")

@@ -4,7 +4,7 @@ A trainer (or a data pipeline labelling preferences) publishes a Comparison on
 the comparisons stream; the comparer judges the two responses under the prompt's
 rubric set, in both orders, and replies with a Preference. With a `label`
 (the known better response) the Preference says whether the judge was
-`correct`, and the run's judge accuracy counts it (rubricd.accuracy).
+`correct`, and the run's judge accuracy counts it (rubricd_services.state.accuracy).
 """
 
 from typing import Literal

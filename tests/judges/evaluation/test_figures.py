@@ -77,7 +77,7 @@ def test_a_report_over_items_by_meta_class_with_reward_error_and_cost():
 
 
 def test_the_labelled_reward_is_the_weighted_sum_of_the_labels():
-    from rubricd.reward import policy
+    from rubricd_services.rubrics.policies import policy
 
     rubrics = [
         Rubric(id="correct", criterion="c", points=3),

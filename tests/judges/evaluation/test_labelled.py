@@ -186,7 +186,7 @@ def test_the_projects_sample_groups_share_their_prompt_and_spread_their_rewards(
     and rubrics for all, labelled rewards that differ within the group, as a GRPO group's should."""
     from importlib import resources
 
-    from rubricd.reward import weighted_sum
+    from rubricd_services.rubrics.policies import weighted_sum
 
     data = resources.files("rubricd_services.judges.evaluation").joinpath("data/judge-set.jsonl").read_text()
     groups = [g for g in labelled.grouped(list(labelled.items(data.splitlines()))) if g[0].group is not None]

@@ -6,7 +6,7 @@ their own (`CANARIES`): run, step and rubric version are all they need, so a rol
 them and costs them nothing. For each new step of a run with a labelled set (the run's own, `Keys.canary_set`, else
 RUBRICD_CANARY_SET, read once at start), the first scorer to claim the step judges that step's share of the set, as
 `rubricd judge eval` judges (`run.judge_item`: the scorer's judge prompt, schema, context fitting and LLM client, no
-verdict cache), and records the agreement with the labels (`rubricd.canaries.CanaryStep`). `judge_drift` fires at
+verdict cache), and records the agreement with the labels (`rubricd_services.state.canaries.CanaryStep`). `judge_drift` fires at
 the step where agreement falls below the floor, or more than the margin below the run's first canary steps.
 While the run has a candidate in shadow (promotion gated), each item is judged a second time with the candidate's
 changed rubrics after its own in the same calls, as a scorer judges a rollout in shadow: the gate compares the two
@@ -34,10 +34,8 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from rubricd import wire
-from rubricd.canaries import CLAIMED, CanaryStep, parse
 from rubricd.keys import CANARIES
 from rubricd.messages import Candidate, Event, EventKind
-from rubricd.store import RubricStore
 from rubricd_services.judges.scoring import Judging
 from rubricd_services.judges.settings import CanarySettings, JudgeSettings
 from rubricd_services.llm import usage
@@ -45,6 +43,8 @@ from rubricd_services.runtime import intake
 from rubricd_services.runtime.events import event
 from rubricd_services.runtime.service import ServiceApp
 from rubricd_services.settings import LLMSettings
+from rubricd_services.state.canaries import CLAIMED, CanaryStep, parse
+from rubricd_services.state.rubric_sets import RubricStore
 
 from . import figures, labelled
 from .labelled import Item

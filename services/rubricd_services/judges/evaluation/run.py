@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import msgspec
 
 from rubricd.messages import JudgeMode, Rollout, RubricSet, Score
-from rubricd.reward import policy
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.llm import Completion, LLMClient
+from rubricd_services.rubrics.policies import policy
 from rubricd_services.rubrics.sets import InForce
 from rubricd_services.settings import LLMSettings, Price
 

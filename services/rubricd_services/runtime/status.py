@@ -7,8 +7,8 @@ from typing import Any, TypedDict, cast
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from .keys import Keys
-from .wire import entry_ms, string
+from rubricd.keys import Keys
+from rubricd.wire import entry_ms, string
 
 
 class PendingEntry(TypedDict):

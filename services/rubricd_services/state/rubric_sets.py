@@ -20,65 +20,78 @@ from typing import cast
 import msgspec
 from redis.asyncio import Redis
 
-from . import wire
-from .keys import Keys
-from .messages import Candidate, RubricSet
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Candidate, RubricSet
+from rubricd.views import RubricView
+from rubricd_services.runtime.commit import Script
 
-# KEYS: the rubric set, the runs index, the run's instance sets. ARGV: expected version, version, set, run, instance,
-# the step it was made from ('' for none)
-_PUBLISH = """
-local cur = redis.call('HGET', KEYS[1], 'current')
-local expected = tonumber(ARGV[1])
+# `instance` and `step` are '' for none (the run's own set; a seed, made from no step's evidence).
+_PUBLISH = Script(
+    keys="rubric_set runs instances",
+    args="expected version rubric_set run instance step",
+    body="""
+local cur = redis.call('HGET', k_rubric_set, 'current')
+local expected = tonumber(a_expected)
 if cur then
   if cjson.decode(cur)['version'] ~= expected then return 0 end
 elseif expected ~= 0 then
   return 0
 end
-redis.call('HSET', KEYS[1], 'v' .. ARGV[2], ARGV[3], 'current', ARGV[3])
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 's' .. ARGV[6], ARGV[2]) end
-redis.call('ZADD', KEYS[2], redis.call('TIME')[1], ARGV[4])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[5], ARGV[2]) end
+redis.call('HSET', k_rubric_set, 'v' .. a_version, a_rubric_set, 'current', a_rubric_set)
+if a_step ~= '' then redis.call('HSET', k_rubric_set, 's' .. a_step, a_version) end
+redis.call('ZADD', k_runs, redis.call('TIME')[1], a_run)
+if a_instance ~= '' then redis.call('HSET', k_instances, a_instance, a_version) end
 return 1
-"""
+""",
+)
 
-# KEYS: step marker, done steps, step log. ARGV: step
-_ADVANCE = """
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100, '*', 'step', ARGV[1])
-redis.call('EXPIRE', KEYS[3], 86400)
-local cur = tonumber(redis.call('GET', KEYS[1]) or '-1')
-if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
-return math.max(cur, tonumber(ARGV[1]))
-"""
+_ADVANCE = Script(
+    keys="marker done log",
+    args="step",
+    body="""
+redis.call('ZADD', k_done, a_step, a_step)
+redis.call('XADD', k_log, 'MAXLEN', '~', 100, '*', 'step', a_step)
+redis.call('EXPIRE', k_log, 86400)
+local cur = tonumber(redis.call('GET', k_marker) or '-1')
+if tonumber(a_step) > cur then redis.call('SET', k_marker, a_step) end
+return math.max(cur, tonumber(a_step))
+""",
+)
 
-# KEYS: the rubric set, its candidates. ARGV: the version the candidate is based on, the candidate, its step
-_PROPOSE = """
-local cur = redis.call('HGET', KEYS[1], 'current')
-if not cur or cjson.decode(cur)['version'] ~= tonumber(ARGV[1]) then return 0 end
-if redis.call('HEXISTS', KEYS[1], 'candidate') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'candidate', ARGV[2])
-redis.call('HSET', KEYS[2], 'p' .. ARGV[3], ARGV[2])
+_PROPOSE = Script(
+    keys="rubric_set candidates",
+    args="base_version candidate step",
+    body="""
+local cur = redis.call('HGET', k_rubric_set, 'current')
+if not cur or cjson.decode(cur)['version'] ~= tonumber(a_base_version) then return 0 end
+if redis.call('HEXISTS', k_rubric_set, 'candidate') == 1 then return 0 end
+redis.call('HSET', k_rubric_set, 'candidate', a_candidate)
+redis.call('HSET', k_candidates, 'p' .. a_step, a_candidate)
 return 1
-"""
+""",
+)
 
-# KEYS: the rubric set, the runs index, the run's instance sets, the candidate's shadow scores, the set's
-# candidates. ARGV: the candidate's step, the decided candidate, the decision's step, the promoted set ('' for
-# none), its version, run, instance
-_DECIDE = """
-local pending = redis.call('HGET', KEYS[1], 'candidate')
-if not pending or cjson.decode(pending)['step'] ~= tonumber(ARGV[1]) then return 0 end
-if ARGV[4] ~= '' then
-  local cur = redis.call('HGET', KEYS[1], 'current')
-  if not cur or cjson.decode(cur)['version'] ~= tonumber(ARGV[5]) - 1 then return 0 end
-  redis.call('HSET', KEYS[1], 'v' .. ARGV[5], ARGV[4], 'current', ARGV[4], 's' .. ARGV[1], ARGV[5])
-  redis.call('ZADD', KEYS[2], redis.call('TIME')[1], ARGV[6])
-  if ARGV[7] ~= '' then redis.call('HSET', KEYS[3], ARGV[7], ARGV[5]) end
+# `promoted` is '' (and `version` 0) when the candidate is rejected.
+_DECIDE = Script(
+    keys="rubric_set runs instances shadow_scores candidates",
+    args="step candidate decided_at promoted version run instance",
+    body="""
+local pending = redis.call('HGET', k_rubric_set, 'candidate')
+if not pending or cjson.decode(pending)['step'] ~= tonumber(a_step) then return 0 end
+if a_promoted ~= '' then
+  local cur = redis.call('HGET', k_rubric_set, 'current')
+  if not cur or cjson.decode(cur)['version'] ~= tonumber(a_version) - 1 then return 0 end
+  redis.call('HSET', k_rubric_set, 'v' .. a_version, a_promoted, 'current', a_promoted, 's' .. a_step, a_version)
+  redis.call('ZADD', k_runs, redis.call('TIME')[1], a_run)
+  if a_instance ~= '' then redis.call('HSET', k_instances, a_instance, a_version) end
 end
-redis.call('HDEL', KEYS[1], 'candidate')
-redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[5], 'p' .. ARGV[1], ARGV[2], 'd' .. ARGV[3], ARGV[1])
+redis.call('HDEL', k_rubric_set, 'candidate')
+redis.call('DEL', k_shadow_scores)
+redis.call('HSET', k_candidates, 'p' .. a_step, a_candidate, 'd' .. a_decided_at, a_step)
 return 1
-"""
+""",
+)
 
 _decoder = msgspec.json.Decoder(RubricSet)
 _candidate = msgspec.json.Decoder(Candidate)
@@ -94,18 +107,15 @@ class Shadowing:
     decided: Candidate | None
 
 
-class RubricStore:
-    def __init__(self, redis: Redis, keys: Keys) -> None:
-        self.redis = redis
-        self.keys = keys
-        self._publish = redis.register_script(_PUBLISH)
-        self._advance = redis.register_script(_ADVANCE)
-        self._propose = redis.register_script(_PROPOSE)
-        self._decide = redis.register_script(_DECIDE)
+class RubricStore(RubricView):
+    """The rubric sets the services write: versions, candidates and their decisions, and each run's done steps."""
 
-    async def current(self, run_id: str, instance_key: str | None = None) -> RubricSet | None:
-        raw = await self.redis.hget(self.keys.rubric_set(run_id, instance_key), "current")
-        return _decoder.decode(raw) if raw else None
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        super().__init__(redis, keys)
+        self._publish = _PUBLISH.register(redis)
+        self._advance = _ADVANCE.register(redis)
+        self._propose = _PROPOSE.register(redis)
+        self._decide = _DECIDE.register(redis)
 
     async def in_force(self, run_id: str, instance_key: str | None = None) -> tuple[RubricSet | None, Candidate | None]:
         """The current set and the candidate in shadow on it, if any (one HMGET)."""
@@ -149,8 +159,12 @@ class RubricStore:
         """Put `candidate` in shadow; False if the current version is no longer its base or another candidate is
         in shadow."""
         run, instance = candidate.run_id, candidate.instance_key
-        keys = [self.keys.rubric_set(run, instance), self.keys.candidates(run, instance)]
-        args: list[bytes | int] = [candidate.base_version, msgspec.json.encode(candidate), candidate.step]
+        keys = {"rubric_set": self.keys.rubric_set(run, instance), "candidates": self.keys.candidates(run, instance)}
+        args: dict[str, bytes | int] = {
+            "base_version": candidate.base_version,
+            "candidate": msgspec.json.encode(candidate),
+            "step": candidate.step,
+        }
         return bool(await self._propose(keys=keys, args=args))
 
     async def decide(self, candidate: Candidate, promoted: RubricSet | None) -> bool:
@@ -159,60 +173,42 @@ class RubricStore:
         promoted version does not follow."""
         assert candidate.decision is not None
         run, instance = candidate.run_id, candidate.instance_key
-        keys = [
-            self.keys.rubric_set(run, instance),
-            self.keys.runs,
-            self.keys.rubric_instances(run),
-            self.keys.shadow_scores(run, candidate.step, instance),
-            self.keys.candidates(run, instance),
-        ]
-        args: list[bytes | int | str] = [
-            candidate.step,
-            msgspec.json.encode(candidate),
-            candidate.decision.step,
-            msgspec.json.encode(promoted) if promoted else "",
-            promoted.version if promoted else 0,
-            run,
-            instance or "",
-        ]
+        keys = {
+            "rubric_set": self.keys.rubric_set(run, instance),
+            "runs": self.keys.runs,
+            "instances": self.keys.rubric_instances(run),
+            "shadow_scores": self.keys.shadow_scores(run, candidate.step, instance),
+            "candidates": self.keys.candidates(run, instance),
+        }
+        args: dict[str, bytes | int | str] = {
+            "step": candidate.step,
+            "candidate": msgspec.json.encode(candidate),
+            "decided_at": candidate.decision.step,
+            "promoted": msgspec.json.encode(promoted) if promoted else "",
+            "version": promoted.version if promoted else 0,
+            "run": run,
+            "instance": instance or "",
+        }
         return bool(await self._decide(keys=keys, args=args))
-
-    async def version(self, run_id: str, instance_key: str | None, version: int) -> RubricSet | None:
-        raw = await self.redis.hget(self.keys.rubric_set(run_id, instance_key), f"v{version}")
-        return _decoder.decode(raw) if raw else None
-
-    async def versions(self, run_id: str, instance_key: str | None, versions: Iterable[int]) -> list[RubricSet]:
-        """Those of `versions` the set has, in the order asked (one HMGET)."""
-        wanted = [f"v{v}" for v in versions]
-        raws = await self.redis.hmget(self.keys.rubric_set(run_id, instance_key), wanted) if wanted else []
-        return [_decoder.decode(raw) for raw in raws if raw is not None]
-
-    async def history(self, run_id: str, instance_key: str | None = None) -> list[RubricSet]:
-        """Every version of a rubric set, oldest first."""
-        # redis-py types hash replies as bytes | str (decode_responses); this store reads bytes.
-        fields = cast(dict[bytes, bytes], await self.redis.hgetall(self.keys.rubric_set(run_id, instance_key)))
-        sets = [_decoder.decode(v) for k, v in fields.items() if k.startswith(b"v")]
-        return sorted(sets, key=lambda s: s.version)
 
     async def publish(self, rubric_set: RubricSet) -> bool:
         """Write `rubric_set` as the new current version (its run in the runs index, an instance set's version in
         the run's instance sets); False if it does not follow."""
-        written = await self._publish(
-            keys=[
-                self.keys.rubric_set(rubric_set.run_id, rubric_set.instance_key),
-                self.keys.runs,
-                self.keys.rubric_instances(rubric_set.run_id),
-            ],
-            args=[
-                rubric_set.version - 1,
-                rubric_set.version,
-                msgspec.json.encode(rubric_set),
-                rubric_set.run_id,
-                rubric_set.instance_key or "",
-                "" if rubric_set.step is None else rubric_set.step,
-            ],
-        )
-        return bool(written)
+        run, instance = rubric_set.run_id, rubric_set.instance_key
+        keys = {
+            "rubric_set": self.keys.rubric_set(run, instance),
+            "runs": self.keys.runs,
+            "instances": self.keys.rubric_instances(run),
+        }
+        args: dict[str, bytes | int | str] = {
+            "expected": rubric_set.version - 1,
+            "version": rubric_set.version,
+            "rubric_set": msgspec.json.encode(rubric_set),
+            "run": run,
+            "instance": instance or "",
+            "step": "" if rubric_set.step is None else rubric_set.step,
+        }
+        return bool(await self._publish(keys=keys, args=args))
 
     async def made_from(self, run_id: str, instance_key: str | None, step: int) -> RubricSet | None:
         """The version made from `step`'s evidence, if any: the step's field, or the current version when it is
@@ -237,19 +233,9 @@ class RubricStore:
     async def advance_step(self, run_id: str, step: int) -> int:
         """Record that the rubrics for `step` are in place: among the run's done steps, and in its marker
         (the highest such step, never going back); and on its log, to wake the trainers waiting on it."""
-        keys = [self.keys.rubric_step(run_id), self.keys.rubric_steps(run_id), self.keys.rubric_step_log(run_id)]
-        return int(await self._advance(keys=keys, args=[step]))
-
-    async def undone(self, run_id: str, steps: Iterable[int]) -> list[int]:
-        """Those of `steps` whose rubric update is not complete yet, in order."""
-        wanted = sorted(set(steps))
-        if not wanted:
-            return []
-        members = [str(step) for step in wanted]
-        scores: list[float | None] = await self.redis.zmscore(self.keys.rubric_steps(run_id), members)
-        return [step for step, score in zip(wanted, scores) if score is None]
-
-    async def step(self, run_id: str) -> int | None:
-        """The last step whose rubrics are in place, or None."""
-        raw = await self.redis.get(self.keys.rubric_step(run_id))
-        return int(raw) if raw is not None else None
+        keys = {
+            "marker": self.keys.rubric_step(run_id),
+            "done": self.keys.rubric_steps(run_id),
+            "log": self.keys.rubric_step_log(run_id),
+        }
+        return int(await self._advance(keys=keys, args={"step": step}))

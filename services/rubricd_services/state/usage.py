@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
-from . import runs
-from .keys import Keys
+from rubricd.keys import Keys
+from rubricd_services.state import runs
 
 KINDS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "ms")
 

@@ -1,24 +1,20 @@
 """Rubric-ARM training as Redis holds it: a run's preference pairs, its phase plan, and each step's phase.
 
-Pure rules and the read side, shared by the arm service, `rubricd arm`, `rubricd status` and the dashboard:
+The read side, shared by the arm service, `rubricd arm`, `rubricd status` and the dashboard:
 `read_preferences` turns a preference set (JSONL: prompt, chosen, rejected, optional reference and id) into
-labelled comparisons grouped by prompt; `Plan.phase` says which model a step trains. The rules:
+labelled comparisons grouped by prompt; the plan and the decisions (rubricd.messages.Plan, PhaseDecision) as read. The rules:
 docs/researchers/rubric-arm.md, "Training the generator and the judge".
 """
 
 import hashlib
 from collections.abc import Mapping
-from typing import Annotated, Literal, cast
+from typing import cast
 
 import msgspec
 from redis.asyncio import Redis
 
-from .keys import Keys
-from .messages import Comparison, InstanceKey, Phase, RolloutId
-
-# What a step trains: one model, or both (a plan with simultaneous updates, the baseline alternation is compared to).
-Training = Literal["generator", "judge", "both"]
-Why = Literal["warm_up", "phase", "simultaneous"]
+from rubricd.keys import Keys
+from rubricd.messages import Comparison, InstanceKey, PhaseDecision, Plan, RolloutId
 
 
 class PreferenceLine(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,61 +97,6 @@ def _comparison(run_id: str, comparison_id: str, line: PreferenceLine) -> dict[s
         "reference": line.reference,
         "label": "A" if chosen_first else "B",
     }
-
-
-class Plan(msgspec.Struct, frozen=True, kw_only=True):
-    """Which model each step of a run trains: `first` for `warm_up_steps` steps, then `phase_steps` steps of each
-    in turn from `first`; with `simultaneous`, both every step."""
-
-    first: Phase = "judge"
-    phase_steps: Annotated[int, msgspec.Meta(ge=1)] = 10
-    warm_up_steps: Annotated[int, msgspec.Meta(ge=0)] = 0
-    simultaneous: bool = False
-
-    def training(self, step: int) -> tuple[Training, Why]:
-        """What `step` trains, and why."""
-        if self.simultaneous:
-            return "both", "simultaneous"
-        if step < self.warm_up_steps:
-            return self.first, "warm_up"
-        other: Phase = "generator" if self.first == "judge" else "judge"
-        turn = (step - self.warm_up_steps) // self.phase_steps
-        return (self.first if turn % 2 == 0 else other), "phase"
-
-    def turns(self, total_steps: int) -> list[tuple[Training, int, int]]:
-        """The run's first `total_steps` steps as turns: (what they train, first step, how many steps), in order: a
-        trainer loop trains one model per turn (with simultaneous updates, one turn of "both": each model trains
-        over it, with its own trainer)."""
-        out: list[tuple[Training, int, int]] = []
-        for step in range(total_steps):
-            training = self.training(step)[0]
-            if out and out[-1][0] == training:
-                out[-1] = (training, out[-1][1], out[-1][2] + 1)
-            else:
-                out.append((training, step, 1))
-        return out
-
-    def span(self, step: int) -> tuple[int, int]:
-        """The first and last step of `step`'s phase (warm-up included in the first)."""
-        if self.simultaneous:
-            return 0, step
-        if step < self.warm_up_steps + self.phase_steps:
-            return 0, self.warm_up_steps + self.phase_steps - 1
-        start = step - (step - self.warm_up_steps) % self.phase_steps
-        return start, start + self.phase_steps - 1
-
-
-class PhaseDecision(msgspec.Struct, frozen=True, kw_only=True):
-    """What one step of a run trains, decided once for every trainer process, and the plan it followed."""
-
-    step: int
-    training: Training
-    why: Why
-    plan: Plan
-    decided_at: float | None = None
-
-    def admits(self, phase: Phase) -> bool:
-        return self.training in (phase, "both")
 
 
 def explain(d: PhaseDecision) -> str:

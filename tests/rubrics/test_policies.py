@@ -3,7 +3,7 @@
 import pytest
 
 from rubricd.messages import Rubric
-from rubricd.reward import alternating, healthbench_score, meta_class_scores, policy, weighted_sum
+from rubricd_services.rubrics.policies import alternating, healthbench_score, meta_class_scores, policy, weighted_sum
 from tests.factories import rubric
 
 # Points 5, 3 and -4; of accuracy, completeness and communication.

@@ -4,7 +4,7 @@ With promotion gated, a candidate rubric set is judged in shadow for a few steps
 rejects it (services' updater.gate). The scorer's commit adds each training rollout's first ok score to the
 candidate's hash (`Keys.shadow_scores`, with `record`); the gate reads them all at once (`read`). A record holds
 which rubrics were met, not rewards, so the gate can price each modification alone, or any of them together,
-under the rollout's policy (rubricd.reward) without another judge call. What the gate checks:
+under the rollout's policy (rubricd_services.rubrics.policies) without another judge call. What the gate checks:
 docs/researchers/promotion.md. A run's own promotion (`read_plan`) overrides the updater's settings.
 """
 
@@ -13,8 +13,8 @@ from typing import cast
 import msgspec
 from redis.asyncio import Redis
 
-from .keys import Keys
-from .messages import JudgeStatus, PromotionPlan, Score
+from rubricd.keys import Keys
+from rubricd.messages import JudgeStatus, PromotionPlan, Score
 
 
 class ShadowScore(msgspec.Struct, frozen=True, kw_only=True):

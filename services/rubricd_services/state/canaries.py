@@ -10,7 +10,7 @@ from typing import cast
 import msgspec
 from redis.asyncio import Redis
 
-from .keys import Keys
+from rubricd.keys import Keys
 
 CLAIMED = b"claimed:"  # the prefix of a hash field that says which scorer judges a step's canaries
 STARTED = "started:"  # the prefix of a hash field that says a step's canaries are due (set by the scorer's commit)

@@ -2,8 +2,8 @@
 
 import msgspec
 
-from rubricd.history import changes, modifications, render_change, summary
 from rubricd.messages import Action, Rubric, RubricKind, RubricModification, RubricSet, RubricsUpdated
+from rubricd_services.state.history import changes, modifications, render_change, summary
 
 ANCHOR = Rubric(
     id="correct", criterion="The response states the correct final answer.", points=5, kind=RubricKind.ANCHOR

@@ -5,7 +5,7 @@ import msgspec
 
 from rubricd.keys import Keys
 from rubricd.messages import Candidate, GateDecision, Rubric, RubricSet
-from rubricd.store import RubricStore
+from rubricd_services.state.rubric_sets import RubricStore
 
 RUBRIC = Rubric(id="correct", criterion="The response states the correct final answer.", points=5)
 

@@ -7,10 +7,10 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd import wire
-from rubricd.history import announced
 from rubricd.keys import Keys
 from rubricd.messages import RubricsUpdated
 from rubricd_services.settings import ServiceSettings
+from rubricd_services.state.history import announced
 
 
 async def announcements(

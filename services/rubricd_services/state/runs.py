@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from .keys import Keys
-from .wire import string
+from rubricd.keys import Keys
+from rubricd.wire import string
 
 
 async def listed(redis: Redis, keys: Keys) -> list[str]:

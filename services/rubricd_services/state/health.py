@@ -13,9 +13,10 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from . import runs, wire
-from .keys import Keys
-from .messages import JudgeStatus, RubricHealth, Score
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import JudgeStatus, RubricHealth, Score
+from rubricd_services.state import runs
 
 UNGROUPED = ""  # the group of a step's rollouts that name none
 

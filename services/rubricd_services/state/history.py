@@ -12,9 +12,10 @@ from typing import Any, cast
 import msgspec
 from redis.asyncio import Redis
 
-from . import runs, wire
-from .keys import Keys
-from .messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
+from rubricd import wire
+from rubricd.keys import Keys
+from rubricd.messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
+from rubricd_services.state import runs
 
 COMPARED = ("criterion", "points", "meta_class", "kind", "scope")
 

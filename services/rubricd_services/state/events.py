@@ -1,6 +1,6 @@
 """Reading the events stream: which events a reader asked for (`rubricd tail`, the dashboard's event tail)."""
 
-from .messages import RENAMED_KINDS, Event
+from rubricd.messages import RENAMED_KINDS, Event
 
 
 def kind(name: str) -> str:

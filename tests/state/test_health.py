@@ -4,8 +4,8 @@ from collections import Counter
 
 import msgspec
 
-from rubricd.health import health, increments
 from rubricd.messages import JudgeStatus, RubricHealth, RubricResult, Score
+from rubricd_services.state.health import health, increments
 
 
 def score(*met: tuple[str, bool], status: JudgeStatus = JudgeStatus.OK, evaluation: bool = False) -> Score:

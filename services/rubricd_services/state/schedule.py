@@ -13,7 +13,7 @@ from typing import Literal, cast
 import msgspec
 from redis.asyncio import Redis
 
-from .keys import Keys
+from rubricd.keys import Keys
 
 Strategy = Literal["round_robin", "most_room", "largest_gain"]
 Reason = Literal["warm_up", "phase", "round_robin", "most_room", "largest_gain", "no_class"]

@@ -12,7 +12,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from .messages import Rubric
+from rubricd.messages import Rubric
 
 # What `alternating` gives when the active meta-class is undefined for a rollout.
 Undefined = Literal["weighted_total", "mask"]
