@@ -13,8 +13,8 @@ from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, SCORERS
 from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rollout, RubricResult, Score
 from rubricd_services.runtime.consumer_groups import ensure_group
-from rubricd_services.scorer.schedule import Rule, Schedule
 from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_services.state.schedule import Rule, Schedule
 from tests.factories import count_health, indexed, rollout, rubric_set
 
 

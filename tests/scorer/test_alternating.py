@@ -8,10 +8,9 @@ import pytest
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
-from rubricd_services.scorer.schedule import Rule, Schedule
 from rubricd_services.state import health
 from rubricd_services.state.rubric_sets import RubricStore
-from rubricd_services.state.schedule import ClassStats, Decision, parse_stats
+from rubricd_services.state.schedule import ClassStats, Decision, Rule, Schedule, parse_stats
 
 from .test_service import sim
 

@@ -3,8 +3,16 @@
 import pytest
 
 from rubricd.messages import HEALTHBENCH_AXES, JudgeStatus, Rubric, Score
-from rubricd_services.scorer.schedule import Rule, candidates, choose, stats_increments
-from rubricd_services.state.schedule import ClassStats, Decision, explain, parse_stats
+from rubricd_services.state.schedule import (
+    ClassStats,
+    Decision,
+    Rule,
+    candidates,
+    choose,
+    explain,
+    parse_stats,
+    stats_increments,
+)
 
 AXES = ["accuracy", "completeness", "communication_quality"]
 

@@ -29,10 +29,9 @@ from rubricd_services.runtime.answering import ARM_ROLLOUTS, Answered, Answering
 from rubricd_services.runtime.intake import Sender
 from rubricd_services.runtime.service import Clients
 from rubricd_services.state import arm
-from rubricd_services.state.arm import explain
+from rubricd_services.state.arm import Phases, explain
 
 from . import rewards
-from .phases import Phases
 from .settings import ArmSettings
 
 SERVICE = ARM_ROLLOUTS.service

@@ -11,8 +11,8 @@ from rubricd_services.runtime import answering
 from rubricd_services.runtime.answering import Effects
 from rubricd_services.state import health, promotion
 from rubricd_services.state.canaries import STARTED
+from rubricd_services.state.schedule import stats_increments
 
-from .schedule import stats_increments
 from .settings import ScorerSettings
 
 # An optional key is '': `scored` (not analysed), `shadow` (no candidate in shadow, or a score that does not train),

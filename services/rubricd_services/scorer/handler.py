@@ -34,11 +34,11 @@ from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering, Pr
 from rubricd_services.runtime.intake import Rejected, Sender, entry_id
 from rubricd_services.runtime.service import Clients
 from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_services.state.schedule import Schedule, candidates
 
 from . import effects
 from .groups import Claimed, Groups
 from .metrics import ScorerMetrics
-from .schedule import Schedule, candidates
 from .settings import ScorerSettings
 
 SERVICE = ROLLOUTS.service

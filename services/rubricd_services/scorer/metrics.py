@@ -3,8 +3,7 @@ cache, the active meta-class and the shadow scores (the canaries' are judges.eva
 
 from rubricd.messages import Score
 from rubricd_services.runtime.metrics import Metrics
-
-from .schedule import Decision
+from rubricd_services.state.schedule import Decision
 
 JUDGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
 REWARD_BUCKETS = tuple(i / 10 for i in range(11))

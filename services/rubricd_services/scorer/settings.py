@@ -7,8 +7,7 @@ from rubricd_services.rubrics.policies import POLICIES, Undefined
 from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings, PromotionSettings
 from rubricd_services.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings
-
-from .schedule import Rule, Strategy
+from rubricd_services.state.schedule import Rule, Strategy
 
 
 class ScorerSettings(

@@ -1,12 +1,16 @@
 """Rubric-ARM training as Redis holds it: a run's preference pairs, its phase plan, and each step's phase.
 
-The read side, shared by the arm service, `rubricd arm`, `rubricd status` and the dashboard:
-`read_preferences` turns a preference set (JSONL: prompt, chosen, rejected, optional reference and id) into
-labelled comparisons grouped by prompt; the plan and the decisions (rubricd.messages.Plan, PhaseDecision) as read. The rules:
+Shared by the arm service, `rubricd arm`, `rubricd status` and the dashboard: `read_preferences` turns a
+preference set (JSONL: prompt, chosen, rejected, optional reference and id) into labelled comparisons grouped by
+prompt; `Phases` decides once per step, for every arm process, which model the step trains (state.decisions),
+following the run's plan (`rubricd arm phases`, rubricd.messages.Plan) or the service's RUBRICD_ARM_* settings;
+the decision whose step trains something else than the step before carries the `arm_phase` event: one event per
+switch. The rules:
 docs/researchers/rubric-arm.md, "Training the generator and the judge".
 """
 
 import hashlib
+import time
 from collections.abc import Mapping
 from typing import cast
 
@@ -14,7 +18,10 @@ import msgspec
 from redis.asyncio import Redis
 
 from rubricd.keys import Keys
-from rubricd.messages import Comparison, InstanceKey, PhaseDecision, Plan, RolloutId
+from rubricd.messages import Comparison, Event, EventKind, InstanceKey, PhaseDecision, Plan, RolloutId
+from rubricd_services.runtime import events
+
+from .decisions import StepDecisions
 
 
 class PreferenceLine(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,3 +139,40 @@ async def read_prompts(redis: Redis, keys: Keys, run_id: str) -> list[ArmPrompt]
     """The run's imported preference prompts, by prompt id."""
     fields = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_pairs(run_id)))
     return [msgspec.json.decode(fields[k], type=ArmPrompt) for k in sorted(fields)]
+
+
+class Phases:
+    """The phase decisions of every run, in Redis (state.decisions: each read or made once per process)."""
+
+    def __init__(self, redis: Redis, keys: Keys, plan: Plan, *, maxlen: int, service: str = "arm") -> None:
+        """`plan`: a run's plan unless it has its own."""
+        self.redis, self.keys, self.plan, self.service = redis, keys, plan, service
+        self._decisions = StepDecisions(redis, PhaseDecision, keys.arm_phases, events=keys.events, maxlen=maxlen)
+
+    async def decision(self, run_id: str, step: int) -> PhaseDecision:
+        async def make() -> tuple[PhaseDecision, Event | None]:
+            plan = await read_plan(self.redis, self.keys, run_id) or self.plan
+            training, why = plan.training(step)
+            decision = PhaseDecision(step=step, training=training, why=why, plan=plan, decided_at=time.time())
+            before = await self.redis.hget(self.keys.arm_phases(run_id), str(step - 1)) if step > 0 else None
+            previous = (
+                msgspec.json.decode(before, type=PhaseDecision).training
+                if before is not None
+                else plan.training(step - 1)[0]
+                if step > 0
+                else None
+            )
+            if training == previous:
+                return decision, None
+            event = events.event(
+                self.service,
+                EventKind.ARM_PHASE,
+                run_id=run_id,
+                step=step,
+                detail=explain(decision),
+                training=training,
+                previous=previous,
+            )
+            return decision, event
+
+        return await self._decisions.get(run_id, step, make)
