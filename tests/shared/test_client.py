@@ -242,9 +242,10 @@ async def test_the_client_rides_out_a_redis_restart_and_closes_cleanly_without_r
         assert [s.rollout_id for s in scores] == [r.rollout_id for r in batch]
         assert all(s.status is JudgeStatus.OK for s in scores)
         assert sorted(published) == sorted([r.rollout_id for r in batch] * 2)  # what was waiting, published again
-        # One outage, said once each way.
-        assert len(warnings(caplog, "Redis unreachable")) == 1, warnings(caplog, "")
-        assert len(warnings(caplog, "Redis reachable again")) == 1, warnings(caplog, "")
+        # Each outage said once each way, however many tries it took. A Redis shutting down may take one more
+        # connection before it exits, which the client rightly sees as a second, short outage.
+        said = [m.split(" (")[0].split(" after")[0] for m in warnings(caplog, "Redis") if "reachable" in m]
+        assert said and said == ["Redis unreachable", "Redis reachable again"] * (len(said) // 2), said
         own.sh("down", "redis")
         started = time.monotonic()
     assert time.monotonic() - started < 10  # closing without Redis neither hangs nor raises
