@@ -8,6 +8,7 @@ The standard rubrics are worded so the simulated judge decides them by their wor
 one heuristic per criterion): `correct` is met when the response holds the reference, `pads` when it is padded.
 """
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,6 +46,20 @@ def answer(a: int, b: int, behaviour: str = "correct", i: int = 0, **fields: obj
     return rollout(
         i, **{"prompt": f"What is {a} + {b}?", "response": respond(behaviour, a, b), "reference": str(a + b), **fields}
     )
+
+
+def honest_then_padded(
+    step: int, rng: random.Random, *, n: int, padding_from: int, **fields: object
+) -> list[tuple[str, Rollout]]:
+    """Step STEP of a policy that learns to pad: N answers to "What is A + B?" (A and B drawn from 10 to 99 by RNG),
+    each with the behaviour it answered in: all "correct" before step PADDING_FROM, from then on every other one
+    (the odd I) "padded". FIELDS as `answer`'s."""
+    out = []
+    for i in range(n):
+        behaviour = "padded" if step >= padding_from and i % 2 else "correct"
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        out.append((behaviour, answer(a, b, behaviour, i, step=step, **fields)))
+    return out
 
 
 def group(responses: Sequence[str], *, name: str = "g", **fields: object) -> list[Rollout]:

@@ -30,10 +30,10 @@ from rubricd.messages import (
     Rubric,
     TrainingContext,
 )
-from rubricd_services.demo.policy import respond
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.state import canaries, promotion
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import honest_then_padded
 
 pytestmark = pytest.mark.integration
 
@@ -59,21 +59,7 @@ def loop(stack, keys, start_service, simulator):
 
 def rollouts(step: int, rng: random.Random) -> list[tuple[str, Rollout]]:
     context = TrainingContext(goal="Train a helpful arithmetic assistant", model_size="7B", total_steps=STEPS)
-    out = []
-    for i in range(PER_STEP):
-        behaviour = "padded" if step >= PADDING_FROM and i % 2 else "correct"
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        rollout = Rollout(
-            run_id=RUN,
-            rollout_id=f"s{step}-r{i}",
-            step=step,
-            prompt=f"What is {a} + {b}?",
-            response=respond(behaviour, a, b),
-            reference=str(a + b),
-            context=context,
-        )
-        out.append((behaviour, rollout))
-    return out
+    return honest_then_padded(step, rng, n=PER_STEP, padding_from=PADDING_FROM, run_id=RUN, context=context)
 
 
 def canary_set() -> bytes:
