@@ -62,12 +62,12 @@ async def simulated_judge(messages: list[dict[str, str]], answer: type[msgspec.S
     return msgspec.convert(simulated.verdict(messages[0]["content"], messages[1]["content"]), answer), 1
 
 
-async def generator_reward(text: str, tie_reward: float = 0.0) -> tuple[float | None, rewards.Candidate]:
+async def generator_reward(text: str, tie_reward: float = 0.0) -> tuple[float | None, rewards.GeneratedSet]:
     """The reward of a generator's completion, judged by the simulated pairwise judge in this process."""
-    candidate = rewards.candidate(text, ANCHORS, HEALTHBENCH_AXES, max_rubrics=8)
+    candidate = rewards.generated(text, ANCHORS, HEALTHBENCH_AXES, max_rubrics=8)
     if candidate.problem is not None:
         return None, candidate
-    rubric_set = rewards.candidate_set("arm", "p", candidate.rubrics)
+    rubric_set = rewards.shown_set("arm", "p", candidate.rubrics)
     system = pairwise.system_message("Judge the pair.", rubric_set)
 
     judged = [
@@ -96,8 +96,8 @@ async def test_a_set_that_cannot_tell_the_pairs_apart_earns_its_tie_rule(tie_rew
 
 async def test_half_right_earns_half() -> None:
     """The concision rubric picks the short answer; the labels prefer the padded one on every other pair."""
-    rubric_set = rewards.candidate_set(
-        "arm", "p", rewards.candidate(completion(CONCISE), ANCHORS, HEALTHBENCH_AXES, 8).rubrics
+    rubric_set = rewards.shown_set(
+        "arm", "p", rewards.generated(completion(CONCISE), ANCHORS, HEALTHBENCH_AXES, 8).rubrics
     )
     system = pairwise.system_message("Judge the pair.", rubric_set)
 
@@ -120,13 +120,13 @@ async def test_half_right_earns_half() -> None:
     ],
 )
 def test_an_invalid_set_is_refused_with_its_reason(text: str, reason: str) -> None:
-    candidate = rewards.candidate(text, ANCHORS, HEALTHBENCH_AXES, max_rubrics=8)
+    candidate = rewards.generated(text, ANCHORS, HEALTHBENCH_AXES, max_rubrics=8)
     assert candidate.rubrics == [] and candidate.problem is not None
     assert reason in candidate.problem
 
 
 def test_a_rubric_that_breaks_a_rule_is_dropped_and_the_rest_kept() -> None:
-    candidate = rewards.candidate(
+    candidate = rewards.generated(
         completion(CONCISE, {**REASONING, "criterion": "Shows steps."}), ANCHORS, HEALTHBENCH_AXES, 8
     )
     assert candidate.problem is None and len(candidate.rubrics) == 2

@@ -16,7 +16,7 @@ from rubricd_services.demo import compare, report
 from rubricd_services.demo.agent import AGENT, CALCULATOR, TIMED_OUT
 from rubricd_services.demo.policy import BEHAVIOURS, TRADE_OFF_START, Policy, counts, discoveries, respond
 from rubricd_services.demo.trainer import Example, Run, StepRecord
-from rubricd_services.judges.scoring import Rubrics, Scoring, score_rollout
+from rubricd_services.judges.scoring import ReadySet, Scoring, score_rollout
 from rubricd_services.simulator import answers
 from rubricd_services.simulator.judging import decide
 
@@ -86,7 +86,7 @@ async def _judge(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) 
 
 def _scored(rollout: Rollout, rubrics: list[Rubric]) -> Score:
     """`rollout` judged by the simulator against `rubrics`, as the scorer does."""
-    in_force = Rubrics(RubricSet(run_id="run", version=1 + len(rubrics) - len(AGENT.seeds), rubrics=rubrics), "")
+    in_force = ReadySet(RubricSet(run_id="run", version=1 + len(rubrics) - len(AGENT.seeds), rubrics=rubrics), "")
     return asyncio.run(score_rollout(rollout, Scoring(in_force, "weighted_sum"), _judge))
 
 

@@ -11,7 +11,7 @@ from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, Rub
 from rubricd_services.judges import cache, rollouts, verdicts
 from rubricd_services.judges.cache import JudgeCache, VerdictCache, digest
 from rubricd_services.judges.caller import JudgeFailed
-from rubricd_services.judges.scoring import Rubrics
+from rubricd_services.judges.scoring import ReadySet
 from rubricd_services.runtime import prompts
 from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering
 from rubricd_services.scorer import effects
@@ -86,7 +86,7 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
     first = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=True)
     assert await first(messages, verdict) == answer and not first.answered and asked == [1]
     assert first.keep == (keys.verdict(key()), cache.encode(answer))  # its digest: of the messages it was given
-    kept = effects.effects(keys, settings, ROLLOUT, score, first.keep)
+    kept = effects.values(keys, settings, ROLLOUT, score, first.keep)
     assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, {}, kept))
     elsewhere = VerdictCache(redis, keys, 60).judge(
         ask, SET, JUDGE, ROLLOUT, on=True
@@ -105,7 +105,7 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
     assert await JudgeCache(60).verdict("k", another_list, read, call) == (answer, False) and calls == [1]
     assert await JudgeCache(60).verdict("k", verdict, b'{"other": 1}', call) == (answer, False) and calls == [1, 1]
     assert 0 < await redis.pttl(keys.verdict(key())) <= 1000
-    unkept = effects.effects(keys, settings, ROLLOUT, score)
+    unkept = effects.values(keys, settings, ROLLOUT, score)
     assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, {}, unkept)) is False  # scored already
     assert await redis.exists(keys.verdict("other")) == 0
 
@@ -122,7 +122,7 @@ async def test_a_verdict_read_ahead_answers_its_call_without_another_read_and_ot
         asked.append(messages)
         return answer
 
-    [call] = Rubrics(SET, rollouts.system_message(TEMPLATE, SET)).calls(ROLLOUT)  # the messages `key` hashes
+    [call] = ReadySet(SET, rollouts.system_message(TEMPLATE, SET)).calls(ROLLOUT)  # the messages `key` hashes
     judge = VerdictCache(redis, keys, 60).judge(ask, SET, JUDGE, ROLLOUT, on=True)
     assert judge.ahead([call, call]) == ()  # a rollout judged in several calls: each reads its own
     assert judge.ahead([call]) == (keys.verdict(key()),)

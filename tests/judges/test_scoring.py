@@ -5,7 +5,7 @@ import msgspec
 from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.caller import JudgeFailed
-from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
+from rubricd_services.judges.scoring import Judging, ReadySet, Scoring, score_rollout
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
 
@@ -18,7 +18,7 @@ SET = RubricSet(
         Rubric(id="steps", criterion="steps", points=5, meta_class="completeness"),
     ],
 )
-RUBRICS = Rubrics(SET, rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), SET))
+RUBRICS = ReadySet(SET, rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), SET))
 ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=2, prompt="q", response="a")
 
 
@@ -84,7 +84,7 @@ async def test_a_masked_rollout_has_no_reward_and_says_masked():
     assert fallback.reward == fallback.weighted_total == 0.5 and not fallback.masked
 
 
-def prepared(style: verdicts.Style) -> Rubrics:
+def prepared(style: verdicts.Style) -> ReadySet:
     from rubricd_services.rubrics.sets import InForce
 
     template = prompts.load("rubricd_services.judges", verdicts.JUDGE)

@@ -9,7 +9,7 @@ import pytest
 from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
 from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
 from rubricd_services.judges import cache, trajectories, verdicts
-from rubricd_services.judges.scoring import TRAJECTORY, Judging, Rubrics, Scoring, score_rollout
+from rubricd_services.judges.scoring import TRAJECTORY, Judging, ReadySet, Scoring, score_rollout
 from rubricd_services.rubrics.sets import InForce
 from rubricd_services.runtime import prompts
 from rubricd_services.scorer.settings import ScorerSettings
@@ -181,7 +181,7 @@ async def test_turn_rubrics_name_turns_and_the_score_carries_a_result_per_policy
 
 
 async def test_a_positive_turn_rubric_failed_in_one_turn_is_not_met():
-    rubrics = Rubrics(SET, "")
+    rubrics = ReadySet(SET, "")
     judge = judge_saying(
         {
             "correct": {"explanation": "", "met": True},
@@ -197,7 +197,7 @@ async def test_a_positive_turn_rubric_failed_in_one_turn_is_not_met():
 
 async def test_a_text_rollout_judges_turn_rubrics_as_a_whole():
     text = Rollout(run_id="run", rollout_id="x", step=0, prompt="17*23?", response="391")
-    rubrics = Rubrics(SET, "system")
+    rubrics = ReadySet(SET, "system")
     judge = judge_saying({i: {"explanation": "", "met": True} for i in ("correct", "args", "fabricates")})
     score = await score_rollout(text, Scoring(rubrics, "weighted_sum"), judge)
     assert score.turns == [] and "<rollout>" in judge.asked[0][0][1]["content"]

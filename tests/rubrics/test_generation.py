@@ -23,7 +23,7 @@ from rubricd.messages import (
 )
 from rubricd_services.cli.redis_acl import services
 from rubricd_services.judges import rollouts, verdicts
-from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
+from rubricd_services.judges.scoring import Judging, ReadySet, Scoring, score_rollout
 from rubricd_services.llm import LLMError
 from rubricd_services.rubrics.draft import RubricDraft, build, draft_type
 from rubricd_services.rubrics.generation import Generator
@@ -81,7 +81,7 @@ async def test_the_simulated_generator_s_rubrics_are_judged_by_matching_heuristi
 
     short = msgspec.structs.replace(primes(), response="2, 3, 5.")
     long = msgspec.structs.replace(primes(), response="Primes are numbers. " * 30 + "Maybe 4.")
-    rubrics_ = Rubrics(rubric_set, system)
+    rubrics_ = ReadySet(rubric_set, system)
     good = await score_rollout(short, Scoring(rubrics_, "weighted_sum"), sim_judge)
     bad = await score_rollout(long, Scoring(rubrics_, "weighted_sum"), sim_judge)
     assert good.reward == 1.0 and bad.reward == 0.0

@@ -5,8 +5,10 @@ next, the decision is committed once with its effects, and a late member is answ
 import asyncio
 
 import pytest
+from redis import exceptions as redis_errors
 
-from rubricd_services.runtime.gathering import Gathering, Joined, Lua
+from rubricd_services.runtime.gathering import Claim, Claimant, Gathering, Joined, Lua, Retries
+from rubricd_services.runtime.outage import Outages
 
 CONSUMERS = "workers"
 
@@ -170,3 +172,46 @@ async def test_the_decision_is_committed_once_with_its_effects_and_a_late_member
     assert {f: v for f, v in stored.items() if f.startswith(b"m:")} == {b"m:r0": b"", b"m:r1": b"", b"m:r2": b""}
     assert await a.due(10) == [] and await a.claim("g") is None and await b.claim("g", complete=True) is None
     assert 0 < await redis.ttl(a.key("g")) <= 600
+
+
+async def test_the_claimant_gives_up_after_max_failures_and_an_outage_is_no_failure(redis, keys, stream):
+    g = gathering(redis, keys, stream)
+    [entry] = await entries(redis, stream, 1)
+    await join(g, keys, "r0", entry, size=1)
+    errors = iter([redis_errors.ConnectionError("Redis went away"), ValueError("bad answer"), ValueError("again")])
+    given_up: list[bool] = []
+    told: list[str] = []
+
+    async def decide(claim: Claim, give_up: bool) -> None:
+        given_up.append(give_up)
+        if not give_up:
+            raise next(errors)
+        decisions = {"decisions": f"{keys.namespace}:decisions"}
+        assert await g.decide("g", keys=decisions, args={"verdict": "v"}, lists={"chosen": []})
+
+    async def failed(name: str, error: Exception) -> None:
+        told.append(f"{name}: {error}")
+
+    claimant = Claimant(g, decide, Retries(0, max_failures=2), Outages("test"), describe=str, failed=failed)
+    for _ in range(5):  # due again at once (retry_after_s 0): an outage, two failures, then given up and decided
+        await claimant.attempt("g")
+    assert given_up == [False, False, False, True]
+    assert told == ["g: Redis went away", "g: bad answer", "g: again"]
+    assert await g.due(10) == [] and int(await redis.hget(g.key("g"), "~failed")) == 2
+
+
+async def test_the_claimant_gives_up_once_max_redeliveries_claimants_died_holding_it(redis, keys, stream, eventually):
+    g = gathering(redis, keys, stream, lease_s=0.2)
+    [entry] = await entries(redis, stream, 1)
+    await join(g, keys, "r0", entry, size=1)
+    given_up: list[bool] = []
+
+    async def decide(claim: Claim, give_up: bool) -> None:
+        given_up.append(give_up)
+
+    claimant = Claimant(g, decide, Retries(0, max_failures=1, max_redeliveries=2), Outages("test"), describe=str)
+    for _ in range(2):  # a claimant that dies holding its claim: neither decided nor released, it lapses
+        assert await eventually(lambda: g.claim("g"), "the claim to be due", every=0.05)
+    await eventually(lambda: g.due(10), "the second claim to lapse", every=0.05)
+    await claimant.attempt("g")
+    assert given_up == [True]

@@ -7,10 +7,10 @@ from rubricd_services.state.schedule import (
     ClassStats,
     Decision,
     Rule,
-    candidates,
     choose,
     explain,
     parse_stats,
+    rewarded,
     stats_increments,
 )
 
@@ -63,7 +63,7 @@ def test_the_schedule_follows_the_decided_steps_not_the_step_numbers():
     assert choose(15, AXES, decided, {}, Rule()).meta_class == "completeness"  # a late step: what preceded it
 
 
-def test_a_class_no_longer_a_candidate_restarts_the_order():
+def test_a_class_no_longer_eligible_restarts_the_order():
     assert choose(1, ["completeness", "accuracy"], history("safety"), {}, Rule(min_phase_steps=5)).meta_class == (
         "completeness"
     )
@@ -195,7 +195,7 @@ def test_largest_gain_without_two_windows_takes_the_first_class_and_respects_the
     assert (kept.meta_class, kept.reason) == ("completeness", "phase")
 
 
-def test_no_candidate_means_no_active_class():
+def test_no_eligible_class_means_no_active_class():
     decision = choose(0, [], {}, {}, Rule())
     assert decision.meta_class is None and decision.reason == "no_class"
 
@@ -235,7 +235,7 @@ def test_only_an_ok_score_under_alternating_adds_to_the_statistics():
     assert stats_increments(scored({"accuracy": 1.0})) == {"count:accuracy": 1, "sum:accuracy": 1.0}
 
 
-def test_the_candidates_add_the_classes_the_runs_recent_rollouts_were_scored_on():
+def test_the_eligible_classes_add_the_classes_the_runs_recent_rollouts_were_scored_on():
     stats = {
         0: {"context_awareness": ClassStats(1, 1.0)},  # outside the window of 2
         1: {"completeness": ClassStats(1, 0.5), "accuracy": ClassStats(0, 0.0, fallback=3)},  # a fallback: no score
@@ -243,25 +243,25 @@ def test_the_candidates_add_the_classes_the_runs_recent_rollouts_were_scored_on(
     }
     rule = Rule(window_steps=2)
     # whichever prompt's rollout decides, the step gets the classes of the run's recent rollouts too
-    assert rule.candidates(HEALTHBENCH_AXES, ["instruction_following"], [0, 1, 2], stats) == [
+    assert rule.eligible(HEALTHBENCH_AXES, ["instruction_following"], [0, 1, 2], stats) == [
         "completeness",
         "communication_quality",
         "instruction_following",
     ]
-    assert rule.candidates(HEALTHBENCH_AXES, ["accuracy"], [], {}) == ["accuracy"]
-    assert rule.candidates(["completeness"], ["accuracy"], [0, 1, 2], stats) == ["completeness"]  # declared only
+    assert rule.eligible(HEALTHBENCH_AXES, ["accuracy"], [], {}) == ["accuracy"]
+    assert rule.eligible(["completeness"], ["accuracy"], [0, 1, 2], stats) == ["completeness"]  # declared only
 
 
-def test_the_candidates_are_the_declared_classes_with_a_positive_rubric_in_declared_order():
+def test_the_rewarded_classes_are_the_declared_ones_with_a_positive_rubric_in_declared_order():
     rubrics = [
         Rubric(id="a", criterion="a", points=-5, meta_class="accuracy"),
         Rubric(id="b", criterion="b", points=2, meta_class="instruction_following"),
         Rubric(id="c", criterion="c", points=1, meta_class="completeness"),
         Rubric(id="d", criterion="d", points=-1, meta_class="completeness"),
     ]
-    assert candidates(rubrics, HEALTHBENCH_AXES) == ["completeness", "instruction_following"]
-    assert candidates(rubrics, ["instruction_following", "completeness"]) == ["instruction_following", "completeness"]
-    assert candidates(rubrics, ["accuracy"]) == []
+    assert rewarded(rubrics, HEALTHBENCH_AXES) == ["completeness", "instruction_following"]
+    assert rewarded(rubrics, ["instruction_following", "completeness"]) == ["instruction_following", "completeness"]
+    assert rewarded(rubrics, ["accuracy"]) == []
 
 
 @pytest.mark.parametrize(

@@ -295,7 +295,7 @@ def test_each_consumer_is_scaled_on_the_groups_it_reads() -> None:
             groups = {(t["metadata"]["stream"], t["metadata"]["consumerGroup"]) for t in triggers}
             # The canaries' consumer group (the scorers' judge canaries, on the canary steps) is not scaled on: no rollout
             # waits on it, and its entries follow the scorers' own.
-            read = set(wiring(name).groups) - {(keys.canary_steps, CANARIES)}
+            read = set(wiring(name).consumer_groups) - {(keys.canary_steps, CANARIES)}
             assert groups == expected[name] == read, name
             # Per group, one trigger on its lag and one on what its replicas hold (each at most max_in_flight).
             in_flight = str(wiring(name).settings.max_in_flight)
@@ -310,7 +310,7 @@ def test_each_consumer_is_scaled_on_the_groups_it_reads() -> None:
                     "pendingEntriesCount",
                 ]
                 assert [m["pendingEntriesCount"] for m in on if "pendingEntriesCount" in m] == [in_flight], name
-    assert wiring("gateway").groups == []  # scaled by hand: it reads no group
+    assert wiring("gateway").consumer_groups == []  # scaled by hand: it reads no group
 
 
 def test_the_updater_never_runs_twice() -> None:

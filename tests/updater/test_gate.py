@@ -17,7 +17,7 @@ from rubricd.messages import (
 )
 from rubricd_services.demo.policy import respond
 from rubricd_services.judges import verdicts
-from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, score_rollout
+from rubricd_services.judges.scoring import Judging, ReadySet, Scoring, score_rollout
 from rubricd_services.rubrics.sets import InForce
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
@@ -59,7 +59,7 @@ def candidate(*mods: RubricModification, base: RubricSet = CURRENT) -> Candidate
     )
 
 
-def judged_by_simulator(rollout: Rollout, rubrics: Rubrics):
+def judged_by_simulator(rollout: Rollout, rubrics: ReadySet):
     """The simulator's judge heuristics on every rubric the call asks about."""
     by_id = {r.id: r for r in rubrics.judged.rubrics}
 

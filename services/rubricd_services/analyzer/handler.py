@@ -8,8 +8,8 @@ it: the step is summarized without it, naming the rollout as missing.
 
 A rollout of a sample group may be analyzed only as part of a sample (`sampling`: the rollout's
 `analysis_sample`, else the analyzers'): k per group are picked as they arrive, and an `extremes` group is
-gathered in Redis and decided (`decide`) by the analyzer that completes it, or by any analyzer's `sweep` once
-its deadline passed or a claim on it lapsed. The rollouts left out cost no LLM call and are recorded so the
+gathered in Redis and decided (`choose`, under the gathering's one claimant loop) by the analyzer that completes
+it, or by any analyzer's `sweep` once its deadline passed or a claim on it lapsed. The rollouts left out cost no LLM call and are recorded so the
 summarizer does not wait for them.
 """
 
@@ -28,7 +28,7 @@ from rubricd_services.llm.usage import Metered
 from rubricd_services.memory.embedder import EMBEDDER
 from rubricd_services.memory.store import MemoryItem, MemoryKind
 from rubricd_services.runtime import events, intake, prompts
-from rubricd_services.runtime.gathering import Claim
+from rubricd_services.runtime.gathering import Claim, Claimant, Retries
 from rubricd_services.runtime.outage import LLM, WEAVIATE
 from rubricd_services.runtime.service import Clients
 from rubricd_services.state.rubric_sets import RubricStore
@@ -73,7 +73,14 @@ class Analyzer:
         self.template = prompts.load(__package__, ANALYZER, settings.analyzer_prompt)
         self.prompt_chars = settings.agent(ANALYZER).prompt_chars()
         self._rubrics: dict[tuple[str, str | None, int], list[Rubric]] = {}
-        self._deciding: dict[GroupRef, asyncio.Task[None]] = {}
+        self.samples = Claimant(
+            self.effects.samples,
+            self.choose,
+            Retries(RETRY_AFTER_S, settings.max_failures, settings.max_redeliveries),
+            clients.outages,
+            describe=lambda name: f"analyzing sample group {GroupRef.parse(name)}",
+            uses=(LLM, WEAVIATE),
+        )
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         scored = intake.decode(msg.body, ScoredRollout, "scored rollout")
@@ -81,7 +88,7 @@ class Analyzer:
         rule = sampling.rule(scored.rollout, self.settings.analysis_sample)
         if rule == sampling.EXTREMES:
             if await self.effects.gather(scored, msg.body, entry_id):
-                self.decide_later(GroupRef.of(scored.rollout))
+                self.samples.later(GroupRef.of(scored.rollout).name)
             return
         if isinstance(rule, int) and not await self.effects.pick(scored, rule, entry_id):
             self.left_out.inc()
@@ -117,47 +124,22 @@ class Analyzer:
         if first and analysis.reward_hacking:
             self.flagged.inc()
 
-    def decide_later(self, group: GroupRef) -> None:
-        """Decide the group in the background (one task per group in this process)."""
-        if group not in self._deciding:
-            task = asyncio.create_task(self.decide(group))
-            self._deciding[group] = task
-            task.add_done_callback(lambda _: self._deciding.pop(group, None))
-
     async def sweep(self) -> None:
         """Decide the groups that are due: past their deadline, or left by an analyzer that died deciding them."""
-        for name in await self.effects.samples.due(DUE_GROUPS):
-            self.decide_later(GroupRef.parse(name))
+        await self.samples.sweep(limit=DUE_GROUPS)
 
     async def stop(self) -> None:
-        for task in list(self._deciding.values()):
-            task.cancel()
+        await self.samples.stop()
 
-    async def decide(self, group: GroupRef) -> None:
-        """Claim a due `extremes` group, analyze its best and worst, and record the rest as left out. A failed
-        decision is tried again after RETRY_AFTER_S; after `max_failures` of them, the chosen are given up on."""
-        try:
-            claim = await self.effects.samples.claim(group.name)
-            if claim is None:
-                return
-            async with self.effects.samples.held(group.name):
-                await self.choose(group, claim)
-            self.outages.up(LLM, WEAVIATE)
-        except Exception as e:
-            outage = self.outages.down(f"analyzing sample group {group}", e)
-            if not outage:
-                log.exception("%s: deciding %s failed", SERVICE, group)
-            with contextlib.suppress(Exception):
-                await self.effects.samples.release(group.name, RETRY_AFTER_S, failed=not outage)
-
-    async def choose(self, group: GroupRef, claim: Claim) -> None:
-        """The claimed group's decision: its extremes analyzed, then announced with the rest left out, once."""
+    async def choose(self, claim: Claim, give_up: bool) -> None:
+        """A claimed `extremes` group's decision: its best and worst analyzed, then announced with the rest left
+        out, once; given up on, its chosen are named as such (the summary does not wait for them)."""
+        group = GroupRef.parse(claim.name)
         members = {i: wire.decode(body, ScoredRollout) for i, body in claim.members.items()}
         chosen = [members[i] for i in sampling.extremes({i: s.score.reward for i, s in members.items()})]
         given_up: list[str] = []
-        if claim.failed >= self.settings.max_failures:
+        if give_up:
             given_up, chosen = [s.rollout.rollout_id for s in chosen], []
-            log.warning("%s: giving up on analyzing %s after %d failures", SERVICE, group, claim.failed)
         analyses = list(await asyncio.gather(*(self.analyze(s) for s in chosen)))
         await self.memory.put([memory_item(a) for a in analyses])
         first = await self.effects.decide(group, analyses, [self.event(a) for a in analyses], given_up)

@@ -2,7 +2,7 @@
 
 `handle` validates the rollout, checks its phase against what its step trains (`phases`), and rewards it
 (`rewards`): a generator rollout by having the frozen judge compare its prompt's labelled pairs, in both orders,
-under the candidate rubric set (nothing cached across candidates); a judge rollout by reading its verdict against
+under the rubric set it generated (nothing cached across sets); a judge rollout by reading its verdict against
 the label (no LLM call). The reward, its event, the reply and the calls' usage are committed in one step
 (runtime.answering). A rollout that can never be rewarded as sent (malformed, of the phase its step does not train, naming
 a prompt or comparison the run has not imported, or a generator whose rubrics were never written) is rejected:
@@ -108,7 +108,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
         return msgspec.structs.replace(reward, reward_ms=ms, rewarded_at=time.time())
 
     async def generator(self, rollout: ArmRollout, tally: Tally) -> ArmReward:
-        """The frozen judge's accuracy on the prompt's labelled pairs with the candidate rubric set."""
+        """The frozen judge's accuracy on the prompt's labelled pairs with the rubric set the generator wrote."""
         s = self.settings
         assert rollout.prompt_id is not None
         found = await arm.read_prompt(self.redis, self.keys, rollout.run_id, rollout.prompt_id)
@@ -118,12 +118,12 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
             )
         judge_model = rollout.judge_model or self.judging.llm.model
         base = _base(rollout, judge_model=judge_model)
-        candidate = rewards.candidate(
+        generated = rewards.generated(
             rollout.completion, self.anchors, s.meta_classes, s.generate_max_rubrics, s.generate_max_points
         )
-        if candidate.problem is not None:
-            return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=candidate.problem)
-        rubric_set = rewards.candidate_set(rollout.run_id, found.prompt_id, candidate.rubrics)
+        if generated.problem is not None:
+            return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=generated.problem)
+        rubric_set = rewards.shown_set(rollout.run_id, found.prompt_id, generated.rubrics)
         system = pairwise.system_message(self.judging.template, rubric_set)
         judge = pairwise.judge_by(caller(self.llm, tally, model=judge_model))
         judged = await asyncio.gather(
@@ -148,8 +148,8 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
             status=JudgeStatus.OK if value is not None else JudgeStatus.JUDGE_FAILED,
             reward=value,
             error=f"the judge answered none of {len(outcomes)} comparisons: {failed[0]}" if value is None else None,
-            rubrics=candidate.rubrics,
-            dropped=candidate.dropped,
+            rubrics=generated.rubrics,
+            dropped=generated.dropped,
             outcomes=outcomes,
             judged=len(outcomes) - len(failed),
             correct=sum(1 for o in outcomes if o.winner is not None and o.winner == o.label),

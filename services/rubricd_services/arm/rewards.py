@@ -1,6 +1,6 @@
 """Rubric-ARM's two training rewards. Plain Python: a test hands in completions, rubrics and preferences.
 
-- The generator's: its completion read as a rubric set (`candidate`: the generation rules of rubrics.draft,
+- The generator's: its completion read as a rubric set (`generated`: the generation rules of rubrics.draft,
   anchors first), then the frozen judge's preferences with that set over the prompt's labelled comparisons
   (`outcome` each, `generator_reward` over them): the share picked right, a tie earning the tie reward, a
   preference that flips with the order earning nothing.
@@ -22,7 +22,7 @@ from rubricd_services.rubrics.validation import RubricLimits
 
 
 @dataclass(frozen=True)
-class Candidate:
+class GeneratedSet:
     """A generator's completion as a rubric set: its rubrics (anchors first) and those dropped, or why none."""
 
     rubrics: list[Rubric] = field(default_factory=list)
@@ -30,28 +30,28 @@ class Candidate:
     problem: str | None = None  # set: the completion earns the penalty
 
 
-def candidate(
+def generated(
     completion: str,
     anchors: Sequence[Rubric],
     meta_classes: Sequence[str],
     max_rubrics: int,
     max_points: float = RubricLimits.max_points,
-) -> Candidate:
+) -> GeneratedSet:
     """Read the generator's answer (`{"rubrics": [{criterion, points, meta_class, rule}, ...]}`, JSON dug out of
     prose and fences as for an endpoint that cannot enforce a schema) and keep what the generation rules keep."""
     try:
         draft = decode(completion, RubricDraft, tolerant=True)
     except Retryable as e:
-        return Candidate(problem=f"not a rubric set: {e.reason}")
+        return GeneratedSet(problem=f"not a rubric set: {e.reason}")
     try:
         drafted = build(draft, anchors, meta_classes, max_rubrics, max_points)
     except InvalidDraft as e:
-        return Candidate(problem=str(e))
-    return Candidate(drafted.rubrics, drafted.dropped)
+        return GeneratedSet(problem=str(e))
+    return GeneratedSet(drafted.rubrics, drafted.dropped)
 
 
 def outcome(preference: Preference, tie_reward: float) -> PairOutcome:
-    """What one labelled comparison, judged in both orders with the candidate, adds to the generator's reward."""
+    """What one labelled comparison, judged in both orders with the generated set, adds to the generator's reward."""
     label = preference.label
     assert label is not None
     if preference.status is not JudgeStatus.OK:
@@ -74,8 +74,8 @@ def generator_reward(outcomes: Sequence[PairOutcome]) -> float | None:
     return round(sum(credited) / len(credited), 6) if credited else None
 
 
-def candidate_set(run_id: str, prompt_id: str, rubrics: list[Rubric]) -> RubricSet:
-    """The candidate as the set the judge is shown (version 0: it is never stored as the prompt's set)."""
+def shown_set(run_id: str, prompt_id: str, rubrics: list[Rubric]) -> RubricSet:
+    """The generated set as the judge is shown it (version 0: it is never stored as the prompt's set)."""
     return RubricSet(run_id=run_id, instance_key=prompt_id, version=0, rubrics=rubrics)
 
 

@@ -30,7 +30,7 @@ class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettin
     )
     arm_invalid_reward: float = Field(
         -1.0,
-        description="the reward of a completion that cannot be used: a candidate rubric set that breaks the "
+        description="the reward of a completion that cannot be used: a generated rubric set that breaks the "
         "generation rules (no valid rubric), or a judge verdict that does not parse",
     )
     arm_tie_reward: float = Field(

@@ -1,7 +1,7 @@
 """What a trainer trains Rubric-ARM's models on: each phase's prompts, in the formats the arm service reads back.
 
 - The generator's: per preference prompt, the generator agent's own chat (instructions, limits, anchors, the
-  prompt as data, and the answer's JSON Schema), so a generator trained on it answers what `rewards.candidate`
+  prompt as data, and the answer's JSON Schema), so a generator trained on it answers what `rewards.generated`
   reads.
 - The judge's: per comparison and order, the pairwise judge's own chat under the rubrics the frozen generator
   wrote for its prompt (`frozen_rubrics`: asked once per prompt and generator version, kept in Redis for the

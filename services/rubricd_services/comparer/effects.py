@@ -6,7 +6,7 @@ What is kept: docs/researchers/rubric-arm.md, "Accuracy" and "Training records".
 from rubricd.keys import Keys
 from rubricd.messages import Comparison, Preference
 from rubricd_services.runtime import answering
-from rubricd_services.runtime.answering import Effects
+from rubricd_services.runtime.answering import ScriptValues
 from rubricd_services.state.accuracy import accuracy_increments
 
 # `instance` is '' for a rubric set without an instance.
@@ -24,9 +24,9 @@ SCRIPT = answering.script(
 )
 
 
-def effects(keys: Keys, comparison: Comparison, preference: Preference) -> Effects:
+def values(keys: Keys, comparison: Comparison, preference: Preference) -> ScriptValues:
     """The comparer's own effects of committing `preference`."""
-    return Effects(
+    return ScriptValues(
         keys={
             "accuracy": keys.accuracy(comparison.run_id),
             "instance_prompts": keys.instance_prompts(comparison.run_id),

@@ -73,7 +73,7 @@ class PairwiseMetrics:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PairwiseSet:
     """A rubric set ready to judge comparisons with: the set in force and its pairwise system message."""
 
     in_force: InForce
@@ -93,7 +93,9 @@ class Comparer(Answering[Comparison, Preference]):
             RubricStore(clients.redis, self.keys),
             seeds=Seeds.load(settings),
             per_instance=settings.rubrics_mode == "per_instance",
-            prepare=lambda in_force: Prepared(in_force, pairwise.system_message(self.judging.template, in_force.set)),
+            prepare=lambda in_force: PairwiseSet(
+                in_force, pairwise.system_message(self.judging.template, in_force.set)
+            ),
             generator=generation.generator(settings, clients, SERVICE) if settings.generate_rubrics else None,
         )
 
@@ -101,7 +103,7 @@ class Comparer(Answering[Comparison, Preference]):
         tally = Tally(pairwise.PAIRWISE)
         preference = await self.judge(comparison, tally)
         spent = tally.usage(self.judging.llm.model)
-        return Answered(preference, spent, effects.effects(self.keys, comparison, preference))
+        return Answered(preference, spent, effects.values(self.keys, comparison, preference))
 
     def event(self, comparison: Comparison, p: Preference) -> Event:
         kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)

@@ -110,12 +110,12 @@ class Judging:
         """The pairwise judge's (the comparer's, the arm service's): its LLM settings and its prompt."""
         return cls(llm=llm, template=prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt))
 
-    def prepare(self, in_force: InForce) -> "Rubrics":
+    def prepare(self, in_force: InForce) -> "ReadySet":
         """A rubric set ready to judge with (once per set, by the rubric cache); with a candidate in shadow, its
         changed rubrics are judged in the same calls (`shadowed`)."""
         judged = shadowed(in_force.set, in_force.candidate)
         whole = _call(self.template, judged, self.llm.prompt_chars(), self.style)
-        return Rubrics(
+        return ReadySet(
             in_force.set, whole.system, self, in_force.generation, in_force.generation_error, in_force.candidate
         )
 
@@ -155,7 +155,7 @@ def shadowed(rubric_set: RubricSet, candidate: Candidate | None) -> RubricSet:
 
 
 @dataclass(frozen=True)
-class Rubrics:
+class ReadySet:
     """A rubric set ready to judge with: the set, its system message, and the calls that judge it, made by
     `judging` (None: the default prompts, every rubric in one call, no context budget). With a `candidate` in
     shadow, the calls judge its changed rubrics too (`judged`); the set alone makes the reward."""
@@ -319,7 +319,7 @@ class Scoring:
     """How verdicts become a Score: under a set (`rubrics`), and the policy named `policy_name` (`active`, the
     step's meta-class under `alternating`, and `undefined`: rubricd_services.rubrics.policies)."""
 
-    rubrics: Rubrics
+    rubrics: ReadySet
     policy_name: str
     active: str | None = None
     undefined: Undefined = "weighted_total"
@@ -423,7 +423,7 @@ def turn_results(rollout: Rollout, rubric_set: RubricSet, decided: dict[str, ver
     return results
 
 
-async def _judged(rollout: Rollout, rubrics: Rubrics, judge: Judge, vote: int = 0) -> dict[str, verdicts.Decided]:
+async def _judged(rollout: Rollout, rubrics: ReadySet, judge: Judge, vote: int = 0) -> dict[str, verdicts.Decided]:
     """Every rubric's verdict in `vote`: one call's, or the calls' made at once (the first to fail cancels the
     others)."""
     calls, turns = rubrics.calls(rollout, vote), rollout.policy_turns

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import msgspec
 from redis.asyncio import Redis
 
-from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import EventKind, GeneratedBy, Rubric, RubricKind, RubricSet
 from rubricd_services.llm import LLMError, usage
 from rubricd_services.llm.usage import Ask
 from rubricd_services.runtime import events, locks, prompts
+from rubricd_services.runtime.events import Events
 from rubricd_services.runtime.service import Clients
 from rubricd_services.settings import ServiceSettings
 from rubricd_services.state.rubric_sets import RubricStore
@@ -73,6 +73,7 @@ class Generator:
 
     def __post_init__(self) -> None:
         self.store = RubricStore(self.redis, self.keys)
+        self.events = Events(self.redis, self.keys, self.events_maxlen)
         self.prompt_sha256 = hashlib.sha256(self.template.encode()).hexdigest()
 
     async def rubric_set(self, prompted: Prompted, instance_key: str, seed: Sequence[Rubric]) -> Generated:
@@ -179,7 +180,7 @@ class Generator:
 
     async def _event(self, kind: EventKind, prompted: Prompted, detail: str, **fields: object) -> None:
         event = events.event(self.service, kind, run_id=prompted.run_id, step=prompted.step, detail=detail, **fields)
-        await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.events_maxlen, approximate=True)
+        await self.events.publish(event)
 
 
 def _settled(current: RubricSet | None, failure: Failure | None) -> bool:

@@ -1,4 +1,4 @@
-"""Reward policies: how per-rubric verdicts become the trainer's reward.
+"""Outcome policies: how per-rubric verdicts become the trainer's reward.
 
 Every score follows HealthBench's rule (met points over positive points, clipped to [0, 1]), per meta-class
 too, a class without a positive-point rubric being undefined. `weighted_sum` rewards the weighted total;
@@ -18,7 +18,7 @@ from rubricd.messages import Rubric
 Undefined = Literal["weighted_total", "mask"]
 
 
-class Reward(msgspec.Struct, frozen=True, kw_only=True):
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     """A policy's outcome: `total` is the reward (None: masked), `weighted_total` the weighted sum over every
     rubric, `meta_class_scores` each class's own score (None where undefined)."""
 
@@ -37,7 +37,7 @@ class Policy(Protocol):
         *,
         active: str | None = None,
         undefined: Undefined = "weighted_total",
-    ) -> Reward: ...
+    ) -> Outcome: ...
 
 
 def _clip(x: float) -> float:
@@ -76,10 +76,10 @@ def weighted_sum(
     *,
     active: str | None = None,
     undefined: Undefined = "weighted_total",
-) -> Reward:
+) -> Outcome:
     """The weighted total over every rubric; `active` and `undefined` play no part."""
     total = points_ratio(rubrics, met)
-    return Reward(total=total, weighted_total=total, meta_class_scores=meta_class_scores(rubrics, met))
+    return Outcome(total=total, weighted_total=total, meta_class_scores=meta_class_scores(rubrics, met))
 
 
 def alternating(
@@ -88,19 +88,19 @@ def alternating(
     *,
     active: str | None = None,
     undefined: Undefined = "weighted_total",
-) -> Reward:
+) -> Outcome:
     """The score of the `active` meta-class with every penalty-only class's penalties (None: the weighted total);
     see the module's docstring."""
     total = points_ratio(rubrics, met)
     scores = meta_class_scores(rubrics, met)
     if active is None:
-        return Reward(total=total, weighted_total=total, meta_class_scores=scores)
+        return Outcome(total=total, weighted_total=total, meta_class_scores=scores)
     score = None
     if scores.get(active) is not None:
         penalties_only = {c for c, s in scores.items() if s is None}
         score = healthbench_score([r for r in rubrics if r.meta_class in {active, *penalties_only}], met)
     masked = score is None and undefined == "mask"
-    return Reward(
+    return Outcome(
         total=None if masked else total if score is None else score,
         weighted_total=total,
         meta_class_scores=scores,

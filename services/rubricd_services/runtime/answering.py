@@ -6,7 +6,7 @@ and commits it, and logs. A service subclasses it for one `Family` (what it take
 `answer` (or `prepare`, to read keys of its own in the stored answer's round trip), `event` and `rejected` (and,
 optionally, `check`, `observe` and `refused`). Its commit is `script`'s one Lua body: store the answer once (its
 run in the runs index), reply, keep the request with its answer, log the event, add the usage, ack; the service's
-own keys, arguments and maps go beside (`Effects`). How: docs/development.md, "The answering runtime".
+own keys, arguments and maps go beside (`ScriptValues`). How: docs/development.md, "The answering runtime".
 """
 
 import logging
@@ -31,6 +31,7 @@ from rubricd.messages import (
 )
 from rubricd_services.runtime import events
 from rubricd_services.runtime.commit import Names, Script, Value, split
+from rubricd_services.runtime.events import Events
 from rubricd_services.runtime.intake import Addressed, Intake, Rejected, Sender, entry_id
 
 
@@ -137,8 +138,8 @@ def script(
 
 
 @dataclass(frozen=True)
-class Effects:
-    """A service's own effects in a commit: the values of the keys, arguments and maps its `script` declares."""
+class ScriptValues:
+    """A service's own part of a commit: the values of the keys, arguments and maps its `script` declares."""
 
     keys: Mapping[str, str] = field(default_factory=dict)
     args: Mapping[str, Value] = field(default_factory=dict)
@@ -148,11 +149,11 @@ class Effects:
 @dataclass(frozen=True)
 class Answered(Generic[A]):
     """A service's answer to one request, with the judge calls' usage (added to the run's, answer stored or not)
-    and its own effects."""
+    and its own part of the commit."""
 
     answer: A
     usage: Mapping[str, int] = field(default_factory=dict)
-    effects: Effects = Effects()
+    values: ScriptValues = ScriptValues()
 
 
 Read = bytes | str | None  # a value read from Redis
@@ -173,6 +174,7 @@ class Answering(Generic[M, A]):
     def __init__(self, family: Family, script: Script, settings: Settings, redis: Redis, keys: Keys) -> None:
         self.family, self.redis, self.keys = family, redis, keys
         self.maxlen, self.kept_maxlen = settings.stream_maxlen, settings.kept_maxlen
+        self.events = Events(redis, keys, settings.stream_maxlen)
         # the commits' arguments of what is kept for how long, made once (the scorer's reply path)
         self._keeping: dict[str, Value] = {
             "answer_ttl": settings.answer_ttl_s,
@@ -265,7 +267,7 @@ class Answering(Generic[M, A]):
             "event": wire.encode(self.event(request, answer)),
             "replay": "",
         }
-        if await self._run(entry_id, request, written, answered.usage, answered.effects) is not None:
+        if await self._run(entry_id, request, written, answered.usage, answered.values) is not None:
             self.replied(request)
             return False
         await self.observe(request, answer)
@@ -274,11 +276,11 @@ class Answering(Generic[M, A]):
     async def replay(self, entry_id: bytes, request: M, stored: bytes | str) -> None:
         """Reply the stored answer's bytes again, and ack: nothing else is written."""
         replayed: dict[str, Value] = {"answer": stored, "kept": "", "event": "", "replay": "1"}
-        await self._run(entry_id, request, replayed, {}, Effects())
+        await self._run(entry_id, request, replayed, {}, ScriptValues())
         self.replied(request)
 
     async def _run(
-        self, entry_id: bytes, request: M, args: dict[str, Value], usage: Mapping[str, int], effects: Effects
+        self, entry_id: bytes, request: M, args: dict[str, Value], usage: Mapping[str, int], own: ScriptValues
     ) -> Any:
         keys, own_args, maps = self._own
         sent = cast(Addressed, request)
@@ -292,7 +294,7 @@ class Answering(Generic[M, A]):
                 "usage": self.keys.usage(sent.run_id),
                 "runs": self.keys.runs,
                 **dict.fromkeys(keys, ""),
-                **effects.keys,
+                **own.keys,
             },
             args={
                 **args,
@@ -301,9 +303,9 @@ class Answering(Generic[M, A]):
                 "entry_id": entry_id,
                 **self._keeping,
                 **dict.fromkeys(own_args, ""),
-                **effects.args,
+                **own.args,
             },
-            maps={"usage": usage, **{name: {} for name in maps}, **effects.maps},
+            maps={"usage": usage, **{name: {} for name in maps}, **own.maps},
         )
 
     def stored(self, request: M) -> str:
@@ -323,7 +325,7 @@ class Answering(Generic[M, A]):
 
     async def publish(self, event: Event) -> None:
         """Log an event of the service's own (a reloaded rubric set, a judge's accuracy)."""
-        await self.redis.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
+        await self.events.publish(event)
 
     def replied(self, request: M) -> None:
         f = self.family

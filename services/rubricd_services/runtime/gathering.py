@@ -9,12 +9,17 @@ script; a member that arrives once the gathering was claimed is late, and answer
 claimant that dies lets it lapse, and the next claim takes the gathering. `decide` commits the decision once,
 atomically with the user's `decision` Lua (its effects), and drops the members' values; `release` leaves a
 failed decision for later. A user supplies only its Lua, named as `commit.Script` names it.
+`Claimant` is the one claimant loop over it: a task per gathering, the claim, the lease, the release and one
+failure policy (the streams': an outage is no failure, a decision that failed `max_failures` times or whose
+claimants died `max_redeliveries` times is given up); a service supplies only its decision.
 How each service uses it: docs/development.md, "Gatherings".
 """
 
+import asyncio
 import contextlib
 import enum
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -22,6 +27,9 @@ from redis.asyncio import Redis
 
 from rubricd_services.runtime.commit import Names, Script, Value
 from rubricd_services.runtime.locks import renewed
+from rubricd_services.runtime.outage import Outages
+
+log = logging.getLogger("rubricd.gathering")
 
 # Every script reads the time from Redis, so the deadlines and leases of processes on different hosts keep one
 # clock whatever their hosts' clocks say.
@@ -61,7 +69,7 @@ return 0
 """
 
 # Due: its time has come, or (`complete`, as its claimant found it) it was never claimed. Returns false, or
-# {claims (this one included), failed decisions, member id, value, ...}.
+# {claims (this one included), failed decisions, releases, member id, value, ...}.
 _CLAIM = """
 local due = redis.call('ZSCORE', k_due, a_gathering)
 if not due then return false end
@@ -74,7 +82,10 @@ end
 redis.call('ZADD', k_due, now + tonumber(a_lease_s), a_gathering)
 redis.call('HSETNX', k_gathering, '~claimed', now)
 redis.call('HSET', k_gathering, '~claimer', a_claimant)
-local taken = {redis.call('HINCRBY', k_gathering, '~claims', 1), tonumber(redis.call('HGET', k_gathering, '~failed') or '0')}
+local taken = {redis.call('HINCRBY', k_gathering, '~claims', 1)}
+for _, count in ipairs({'~failed', '~released'}) do
+  taken[#taken + 1] = tonumber(redis.call('HGET', k_gathering, count) or '0')
+end
 local fields = redis.call('HGETALL', k_gathering)
 for i = 1, #fields, 2 do
   if string.sub(fields[i], 1, 2) == 'm:' then
@@ -95,6 +106,7 @@ return 1
 _RELEASE = """
 if redis.call('HGET', k_gathering, '~claimer') ~= a_claimant then return 0 end
 redis.call('ZADD', k_due, 'XX', now + tonumber(a_after_s), a_gathering)
+redis.call('HINCRBY', k_gathering, '~released', 1)
 if a_failed == '1' then redis.call('HINCRBY', k_gathering, '~failed', 1) end
 return 1
 """
@@ -133,13 +145,19 @@ class Joined(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Claim:
-    """A gathering claimed: its name, its members (id -> value), how many claims it had (this one included) and
-    how many of its decisions were released as failed."""
+    """A gathering claimed: its name, its members (id -> value), how many claims it had (this one included), how
+    many of its decisions were released as failed, and how many released at all."""
 
     name: str
     members: dict[str, bytes]
     claims: int
     failed: int
+    released: int = 0
+
+    @property
+    def lapsed(self) -> int:
+        """The claims before this one that neither decided nor were released: their claimants died holding them."""
+        return self.claims - 1 - self.released
 
 
 def _names(names: Names) -> tuple[str, ...]:
@@ -247,9 +265,9 @@ class Gathering:
         taken = await self._claim(keys=self._keys(name, None), args=args)
         if not taken:
             return None
-        pairs = taken[2:]
+        pairs = taken[3:]
         members = {pairs[i].decode(): pairs[i + 1] for i in range(0, len(pairs), 2)}
-        return Claim(name, members, int(taken[0]), int(taken[1]))
+        return Claim(name, members, int(taken[0]), int(taken[1]), int(taken[2]))
 
     @contextlib.asynccontextmanager
     async def held(self, name: str) -> AsyncIterator[None]:
@@ -287,3 +305,86 @@ class Gathering:
             keys=self._keys(name, keys), args={"gathering": name, "ttl": self.ttl_s, **(args or {})}, lists=lists
         )
         return bool(decided)
+
+
+Decide = Callable[[Claim, bool], Awaitable[None]]  # a claimed gathering's decision; True: it is given up on
+
+
+@dataclass(frozen=True)
+class Retries:
+    """When a gathering is given up on (the streams' rule): after `max_failures` decisions failed for a reason of
+    their own, or `max_redeliveries` claimants died holding it (None: never); a failed decision is due again
+    `retry_after_s` later."""
+
+    retry_after_s: float
+    max_failures: int | None = None
+    max_redeliveries: int | None = None
+
+    def gives_up(self, claim: Claim) -> bool:
+        return (self.max_failures is not None and claim.failed >= self.max_failures) or (
+            self.max_redeliveries is not None and claim.lapsed >= self.max_redeliveries
+        )
+
+
+class Claimant:
+    """This process's claims on one kind of gathering: each is tried in a task of its own (one per name, `later`)
+    or in the caller's (`attempt`), claimed, held while `decide` works on it, and released when it raises, counted
+    as failed unless `outages` says an outage caused it (a decision that ends well says the dependencies it `uses`
+    answered). `describe` names a gathering in the logs; `complete`
+    (default: never) reads whether a gathering is complete before its deadline, None if it needs no decision;
+    `failed` is told of each failed decision."""
+
+    def __init__(
+        self,
+        gathering: Gathering,
+        decide: Decide,
+        retries: Retries,
+        outages: Outages,
+        *,
+        describe: Callable[[str], str],
+        uses: Sequence[str] = (),
+        complete: Callable[[str], Awaitable[bool | None]] | None = None,
+        failed: Callable[[str, Exception], Awaitable[None]] | None = None,
+    ) -> None:
+        self.gathering, self.decide, self.retries, self.outages = gathering, decide, retries, outages
+        self.describe, self.uses, self.complete, self.failed = describe, tuple(uses), complete, failed
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def later(self, name: str) -> None:
+        """Try the gathering `name` in the background, unless this process tries it already."""
+        if name not in self._tasks:
+            task = asyncio.create_task(self.attempt(name))
+            self._tasks[name] = task
+            task.add_done_callback(lambda _: self._tasks.pop(name, None))
+
+    async def sweep(self, names: Iterable[str] | None = None, *, limit: int = 100) -> None:
+        """Try `names` (default: up to `limit` gatherings due now) in the background."""
+        for name in await self.gathering.due(limit) if names is None else names:
+            self.later(name)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+
+    async def attempt(self, name: str) -> None:
+        """Claim the gathering `name` if it is due, and decide it under the claim; a failure is released."""
+        doing = self.describe(name)
+        try:
+            complete = await self.complete(name) if self.complete else False
+            if complete is None or (claim := await self.gathering.claim(name, complete=complete)) is None:
+                return
+            give_up = self.retries.gives_up(claim)
+            if give_up:
+                log.warning("giving up on %s after %d failures and %d lost claims", doing, claim.failed, claim.lapsed)
+            async with self.gathering.held(name):
+                await self.decide(claim, give_up)
+            if self.uses:
+                self.outages.up(*self.uses)
+        except Exception as e:
+            outage = self.outages.down(doing, e)
+            if not outage:
+                log.exception("%s failed", doing)
+            with contextlib.suppress(Exception):
+                await self.gathering.release(name, self.retries.retry_after_s, failed=not outage)
+                if self.failed:
+                    await self.failed(name, e)

@@ -88,8 +88,8 @@ class Ledger:
             if held in self._held:
                 self._let_go(held)
 
-    async def keep(self, redis: Redis, groups: Sequence[tuple[str, str]], too_old: float) -> None:
-        """Reset the idle time of the entries in hand in `groups` ((stream, group) pairs); with none, a PING. One
+    async def keep(self, redis: Redis, consumer_groups: Sequence[tuple[str, str]], too_old: float) -> None:
+        """Reset the idle time of the entries in hand in `consumer_groups` ((stream, group) pairs); with none, a PING. One
         held since before `too_old` (time.monotonic) is let go: its handler never finished, a reclaim retries it."""
         for held in [h for h, since in self._since.items() if since < too_old]:
             log.warning("%s: entry %s, received and never finished, left to a reclaim", self.service, held[1].decode())
@@ -99,7 +99,7 @@ class Ledger:
             by_consumer[consumer].append(entry_id)
         if not by_consumer:
             await redis.ping()
-        for stream, group in groups:  # an id the consumer does not hold in a stream is skipped there
+        for stream, group in consumer_groups:  # an id the consumer does not hold in a stream is skipped there
             for consumer, ids in by_consumer.items():
                 await redis.register_script(_KEEP)(keys=[stream], args=[group, consumer, *ids])
 

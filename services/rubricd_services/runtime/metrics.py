@@ -51,9 +51,9 @@ class Metrics:
         """`models`: each agent's model, which `prices` (per model) turns its tokens into cost with."""
         self.registry.register(LLMCollector(llm, prices or {}, models or {}))
 
-    async def read_groups(self, redis: Redis, groups: Iterable[tuple[str, str]]) -> None:
-        """Refresh pending and lag of each (stream, group)."""
-        for stream, group in groups:
+    async def read_consumer_groups(self, redis: Redis, consumer_groups: Iterable[tuple[str, str]]) -> None:
+        """Refresh pending and lag of each (stream, consumer group)."""
+        for stream, group in consumer_groups:
             pending, lag = await backlog(redis, stream, group)
             self.group_pending.labels(stream, group).set(pending)
             self.group_lag.labels(stream, group).set(lag)

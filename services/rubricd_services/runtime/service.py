@@ -27,13 +27,13 @@ from faststream.redis.message import RedisStreamMessage
 from prometheus_client import make_asgi_app
 from redis.asyncio import BlockingConnectionPool, Redis
 
-from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import EventKind
 from rubricd_services.llm import LLMClient
 from rubricd_services.memory.embedder import EMBEDDER, make_embedder
 from rubricd_services.memory.store import Memory
 from rubricd_services.runtime import consumer_groups, dead_letters, events, intake
+from rubricd_services.runtime.events import Events
 from rubricd_services.runtime.ledger import Ledger
 from rubricd_services.runtime.logs import configure_logging
 from rubricd_services.runtime.metrics import Metrics
@@ -44,7 +44,7 @@ W = TypeVar("W")
 S = TypeVar("S", bound=ServiceSettings)
 Handler = Callable[[W, RedisStreamMessage], Awaitable[None]]
 
-GROUPS_INTERVAL_S = 5.0  # how often each group's pending and lag are read for the metrics
+CONSUMER_GROUPS_INTERVAL_S = 5.0  # how often each consumer group's pending and lag are read for the metrics
 FAILURE_TTL_S = 86_400  # how long an entry's last error is kept for its dead letter
 # A handler's argument: the message itself (intake.itself); Any, so that FastStream neither injects nor converts it.
 Entry = Any
@@ -66,6 +66,7 @@ class Clients:
     keys: Keys
     consumer: str  # this process's name in its consumer groups
     outages: Outages  # a worker's background tasks report outages here too
+    events: Events  # the events stream, as this service writes it
     memory_: Memory | None = None
 
     @property
@@ -101,7 +102,7 @@ class ServiceApp(Generic[W]):
         self.consumer = consumer_name(settings)
         self.metrics = metrics or Metrics(name)
         self.broker = make_broker(settings, self.metrics)
-        self.groups: list[tuple[str, str]] = []
+        self.consumer_groups: list[tuple[str, str]] = []
         self.deadlines: dict[str, float] = {}  # per consumed stream: how long its handler may take
         self.outages = Outages(name)
         self._chores: list[tuple[float, Callable[[W], Awaitable[None]]]] = []
@@ -147,7 +148,7 @@ class ServiceApp(Generic[W]):
         steps), which no MAXLEN bounds.
         """
         s = self.settings
-        self.groups.append((stream, consumer_group))
+        self.consumer_groups.append((stream, consumer_group))
         self.deadlines[stream] = deadline = s.handler_deadline(agents)
         # What a handler that succeeded has found answering (the LLM endpoint and the memory only if it calls them).
         answered = (REDIS, *((LLM, WEAVIATE) if agents and self.with_memory else (LLM,) if agents else ()))
@@ -222,10 +223,7 @@ class ServiceApp(Generic[W]):
                 "handler_deadline_s": ", ".join(f"{stream} {s:g}" for stream, s in self.deadlines.items()),
                 **started,
             }
-            event = events.event(self.name, EventKind.SERVICE_STARTED, **fields)
-            await self.clients.redis.xadd(
-                self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
-            )
+            await self.clients.events.publish(events.event(self.name, EventKind.SERVICE_STARTED, **fields))
 
         return WiredApp(self, self.broker, lifespan=lambda: self._lifespan(make_worker), after_startup=[announce])
 
@@ -247,12 +245,13 @@ class ServiceApp(Generic[W]):
             if memory is not None:
                 stack.push_async_callback(memory.close)
             # Created at 0, not $: entries published before the service first ran are handled too.
-            for stream, group in self.groups:
+            for stream, group in self.consumer_groups:
                 await consumer_groups.ensure_group(redis, stream, group)
             # Listeners start after the stream's last entry now, before the worker reads what they keep fresh.
             for stream, handle in self._listened:
                 self._subscribe_listener(stream, handle, await last_entry_id(redis, stream))
-            self._clients = Clients(redis, llm, self.metrics, self.keys, self.consumer, self.outages, memory)
+            events_ = Events(redis, self.keys, s.stream_maxlen)
+            self._clients = Clients(redis, llm, self.metrics, self.keys, self.consumer, self.outages, events_, memory)
             self.ledger.watch(await self.broker.connect(), fresh=self.consumer, reclaimed=self.reclaimer)
             quiet = QuietOutages(self.outages, self._group_gone)
             broker_log = logging.getLogger("rubricd.broker")
@@ -261,7 +260,9 @@ class ServiceApp(Generic[W]):
             self._worker = worker = make_worker(self._clients)
             tasks = [asyncio.create_task(self._repeat(s.reclaim_idle_ms / 4000, self._keep_claimed))]
             # The backlog gauges from the start, not only after the first interval.
-            tasks.append(asyncio.create_task(self._repeat(GROUPS_INTERVAL_S, self._read_groups, now=True)))
+            tasks.append(
+                asyncio.create_task(self._repeat(CONSUMER_GROUPS_INTERVAL_S, self._read_consumer_groups, now=True))
+            )
             tasks += [asyncio.create_task(self._repeat(interval, chore)) for interval, chore in self._chores]
             if self._trimmed:
                 tasks.append(asyncio.create_task(self._repeat(s.trim_interval_s, self._trim)))
@@ -286,8 +287,8 @@ class ServiceApp(Generic[W]):
             )
         self.stopped_for.append(group)
 
-    async def _read_groups(self, _: W) -> None:
-        await self.metrics.read_groups(self.clients.redis, self.groups)
+    async def _read_consumer_groups(self, _: W) -> None:
+        await self.metrics.read_consumer_groups(self.clients.redis, self.consumer_groups)
 
     async def _trim(self, _: W) -> None:
         for stream in self._trimmed:
@@ -297,7 +298,7 @@ class ServiceApp(Generic[W]):
         """Keep the entries in hand from going idle (with none, a PING: this is also the heartbeat that says Redis
         is back); one held past twice its handler's deadline is let go, to a reclaim."""
         too_old = time.monotonic() - 2 * max(self.deadlines.values(), default=0.0)
-        await self.ledger.keep(self.clients.redis, self.groups, too_old)
+        await self.ledger.keep(self.clients.redis, self.consumer_groups, too_old)
         await self._answered(REDIS)
 
     async def _handle(

@@ -8,7 +8,7 @@ path); with every commit, a new verdict for the judge cache. What is written: do
 from rubricd.keys import Keys
 from rubricd.messages import Rollout, Score
 from rubricd_services.runtime import answering
-from rubricd_services.runtime.answering import Effects
+from rubricd_services.runtime.answering import ScriptValues
 from rubricd_services.state import health, promotion
 from rubricd_services.state.canaries import STARTED
 from rubricd_services.state.schedule import stats_increments
@@ -48,16 +48,16 @@ if k_verdict ~= '' then redis.call('SET', k_verdict, a_verdict, 'EX', a_verdict_
 )
 
 
-def effects(
+def values(
     keys: Keys, settings: ScorerSettings, rollout: Rollout, score: Score, verdict: tuple[str, bytes] | None = None
-) -> Effects:
+) -> ScriptValues:
     """The scorer's own effects of committing `score`: the rollout handed to the analyzers (the memory loop)
     unless it is an evaluation rollout not analysed; `verdict`, a new verdict's key and value, kept for
     `judge_cache_ttl_s` (the judge cache), whether or not the rollout had a score."""
     analyze = not rollout.evaluation or settings.analyze_evaluation
     canaries = "" if rollout.evaluation else keys.canary_marks(rollout.run_id)
     shadow = promotion.record(score)
-    return Effects(
+    return ScriptValues(
         keys={
             "scored": keys.scored if analyze else "",
             "stats": keys.class_stats(rollout.run_id, rollout.step),

@@ -4,8 +4,9 @@ judged once.
 A member joins its group's hash, its rollouts entry acked in the same script: from then on the hash holds it,
 whichever process dies. The group is due at its deadline (`group_deadline_s` after its first member), or at once
 when its `group_size` members are in; the scorer that claims it (the one whose member completed it, or any
-scorer's sweep) judges its members still without a score, under a lease renewed while it judges, and decides it.
-If that scorer dies, the lease runs out and another claims the group. A member that arrives once the group was
+scorer's sweep) judges its members still without a score, under a lease renewed while it judges, and decides it
+(the gathering's one claimant loop, `Claimant`). If that scorer dies, the lease runs out and another claims the
+group. A member that arrives once the group was
 claimed is judged alone.
 The details: docs/researchers/groups.md, "Group judging"; docs/operators/recover.md, "Delivery".
 """
@@ -20,7 +21,8 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import SCORERS, Keys
 from rubricd.messages import Rollout, instance_key
-from rubricd_services.runtime.gathering import Gathering, Joined
+from rubricd_services.runtime.gathering import Claim, Claimant, Gathering, Joined, Retries
+from rubricd_services.runtime.outage import Outages
 
 log = logging.getLogger("rubricd.scorer")
 DUE_GROUPS = 16  # groups one sweep claims at most
@@ -28,18 +30,19 @@ DUE_GROUPS = 16  # groups one sweep claims at most
 
 @dataclass(frozen=True)
 class Claimed:
-    """A group claimed for judging: its key, its members, and how many claims it has had (this one included)."""
+    """A group claimed for judging: its key, its members, and whether it is given up on (the gathering's policy:
+    `max_failures` failed judgings, or `max_redeliveries` scorers that died judging it)."""
 
     key: str
     members: list[Rollout]
-    claims: int
+    given_up: bool
 
 
 Judge = Callable[[list[Rollout], Claimed], Awaitable[None]]  # judges members that share a prompt, commits scores
 
 
 class Groups:
-    """The scorer's sample groups: gathered in Redis, each judged once by `judge`."""
+    """The scorer's sample groups: gathered in Redis, each judged once by `judge` (the gathering's claimant)."""
 
     def __init__(
         self,
@@ -47,6 +50,8 @@ class Groups:
         keys: Keys,
         consumer: str,
         judge: Judge,
+        retries: Retries,
+        outages: Outages,
         *,
         deadline_s: float,
         lease_s: float,
@@ -63,14 +68,16 @@ class Groups:
             stream=keys.rollouts,
             consumer_group=SCORERS,
         )
+        self.claimant = Claimant(self.gathering, self.decide, retries, outages, describe="judging group {}".format)
 
     def key(self, rollout: Rollout) -> str:
         assert rollout.group is not None
         return self.keys.group(rollout.run_id, rollout.step, rollout.group)
 
     async def gather(self, rollout: Rollout, entry_id: bytes) -> bool:
-        """A member joins its group (its entry acked), and the group is judged if it completes it; False if the
-        member is to be judged alone (scored before: its first score again; or its group was claimed: late)."""
+        """A member joins its group (its entry acked), and the group is judged, in this handler, if it completes
+        it; False if the member is to be judged alone (scored before: its first score again; or its group was
+        claimed: late)."""
         if await self.redis.get(self.keys.score(rollout.run_id, rollout.rollout_id)) is not None:
             return False
         key = self.key(rollout)
@@ -81,32 +88,25 @@ class Groups:
             log.info("rollout %s/%s came after its group was judged; judged alone", rollout.run_id, rollout.rollout_id)
             return False
         if joined is Joined.COMPLETE:
-            await self.judge_due(key)
+            await self.claimant.attempt(key)
         return True
 
-    async def judge_due_groups(self) -> None:
-        """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
+    async def sweep(self) -> None:
+        """Judge the groups due (at their deadline, or whose claim ran out or failed), in this process, before the
+        next sweep: at most DUE_GROUPS at a time."""
         due = await self.gathering.due(DUE_GROUPS)
-        for key, outcome in zip(due, await asyncio.gather(*(self.judge_due(k) for k in due), return_exceptions=True)):
-            if isinstance(outcome, Exception):  # the group falls due again when its claim runs out
-                log.warning("judging group %s failed: %r", key, outcome)
+        await asyncio.gather(*(self.claimant.attempt(key) for key in due))
 
-    async def judge_due(self, key: str) -> None:
-        """Claim the group at `key` if it is due, judge its members still without a score, and decide it."""
-        claim = await self.gathering.claim(key)
-        if claim is None:
-            return
-        async with self.gathering.held(key):
-            members = sorted(
-                (wire.decode(body, Rollout) for body in claim.members.values()), key=lambda r: r.rollout_id
-            )
-            claimed = Claimed(key, members, claim.claims)
-            keys = [self.keys.score(m.run_id, m.rollout_id) for m in members]
-            scored = await self.redis.mget(keys) if keys else []
-            todo = [m for m, first in zip(members, scored, strict=True) if first is None]
-            for part in _parts(todo):
-                await self.judge(part, claimed)
-            await self.gathering.decide(key)
+    async def decide(self, claim: Claim, give_up: bool) -> None:
+        """Judge the claimed group's members still without a score, and decide it."""
+        members = sorted((wire.decode(body, Rollout) for body in claim.members.values()), key=lambda r: r.rollout_id)
+        claimed = Claimed(claim.name, members, give_up)
+        keys = [self.keys.score(m.run_id, m.rollout_id) for m in members]
+        scored = await self.redis.mget(keys) if keys else []
+        todo = [m for m, first in zip(members, scored, strict=True) if first is None]
+        for part in _parts(todo):
+            await self.judge(part, claimed)
+        await self.gathering.decide(claim.name)
 
 
 def _parts(members: list[Rollout]) -> list[list[Rollout]]:

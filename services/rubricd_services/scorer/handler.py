@@ -24,17 +24,18 @@ from rubricd import wire
 from rubricd.messages import Candidate, Event, EventKind, JudgeStatus, Rollout, RubricsUpdated, Score
 from rubricd_services.judges.cache import VerdictCache
 from rubricd_services.judges.caller import Tally, caller
-from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
+from rubricd_services.judges.scoring import Judging, ReadySet, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.policies import POLICIES
 from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import RubricCache
 from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering, Prepared, Read
+from rubricd_services.runtime.gathering import Retries
 from rubricd_services.runtime.intake import Rejected, Sender, entry_id
 from rubricd_services.runtime.service import Clients
 from rubricd_services.state.rubric_sets import RubricStore
-from rubricd_services.state.schedule import Schedule, candidates
+from rubricd_services.state.schedule import Schedule, rewarded
 
 from . import effects
 from .groups import Claimed, Groups
@@ -71,6 +72,8 @@ class Scorer(Answering[Rollout, Score]):
             self.keys,
             clients.consumer,
             self.judge_group,
+            Retries(settings.reclaim_idle_ms / 1000, settings.max_failures, settings.max_redeliveries),
+            clients.outages,
             deadline_s=settings.group_deadline_s,
             lease_s=settings.reclaim_idle_ms / 1000,
             ttl_s=settings.answer_ttl_s,
@@ -109,7 +112,7 @@ class Scorer(Answering[Rollout, Score]):
 
         return Prepared(reads, answer)
 
-    async def scoring(self, rollout: Rollout, rubrics: Rubrics) -> Scoring:
+    async def scoring(self, rollout: Rollout, rubrics: ReadySet) -> Scoring:
         """How the rollout's verdicts become its Score: its policy, and the step's meta-class under `alternating`."""
         policy_name = rollout.reward_policy or self.settings.reward_policy
         active = await self.active_class(rollout, rubrics) if policy_name == "alternating" else None
@@ -119,7 +122,7 @@ class Scorer(Answering[Rollout, Score]):
         self, rollout: Rollout, score: Score, spent: dict[str, int], verdict: tuple[str, bytes] | None = None
     ) -> Answered[Score]:
         """The score with its usage and the scorer's own effects (`verdict`: a new one, for the judge cache)."""
-        return Answered(score, spent, effects.effects(self.keys, self.settings, rollout, score, verdict))
+        return Answered(score, spent, effects.values(self.keys, self.settings, rollout, score, verdict))
 
     async def observe(self, rollout: Rollout, score: Score) -> None:
         self.metrics.observe(score)
@@ -149,15 +152,15 @@ class Scorer(Answering[Rollout, Score]):
 
     async def judge_due_groups(self) -> None:
         """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
-        await self.groups.judge_due_groups()
+        await self.groups.sweep()
 
     async def judge_group(self, members: list[Rollout], claimed: Claimed) -> None:
         """Judge members of one group that share their prompt together, and commit each one's score."""
         head = members[0]
         scoring = await self.scoring(head, await self.rubrics.get(head))
         tally = Tally(JUDGE)
-        if claimed.claims > self.settings.max_failures:
-            error = f"group judging was claimed {claimed.claims} times and never finished (max_failures)"
+        if claimed.given_up:
+            error = "group judging never finished (max_failures failed judgings, or max_redeliveries scorers died)"
             scores = [failed(m, scoring, error) for m in members]
         else:
             judge = judge_by(caller(self.llm, tally))
@@ -172,10 +175,10 @@ class Scorer(Answering[Rollout, Score]):
                 log.warning("rollout %s/%s: %s; its score is kept without a reply", member.run_id, member.rollout_id, e)
                 await self.commit_answer(b"", msgspec.structs.replace(member, reply_to=None), answered)
 
-    async def active_class(self, rollout: Rollout, rubrics: Rubrics) -> str | None:
+    async def active_class(self, rollout: Rollout, rubrics: ReadySet) -> str | None:
         """The active meta-class of the rollout's step under `alternating` (None: the weighted total)."""
         decision = await self.schedule.active(
-            rollout.run_id, rollout.step, candidates(rubrics.set.rubrics, self.settings.meta_classes)
+            rollout.run_id, rollout.step, rewarded(rubrics.set.rubrics, self.settings.meta_classes)
         )
         self.metrics.active(rollout.run_id, decision)
         return decision.meta_class

@@ -5,7 +5,7 @@ run's earlier decisions and class statistics; `Schedule` decides once per (run, 
 (`Keys.schedule`, state.decisions), so every scorer gives a step the same class. The read side is here too: the
 decisions and each step's class statistics (`Keys.class_stats`: per-class counts and sums, added with each
 committed score, `stats_increments`), and `explain`, one line saying why a step has its class (`rubricd
-schedule`, the dashboard, the demo's report). The rules, the candidates and why `largest_gain` exploits:
+schedule`, the dashboard, the demo's report). The rules, the eligible classes and why `largest_gain` exploits:
 docs/researchers/alternating.md, "The meta-class schedule".
 """
 
@@ -34,9 +34,11 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     meta_class: str | None  # None: no active class, the reward is the weighted total
     reason: Reason
     strategy: Strategy
-    candidates: list[str] = []
+    eligible: list[str] = msgspec.field(default_factory=list, name="candidates")  # stored as `candidates`
     window: list[int] = []  # most_room, largest_gain: the recent steps whose statistics were read
-    means: dict[str, float | None] = {}  # most_room, largest_gain: each candidate's mean over window (None: no score)
+    means: dict[
+        str, float | None
+    ] = {}  # most_room, largest_gain: each eligible class's mean over window (None: no score)
     previous_window: list[int] = []  # largest_gain: the steps before `window` whose statistics were read
     gains: dict[str, float | None] = {}  # largest_gain: mean over window - mean over previous_window (None: no gain)
     decided_at: float | None = None
@@ -110,11 +112,11 @@ def explain(decision: Decision) -> str:
         case "warm_up":
             return f"{chosen}: warm-up"
         case "no_class":
-            return f"{chosen}: no candidate meta-class in the rubric set"
+            return f"{chosen}: no eligible meta-class in the rubric set"
         case "phase":
             return f"{chosen}: its phase continues (min_phase_steps)"
         case "round_robin":
-            return f"{chosen}: next in order {', '.join(decision.candidates)}"
+            return f"{chosen}: next in order {', '.join(decision.eligible)}"
         case "most_room":
             means = ", ".join(f"{c} {'-' if m is None else f'{m:.3f}'}" for c, m in decision.means.items())
             return f"{chosen}: lowest recent mean over steps {decision.window} ({means})"
@@ -140,10 +142,10 @@ class Rule:
 
     def read_steps(self, before: Sequence[int]) -> list[int]:
         """The decided steps (of `before`, in step order) whose statistics are read: the window's, whose classes
-        are candidates whatever the strategy, and for `largest_gain` the window before it."""
+        are eligible whatever the strategy, and for `largest_gain` the window before it."""
         return list(before[-(2 if self.strategy == "largest_gain" else 1) * self.window_steps :])
 
-    def candidates(
+    def eligible(
         self, declared: Sequence[str], in_rubrics: Sequence[str], before: Sequence[int], stats: Mapping[int, StepStats]
     ) -> list[str]:
         """The declared classes with a positive-point rubric in the deciding rollout's set (`in_rubrics`) or a
@@ -154,7 +156,7 @@ class Rule:
 
 def choose(
     step: int,
-    candidates: Sequence[str],
+    eligible: Sequence[str],
     history: Mapping[int, Decision],
     stats: Mapping[int, StepStats],
     rule: Rule,
@@ -168,34 +170,34 @@ def choose(
             meta_class=meta_class,
             reason=reason,
             strategy=rule.strategy,
-            candidates=list(candidates),
+            eligible=list(eligible),
             decided_at=time.time(),
             **more,  # type: ignore[arg-type]
         )
 
     if len(before) < rule.warmup_steps:
         return decided(None, "warm_up")
-    if not candidates:
+    if not eligible:
         return decided(None, "no_class")
     previous = history[before[-1]].meta_class if before else None
-    if previous in candidates and phase_length(before, history) < rule.min_phase_steps:
+    if previous in eligible and phase_length(before, history) < rule.min_phase_steps:
         return decided(previous, "phase")
     if rule.strategy == "round_robin":
-        at = candidates.index(previous) + 1 if previous in candidates else 0
-        return decided(candidates[at % len(candidates)], "round_robin")
+        at = eligible.index(previous) + 1 if previous in eligible else 0
+        return decided(eligible[at % len(eligible)], "round_robin")
     window = before[-rule.window_steps :]
-    means = recent_means(candidates, [stats.get(s, {}) for s in window])
-    order = {c: i for i, c in enumerate(candidates)}
+    means = recent_means(eligible, [stats.get(s, {}) for s in window])
+    order = {c: i for i, c in enumerate(eligible)}
     if rule.strategy == "most_room":
-        best = min(candidates, key=lambda c: (means[c] is not None, means[c] or 0.0, order[c]))
+        best = min(eligible, key=lambda c: (means[c] is not None, means[c] or 0.0, order[c]))
         return decided(best, "most_room", window=window, means=means)
     earlier = before[-2 * rule.window_steps : -rule.window_steps]
-    gains = recent_gains(means, recent_means(candidates, [stats.get(s, {}) for s in earlier]))
-    best = min(candidates, key=lambda c: (gains[c] is not None, -(gains[c] or 0.0), order[c]))
+    gains = recent_gains(means, recent_means(eligible, [stats.get(s, {}) for s in earlier]))
+    best = min(eligible, key=lambda c: (gains[c] is not None, -(gains[c] or 0.0), order[c]))
     return decided(best, "largest_gain", window=window, means=means, previous_window=earlier, gains=gains)
 
 
-def candidates(rubrics: Sequence[Rubric], declared: Sequence[str]) -> list[str]:
+def rewarded(rubrics: Sequence[Rubric], declared: Sequence[str]) -> list[str]:
     """The meta-classes a step may train: the declared ones (ServiceSettings.meta_classes) with a positive-point
     rubric in `rubrics`, in the declared order."""
     positive = {r.meta_class for r in rubrics if r.points > 0}
@@ -213,13 +215,13 @@ def phase_length(before: Sequence[int], history: Mapping[int, Decision]) -> int:
     return n
 
 
-def recent_means(candidates: Sequence[str], steps: Sequence[StepStats]) -> dict[str, float | None]:
-    """Each candidate's mean over every rollout of `steps`."""
-    return {c: sum((s.get(c, ClassStats()) for s in steps), ClassStats()).mean for c in candidates}
+def recent_means(classes: Sequence[str], steps: Sequence[StepStats]) -> dict[str, float | None]:
+    """Each class's mean over every rollout of `steps`."""
+    return {c: sum((s.get(c, ClassStats()) for s in steps), ClassStats()).mean for c in classes}
 
 
 def recent_gains(means: Mapping[str, float | None], earlier: Mapping[str, float | None]) -> dict[str, float | None]:
-    """Each candidate's recent mean minus its earlier one (None where either is undefined)."""
+    """Each class's recent mean minus its earlier one (None where either is undefined)."""
     gains: dict[str, float | None] = {}
     for c, mean in means.items():
         before = earlier[c]
@@ -264,15 +266,15 @@ class Schedule:
         self.service = service
         self._decisions = StepDecisions(redis, Decision, keys.schedule, events=keys.events, maxlen=maxlen)
 
-    async def active(self, run_id: str, step: int, candidates: Sequence[str]) -> Decision:
-        """The decision of (run, step): the one in Redis, else one made now (`candidates`: the classes with a
-        positive-point rubric in the deciding rollout's set; Rule.candidates adds those recently scored)."""
+    async def active(self, run_id: str, step: int, rewarded: Sequence[str]) -> Decision:
+        """The decision of (run, step): the one in Redis, else one made now (`rewarded`: the classes with a
+        positive-point rubric in the deciding rollout's set; Rule.eligible adds those recently scored)."""
 
         async def make() -> tuple[Decision, Event]:
             history = await self._latest(run_id, step)
             before = sorted(history)
             stats = await read_stats(self.redis, self.keys, run_id, self.rule.read_steps(before))
-            eligible = self.rule.candidates(self.declared, candidates, before, stats)
+            eligible = self.rule.eligible(self.declared, rewarded, before, stats)
             decision = choose(step, eligible, history, stats, self.rule)
             return decision, self.event(run_id, decision)
 

@@ -175,7 +175,7 @@ def parse_member(raw: bytes | str) -> tuple[str, int]:
     return run_id, int(step)
 
 
-class StepBook:
+class Effects:
     """The summarizer's view of every step's accounting; its steps' claims and decisions are a gathering's."""
 
     def __init__(

@@ -12,8 +12,6 @@ and summarizes steps whose deadline passed with the analyses that did arrive,
 naming the missing rollouts.
 """
 
-import asyncio
-import contextlib
 import functools
 import logging
 from typing import Any
@@ -27,12 +25,13 @@ from rubricd.messages import EventKind, RolloutAnalysis, StepClosed, StepSummary
 from rubricd_services.llm.usage import Metered
 from rubricd_services.memory.store import MemoryItem, MemoryKind
 from rubricd_services.runtime import events, intake, prompts
+from rubricd_services.runtime.gathering import Claim, Claimant, Retries
 from rubricd_services.runtime.metrics import Metrics
 from rubricd_services.runtime.outage import LLM, WEAVIATE
 from rubricd_services.runtime.service import Clients
 from rubricd_services.state import health
 
-from .effects import StepBook, StepState, member
+from .effects import Effects, StepState, member, parse_member
 from .settings import SummarizerSettings
 from .summary import (
     META_SUMMARIZER,
@@ -98,7 +97,8 @@ class Summarizer:
         self.llm = Metered(clients.llm, clients.redis, clients.keys)
         self.memory = clients.memory
         self.outages = clients.outages
-        self.book = StepBook(
+        self.events = clients.events
+        self.effects = Effects(
             clients.redis,
             self.keys,
             SUMMARIZERS,
@@ -114,58 +114,52 @@ class Summarizer:
             prompts.load(__package__, META_SUMMARIZER, settings.meta_summarizer_prompt),
         )
         self.prompt_chars = settings.agent(SUMMARIZER).prompt_chars(), settings.agent(META_SUMMARIZER).prompt_chars()
-        self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self.steps = Claimant(
+            self.effects.steps,
+            self.decide,
+            Retries(settings.retry_after_s),
+            clients.outages,
+            describe=lambda name: "summarizing {} step {}".format(*parse_member(name)),
+            uses=(LLM, WEAVIATE),
+            complete=self.complete,
+            failed=self.failed,
+        )
 
     async def on_step_closed(self, msg: RedisStreamMessage) -> None:
         closed = intake.decode(msg.body, StepClosed, "step closure")
-        await self.book.closed(closed, intake.entry_id(msg))
-        self.try_later(closed.run_id, closed.step)
+        await self.effects.closed(closed, intake.entry_id(msg))
+        self.steps.later(member(closed.run_id, closed.step))
 
     async def on_analysis(self, msg: RedisStreamMessage) -> None:
         analysis = intake.decode(msg.body, RolloutAnalysis, "analysis")
-        await self.book.analyzed(analysis, intake.entry_id(msg), self.settings.rollouts_per_step)
-        self.try_later(analysis.run_id, analysis.step)
-
-    def try_later(self, run_id: str, step: int) -> None:
-        """Summarize the step in the background if it is due (one task per step in this process)."""
-        key = (run_id, step)
-        if key not in self._running:
-            task = asyncio.create_task(self.try_step(run_id, step))
-            self._running[key] = task
-            task.add_done_callback(lambda _: self._running.pop(key, None))
+        await self.effects.analyzed(analysis, intake.entry_id(msg), self.settings.rollouts_per_step)
+        self.steps.later(member(analysis.run_id, analysis.step))
 
     async def sweep(self) -> None:
         """Try every open step: finish what crashed summarizers left, and steps whose deadline passed."""
-        steps = await self.book.open_steps()
+        steps = await self.effects.open_steps()
         self.open.set(len(steps))
-        for run_id, step in steps:
-            self.try_later(run_id, step)
+        await self.steps.sweep(member(run_id, step) for run_id, step in steps)
 
     async def stop(self) -> None:
-        for task in list(self._running.values()):
-            task.cancel()
+        await self.steps.stop()
 
-    async def try_step(self, run_id: str, step: int) -> None:
-        """Summarize the step if it is due (complete, or at its deadline) and this process claims it."""
-        name = member(run_id, step)
-        try:
-            state = await self.book.state(run_id, step)
-            if state.summarized or await self.book.steps.claim(name, complete=state.complete) is None:
-                return
-            async with self.book.steps.held(name):
-                await self.summarize(await self.book.state(run_id, step))
-            self.outages.up(LLM, WEAVIATE)
-        except Exception as e:
-            # Our claim now ends at the retry time; the sweeper then tries again.
-            if not self.outages.down(f"summarizing {run_id} step {step}", e):
-                log.exception("summarizing %s step %s failed", run_id, step)
-            self.summaries.labels("failed").inc()
-            with contextlib.suppress(Exception):
-                await self.book.steps.release(name, self.settings.retry_after_s, failed=True)
-                failed = events.event(SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(e)[:500])
-                await self.redis.xadd(
-                    self.keys.events, wire.entry(failed), maxlen=self.settings.stream_maxlen, approximate=True
-                )
+    async def complete(self, name: str) -> bool | None:
+        """Whether the step is complete before its deadline; None once it was summarized."""
+        state = await self.effects.state(*parse_member(name))
+        return None if state.summarized else state.complete
+
+    async def decide(self, claim: Claim, give_up: bool) -> None:
+        """A claimed step's decision: summarized with what arrived (a step is never given up on)."""
+        await self.summarize(await self.effects.state(*parse_member(claim.name)))
+
+    async def failed(self, name: str, error: Exception) -> None:
+        """A failed summary is counted and told on the events stream; the step is due again `retry_after_s` later."""
+        run_id, step = parse_member(name)
+        self.summaries.labels("failed").inc()
+        await self.events.publish(
+            events.event(SERVICE, EventKind.SUMMARY_FAILED, run_id=run_id, step=step, detail=repr(error)[:500])
+        )
 
     async def summarize(self, state: StepState) -> None:
         """Summarize a claimed step: memory first (idempotent ids), then the summaries and the flag, once."""
@@ -213,7 +207,7 @@ class Summarizer:
             **({"parts": state.parts, "missing_parts": state.missing_parts} if state.parts else {}),
             **({"closers": state.closers} if state.closers else {}),
         )
-        if not await self.book.commit(state.run_id, state.step, summaries, event):
+        if not await self.effects.commit(state.run_id, state.step, summaries, event):
             log.info("%s step %s was summarized by another summarizer meanwhile", state.run_id, state.step)
             return
         self.summaries.labels("published").inc()
@@ -228,7 +222,7 @@ class Summarizer:
         if not (keep := self.settings.memory_keep_steps):
             return
         try:
-            open_steps = [s for r, s in await self.book.open_steps() if r == run_id and s != step]
+            open_steps = [s for r, s in await self.effects.open_steps() if r == run_id and s != step]
             before = {kind: min([step - steps + 1, *open_steps]) for kind, steps in keep.items()}
             forgotten = {kind: await self.memory.forget(run_id, MemoryKind(kind), b) for kind, b in before.items()}
             if any(forgotten.values()):
@@ -236,9 +230,7 @@ class Summarizer:
                 event = events.event(
                     SERVICE, EventKind.MEMORY_FORGOTTEN, run_id=run_id, step=step, detail=detail, **forgotten
                 )
-                await self.redis.xadd(
-                    self.keys.events, wire.entry(event), maxlen=self.settings.stream_maxlen, approximate=True
-                )
+                await self.events.publish(event)
         except Exception:
             log.exception(
                 "retention: %s's memories before step %s not deleted; the next step tries again", run_id, step

@@ -15,6 +15,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Candidate, Event, RubricsUpdated
 from rubricd_services.runtime import locks
+from rubricd_services.runtime.events import Events
 from rubricd_services.state.rubric_sets import RubricStore
 
 
@@ -24,6 +25,7 @@ class Effects:
         self.keys = keys
         self.consumer_group = consumer_group
         self.maxlen = maxlen
+        self.events = Events(redis, keys, maxlen)
         self.update_lock_s = update_lock_s
         self.store = RubricStore(redis, keys)
 
@@ -55,7 +57,6 @@ class Effects:
                     self.keys.rubric_candidates if isinstance(announcement, Candidate) else self.keys.rubrics_updated
                 )
                 pipe.xadd(stream, wire.entry(announcement), maxlen=self.maxlen, approximate=True)
-            for event in events:
-                pipe.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
+            self.events.queue(pipe, *events)
             pipe.xack(self.keys.summaries, self.consumer_group, entry_id)
             await pipe.execute()

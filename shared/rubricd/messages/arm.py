@@ -27,7 +27,7 @@ ModelName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:/@+-]{1,200}(?!\
 class ArmRollout(Message, tag="arm_rollout", frozen=True, kw_only=True):
     """One completion of the model being trained, to reward.
 
-    `phase` says which model wrote `completion`: `generator` (a candidate rubric set for the preference prompt
+    `phase` says which model wrote `completion`: `generator` (a rubric set it generated for the preference prompt
     `prompt_id`, in the generator's answer format) or `judge` (a verdict on the comparison `comparison_id`, shown
     in `order`, in the pairwise judge's answer format). `judge_model` and `generator_model` name both models'
     versions, kept with the reward: the frozen one of the other phase (generator phase: `judge_model` is the judge
@@ -59,7 +59,7 @@ class ArmRollout(Message, tag="arm_rollout", frozen=True, kw_only=True):
 
 
 class PairOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """One labelled comparison judged with a candidate rubric set (both orders).
+    """One labelled comparison judged with a generated rubric set (both orders).
 
     `credit`: what it adds to the generator's reward: 1 when the winner is the label, the tie reward for a tie in
     both orders, 0 when wrong or inconsistent (a preference that flips with the order), None when the judge
@@ -78,7 +78,7 @@ class ArmReward(Message, tag="arm_reward", frozen=True, kw_only=True):
 
     `reward` is None unless `status` is ok. An ok reward is either earned on the merits, or the stated penalty
     (RUBRICD_ARM_INVALID_REWARD) of a completion that could not be used: `penalty` then says why (a rubric set
-    that broke the generation rules, a verdict that did not parse). Generator phase: `rubrics` (the candidate as
+    that broke the generation rules, a verdict that did not parse). Generator phase: `rubrics` (the generated set as
     validated, anchors first), `dropped` (its rubrics left out, and why), `outcomes` (each comparison judged),
     `judged` and `correct`. Judge phase: `winner` (what the verdict decides, in A/B terms) and `label`.
     `judge_model` and `generator_model` name both models' versions.

@@ -40,7 +40,7 @@ from rubricd_services.judges.scoring import Judging
 from rubricd_services.judges.settings import CanarySettings, JudgeSettings
 from rubricd_services.llm import usage
 from rubricd_services.runtime import intake
-from rubricd_services.runtime.events import event
+from rubricd_services.runtime.events import Events, event
 from rubricd_services.runtime.service import ServiceApp
 from rubricd_services.settings import LLMSettings
 from rubricd_services.state.canaries import CLAIMED, CanaryStep, parse
@@ -289,8 +289,7 @@ class Canaries:
                     for name, n in spent.items():
                         pipe.hincrby(self.keys.usage(run_id), name, n)
                     events = self.events(run_id, canary, starts_drift(canary, earlier))
-                    for event in events:
-                        pipe.xadd(self.keys.events, wire.entry(event), maxlen=self.maxlen, approximate=True)
+                    Events(self.redis, self.keys, self.maxlen).queue(pipe, *events)
                     await pipe.execute()
                     break
                 except WatchError:

@@ -19,7 +19,7 @@ import msgspec
 from rubricd.messages import JudgeMode, Rollout, RubricSet, Score
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.caller import Tally, caller
-from rubricd_services.judges.scoring import Judging, Rubrics, Scoring, judge_by, score_group, score_rollout
+from rubricd_services.judges.scoring import Judging, ReadySet, Scoring, judge_by, score_group, score_rollout
 from rubricd_services.judges.verdicts import JUDGE
 from rubricd_services.llm import Completion, LLMClient
 from rubricd_services.rubrics.policies import policy
@@ -147,7 +147,7 @@ class Report:
     wall_s: float | None = None
 
 
-def prepared(config: Config, item: Item) -> Rubrics:
+def prepared(config: Config, item: Item) -> ReadySet:
     """The item's rubrics, ready to judge with as the scorer prepares a set."""
     return config.judging.prepare(InForce(RubricSet(run_id=RUN, version=1, rubrics=item.rubrics)))
 
