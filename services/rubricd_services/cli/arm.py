@@ -70,14 +70,8 @@ async def import_pairs(args: argparse.Namespace, ctx: Context) -> int:
         found = arm.read_preferences(args.file.read_bytes(), args.run_id, str(args.file))
     except (OSError, arm.InvalidPreferences) as e:
         raise Failed(str(e)) from None
-    async with ctx.redis() as redis, redis.pipeline(transaction=True) as pipe:
-        pipe.delete(ctx.keys.arm_pairs(args.run_id), ctx.keys.arm_index(args.run_id))
-        pipe.hset(ctx.keys.arm_pairs(args.run_id), mapping={p.prompt_id: msgspec.json.encode(p) for p in found})
-        pipe.hset(
-            ctx.keys.arm_index(args.run_id),
-            mapping={c.comparison_id: p.prompt_id for p in found for c in p.comparisons},
-        )
-        await pipe.execute()
+    async with ctx.redis() as redis:
+        await arm.write_prompts(redis, ctx.keys, args.run_id, found)
     pairs = sum(len(p.comparisons) for p in found)
     print(f"run {args.run_id}: {pairs} preference pairs over {len(found)} prompts imported")
     return 0
@@ -148,7 +142,7 @@ async def phases(args: argparse.Namespace, ctx: Context) -> int:
                 plan = msgspec.convert({**given, "simultaneous": args.simultaneous}, Plan)
             except msgspec.ValidationError as e:
                 raise Failed(f"invalid plan: {e}") from None
-            await redis.set(ctx.keys.arm_plan(args.run_id), msgspec.json.encode(plan))
+            await arm.write_plan(redis, ctx.keys, args.run_id, plan)
             print(f"run {args.run_id}: {describe(plan)} (steps already decided keep their phase)")
             return 0
         own = await arm.read_plan(redis, ctx.keys, args.run_id)

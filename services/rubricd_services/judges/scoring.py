@@ -79,7 +79,7 @@ class Judging:
     window: `llm.prompt_chars()`, its answer's tokens: `llm.max_tokens`), its instructions for a text rollout
     (`template`), a trajectory and a group (None: prompts/judge-trajectory.md, prompts/judge-group.md), how it is
     asked (`style`: every rubric in one call or one per rubric, with explanations or not), whether it reads a
-    trajectory's reasoning, the most responses in one group call, and the votes of a rollout that names none."""
+    trajectory's reasoning, and the most responses in one group call."""
 
     llm: LLMSettings
     template: str
@@ -88,7 +88,6 @@ class Judging:
     style: verdicts.Style = verdicts.ALL_AT_ONCE
     reasoning: bool = False
     group_members: int = groups.MAX_MEMBERS
-    votes: int = 1
 
     @classmethod
     def of(cls, settings: JudgeSettings, llm: LLMSettings) -> "Judging":
@@ -102,7 +101,6 @@ class Judging:
             style=settings.judge_style(),
             reasoning=settings.judge_reasoning,
             group_members=settings.judge_group_members,
-            votes=settings.judge_votes,
         )
 
     @classmethod

@@ -38,6 +38,7 @@ from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.state.schedule import Schedule, rewarded
 
 from . import effects
+from .config import RunConfig
 from .groups import Claimed, Groups
 from .metrics import ScorerMetrics
 from .settings import ScorerSettings
@@ -81,7 +82,7 @@ class Scorer(Answering[Rollout, Score]):
 
     async def handle(self, msg: RedisStreamMessage) -> None:
         rollout = self.take(msg.body)
-        if (rollout.judge_mode or self.settings.judge_mode) == "group" and rollout.group and rollout.group_size != 1:
+        if RunConfig.of(rollout, self.settings).gathers(rollout):
             if await self.groups.gather(rollout, entry_id(msg)):  # False: to be judged alone
                 return
         await self.respond(entry_id(msg), rollout)
@@ -89,12 +90,12 @@ class Scorer(Answering[Rollout, Score]):
     async def prepare(self, rollout: Rollout) -> Prepared[Score]:
         """Judge a rollout alone: its rubric set first, so that the judge cache's verdict is read with its stored
         score."""
+        config = RunConfig.of(rollout, self.settings)
         rubrics = await self.rubrics.get(rollout)
-        votes = rollout.judge_votes or self.judging.votes
         tally = Tally(JUDGE)
         # The verdict cache keeps one call's verdict: a set judged one call per rubric, or by votes, is judged
         # every time.
-        one_call = self.judging.style.calls == "one" and votes == 1
+        one_call = self.judging.style.calls == "one" and config.votes == 1
         judge = self.verdicts.judge(
             judge_by(caller(self.llm, tally)), rubrics.set, self.judge_settings, rollout, on=one_call
         )
@@ -102,7 +103,9 @@ class Scorer(Answering[Rollout, Score]):
 
         async def answer(read: Sequence[Read]) -> Answered[Score]:
             judge.read(read)
-            score = await score_rollout(rollout, await self.scoring(rollout, rubrics), judge, votes=votes)
+            score = await score_rollout(
+                rollout, await self.scoring(rollout, config, rubrics), judge, votes=config.votes
+            )
             if judge.answered is not None:
                 self.metrics.judge_cache.labels("hit" if judge.answered else "miss").inc()
             if judge.answered:
@@ -112,11 +115,11 @@ class Scorer(Answering[Rollout, Score]):
 
         return Prepared(reads, answer)
 
-    async def scoring(self, rollout: Rollout, rubrics: ReadySet) -> Scoring:
+    async def scoring(self, rollout: Rollout, config: RunConfig, rubrics: ReadySet) -> Scoring:
         """How the rollout's verdicts become its Score: its policy, and the step's meta-class under `alternating`."""
-        policy_name = rollout.reward_policy or self.settings.reward_policy
-        active = await self.active_class(rollout, rubrics) if policy_name == "alternating" else None
-        return Scoring(rubrics, policy_name, active, self.settings.undefined_meta_class_reward)
+        policy = config.reward_policy
+        active = await self.active_class(rollout, rubrics) if policy == "alternating" else None
+        return Scoring(rubrics, policy, active, self.settings.undefined_meta_class_reward)
 
     def answered(
         self, rollout: Rollout, score: Score, spent: dict[str, int], verdict: tuple[str, bytes] | None = None
@@ -157,15 +160,15 @@ class Scorer(Answering[Rollout, Score]):
     async def judge_group(self, members: list[Rollout], claimed: Claimed) -> None:
         """Judge members of one group that share their prompt together, and commit each one's score."""
         head = members[0]
-        scoring = await self.scoring(head, await self.rubrics.get(head))
+        config = RunConfig.of(head, self.settings)
+        scoring = await self.scoring(head, config, await self.rubrics.get(head))
         tally = Tally(JUDGE)
         if claimed.given_up:
             error = "group judging never finished (max_failures failed judgings, or max_redeliveries scorers died)"
             scores = [failed(m, scoring, error) for m in members]
         else:
             judge = judge_by(caller(self.llm, tally))
-            votes = head.judge_votes or self.judging.votes
-            scores = await score_group(members, scoring, judge, group=claimed.key, votes=votes)
+            scores = await score_group(members, scoring, judge, group=claimed.key, votes=config.votes)
         spent = tally.usage(self.judge_settings.model)
         for i, (member, score) in enumerate(zip(members, scores, strict=True)):
             answered = self.answered(member, score, spent if i == 0 else {})  # its entry was acked when it joined

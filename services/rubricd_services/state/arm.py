@@ -120,6 +120,11 @@ async def read_plan(redis: Redis, keys: Keys, run_id: str) -> Plan | None:
     return None if raw is None else msgspec.json.decode(raw, type=Plan)
 
 
+async def write_plan(redis: Redis, keys: Keys, run_id: str, plan: Plan) -> None:
+    """Set the run's own plan; steps already decided keep their phase."""
+    await redis.set(keys.arm_plan(run_id), msgspec.json.encode(plan))
+
+
 async def read_decisions(redis: Redis, keys: Keys, run_id: str) -> dict[int, PhaseDecision]:
     """Every decided step of the run, in order."""
     return parse_decisions(cast(dict[bytes, bytes], await redis.hgetall(keys.arm_phases(run_id))))
@@ -128,6 +133,17 @@ async def read_decisions(redis: Redis, keys: Keys, run_id: str) -> dict[int, Pha
 def parse_decisions(fields: Mapping[bytes, bytes]) -> dict[int, PhaseDecision]:
     decided = {int(step): msgspec.json.decode(raw, type=PhaseDecision) for step, raw in fields.items()}
     return dict(sorted(decided.items()))
+
+
+async def write_prompts(redis: Redis, keys: Keys, run_id: str, prompts: list[ArmPrompt]) -> None:
+    """Replace the run's preference prompts with PROMPTS, and the index of their comparisons, in one transaction."""
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.delete(keys.arm_pairs(run_id), keys.arm_index(run_id))
+        pipe.hset(keys.arm_pairs(run_id), mapping={p.prompt_id: msgspec.json.encode(p) for p in prompts})
+        pipe.hset(
+            keys.arm_index(run_id), mapping={c.comparison_id: p.prompt_id for p in prompts for c in p.comparisons}
+        )
+        await pipe.execute()
 
 
 async def read_prompt(redis: Redis, keys: Keys, run_id: str, prompt_id: str) -> ArmPrompt | None:

@@ -61,6 +61,11 @@ async def read_plan(redis: Redis, keys: Keys, run_id: str) -> PromotionPlan | No
     return None if raw is None else msgspec.json.decode(raw, type=PromotionPlan)
 
 
+async def plan(redis: Redis, keys: Keys, run_id: str, default: PromotionPlan) -> PromotionPlan:
+    """The run's promotion, resolved: its own, else DEFAULT (the updater's settings)."""
+    return await read_plan(redis, keys, run_id) or default
+
+
 async def write_plan(redis: Redis, keys: Keys, run_id: str, plan: PromotionPlan) -> None:
     """Set the run's own promotion; the updater follows it from the run's next step summary."""
     await redis.set(keys.promotion(run_id), msgspec.json.encode(plan))

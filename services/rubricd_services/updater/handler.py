@@ -42,6 +42,7 @@ class Updater:
 
     def __init__(self, settings: UpdaterSettings, clients: Clients) -> None:
         self.settings = settings
+        self.promotion = settings.promotion_plan()  # a run's promotion unless it sets its own
         metrics = clients.metrics
         self.outcomes = metrics.counter(
             "rubricd_step_updates", "step summaries handled, by outcome (the updater's event kind)", ["outcome"]
@@ -98,10 +99,10 @@ class Updater:
         if summary.step % self.settings.update_frequency:
             detail = f"update_frequency={self.settings.update_frequency}: rubrics are updated after steps 0, N, 2N, ..."
             return [self.event(EventKind.UPDATE_SKIPPED, summary, detail=detail)], None
-        plan = await promotion.read_plan(self.effects.redis, self.effects.keys, summary.run_id)
+        plan = await promotion.plan(self.effects.redis, self.effects.keys, summary.run_id, self.promotion)
         try:
             async with self.effects.lock(summary.run_id, instance_key):
-                outcome = await self.updater.update(summary, instance_key, plan or self.settings.promotion_plan())
+                outcome = await self.updater.update(summary, instance_key, plan)
         except LLMError as e:
             log.warning("run %s step %d: no update, the LLM failed: %s", summary.run_id, summary.step, e)
             return [self.event(EventKind.UPDATE_FAILED, summary, detail=str(e))], None
