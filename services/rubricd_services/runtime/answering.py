@@ -12,7 +12,7 @@ own keys, arguments and maps go beside (`ScriptValues`). How: docs/development.m
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, cast, get_type_hints
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from faststream.redis.message import RedisStreamMessage
 from redis.asyncio import Redis
@@ -20,6 +20,8 @@ from redis.asyncio import Redis
 from rubricd import wire
 from rubricd.keys import ARM, COMPARERS, SCORERS, Keys
 from rubricd.messages import (
+    ArmRollout,
+    Comparison,
     Event,
     EventKind,
     JudgedComparison,
@@ -27,6 +29,7 @@ from rubricd.messages import (
     Message,
     PublishedRollout,
     RewardedArmRollout,
+    Rollout,
     ScoredRollout,
 )
 from rubricd_services.runtime import events
@@ -55,43 +58,66 @@ log = logging.getLogger("rubricd.answering")
 
 @dataclass(frozen=True)
 class Family:
-    """What an answering service takes and keeps: its name, the request's name in reasons and logs, the request
-    kept with its answer (a Struct of the two, in that order: its first field names the request, whose id is
-    `<that name>_id`), the requests' stream (a Keys attribute) and consumer group, the answer's key and the kept
-    requests' key (Keys methods); and the request as taken in from its publisher, where that is stricter than as
-    kept (`taken_as`: the scorer refuses a rollout's unknown fields)."""
+    """What an answering service takes and keeps, each declared: its name, the request (its type, its id field, its
+    name in reasons and logs, the setting that caps its size), the requests' stream (a Keys attribute) and consumer
+    group, the answer's key and the kept requests' key (Keys methods), the request kept with its answer (a Struct
+    of the two, in that order); and the request as taken in from its publisher, where that is stricter than as kept
+    (`taken_as`: the scorer refuses a rollout's unknown fields)."""
 
     service: str
+    request: type[Message]
+    id_field: str
     what: str
-    kept_as: type[Message]
+    max_bytes_setting: str
     stream: str
     consumer_group: str
     stored: Callable[[Keys, str, str], str]
     kept: Callable[[Keys, str], str]
+    kept_as: type[Message]
     taken_as: type[Message] | None = None
-
-    @property
-    def request(self) -> type[Message]:
-        hints = get_type_hints(self.kept_as)
-        return cast(type[Message], hints[self.kept_as.__struct_fields__[0]])
-
-    @property
-    def id_field(self) -> str:
-        return f"{self.kept_as.__struct_fields__[0]}_id"
 
     def keep(self, request: Message, answer: Message) -> Message:
         """The request with its answer, as kept."""
-        return self.kept_as(**dict(zip(self.kept_as.__struct_fields__, (request, answer), strict=True)))
+        return self.kept_as(request, answer)
 
 
-# service, request, kept as, requests' stream, consumer group, answer's key, kept requests' key
 ROLLOUTS = Family(
-    "scorer", "rollout", ScoredRollout, "rollouts", SCORERS, Keys.score, Keys.kept_rollouts, PublishedRollout
+    service="scorer",
+    request=Rollout,
+    id_field="rollout_id",
+    what="rollout",
+    max_bytes_setting="max_rollout_bytes",
+    stream="rollouts",
+    consumer_group=SCORERS,
+    stored=Keys.score,
+    kept=Keys.kept_rollouts,
+    kept_as=ScoredRollout,
+    taken_as=PublishedRollout,
 )
 COMPARISONS = Family(
-    "comparer", "comparison", JudgedComparison, "comparisons", COMPARERS, Keys.preference, Keys.kept_comparisons
+    service="comparer",
+    request=Comparison,
+    id_field="comparison_id",
+    what="comparison",
+    max_bytes_setting="max_comparison_bytes",
+    stream="comparisons",
+    consumer_group=COMPARERS,
+    stored=Keys.preference,
+    kept=Keys.kept_comparisons,
+    kept_as=JudgedComparison,
 )
-ARM_ROLLOUTS = Family("arm", "arm rollout", RewardedArmRollout, "arm", ARM, Keys.arm_reward, Keys.kept_arm_rollouts)
+ARM_ROLLOUTS = Family(
+    service="arm",
+    request=ArmRollout,
+    id_field="rollout_id",
+    what="arm rollout",
+    max_bytes_setting="max_arm_rollout_bytes",
+    stream="arm",
+    consumer_group=ARM,
+    stored=Keys.arm_reward,
+    kept=Keys.kept_arm_rollouts,
+    kept_as=RewardedArmRollout,
+)
 
 # The one body: `with_first` runs with the first answer only (and may read `now`, Redis's clock in seconds),
 # `every_time` with every commit (the service's own effects). An optional key is '': `kept` (kept_maxlen 0),
@@ -183,13 +209,12 @@ class Answering(Generic[M, A]):
             "kept_ttl": settings.kept_ttl_s,
             "maxlen": settings.stream_maxlen,
         }
-        setting = f"max_{family.what.replace(' ', '_')}_bytes"  # max_rollout_bytes
         self.intake: Intake[M] = Intake(
             type=cast(type[M], family.taken_as or family.request),
             what=family.what,
             id_field=family.id_field,
-            max_bytes=getattr(settings, setting),
-            max_bytes_setting=setting,
+            max_bytes=getattr(settings, family.max_bytes_setting),
+            max_bytes_setting=family.max_bytes_setting,
             keys=keys,
             reply_ttl_s=settings.reply_ttl_s,
             answer=self.rejected,
