@@ -317,7 +317,7 @@ docs: install
 
 # The main job: the whole stack, a simulated training run of 10 steps (report in
 # reports/<run_id>/), then everything stopped, also when a step fails or on Ctrl-C.
-# More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_services.demo --help); Rubric-ARM's
+# More: make demo DEMO_ARGS="--steps 20 --rollouts 32" (see python -m rubricd_testbed.demo --help); Rubric-ARM's
 # generator and judge, alternating beside simultaneous: make demo METHOD=rubric-arm; a tool-using agent that learns
 # to fake its calculator's results, caught by a turn rubric: make demo METHOD=agent. GRPO-style groups of 8
 # responses per prompt, each judged in one call, then the same seed judged one rollout at a time: make demo JUDGE=group.
@@ -330,7 +330,7 @@ STACK := local
 JUDGE ?= single
 PROMOTION ?=
 DEMO_GATED := $(filter gated,$(PROMOTION))
-DEMO_RUN := $(PY) -m rubricd_services.demo --method $(METHOD) --judge $(JUDGE) $(if $(PROMOTION),--promotion $(PROMOTION)) $(DEMO_SIZE) $(DEMO_ARGS)
+DEMO_RUN := $(PY) -m rubricd_testbed.demo --method $(METHOD) --judge $(JUDGE) $(if $(PROMOTION),--promotion $(PROMOTION)) $(DEMO_SIZE) $(DEMO_ARGS)
 export RUBRICD_SIM_HARMFUL ?= $(if $(DEMO_GATED),inverted)
 ifeq ($(filter local compose,$(STACK)),)
 $(error STACK is local or compose, not $(STACK))

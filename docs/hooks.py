@@ -431,7 +431,12 @@ def layout_page() -> str:
         "| path | holds |",
         "| --- | --- |",
     ]
-    services = sorted(p for p in (ROOT / "services/rubricd_services").iterdir() if (p / "__init__.py").exists())
+    services = [
+        p
+        for package in ("services/rubricd_services", "services/rubricd_testbed")
+        for p in sorted((ROOT / package).iterdir())
+        if (p / "__init__.py").exists()
+    ]
     shared = [p for p in (ROOT / "shared/rubricd").iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
     for path in [*services, *sorted(shared)]:
         sources = [path / "__init__.py", path / "app.py"] if path.is_dir() else [path]  # a package: else its app

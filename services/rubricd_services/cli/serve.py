@@ -49,7 +49,7 @@ def serve(args: argparse.Namespace, extra: list[str]) -> int:
         dashboard(extra, namespace=args.namespace, redis_url=args.redis_url)
         return 0
     if args.name == "simulator":
-        from rubricd_services.simulator.main import main as simulator
+        from rubricd_testbed.simulator.main import main as simulator
 
         simulator([*extra, "--workers", str(args.workers)] if args.workers > 1 else extra)
         return 0

@@ -78,7 +78,7 @@ class Family:
 
     def keep(self, request: Message, answer: Message) -> Message:
         """The request with its answer, as kept."""
-        return self.kept_as(request, answer)
+        return self.kept_as(**dict(zip(self.kept_as.__struct_fields__, (request, answer), strict=True)))
 
 
 ROLLOUTS = Family(

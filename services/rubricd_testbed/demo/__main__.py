@@ -1,11 +1,11 @@
 """Run the demo trainer against a running stack (`make up`), print each step, write the report.
 
-    python -m rubricd_services.demo                       # 10 steps x 24 rollouts, report in reports/<run_id>/
-    python -m rubricd_services.demo --policy alternating  # one meta-class a step, then the same seed under weighted_sum
-    python -m rubricd_services.demo --method rubric-arm   # Rubric-ARM: a generator and a judge, alternating vs simultaneous
-    python -m rubricd_services.demo --method agent        # a tool-using agent that learns to fake its tool results
-    python -m rubricd_services.demo --judge group         # 8 responses per prompt judged together, then alone
-    python -m rubricd_services.demo --promotion gated     # rubric changes judged in shadow first, then immediate
+    python -m rubricd_testbed.demo                       # 10 steps x 24 rollouts, report in reports/<run_id>/
+    python -m rubricd_testbed.demo --policy alternating  # one meta-class a step, then the same seed under weighted_sum
+    python -m rubricd_testbed.demo --method rubric-arm   # Rubric-ARM: a generator and a judge, alternating vs simultaneous
+    python -m rubricd_testbed.demo --method agent        # a tool-using agent that learns to fake its tool results
+    python -m rubricd_testbed.demo --judge group         # 8 responses per prompt judged together, then alone
+    python -m rubricd_testbed.demo --promotion gated     # rubric changes judged in shadow first, then immediate
 
 `make demo` starts the stack, runs this, and stops it again. What it prints and writes: docs/researchers/demo.md.
 """

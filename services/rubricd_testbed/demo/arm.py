@@ -1,6 +1,6 @@
 """The Rubric-ARM demo: a pretend rubric generator and a pretend judge, trained in turns through the arm service.
 
-`python -m rubricd_services.demo --method rubric-arm` (a stack up: `make demo METHOD=rubric-arm`) imports a small
+`python -m rubricd_testbed.demo --method rubric-arm` (a stack up: `make demo METHOD=rubric-arm`) imports a small
 preference set into a run (`rubricd arm import`), sets its phases (`rubricd arm phases`: the judge first,
 `--phase-steps` each), writes the judge's prompts once (`rubricd arm dataset --phase judge`), then each step the
 model the step trains answers with canned completions, the arm service rewards them, and the mix follows the
