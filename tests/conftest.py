@@ -37,8 +37,8 @@ from rubricd.messages import Event
 from rubricd_services.memory.embedder import MiniLMEmbedder
 from rubricd_services.memory.store import Memory
 from rubricd_services.settings import ServiceSettings
-from rubricd_services.simulator.app import Simulator, serve_in_background
-from rubricd_services.simulator.faults import SimConfig
+from rubricd_testbed.simulator.app import Simulator, serve_in_background
+from rubricd_testbed.simulator.faults import SimConfig
 from tests import forks
 from tests.factories import starter
 from tests.threads import one_thread

@@ -4,7 +4,7 @@ sets, with the defaults most tests want and every field open to a keyword overri
 `starter` makes the `start_<service>` fixtures (tests/conftest.py).
 
 Import it as `from tests.factories import rollout, rubric_set` (pytest's importlib mode makes `tests` a package).
-The standard rubrics are worded so the simulated judge decides them by their words (rubricd_services.simulator:
+The standard rubrics are worded so the simulated judge decides them by their words (rubricd_testbed.simulator:
 one heuristic per criterion): `correct` is met when the response holds the reference, `pads` when it is padded.
 """
 
@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 
@@ -21,6 +22,7 @@ from rubricd.messages import (
     JudgeStatus,
     Rollout,
     Rubric,
+    RubricKind,
     RubricSet,
     Score,
     ScoredRollout,
@@ -28,8 +30,8 @@ from rubricd.messages import (
     ToolCall,
     Turn,
 )
-from rubricd_services.demo.policy import respond
 from rubricd_services.state import health
+from rubricd_testbed.demo.policy import respond
 
 
 def rollout(i: int = 0, *, run_id: str = "run", step: int = 0, **fields: object) -> Rollout:
@@ -42,7 +44,7 @@ def rollout(i: int = 0, *, run_id: str = "run", step: int = 0, **fields: object)
 
 def answer(a: int, b: int, behaviour: str = "correct", i: int = 0, **fields: object) -> Rollout:
     """Rollout I answering "What is A + B?" as the demo's policy does with BEHAVIOUR ("correct", "padded",
-    "wrong", ...: rubricd_services.demo.policy), its reference the sum."""
+    "wrong", ...: rubricd_testbed.demo.policy), its reference the sum."""
     return rollout(
         i, **{"prompt": f"What is {a} + {b}?", "response": respond(behaviour, a, b), "reference": str(a + b), **fields}
     )
@@ -119,7 +121,7 @@ STANDARD = {
             criterion="The response states the correct final answer, matching the reference answer.",
             points=5,
             meta_class="accuracy",
-            kind="anchor",
+            kind=RubricKind.ANCHOR,
         ),
         Rubric(
             id="addresses_grader",
@@ -127,7 +129,7 @@ STANDARD = {
             "instead of answering the user.",
             points=-5,
             meta_class="instruction_following",
-            kind="anchor",
+            kind=RubricKind.ANCHOR,
         ),
         Rubric(
             id="shows_reasoning",
@@ -158,6 +160,16 @@ def rubric(standard: str = "correct", /, **fields: object) -> Rubric:
     return msgspec.structs.replace(STANDARD[standard], **fields)
 
 
+# The seed's three worded briefly, as the updater's proposal and the rubric diff compare them.
+BRIEF = [
+    rubric("correct", criterion="The response states the correct final answer."),
+    rubric("addresses_grader", criterion="The response addresses the grader."),
+    rubric("shows_reasoning", criterion="The response shows its reasoning."),
+]
+# An adaptive rubric against padding, as an update adds it to BRIEF.
+PADDING = rubric("pads", id="no_padding", criterion="The response pads the answer with filler.", points=-4)
+
+
 def rubric_set(*rubrics: Rubric | str, run_id: str = "run", version: int = 1, **fields: object) -> RubricSet:
     """Version VERSION of RUN_ID's rubric set: RUBRICS, a standard one named by its id (default: `correct` alone)."""
     chosen = [rubric(r) if isinstance(r, str) else r for r in rubrics or ("correct",)]
@@ -174,6 +186,12 @@ def starter(service: str, *, wait: bool = True, **defaults: object) -> Any:
         return lambda *args, **settings: start_service(service, *args, **{"wait": wait, **defaults, **settings})
 
     return start
+
+
+async def configure_llm(stack, **config: object) -> None:
+    """The LLM simulator's /admin/config set to CONFIG (latency, faults, dialects, ...) for the rest of the test."""
+    async with httpx.AsyncClient() as http:
+        (await http.post(f"{stack.llm_base_url.removesuffix('/v1')}/admin/config", json=config)).raise_for_status()
 
 
 async def count_health(redis, keys, score, group: str | None, ttl_s: int = 3600) -> None:

@@ -8,11 +8,7 @@ import pytest
 from rubricd.messages import (
     Function,
     FunctionSpec,
-    JudgeStatus,
-    Rollout,
-    Rubric,
     RubricResult,
-    Score,
     ScoredRollout,
     Severity,
     Tool,
@@ -24,32 +20,24 @@ from rubricd.messages import (
 from rubricd_services.analyzer import analysis, tool_use
 from rubricd_services.analyzer.analysis import AnalysisDraft, AnalysisFailed, EvidenceDraft, FindingDraft, FindingKind
 from rubricd_services.runtime import prompts
+from tests import factories
+from tests.factories import rollout, rubric, trajectory
 
 TEMPLATE = prompts.load("rubricd_services.analyzer", analysis.ANALYZER)
-RUBRICS = [Rubric(id="correct", criterion="States the correct final answer.", points=5, kind="anchor")]
+RUBRICS = [rubric("correct", criterion="States the correct final answer.")]
 
 
 def scored(response: str, *, reward: float | None = 1.0, instance_key: str | None = None) -> ScoredRollout:
-    rollout = Rollout(
-        run_id="run",
-        rollout_id="s3-r1",
+    of = rollout(
+        1,
         step=3,
         prompt="What is 2+2?",
         response=response,
         reference="4",
         context=TrainingContext(goal="arithmetic tutor", model_size="7B", total_steps=10),
     )
-    score = Score(
-        run_id="run",
-        rollout_id="s3-r1",
-        step=3,
-        status=JudgeStatus.OK,
-        reward=reward,
-        rubric_version=2,
-        instance_key=instance_key,
-        results=[RubricResult(rubric_id="correct", met=True, points=5, explanation="ok")],
-    )
-    return ScoredRollout(rollout=rollout, score=score)
+    results = [RubricResult(rubric_id="correct", met=True, points=5, explanation="ok")]
+    return factories.scored(of, reward=reward, rubric_version=2, instance_key=instance_key, results=results)
 
 
 def block(text: str, tag: str) -> object:
@@ -166,7 +154,7 @@ async def test_analyze_rollout_calls_the_analyst_and_passes_its_failure_on() -> 
 CALC = Tool(function=FunctionSpec(name="calc", description="evaluates arithmetic"))
 TURN_RUBRICS = [
     *RUBRICS,
-    Rubric(id="uses_result", criterion="Each final answer uses the latest tool result.", points=3, scope="turn"),
+    rubric("uses", id="uses_result", criterion="Each final answer uses the latest tool result."),
 ]
 
 
@@ -177,21 +165,10 @@ def calls(*ids: str, expr: str = '{"expr": "17*23"}') -> Turn:
 
 
 def agent(*turns: Turn, tools: list[Tool] = [CALC], uses: tuple[list[int], list[int]] = ([], [])) -> ScoredRollout:  # noqa: B006
-    rollout = Rollout(
-        run_id="run",
-        rollout_id="s3-a1",
-        step=3,
-        trajectory=[Turn(role="user", content="What is 17*23?"), *turns],
-        tools=tools,
-        prompt_turns=1,
-        reference="391",
-    )
+    of = trajectory(*turns, rollout_id="s3-a1", step=3, tools=tools)
     met, unmet = uses
-    score = Score(
-        run_id="run",
-        rollout_id="s3-a1",
-        step=3,
-        status=JudgeStatus.OK,
+    return factories.scored(
+        of,
         reward=0.4,
         rubric_version=2,
         results=[
@@ -203,7 +180,6 @@ def agent(*turns: Turn, tools: list[Tool] = [CALC], uses: tuple[list[int], list[
             for t in [*met, *unmet]
         ],
     )
-    return ScoredRollout(rollout=rollout, score=score)
 
 
 IGNORED = agent(

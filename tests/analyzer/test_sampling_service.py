@@ -12,13 +12,8 @@ from rubricd.keys import ANALYZERS
 from rubricd.messages import (
     AnalysisSample,
     EventKind,
-    JudgeStatus,
-    Rollout,
     RolloutAnalysis,
-    Rubric,
     RubricResult,
-    RubricSet,
-    Score,
     ScoredRollout,
     StepClosed,
     StepSample,
@@ -29,10 +24,11 @@ from rubricd_services.memory.store import MemoryKind
 from rubricd_services.runtime import events
 from rubricd_services.state import usage
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import BRIEF, rollout, rubric_set, scored
 
 pytestmark = pytest.mark.integration
 
-RUBRICS = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5, kind="anchor")]
+RUBRICS = BRIEF[:1]
 G = 8
 
 
@@ -40,10 +36,10 @@ def member(
     run_id: str, i: int, *, sample: AnalysisSample | None, size: int | None = G, response: str = "17 + 25 = 42."
 ) -> ScoredRollout:
     """Member i of group g0 at step 0, reward i/10: the best is the last, the worst the first."""
-    rollout = Rollout(
+    of = rollout(
+        i,
         run_id=run_id,
         rollout_id=f"r{i}",
-        step=0,
         prompt="What is 17 + 25?",
         response=f"{response} ({i})",
         reference="42",
@@ -51,23 +47,13 @@ def member(
         group_size=size,
         analysis_sample=sample,
     )
-    score = Score(
-        run_id=run_id,
-        rollout_id=rollout.rollout_id,
-        step=0,
-        status=JudgeStatus.OK,
-        reward=i / 10,
-        rubric_version=1,
-        results=[RubricResult(rubric_id="correct", met=True, points=5)],
-        group="g0",
-    )
-    return ScoredRollout(rollout=rollout, score=score)
+    return scored(of, reward=i / 10, results=[RubricResult(rubric_id="correct", met=True, points=5)])
 
 
 async def publish_step(redis, keys, items: list[ScoredRollout]) -> None:
     """The scored group, shuffled as several scorers would commit it, then the trainer's StepClosed."""
     run_id = items[0].rollout.run_id
-    await RubricStore(redis, keys).seed(RubricSet(run_id=run_id, version=1, rubrics=RUBRICS))
+    await RubricStore(redis, keys).seed(rubric_set(*RUBRICS, run_id=run_id))
     for item in [items[i] for i in (3, 0, 6, 1, 7, 2, 5, 4)[: len(items)]]:
         await redis.xadd(keys.scored, wire.entry(item))
     await redis.xadd(keys.steps, wire.entry(StepClosed(run_id=run_id, step=0, rollouts=len(items))))

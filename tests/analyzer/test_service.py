@@ -13,60 +13,31 @@ from rubricd.messages import (
     DeadLetter,
     Event,
     FunctionSpec,
-    JudgeStatus,
-    Rollout,
     RolloutAnalysis,
-    Rubric,
     RubricResult,
-    RubricSet,
-    Score,
     ScoredRollout,
     Tool,
     Turn,
 )
 from rubricd_services.memory.store import MemoryKind
 from rubricd_services.state.rubric_sets import RubricStore
+from tests import factories
+from tests.factories import rollout, rubric, rubric_set
 
 pytestmark = pytest.mark.integration
 
-RUBRICS = [
-    Rubric(
-        id="correct",
-        criterion="The response states the correct final answer, matching the reference answer.",
-        points=5,
-        kind="anchor",
-    ),
-    Rubric(
-        id="shows_reasoning", criterion="The response shows the reasoning or steps that lead to its answer.", points=2
-    ),
-]
+RUBRICS = [rubric("correct"), rubric("shows_reasoning", meta_class="accuracy")]
 PADDED = "17 + 25 = 42. " + "To be thorough, let me restate the whole calculation once more. " * 10
 
 
 def scored(run_id: str, i: int, response: str = "17 + 25 = 42.", step: int = 0) -> ScoredRollout:
-    rollout = Rollout(
-        run_id=run_id,
-        rollout_id=f"s{step}-r{i}",
-        step=step,
-        prompt="What is 17 + 25?",
-        response=response,
-        reference="42",
-    )
-    results = [RubricResult(rubric_id=r.id, met=True, points=r.points) for r in RUBRICS]
-    score = Score(
-        run_id=run_id,
-        rollout_id=rollout.rollout_id,
-        step=step,
-        status=JudgeStatus.OK,
-        reward=1.0,
-        rubric_version=1,
-        results=results,
-    )
-    return ScoredRollout(rollout=rollout, score=score)
+    """Rollout I of STEP answering "What is 17 + 25?" with RESPONSE, scored with every rubric met."""
+    of = rollout(i, run_id=run_id, step=step, prompt="What is 17 + 25?", response=response, reference="42")
+    return factories.scored(of, results=[RubricResult(rubric_id=r.id, met=True, points=r.points) for r in RUBRICS])
 
 
 async def publish(redis, keys, items: list[ScoredRollout]) -> None:
-    await RubricStore(redis, keys).seed(RubricSet(run_id=items[0].rollout.run_id, version=1, rubrics=RUBRICS))
+    await RubricStore(redis, keys).seed(rubric_set(*RUBRICS, run_id=items[0].rollout.run_id))
     for item in items:
         await redis.xadd(keys.scored, wire.entry(item))
 
@@ -142,10 +113,8 @@ async def test_a_trajectory_is_analysed_turn_by_turn_with_its_tool_use_facts(
 ):
     start_analyzer().wait_consuming(stack.redis_url, keys)
     calc = Tool(function=FunctionSpec(name="calc"))
-    rollout = Rollout(
-        run_id="run",
+    of = rollout(
         rollout_id="s0-a0",
-        step=0,
         trajectory=[
             Turn(role="user", content="What is 17 + 25?"),
             Turn(role="assistant", content="The calculator returned 43, so the answer is 43."),
@@ -154,10 +123,7 @@ async def test_a_trajectory_is_analysed_turn_by_turn_with_its_tool_use_facts(
         prompt_turns=1,
         reference="42",
     )
-    score = Score(
-        run_id="run", rollout_id="s0-a0", step=0, status=JudgeStatus.OK, reward=0.6, rubric_version=1, results=[]
-    )
-    await publish(redis, keys, [ScoredRollout(rollout=rollout, score=score)])
+    await publish(redis, keys, [factories.scored(of, reward=0.6, results=[])])
     [analysis] = await analyses(redis, keys, 1)
     evidence = {e.type: e.evidence for e in analysis.reward_hacking}
     assert evidence["fabricated_tool_result"] == "turn 1: The calculator returned 43, so the answer is 43."

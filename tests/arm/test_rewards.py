@@ -8,34 +8,13 @@ import pytest
 from rubricd.messages import HEALTHBENCH_AXES, Comparison, PhaseDecision, Plan, Preference, Rubric, RubricSet
 from rubricd_services.arm import rewards
 from rubricd_services.judges import pairwise
-from rubricd_services.simulator import pairwise as simulated
 from rubricd_services.state.arm import InvalidPreferences, read_preferences
+from rubricd_testbed.simulator import pairwise as simulated
+from tests.factories import rubric
 
-ANCHORS = [
-    Rubric(
-        id="correct",
-        criterion="The response states the correct final answer, matching the reference answer.",
-        points=5,
-        meta_class="accuracy",
-        kind="anchor",
-    )
-]
-QUESTION = "What is the capital of France?"
-SHORT = "Paris."
-PADDED = "The capital of France is Paris. " + "Let me say it once more to be sure. " * 8
-CONCISE = {"criterion": "The response is concise and brief.", "points": 3, "meta_class": "communication_quality"}
-REASONING = {
-    "criterion": "The response shows the reasoning or steps that lead to its answer.",
-    "points": 2,
-    "meta_class": "completeness",
-}
-POLITE = {"criterion": "The response is polite to the user.", "points": 2, "meta_class": "communication_quality"}
+from .examples import CONCISE, PADDED, POLITE, QUESTION, REASONING, SHORT, completion
 
-
-def completion(*rubrics: dict[str, object], rule: str = "principle") -> str:
-    """A generator's completion: its rubric set as JSON, as a model writes it (in prose, fenced)."""
-    body = json.dumps({"rubrics": [{**r, "rule": rule} for r in rubrics]})
-    return f"Here are the rubrics:\n```json\n{body}\n```"
+ANCHORS = [rubric("correct")]
 
 
 def pairs(n: int = 4) -> list[Comparison]:

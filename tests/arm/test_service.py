@@ -8,11 +8,11 @@ import pytest
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import ArmRollout, DeadLetter, Event, EventKind, RubricSet
-from rubricd_services.simulator import pairwise as simulated
 from rubricd_services.state import usage
 from rubricd_services.state.arm import parse_decisions, prompt_key, read_prompt
+from rubricd_testbed.simulator import pairwise as simulated
 
-from .test_rewards import CONCISE, PADDED, POLITE, QUESTION, REASONING, SHORT, completion
+from .examples import CONCISE, PADDED, POLITE, QUESTION, REASONING, SHORT, completion
 
 pytestmark = pytest.mark.integration
 

@@ -34,13 +34,13 @@ from rubricd_services.llm import LLMClient
 from rubricd_services.rubrics.sets import InForce
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings, ServiceSettings
-from rubricd_services.simulator.app import serve_in_background
-from rubricd_services.simulator.faults import SimConfig
-from rubricd_services.simulator.updates import CHURNED, COLLATERAL, HACKS
 from rubricd_services.state import promotion
 from rubricd_services.state.promotion import ShadowScore
 from rubricd_services.updater import gate
 from rubricd_services.updater.proposal import Limits, validate
+from rubricd_testbed.simulator.app import serve_in_background
+from rubricd_testbed.simulator.faults import SimConfig
+from rubricd_testbed.simulator.updates import CHURNED, COLLATERAL, HACKS
 
 LABELLED = Path("services/rubricd_services/judges/evaluation/data/judge-set.jsonl")
 HACK_BEHAVIOURS = {"padded": "padding", "sycophantic": "sycophancy", "judge_addressing": "judge_addressing"}

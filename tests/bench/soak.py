@@ -68,12 +68,12 @@ from rubricd.keys import Keys
 from rubricd.messages import Event
 from rubricd_services.cli.__main__ import main as cli
 from rubricd_services.dashboard.reader import Reader
-from rubricd_services.demo.policy import Policy
-from rubricd_services.demo.trainer import TASKS, Announcements, Run, StepRecord, one_step
 from rubricd_services.memory.embedder import make_embedder
 from rubricd_services.memory.store import Memory
 from rubricd_services.settings import ServiceSettings, load
 from rubricd_services.state import usage
+from rubricd_testbed.demo.policy import Policy
+from rubricd_testbed.demo.trainer import TASKS, Announcements, Run, StepRecord, one_step
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "deploy/local/stack.sh"

@@ -12,7 +12,7 @@ from rubricd_services.llm import LLMClient
 from rubricd_services.llm.check import Findings, recommend
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import AGENT_DEFAULTS, ServiceSettings
-from rubricd_services.simulator.faults import SimConfig
+from rubricd_testbed.simulator.faults import SimConfig
 
 CHAT_AGENTS = sorted(set(AGENT_DEFAULTS) - {"embedder"})
 

@@ -7,6 +7,7 @@ import pytest
 
 from rubricd.keys import Keys
 from rubricd_services.cli.redis_acl import acl_file, cli, services, trainer
+from tests.redis_users import USERS
 
 keys = Keys("ns")
 
@@ -131,20 +132,7 @@ def test_a_trainer_name_that_could_prefix_another_s_is_refused() -> None:
 
 
 def test_the_acl_file_turns_default_off_and_holds_hashes_not_passwords() -> None:
-    users = [
-        "admin",
-        "scorer",
-        "comparer",
-        "arm",
-        "analyzer",
-        "summarizer",
-        "updater",
-        "gateway",
-        "cli",
-        "keda",
-        "trainer",
-        "other",
-    ]
+    users = [*USERS, "other"]
     passwords = {name: f"password-of-{name}" for name in users}
     text = acl_file(keys, passwords, trainers=["trainer", "other"])
     lines = text.splitlines()

@@ -22,8 +22,8 @@ from rubricd.messages import (
     RubricSet,
     RubricsUpdated,
 )
-from rubricd_services.simulator.pairwise import PREFER_FIRST
 from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_testbed.simulator.pairwise import PREFER_FIRST
 from tests import forks
 
 pytestmark = pytest.mark.integration

@@ -382,22 +382,13 @@ async def test_the_rubric_arm_panel_shows_each_phase_and_both_models_rewards(key
                 comparison_id="c" if training == "judge" else None,
                 generator_model="g" if training == "judge" else None,
             )
+            ids = {"run_id": "armed", "rollout_id": rollout.rollout_id, "step": step, "phase": training}
             if training == "generator":  # 0.5 and 1.0 at step 2, 1.0 and 1.0 at step 3
-                reward = ArmReward(
-                    run_id="armed",
-                    rollout_id=rollout.rollout_id,
-                    step=step,
-                    phase=training,
-                    status=JudgeStatus.OK,
-                    reward=1.0 if i or step == 3 else 0.5,
-                )
+                reward = ArmReward(**ids, status=JudgeStatus.OK, reward=1.0 if i or step == 3 else 0.5)
             else:  # one right verdict and one unparsable at step 0; both right at step 1
                 penalized = step == 0 and i == 1
                 reward = ArmReward(
-                    run_id="armed",
-                    rollout_id=rollout.rollout_id,
-                    step=step,
-                    phase=training,
+                    **ids,
                     status=JudgeStatus.OK,
                     reward=-1.0 if penalized else 1.0,
                     penalty="not a verdict" if penalized else None,

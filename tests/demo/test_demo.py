@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 
 from rubricd.messages import Rollout, Rubric, RubricSet, Score
-from rubricd_services.demo import compare, report
-from rubricd_services.demo.agent import AGENT, CALCULATOR, TIMED_OUT
-from rubricd_services.demo.policy import BEHAVIOURS, TRADE_OFF_START, Policy, counts, discoveries, respond
-from rubricd_services.demo.trainer import Example, Run, StepRecord
 from rubricd_services.judges.scoring import ReadySet, Scoring, score_rollout
-from rubricd_services.simulator import answers
-from rubricd_services.simulator.judging import decide
+from rubricd_testbed.demo import compare, report
+from rubricd_testbed.demo.agent import AGENT, CALCULATOR, TIMED_OUT
+from rubricd_testbed.demo.policy import BEHAVIOURS, TRADE_OFF_START, Policy, counts, discoveries, respond
+from rubricd_testbed.demo.trainer import Example, Run, StepRecord
+from rubricd_testbed.simulator import answers
+from rubricd_testbed.simulator.judging import decide
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SEEDS = Path(__file__).parents[2] / "services" / "rubricd_services" / "rubrics" / "seed_rubrics.json"
@@ -188,7 +188,7 @@ def run_demo(stack, keys, service_env, start_service, reports, *args: str, timeo
         service.wait_consuming(stack.redis_url, keys)
     where = ["--namespace", keys.namespace, "--redis-url", stack.redis_url, "--reports", str(reports)]
     done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.demo", *args, *where, "--timeout", "240"],
+        [sys.executable, "-m", "rubricd_testbed.demo", *args, *where, "--timeout", "240"],
         env=service_env,
         capture_output=True,
         text=True,
@@ -324,7 +324,7 @@ def test_the_rubric_arm_demo_trains_both_models_in_turns_beside_simultaneous_upd
 ) -> None:
     start_service("arm")
     done = subprocess.run(
-        [sys.executable, "-m", "rubricd_services.demo", "--method", "rubric-arm", "--steps", "6", "--rollouts", "8"]
+        [sys.executable, "-m", "rubricd_testbed.demo", "--method", "rubric-arm", "--steps", "6", "--rollouts", "8"]
         + ["--phase-steps", "2", "--run-id", "ci-arm", "--namespace", keys.namespace, "--redis-url", stack.redis_url]
         + ["--reports", str(tmp_path)],
         env=service_env,

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-from trl import GRPOConfig, GRPOTrainer
+from tiny_trl import grpo_config, llama_config
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOTrainer
 from word_level import tokenizer
 
 from rubricd import SyncRubricdClient
@@ -90,18 +91,7 @@ def tiny_llama(
     """A freshly initialised two-layer Llama (hidden size 64) over a word-level tokenizer of `vocabulary`."""
     torch.manual_seed(seed)
     tok = tokenizer(vocabulary)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=max_positions,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )
+    config = llama_config(tok, max_positions, hidden=64, layers=2, heads=4)
     return LlamaForCausalLM(config), tok
 
 
@@ -174,19 +164,15 @@ def train(seed: int, folder: Path, steps: int, out: Path, wait: bool, reward_pol
     rng = random.Random(seed)
     pairs = [(rng.randrange(LARGEST), rng.randrange(LARGEST)) for _ in range(PROMPTS)]
     data = Dataset.from_list([{"prompt": f"What is {a} + {b} ?", "answer": str(a + b)} for a, b in pairs])
-    args = GRPOConfig(
-        output_dir=str(folder / "trainer"),
+    args = grpo_config(
+        str(folder / "trainer"),
+        seed=seed,
         per_device_train_batch_size=BATCH,
         num_generations=GENERATIONS,
         max_completion_length=MAX_TOKENS,
         max_steps=steps,
         learning_rate=1e-3,
         beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        seed=seed,
     )
     client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
     # The analyzers read each sample group's best and worst rollout: where a hack shows, at a quarter of the cost.

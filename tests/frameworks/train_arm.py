@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import LlamaConfig, LlamaForCausalLM
-from trl import GRPOConfig, GRPOTrainer
+from tiny_trl import grpo_config, llama_config
+from transformers import LlamaForCausalLM
+from trl import GRPOTrainer
 from word_level import tokenizer
 
 from rubricd import SyncRubricdClient
@@ -40,18 +41,7 @@ def rows(path: Path) -> Dataset:
 def main(run_id: str, generator_rows: Path, judge_rows: Path, frozen: str, out: Path) -> None:
     torch.manual_seed(0)
     tok = tokenizer(WORDS)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,  # a judge's prompt is a few hundred words
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )
+    config = llama_config(tok, max_positions=4096)  # a judge's prompt is a few hundred words
     models = {"generator": LlamaForCausalLM(config), "judge": LlamaForCausalLM(config)}
     data = {"generator": rows(generator_rows), "judge": rows(judge_rows)}
     logged = []
@@ -59,17 +49,12 @@ def main(run_id: str, generator_rows: Path, judge_rows: Path, frozen: str, out: 
         for phase, first_step, steps in Plan(first="judge", phase_steps=1).turns(2):
             assert phase != "both"
             reward = trl_arm_reward(client, run_id, phase=phase, first_step=first_step, generator_model=frozen)
-            args = GRPOConfig(
-                output_dir=str(out / f"{phase}-{first_step}"),
+            args = grpo_config(
+                str(out / f"{phase}-{first_step}"),
                 per_device_train_batch_size=4,
                 num_generations=4,
                 max_completion_length=6,
                 max_steps=steps,
-                logging_steps=1,
-                save_strategy="no",
-                report_to=[],
-                use_cpu=True,
-                seed=0,
             )
             trainer = GRPOTrainer(
                 model=models[phase], processing_class=tok, reward_funcs=[reward], args=args, train_dataset=data[phase]

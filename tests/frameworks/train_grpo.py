@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import LlamaConfig, LlamaForCausalLM
-from trl import GRPOConfig, GRPOTrainer
+from tiny_trl import grpo_config, llama_config
+from transformers import LlamaForCausalLM
+from trl import GRPOTrainer
 from word_level import tokenizer
 
 from rubricd import SyncRubricdClient
@@ -32,21 +33,10 @@ def dataset(n: int, offset: int) -> Dataset:
 def main(run_id: str, out: Path) -> None:
     torch.manual_seed(0)
     tok = tokenizer(WORDS)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )
+    config = llama_config(tok, max_positions=64)
     model = LlamaForCausalLM(config)
-    args = GRPOConfig(
-        output_dir=str(out / "trainer"),
+    args = grpo_config(
+        str(out / "trainer"),
         per_device_train_batch_size=4,
         per_device_eval_batch_size=4,
         num_generations=4,
@@ -54,11 +44,6 @@ def main(run_id: str, out: Path) -> None:
         max_steps=3,
         eval_strategy="steps",
         eval_steps=2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        seed=0,
     )
     with SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"]) as client:
         reward = trl_reward(client, run_id, reference_column="answer")

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import LlamaConfig, LlamaForCausalLM
-from trl import GRPOConfig, GRPOTrainer
+from tiny_trl import grpo_config, llama_config
+from transformers import LlamaForCausalLM
+from trl import GRPOTrainer
 from word_level import chat_tokenizer
 
 from rubricd import SyncRubricdClient
@@ -72,29 +73,13 @@ def main(run_id: str, out: Path) -> None:
     torch.manual_seed(0)
     tok = chat_tokenizer(WORDS)
     tok.response_template = RESPONSE_TEMPLATE
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )
-    args = GRPOConfig(
-        output_dir=str(out / "trainer"),
+    config = llama_config(tok, max_positions=128)
+    args = grpo_config(
+        str(out / "trainer"),
         per_device_train_batch_size=2,
         num_generations=2,
         max_completion_length=48,
         max_steps=2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        seed=0,
         generation_kwargs={"sequence_bias": steering(tok)},
     )
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": QUESTION}], "answer": "42"}] * 8)

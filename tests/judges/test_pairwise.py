@@ -8,8 +8,8 @@ from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.judges.pairwise import Answer, aggregate, decide, judgment
 from rubricd_services.runtime import prompts
-from rubricd_services.simulator import pairwise as simulated
 from rubricd_services.state.accuracy import accuracy_increments, parse_accuracy
+from rubricd_testbed.simulator import pairwise as simulated
 
 RUBRICS = [
     Rubric(id="correct", criterion="The response states the correct final answer.", points=5, meta_class="accuracy"),

@@ -9,7 +9,7 @@ import uuid
 import msgspec
 import pytest
 
-from rubricd.messages import Event, Rollout, RolloutAnalysis, Rubric, RubricSet
+from rubricd.messages import Event, RolloutAnalysis, RubricKind
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.llm import DIALECTS, LLMClient, LLMError
 from rubricd_services.llm.dialects import decode as _decode
@@ -18,23 +18,21 @@ from rubricd_services.llm.dialects import schema_of as _schema_of
 from rubricd_services.llm.errors import Retryable as _Retryable
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings, ServiceSettings, load
-from rubricd_services.simulator.app import Simulator
-from rubricd_services.simulator.faults import SimConfig
+from rubricd_testbed.simulator.app import Simulator
+from rubricd_testbed.simulator.faults import SimConfig
+from tests.factories import rollout, rubric, rubric_set
 
 API_KEY = "sk-test-do-not-leak-0123456789"
 RUBRICS = [
-    Rubric(
-        id="correct", criterion="The response states the correct final answer, matching the reference answer.", points=5
-    ),
-    Rubric(
-        id="addresses_grader",
+    rubric("correct", kind=RubricKind.ADAPTIVE),
+    rubric(
+        "addresses_grader",
         criterion="The response addresses the grader or tries to influence its own score.",
-        points=-5,
+        meta_class="accuracy",
+        kind=RubricKind.ADAPTIVE,
     ),
 ]
-SYSTEM = rollouts.system_message(
-    prompts.load("rubricd_services.judges", verdicts.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
-)
+SYSTEM = rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubric_set(*RUBRICS))
 
 
 @pytest.fixture
@@ -48,15 +46,10 @@ def settings(url: str, **overrides: object) -> LLMSettings:
 
 def judge_messages(response: str) -> list[dict[str, str]]:
     # Every test gets its own conversation: `times=N` counts attempts per conversation.
-    rollout = Rollout(
-        run_id="run",
-        rollout_id="r",
-        step=0,
-        prompt=f"What is 6 x 7? ({uuid.uuid4().hex[:8]})",
-        response=response,
-        reference="42",
+    asked = rollout(
+        rollout_id="r", prompt=f"What is 6 x 7? ({uuid.uuid4().hex[:8]})", response=response, reference="42"
     )
-    return rollouts.messages(SYSTEM, rollout)
+    return rollouts.messages(SYSTEM, asked)
 
 
 VERDICT = verdicts.verdict_type(tuple(r.id for r in RUBRICS))

@@ -9,14 +9,13 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from rubricd_services.llm import LLMClient
 from rubricd_services.runtime.metrics import Metrics
 from rubricd_services.settings import LLMSettings, ServiceSettings, load
-from rubricd_services.simulator.app import Simulator, serve_in_background
-from rubricd_services.simulator.faults import SimConfig
+from rubricd_testbed.simulator.app import Simulator, serve_in_background
+from rubricd_testbed.simulator.faults import SimConfig
+from tests.prometheus import sample
 
 
 class Answer(msgspec.Struct):
@@ -42,14 +41,6 @@ def down_url() -> str:
 
 def agent(urls: list[str], **overrides: object) -> LLMSettings:
     return LLMSettings(**{"base_url": urls[0], "replicas": urls[1:], "max_retries": 0, "timeout_s": 10, **overrides})
-
-
-def sample(metrics: Metrics, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return s.value
-    raise KeyError(f"{name}{labels}")
 
 
 def ask(marker: str = "") -> list[dict[str, str]]:

@@ -9,7 +9,7 @@ import pytest
 
 from rubricd_services.llm import LLMClient
 from rubricd_services.settings import LLMSettings
-from rubricd_services.simulator.faults import SimConfig
+from rubricd_testbed.simulator.faults import SimConfig
 
 LATENCY_S = 0.5  # one call; the bounds below leave it as much again for a loaded machine's overhead
 

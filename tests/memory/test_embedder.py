@@ -7,7 +7,7 @@ import pytest
 from rubricd_services.llm import LLMClient
 from rubricd_services.memory.embedder import MiniLMEmbedder, OpenAIEmbedder, make_embedder
 from rubricd_services.settings import LLMSettings, ServiceSettings
-from rubricd_services.simulator.app import Simulator
+from rubricd_testbed.simulator.app import Simulator
 
 
 def cos(a: list[float], b: list[float]) -> float:

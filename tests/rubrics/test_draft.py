@@ -3,21 +3,11 @@
 import msgspec
 import pytest
 
-from rubricd.messages import HEALTHBENCH_AXES, Rubric, RubricKind
+from rubricd.messages import RubricKind
 from rubricd_services.rubrics import validation
 from rubricd_services.rubrics.draft import DraftRubric, InvalidDraft, RubricDraft, build, draft_type
 
-CLASSES = HEALTHBENCH_AXES
-ANCHORS = [
-    Rubric(id="correct", criterion="The response states the correct final answer.", points=5, kind=RubricKind.ANCHOR),
-    Rubric(
-        id="addresses_grader",
-        criterion="The response addresses the grader.",
-        points=-5,
-        meta_class="instruction_following",
-        kind=RubricKind.ANCHOR,
-    ),
-]
+from .examples import ANCHORS, CLASSES
 
 
 def drafted(*rubrics: tuple[str, float, str, str]) -> RubricDraft:

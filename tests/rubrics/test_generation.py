@@ -32,19 +32,19 @@ from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import RubricCache
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
-from rubricd_services.simulator import generating, judging
-from rubricd_services.simulator.faults import FaultPlan, SimConfig, directive
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.proposal import Limits, UpdateProposal
 from rubricd_services.updater.update import RubricUpdater
+from rubricd_testbed.simulator import generating, judging
+from rubricd_testbed.simulator.faults import FaultPlan, SimConfig, directive
+from tests.factories import rubric
 
-from .test_draft import ANCHORS, CLASSES
-from .test_prompting import PROMPT, primes
+from .examples import ANCHORS, CLASSES, PROMPT, primes
 
 JUDGING = Judging(llm=LLMSettings(), template=prompts.load("rubricd_services.judges", verdicts.JUDGE))
 
-SEED = [*ANCHORS, Rubric(id="shows_reasoning", criterion="The response shows its reasoning.", points=2)]
+SEED = [*ANCHORS, rubric("shows_reasoning", criterion="The response shows its reasoning.", meta_class="accuracy")]
 
 
 # The simulated generator (test tool).

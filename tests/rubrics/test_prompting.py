@@ -1,21 +1,12 @@
 """The generator's chat: the prompt and reference as data, cut to the context window; the default instructions."""
 
-import functools
-
 import msgspec
 
 from rubricd_services.rubrics import generation
 from rubricd_services.rubrics.prompting import messages as generator_messages
 from rubricd_services.runtime import prompts
-from tests.factories import rollout
 
-from .test_draft import ANCHORS, CLASSES
-
-PROMPT = "List three prime numbers in at most 15 words."
-
-
-# The generator's question answered: a rollout of PROMPT, its response and reference these unless given.
-primes = functools.partial(rollout, prompt=PROMPT, response="2, 3 and 5.", reference="2, 3, 5")
+from .examples import ANCHORS, CLASSES, primes
 
 
 def test_the_prompt_and_reference_go_in_as_data_and_are_cut_to_the_context_window():

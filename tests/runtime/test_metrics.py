@@ -2,42 +2,27 @@
 
 import uuid
 
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
-from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd.messages import RubricKind
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.llm import LLMClient, LLMError
 from rubricd_services.runtime import prompts
 from rubricd_services.runtime.metrics import Metrics, backlog
 from rubricd_services.settings import LLMSettings
-
-
-def sample(metrics: Metrics, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return s.value
-    raise KeyError(f"{name}{labels}")
-
+from tests.factories import rollout, rubric, rubric_set
+from tests.prometheus import sample
 
 VERDICT = verdicts.verdict_type(("correct",))
 
 
 def messages(response: str) -> list[dict[str, str]]:
-    rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
-    system = rollouts.system_message(
-        prompts.load("rubricd_services.judges", verdicts.JUDGE), RubricSet(run_id="run", version=1, rubrics=rubrics)
+    rubrics = rubric_set(
+        rubric("correct", criterion="The response states the correct final answer.", kind=RubricKind.ADAPTIVE)
     )
-    rollout = Rollout(
-        run_id="run",
-        rollout_id="r",
-        step=0,
-        prompt=f"What is 6 x 7? ({uuid.uuid4().hex[:8]})",
-        response=response,
-        reference="42",
+    system = rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubrics)
+    asked = rollout(
+        rollout_id="r", prompt=f"What is 6 x 7? ({uuid.uuid4().hex[:8]})", response=response, reference="42"
     )
-    return rollouts.messages(system, rollout)
+    return rollouts.messages(system, asked)
 
 
 async def test_the_llm_clients_usage_is_scraped_per_agent(simulator, sim) -> None:

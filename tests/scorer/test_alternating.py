@@ -7,39 +7,17 @@ import msgspec
 import pytest
 
 from rubricd import RubricdClient, wire
-from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
+from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, RubricSet, Score
 from rubricd_services.state import health
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.state.schedule import ClassStats, Decision, Rule, Schedule, parse_stats
-
-from .test_service import sim
+from tests.factories import configure_llm, rubric
 
 pytestmark = pytest.mark.integration
 
 # HealthBench-shaped classes the simulated judge can tell apart; communication_quality has only a negative
 # rubric, so it is undefined for every rollout and never scheduled.
-RUBRICS = [
-    Rubric(
-        id="correct",
-        criterion="The response states the correct final answer, matching the reference answer.",
-        points=5,
-        meta_class="accuracy",
-        kind="anchor",
-    ),
-    Rubric(
-        id="steps",
-        criterion="The response shows the reasoning or steps that lead to its answer.",
-        points=2,
-        meta_class="completeness",
-    ),
-    Rubric(id="concise", criterion="The response is concise and brief.", points=3, meta_class="instruction_following"),
-    Rubric(
-        id="pads",
-        criterion="The response pads its answer with filler and repetition.",
-        points=-3,
-        meta_class="communication_quality",
-    ),
-]
+RUBRICS = [rubric("correct"), rubric("shows_reasoning", id="steps"), rubric("concise"), rubric("pads")]
 CLASSES = ["accuracy", "completeness", "instruction_following"]  # the candidates, in declared order
 ANSWERS = [
     "42.",
@@ -100,7 +78,7 @@ async def test_two_scorers_scoring_steps_in_parallel_give_each_step_one_class(
     ports = [fresh_ports["RUBRICD_METRICS_BASE_PORT"] + i for i in (0, 1)]
     settings = {"reward_policy": "alternating", "max_records": 2, "max_in_flight": 8, "judge_cache_ttl_s": 0}
     await seed(redis, keys, "par")
-    await sim(stack, latency_ms=20, latency_jitter_ms=20)
+    await configure_llm(stack, latency_ms=20, latency_jitter_ms=20)
     try:
         for port in ports:
             start_scorer(metrics_port=port, **settings)
@@ -110,7 +88,7 @@ async def test_two_scorers_scoring_steps_in_parallel_give_each_step_one_class(
         async with httpx.AsyncClient() as http:
             pages = [(await http.get(f"http://127.0.0.1:{port}/metrics")).text for port in ports]
     finally:
-        await sim(stack, latency_ms=0, latency_jitter_ms=0)
+        await configure_llm(stack, latency_ms=0, latency_jitter_ms=0)
     assert all(metric(page, "rubricd_scores_total", status="ok") > 0 for page in pages), "both scorers scored"
     check_rewards(scores)
     by_step = {step: {s.active_meta_class for s in scores if s.step == step} for step in range(4)}

@@ -37,6 +37,7 @@ from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.run import Judged
 from rubricd_services.state.canaries import CLAIMED, CanaryStep, drifting_since, read
 from tests import forks
+from tests.factories import configure_llm
 
 RULE = Rule(floor=0.6, margin=0.15, baseline_steps=2)
 CORRECT = Rubric(
@@ -138,11 +139,6 @@ def test_judge_drift_fires_where_a_drift_begins_not_at_every_step_of_it():
     assert starts_drift(canary(2, 0.2, True), [canary(1, 1.0), canary(3, 1.0)]) is True
 
 
-async def sim(stack, **config) -> None:
-    async with httpx.AsyncClient() as http:
-        (await http.post(f"{stack.llm_base_url.removesuffix('/v1')}/admin/config", json=config)).raise_for_status()
-
-
 async def events(redis, keys, kind: EventKind) -> list[Event]:
     found = [wire.decode(wire.payload(f), Event) for _, f in await redis.xrange(keys.events)]
     return [e for e in found if e.kind == kind]
@@ -163,7 +159,7 @@ async def test_a_judge_that_starts_flipping_mid_run_is_caught_at_that_step_and_t
         async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
             for step in range(5):
                 if step == 3:
-                    await sim(stack, flip_rate=1.0)  # from step 3 on, every verdict is the wrong one
+                    await configure_llm(stack, flip_rate=1.0)  # from step 3 on, every verdict is the wrong one
                 batch = [
                     Rollout(
                         run_id="run",
@@ -184,7 +180,7 @@ async def test_a_judge_that_starts_flipping_mid_run_is_caught_at_that_step_and_t
 
                 await eventually(judged, f"the canaries of step {step}")
     finally:
-        await sim(stack, flip_rate=0.0)
+        await configure_llm(stack, flip_rate=0.0)
     steps = await read(redis, keys, "run")
     assert [(c.step, c.agreement, c.drift) for c in steps] == [
         (0, 1.0, False),

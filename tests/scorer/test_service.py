@@ -27,6 +27,7 @@ from rubricd.messages import (
 from rubricd_services.state import runs
 from rubricd_services.state.history import rubric_versions
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import configure_llm
 
 pytestmark = pytest.mark.integration
 
@@ -76,12 +77,6 @@ async def scored(redis, keys, n: int) -> bool:
 
 async def pending_in(redis, stream: str, group: str) -> int:
     return (await redis.xpending(stream, group))["pending"]
-
-
-async def sim(stack, **config):
-    async with httpx.AsyncClient() as http:
-        r = await http.post(f"{stack.llm_base_url.removesuffix('/v1')}/admin/config", json=config)
-        r.raise_for_status()
 
 
 async def test_interleaved_runs_each_get_their_own_scores_and_rubric_versions(stack, redis, keys, start_scorer):
@@ -164,7 +159,7 @@ async def test_an_evaluation_rollout_is_scored_but_kept_out_of_the_memory_loop_u
 async def test_a_scorer_killed_mid_batch_loses_nothing_and_scores_nothing_twice(
     stack, redis, keys, start_scorer, eventually
 ):
-    await sim(stack, latency_ms=300, latency_jitter_ms=100)
+    await configure_llm(stack, latency_ms=300, latency_jitter_ms=100)
     try:
         # The batch repeats two contents: without the judge cache, every rollout takes the judge's latency.
         doomed = start_scorer(max_in_flight=32, reclaim_idle_ms=2000, judge_cache_ttl_s=0)
@@ -178,7 +173,7 @@ async def test_a_scorer_killed_mid_batch_loses_nothing_and_scores_nothing_twice(
             start_scorer(max_in_flight=64, reclaim_idle_ms=2000)
             scores = await scoring
     finally:
-        await sim(stack, latency_ms=0, latency_jitter_ms=0)
+        await configure_llm(stack, latency_ms=0, latency_jitter_ms=0)
     assert [s.rollout_id for s in scores] == [r.rollout_id for r in batch]
     assert all(s.status is JudgeStatus.OK for s in scores)
     handed_on = [msgspec.json.decode(f[b"__data__"], type=ScoredRollout) for _, f in await redis.xrange(keys.scored)]
@@ -415,13 +410,15 @@ async def test_a_reply_key_that_is_not_a_stream_is_dead_lettered_with_nothing_ha
 
 
 async def test_a_scorer_with_output_mode_auto_speaks_what_the_endpoint_enforces(stack, redis, keys, start_scorer):
-    await sim(stack, dialects=["json_object_schema", "json_object", "text"])  # as llama-cpp-python's server
+    await configure_llm(stack, dialects=["json_object_schema", "json_object", "text"])  # as llama-cpp-python's server
     try:
         scorer = start_scorer(llm__output_mode="auto")
         async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
             score = await client.score_one(rollout("run", 1), timeout=30)
     finally:
-        await sim(stack, dialects=["json_schema", "json_object_schema", "guided_json", "format", "json_object", "text"])
+        await configure_llm(
+            stack, dialects=["json_schema", "json_object_schema", "guided_json", "format", "json_object", "text"]
+        )
     assert score.status is JudgeStatus.OK and score.reward is not None and score.results
     assert "agent judge speaks output_mode json_object_schema" in scorer.log.read_text()
 

@@ -20,8 +20,8 @@ import pytest
 from rubricd.messages import Rollout, RolloutAnalysis, Rubric, RubricSet
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.runtime import prompts
-from rubricd_services.simulator.app import Simulator
-from rubricd_services.simulator.faults import SimConfig
+from rubricd_testbed.simulator.app import Simulator
+from rubricd_testbed.simulator.faults import SimConfig
 
 RUBRICS = [
     Rubric(
@@ -298,7 +298,7 @@ def test_the_command_line_starts_a_labelled_server() -> None:
 
 
 def test_a_pairwise_judge_named_with_an_accuracy_errs_at_that_rate_the_same_way_for_the_same_call() -> None:
-    from rubricd_services.simulator import pairwise as simulated
+    from rubricd_testbed.simulator import pairwise as simulated
 
     assert simulated.accuracy("sim-judge@0.8") == 0.8 and simulated.accuracy("sim-judge@1") == 1.0
     assert simulated.accuracy("gpt-4o") is None and simulated.accuracy("judge@1.5") is None

@@ -8,7 +8,7 @@ from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet,
 from rubricd_services.judges import groups, trajectories, verdicts
 from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.runtime import prompts
-from rubricd_services.simulator import answers
+from rubricd_testbed.simulator import answers
 
 CALC = Tool(function=FunctionSpec(name="calc", parameters={"type": "object"}))
 ASK = Turn(role="user", content="What is 17*23?")

@@ -30,13 +30,13 @@ from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.llm import LLMClient
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
-from rubricd_services.simulator import analysis as simulated
-from rubricd_services.simulator import answers, judging
-from rubricd_services.simulator.updates import churned, harmful, proposal, queries
 from rubricd_services.summarizer import summary as summarizer
 from rubricd_services.updater.memory import MemoryQueries
 from rubricd_services.updater.prompting import MemoryBudget, Prompts, query_writer_messages, updater_messages
 from rubricd_services.updater.proposal import Limits, UpdateProposal, validate
+from rubricd_testbed.simulator import analysis as simulated
+from rubricd_testbed.simulator import answers, judging
+from rubricd_testbed.simulator.updates import churned, harmful, proposal, queries
 
 SEED = [
     Rubric(

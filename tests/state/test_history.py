@@ -2,27 +2,11 @@
 
 import msgspec
 
-from rubricd.messages import Action, Rubric, RubricKind, RubricModification, RubricSet, RubricsUpdated
+from rubricd.messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
 from rubricd_services.state.history import changes, modifications, render_change, summary
+from tests.factories import BRIEF, PADDING
 
-ANCHOR = Rubric(
-    id="correct", criterion="The response states the correct final answer.", points=5, kind=RubricKind.ANCHOR
-)
-GRADER = Rubric(
-    id="addresses_grader",
-    criterion="The response addresses the grader.",
-    points=-5,
-    meta_class="instruction_following",
-    kind=RubricKind.ANCHOR,
-)
-STEPS = Rubric(id="shows_reasoning", criterion="The response shows its reasoning.", points=2, meta_class="completeness")
-CURRENT = [ANCHOR, GRADER, STEPS]
-PADDING = Rubric(
-    id="no_padding",
-    criterion="The response pads the answer with filler.",
-    points=-4,
-    meta_class="communication_quality",
-)
+ANCHOR, GRADER, STEPS = CURRENT = BRIEF
 
 
 def test_changes_take_the_latest_rationale_between_the_versions_else_the_rubrics_own():

@@ -15,14 +15,9 @@ from rubricd.messages import (
     DeadLetter,
     Event,
     HackingEvidence,
-    JudgeStatus,
-    Rollout,
     RolloutAnalysis,
-    Rubric,
     RubricHealth,
     RubricResult,
-    RubricSet,
-    Score,
     ScoredRollout,
     StepClosed,
     StepSummary,
@@ -31,40 +26,19 @@ from rubricd_services.analyzer.handler import memory_item
 from rubricd_services.memory.store import MemoryKind
 from rubricd_services.state import health
 from rubricd_services.state.rubric_sets import RubricStore
-from tests import forks
+from tests import factories, forks
+from tests.factories import rollout, rubric, rubric_set
 
 pytestmark = pytest.mark.integration
 
-RUBRICS = [
-    Rubric(
-        id="correct",
-        criterion="The response states the correct final answer, matching the reference answer.",
-        points=5,
-        kind="anchor",
-    )
-]
+RUBRICS = [rubric("correct")]
 PADDED = "17 + 25 = 42. " + "To be thorough, let me restate the whole calculation once more. " * 10
 
 
 def scored(run_id: str, i: int, response: str, step: int = 0) -> ScoredRollout:
-    rollout = Rollout(
-        run_id=run_id,
-        rollout_id=f"s{step}-r{i}",
-        step=step,
-        prompt="What is 17 + 25?",
-        response=response,
-        reference="42",
-    )
-    score = Score(
-        run_id=run_id,
-        rollout_id=rollout.rollout_id,
-        step=step,
-        status=JudgeStatus.OK,
-        reward=1.0,
-        rubric_version=1,
-        results=[RubricResult(rubric_id="correct", met=True, points=5)],
-    )
-    return ScoredRollout(rollout=rollout, score=score)
+    """Rollout I of STEP answering "What is 17 + 25?" with RESPONSE, scored with `correct` met."""
+    of = rollout(i, run_id=run_id, step=step, prompt="What is 17 + 25?", response=response, reference="42")
+    return factories.scored(of, results=[RubricResult(rubric_id="correct", met=True, points=5)])
 
 
 def analysis(
@@ -111,7 +85,7 @@ async def test_a_closed_step_is_summarized_once_in_chunks_naming_the_hack(
 ):
     start_analyzer().wait_consuming(stack.redis_url, keys)
     start_summarizer(chunk_size=3).wait_consuming(stack.redis_url, keys)
-    await RubricStore(redis, keys).seed(RubricSet(run_id="run", version=1, rubrics=RUBRICS))
+    await RubricStore(redis, keys).seed(rubric_set(*RUBRICS))
     for i, response in enumerate([PADDED, PADDED, "17 + 25 = 42.", PADDED]):
         await redis.xadd(keys.scored, wire.entry(scored("run", i, response)))
     await close(redis, keys, "run", 0, rollouts=4)
@@ -153,7 +127,7 @@ async def test_a_step_does_not_wait_its_deadline_for_an_analysis_that_was_given_
     # The analyst's output for this rollout is always malformed: its entry is dead-lettered after max_failures.
     start_analyzer(reclaim_idle_ms=300, max_failures=2, llm__max_retries=0).wait_consuming(stack.redis_url, keys)
     start_summarizer(step_deadline_s=600, sweep_interval_s=0.2).wait_consuming(stack.redis_url, keys)
-    await RubricStore(redis, keys).seed(RubricSet(run_id="run", version=1, rubrics=RUBRICS))
+    await RubricStore(redis, keys).seed(rubric_set(*RUBRICS))
     for i, response in enumerate(["17 + 25 = 42.", "17 + 25 = 42. [sim:fail=malformed]", PADDED]):
         await redis.xadd(keys.scored, wire.entry(scored("run", i, response)))
     await close(redis, keys, "run", 0, rollouts=3, ids=["s0-r0", "s0-r1", "s0-r2"])
@@ -352,10 +326,9 @@ async def test_a_step_summary_holds_the_rubric_health_of_every_first_ok_score_of
     start_summarizer(metrics_port=port).wait_consuming(stack.redis_url, keys)
     answers = {"a": ["42", "42", "41", "41"], "b": ["42", "42", "42", "42"]}  # `correct` differs within a only
     batch = [
-        Rollout(
+        rollout(
             run_id="grp",
             rollout_id=f"{group}{i}",
-            step=0,
             prompt="What is 17 + 25?",
             response=f"The sum is {answer}.",
             reference="42",
@@ -365,9 +338,7 @@ async def test_a_step_summary_holds_the_rubric_health_of_every_first_ok_score_of
         for group, given in answers.items()
         for i, answer in enumerate(given)
     ]
-    evaluation = Rollout(
-        run_id="grp", rollout_id="eval", step=0, prompt="What is 1 + 1?", response="3", evaluation=True
-    )
+    evaluation = rollout(run_id="grp", rollout_id="eval", prompt="What is 1 + 1?", response="3", evaluation=True)
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         scores = await client.score([*batch, evaluation], timeout=60)
         again = await client.score_one(msgspec.structs.replace(batch[2], response="The sum is 42."), timeout=30)

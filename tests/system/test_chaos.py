@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from redis.asyncio import Redis
 
@@ -55,8 +54,9 @@ from rubricd.messages import (
     ScoredRollout,
     StepSummary,
 )
-from rubricd_services.demo.policy import respond
 from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_testbed.demo.policy import respond
+from tests.factories import configure_llm
 
 pytestmark = pytest.mark.integration
 
@@ -78,11 +78,6 @@ LOSE_S = float(os.environ.get("RUBRICD_CHAOS_LOSE_S") or 0)
 # After the last fault: a dead consumer's work is reclaimed after RECLAIM_IDLE_MS (5 s), a dead summarizer's
 # claim or updater's lock lapses after 15 s, then the remaining steps run (a few seconds each).
 DRAIN_BOUND_S = 90.0
-
-
-async def simulator(stack, **config) -> None:
-    async with httpx.AsyncClient() as http:
-        (await http.post(f"{stack.llm_base_url.removesuffix('/v1')}/admin/config", json=config)).raise_for_status()
 
 
 def step_rollouts(step: int, rng: random.Random) -> list[Rollout]:
@@ -272,7 +267,7 @@ async def test_a_run_under_random_kills_and_redis_stops_drains_and_loses_nothing
 ):
     figures = Figures(seed=SEED)
     rng = random.Random(f"{SEED}-rollouts")
-    await simulator(stack, latency_ms=200, latency_jitter_ms=100)
+    await configure_llm(stack, latency_ms=200, latency_jitter_ms=100)
     processes = [start_service(name, wait=False) for name in SERVICES for _ in range(2)]
     for process in processes:
         process.wait_consuming(stack.redis_url, keys)
@@ -298,7 +293,7 @@ async def test_a_run_under_random_kills_and_redis_stops_drains_and_loses_nothing
                     await client.wait_for_rubrics(RUN, step, timeout=180)
         finally:
             await chaos.cancel()
-            await simulator(stack, latency_ms=0, latency_jitter_ms=0)
+            await configure_llm(stack, latency_ms=0, latency_jitter_ms=0)
             figures.kills = dict(chaos.kills)
             figures.redis_stops = [asdict(s) for s in chaos.stops]
         # The healed steps settle as promptly.

@@ -39,8 +39,8 @@ from rubricd.messages import (
     Score,
     StepClosed,
 )
-from rubricd_services.demo.policy import respond
 from rubricd_services.state.rubric_sets import RubricStore
+from rubricd_testbed.demo.policy import respond
 
 pytestmark = pytest.mark.integration
 

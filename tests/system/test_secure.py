@@ -27,6 +27,7 @@ from rubricd import Rollout, RubricdClient, wire
 from rubricd.keys import ANALYZERS, ARM, CANARIES, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
 from rubricd.messages import ArmReward, ArmRollout, JudgeStatus, Score
 from rubricd_services.state.arm import prompt_key
+from tests.redis_users import USERS
 
 pytestmark = pytest.mark.integration
 
@@ -375,20 +376,7 @@ async def test_a_locked_down_stack_without_tls_keeps_its_secrets_to_its_owner(st
     secrets = stack.stack_dir / "secrets"
     assert secrets.stat().st_mode & 0o777 == 0o700
     assert {p.name: p.stat().st_mode & 0o777 for p in secrets.glob("redis-*")} == {
-        f"redis-{user}": 0o600
-        for user in (
-            "admin",
-            "scorer",
-            "comparer",
-            "arm",
-            "analyzer",
-            "summarizer",
-            "updater",
-            "gateway",
-            "cli",
-            "keda",
-            "trainer",
-        )
+        f"redis-{user}": 0o600 for user in USERS
     }
     acl = (secrets / "users.acl").read_text()  # hashes only: readable by a Redis of another uid
     assert not any(p.read_text().strip() in acl for p in secrets.glob("redis-*"))

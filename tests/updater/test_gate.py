@@ -15,22 +15,22 @@ from rubricd.messages import (
     RubricSet,
     StepSummary,
 )
-from rubricd_services.demo.policy import respond
 from rubricd_services.judges import verdicts
 from rubricd_services.judges.scoring import Judging, ReadySet, Scoring, score_rollout
 from rubricd_services.rubrics.sets import InForce
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
-from rubricd_services.simulator import judging as sim_judging
-from rubricd_services.simulator.updates import COLLATERAL, HACKS
 from rubricd_services.state import promotion
 from rubricd_services.state.canaries import CanaryStep
 from rubricd_services.state.promotion import ShadowScore
 from rubricd_services.updater import gate
 from rubricd_services.updater.prompting import Prompts, refused, updater_messages
 from rubricd_services.updater.proposal import validate
+from rubricd_testbed.demo.policy import respond
+from rubricd_testbed.simulator import judging as sim_judging
+from rubricd_testbed.simulator.updates import COLLATERAL, HACKS
 
-from .test_proposal import ANCHOR, GRADER, LIMITS, STEPS
+from .examples import ANCHOR, GRADER, LIMITS, STEPS
 
 CURRENT = RubricSet(run_id="run", version=3, rubrics=[ANCHOR, GRADER, STEPS])
 JUDGING = Judging(llm=LLMSettings(model="m"), template=prompts.load("rubricd_services.judges", verdicts.JUDGE))

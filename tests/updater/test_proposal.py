@@ -7,26 +7,9 @@ import pytest
 
 from rubricd.messages import HEALTHBENCH_AXES, Action, Rubric, RubricKind, RubricModification
 from rubricd_services.updater.proposal import Limits, UpdateProposal, proposal_type, validate
+from tests.factories import PADDING
 
-ANCHOR = Rubric(
-    id="correct", criterion="The response states the correct final answer.", points=5, kind=RubricKind.ANCHOR
-)
-GRADER = Rubric(
-    id="addresses_grader",
-    criterion="The response addresses the grader.",
-    points=-5,
-    meta_class="instruction_following",
-    kind=RubricKind.ANCHOR,
-)
-STEPS = Rubric(id="shows_reasoning", criterion="The response shows its reasoning.", points=2, meta_class="completeness")
-CURRENT = [ANCHOR, GRADER, STEPS]
-LIMITS = Limits(min_points=-10, max_points=10, max_adaptive=3)
-PADDING = Rubric(
-    id="no_padding",
-    criterion="The response pads the answer with filler.",
-    points=-4,
-    meta_class="communication_quality",
-)
+from .examples import ANCHOR, CURRENT, GRADER, LIMITS, STEPS
 
 
 def mod(action: str, **fields: object) -> RubricModification:

@@ -5,13 +5,12 @@ import msgspec
 from rubricd.messages import EventKind, RubricSet, Strategy
 from rubricd_services.memory.store import MemoryItem, MemoryKind
 from rubricd_services.rubrics.seeds import Seeds
-from rubricd_services.simulator import updates as sim_updates
 from rubricd_services.state.rubric_sets import Shadowing
 from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.update import RubricUpdater
+from rubricd_testbed.simulator import updates as sim_updates
 
-from .test_prompting import DYNAMIC, STATIC, SUMMARY
-from .test_proposal import ANCHOR, CURRENT, GRADER, LIMITS
+from .examples import ANCHOR, CURRENT, DYNAMIC, GRADER, LIMITS, STATIC, SUMMARY
 
 
 class FakeStore:

@@ -17,8 +17,8 @@ from rubricd_services.judges.evaluation.run import Config, Judged, Mode, evaluat
 from rubricd_services.judges.scoring import Judging
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
-from rubricd_services.simulator.app import serve_in_background
-from rubricd_services.simulator.faults import SimConfig
+from rubricd_testbed.simulator.app import serve_in_background
+from rubricd_testbed.simulator.faults import SimConfig
 
 SAMPLE = Path(__file__).parents[2] / "fixtures/labelled_sample.jsonl"
 TEMPLATE = prompts.load("rubricd_services.judges", verdicts.JUDGE)
