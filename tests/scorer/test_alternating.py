@@ -98,9 +98,15 @@ async def test_two_scorers_scoring_steps_in_parallel_give_each_step_one_class(
     events = await selected_events(redis, keys)
     assert sorted(e.step for e in events) == [0, 1, 2, 3]  # one per step, from whichever scorer decided it
     assert all(e.fields["meta_class"] == decided[e.step].meta_class for e in events)
-    for page in pages:  # each scorer shows the class of the latest step it scored
-        assert metric(page, "rubricd_active_meta_class", run_id="par", meta_class="accuracy") == 1
-        assert metric(page, "rubricd_active_meta_class", run_id="par", meta_class="completeness") == 0
+    # Each scorer shows one class, that of the latest step it scored; which steps each took is the
+    # consumer group's choice, but one of them scored step 3 and so shows its class.
+    shown = [
+        {c for c in CLASSES if metric(page, "rubricd_active_meta_class", run_id="par", meta_class=c) == 1}
+        for page in pages
+    ]
+    assert all(len(classes) == 1 for classes in shown), shown
+    assert {"accuracy"} in shown, shown
+    assert all(metric(page, "rubricd_active_meta_class", run_id="par") == 1 for page in pages), "the others read 0"
 
 
 async def test_a_restarted_scorer_continues_the_schedule(stack, redis, keys, start_scorer):
