@@ -44,6 +44,7 @@ from rubricd.messages import (
 from rubricd_services.dashboard.reader import PAGE, Reader, RunTally, StepTally
 from rubricd_services.settings import ServiceSettings
 from rubricd_services.state.canaries import CanaryStep
+from rubricd_services.state.promotion import Candidates
 from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import answer, count_health, rollout, scored
 
@@ -543,9 +544,9 @@ async def test_the_candidates_panel_shows_the_one_in_shadow_and_each_decision_wi
     decision = GateDecision(
         outcome="rejected", step=3, checks=[check], shadow_scores=24, canaries=canaries, reason="no modification passed"
     )
-    assert await store.propose(harmful)
-    assert await store.decide(msgspec.structs.replace(harmful, decision=decision), None)
-    assert await store.propose(msgspec.structs.replace(harmful, step=4, until=5))
+    assert await Candidates(redis, keys).propose(harmful)
+    assert await Candidates(redis, keys).decide(msgspec.structs.replace(harmful, decision=decision), None)
+    assert await Candidates(redis, keys).propose(msgspec.structs.replace(harmful, step=4, until=5))
     browser.get(dashboard + "#run=gated")
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#candidates li[data-candidate]"))
     heads = texts(browser, "#candidates li[data-candidate] > strong")

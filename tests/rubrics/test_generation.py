@@ -32,6 +32,7 @@ from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.rubrics.sets import RubricCache
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
+from rubricd_services.state.promotion import Candidates
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.proposal import Limits, UpdateProposal
@@ -264,6 +265,7 @@ async def test_the_updater_evolves_a_generated_set_like_any_other(redis, keys):
     store = RubricStore(redis, keys)
     updater = RubricUpdater(
         store=store,
+        candidates=Candidates(redis, keys),
         memory=NoMemory(),
         ask=propose,
         prompts=Prompts.load(),

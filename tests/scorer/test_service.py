@@ -26,6 +26,7 @@ from rubricd.messages import (
 )
 from rubricd_services.state import runs
 from rubricd_services.state.history import rubric_versions
+from rubricd_services.state.promotion import Candidates
 from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import configure_llm
 
@@ -552,14 +553,14 @@ async def test_a_candidate_announced_mid_step_is_judged_in_shadow_from_the_next_
 
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         before = await client.score_one(rollout("run", 1, step=3), timeout=30)
-        assert await store.propose(candidate)
+        assert await Candidates(redis, keys).propose(candidate)
         await redis.xadd(keys.rubric_candidates, wire.entry(candidate))
         await eventually(lambda: reloaded("the candidate of step 2 in shadow"), "the scorer to reload for it")
         during = await client.score_one(rollout("run", 2, step=3), timeout=30)
         rejected = msgspec.structs.replace(
             candidate, decision=GateDecision(outcome="rejected", step=3, reason="by hand")
         )
-        assert await store.decide(rejected, None)
+        assert await Candidates(redis, keys).decide(rejected, None)
         await redis.xadd(keys.rubric_candidates, wire.entry(rejected))
         await eventually(lambda: reloaded("the candidate of step 2 rejected"), "the scorer to reload after it")
         after = await client.score_one(rollout("run", 3, step=3), timeout=30)

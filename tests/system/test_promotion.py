@@ -32,6 +32,7 @@ from rubricd.messages import (
 )
 from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.state import canaries, promotion
+from rubricd_services.state.promotion import Candidates
 from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import honest_then_padded
 
@@ -99,7 +100,7 @@ async def test_a_harmful_proposal_is_rejected_in_shadow_and_the_next_one_promote
             await client.close_step(RUN, step, rollouts=PER_STEP)
             await client.wait_for_rubrics(RUN, step, timeout=300)
         history = await store.history(RUN)
-        candidates = await store.candidates(RUN)
+        candidates = await Candidates(client.redis, keys).all(RUN)
 
     sync = redis_sync.Redis.from_url(stack.redis_url)
     events = [msgspec.json.decode(wire.payload(f), type=Event) for _, f in sync.xrange(keys.events)]
@@ -191,7 +192,7 @@ async def test_a_scorer_and_the_updater_killed_in_a_shadow_window_lose_nothing_a
                 assert sorted(shadow) == sorted(r.rollout_id for r in batch)  # each rollout's shadow score, once
             await client.close_step(run, step, rollouts=PER_STEP)
             await client.wait_for_rubrics(run, step, timeout=300)
-        decided = await store.candidates(run)
+        decided = await Candidates(client.redis, keys).all(run)
         history = await store.history(run)
         # Every summary again, as a crashed updater's redelivery would bring it.
         sync = redis_sync.Redis.from_url(stack.redis_url)
@@ -210,7 +211,7 @@ async def test_a_scorer_and_the_updater_killed_in_a_shadow_window_lose_nothing_a
         assert len(again) >= len(summaries), again
         assert {e.step: e.kind for e in again}[3] == EventKind.RUBRICS_REJECTED
         assert {e.step: e.kind for e in again}[5] == EventKind.RUBRICS_PROMOTED
-        assert await store.candidates(run) == decided and await store.history(run) == history
+        assert await Candidates(client.redis, keys).all(run) == decided and await store.history(run) == history
     assert killed == ["scorer", "updater", "scorer", "updater"]
     assert [(c.step, c.decision.outcome, c.decision.step) for c in decided] == [(2, "rejected", 3), (4, "promoted", 5)]
     assert [v.version for v in history] == [1, 2] and history[1].step == 4

@@ -5,7 +5,7 @@ import msgspec
 from rubricd.messages import EventKind, RubricSet, Strategy
 from rubricd_services.memory.store import MemoryItem, MemoryKind
 from rubricd_services.rubrics.seeds import Seeds
-from rubricd_services.state.rubric_sets import Shadowing
+from rubricd_services.state.promotion import Shadowing
 from rubricd_services.updater.prompting import MemoryBudget, Prompts
 from rubricd_services.updater.update import RubricUpdater
 from rubricd_testbed.simulator import updates as sim_updates
@@ -14,7 +14,7 @@ from .examples import ANCHOR, CURRENT, DYNAMIC, GRADER, LIMITS, STATIC, SUMMARY
 
 
 class FakeStore:
-    """RubricStore's surface, in memory."""
+    """RubricStore's surface (and Candidates' shadowing), in memory."""
 
     def __init__(self) -> None:
         self.versions: dict[int, RubricSet] = {}
@@ -79,6 +79,7 @@ def make_updater(calls, **budget) -> tuple[RubricUpdater, FakeStore, FakeMemory]
     store, memory = FakeStore(), FakeMemory()
     updater = RubricUpdater(
         store=store,
+        candidates=store,  # type: ignore[arg-type]  # promotion immediate: its shadowing only
         memory=memory,
         ask=simulated_llm(calls),
         prompts=Prompts.load(),

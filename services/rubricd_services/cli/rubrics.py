@@ -99,7 +99,7 @@ async def run_history(args: argparse.Namespace, ctx: Context) -> int:
     async with ctx.redis() as redis:
         store = RubricStore(redis, ctx.keys)
         versions = await store.history(args.run_id, args.instance_key)
-        candidates = await store.candidates(args.run_id, args.instance_key)
+        candidates = await promotion.Candidates(redis, ctx.keys).all(args.run_id, args.instance_key)
         if not versions:
             raise Failed(f"run {args.run_id!r} has no rubric set{_of(args.instance_key)}")
         updates = await announcements(
@@ -155,7 +155,7 @@ async def run_promotion(args: argparse.Namespace, ctx: Context) -> int:
             await promotion.write_plan(redis, ctx.keys, args.run_id, plan)
             print(f"run {args.run_id}: {_promotion(plan)} from its next step summary")
             return 0
-        found = await RubricStore(redis, ctx.keys).candidates(args.run_id, args.instance_key)
+        found = await promotion.Candidates(redis, ctx.keys).all(args.run_id, args.instance_key)
     if args.json:
         print("\n".join(wire.encode(c).decode() for c in found))
         return 0

@@ -34,6 +34,7 @@ from rubricd_services.state import arm, canaries, health, runs
 from rubricd_services.state.announcements import announcements
 from rubricd_services.state.events import matches
 from rubricd_services.state.history import changes, render_change, rubric_versions
+from rubricd_services.state.promotion import Candidates
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.state.schedule import parse_history
 from rubricd_services.state.usage import run_usage
@@ -400,9 +401,9 @@ class Reader:
     async def candidates(self, run_id: str) -> list[dict[str, Any]]:
         """The global set's newest candidates (promotion gated), oldest first: in shadow, or decided with the gate's
         figures. A decided one is read once (it never changes); each poll reads the field names."""
-        store, decided = RubricStore(self.redis, self.keys), self.decided.setdefault(run_id, {})
-        steps = (await store.candidate_steps(run_id))[-CANDIDATES_LISTED:]
-        found = {c.step: c for c in await store.proposed(run_id, None, [s for s in steps if s not in decided])}
+        candidates, decided = Candidates(self.redis, self.keys), self.decided.setdefault(run_id, {})
+        steps = (await candidates.steps(run_id))[-CANDIDATES_LISTED:]
+        found = {c.step: c for c in await candidates.proposed(run_id, None, [s for s in steps if s not in decided])}
         decided.update({step: c for step, c in found.items() if c.decision is not None})
         return [_candidate(c) for c in (decided.get(s) or found.get(s) for s in steps) if c is not None]
 

@@ -143,13 +143,11 @@ class Judging:
 
 
 def shadowed(rubric_set: RubricSet, candidate: Candidate | None) -> RubricSet:
-    """What the judge is asked about: the set, and a candidate's changed rubrics under their shadow ids
-    (Candidate.changed) after it; the set alone without one."""
+    """What the judge is asked about: the set, and a candidate's changed rubrics under their shadow ids after it
+    (Candidate.shadows); the set alone without one."""
     if candidate is None:
         return rubric_set
-    changed = candidate.changed()
-    shadows = [msgspec.structs.replace(r, id=changed[r.id]) for r in candidate.rubrics.rubrics if r.id in changed]
-    return msgspec.structs.replace(rubric_set, rubrics=[*rubric_set.rubrics, *shadows])
+    return msgspec.structs.replace(rubric_set, rubrics=[*rubric_set.rubrics, *candidate.shadows()])
 
 
 @dataclass(frozen=True)

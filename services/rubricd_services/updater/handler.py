@@ -26,6 +26,7 @@ from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.runtime import events, intake
 from rubricd_services.runtime.service import Clients
 from rubricd_services.state import promotion
+from rubricd_services.state.promotion import Candidates
 
 from .effects import Effects
 from .prompting import UPDATER, MemoryBudget, Prompts
@@ -60,6 +61,7 @@ class Updater:
         )
         self.updater = RubricUpdater(
             store=self.effects.store,
+            candidates=Candidates(clients.redis, clients.keys),
             memory=clients.memory,
             ask=Metered(clients.llm, clients.redis, clients.keys).structured,
             prompts=Prompts.load(settings.query_writer_prompt, settings.updater_prompt),

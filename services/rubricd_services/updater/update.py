@@ -31,6 +31,7 @@ from rubricd_services.rubrics.seeds import Seeds
 from rubricd_services.state import promotion
 from rubricd_services.state.canaries import steps as canary_steps
 from rubricd_services.state.history import modifications
+from rubricd_services.state.promotion import Candidates
 from rubricd_services.state.rubric_sets import RubricStore
 
 from . import gate
@@ -72,6 +73,7 @@ class RubricUpdater:
     """Turns a step summary into at most one new rubric set version."""
 
     store: RubricStore
+    candidates: Candidates  # promotion gated
     memory: Memory
     ask: Ask
     prompts: Prompts
@@ -84,7 +86,7 @@ class RubricUpdater:
         """Propose, validate and publish (or, under `plan` gated, put in shadow); decide a candidate whose shadow
         steps are over. The caller holds the run's update lock."""
         current = await current_set(self.store, summary.run_id, instance_key, self.seeds)
-        shadowing = await self.store.shadowing(summary.run_id, instance_key, summary.step)
+        shadowing = await self.candidates.shadowing(summary.run_id, instance_key, summary.step)
         if shadowing.decided is not None:  # a redelivered summary, its candidate decided
             return await self.decided(shadowing.decided, current)
         done = await self.store.made_from(summary.run_id, instance_key, summary.step)  # a redelivered summary
@@ -146,7 +148,7 @@ class RubricUpdater:
                 interference_margin=plan.interference_margin,
                 proposed_at=new.created_at,
             )
-            if not await self.store.propose(candidate):
+            if not await self.candidates.propose(candidate):
                 raise Conflict(f"rubric set {summary.run_id}/{instance_key} moved during the proposal")
             outcome.kind, outcome.candidate = EventKind.RUBRICS_PROPOSED, candidate
             return outcome
@@ -170,8 +172,8 @@ class RubricUpdater:
 
     async def rejected(self, run_id: str, instance_key: str | None) -> list[Refused]:
         """The changes of the run's last REJECTIONS_SHOWN candidates that the gate refused."""
-        steps = (await self.store.candidate_steps(run_id, instance_key))[-REJECTIONS_SHOWN:]
-        return refused(await self.store.proposed(run_id, instance_key, steps))
+        steps = (await self.candidates.steps(run_id, instance_key))[-REJECTIONS_SHOWN:]
+        return refused(await self.candidates.proposed(run_id, instance_key, steps))
 
     async def shadowed(self, pending: Candidate, current: RubricSet, summary: StepSummary) -> Outcome:
         """A step while a candidate is in shadow: no proposal; at its last shadow step (or after, if no rollout was
@@ -197,7 +199,7 @@ class RubricUpdater:
         canaries = await canary_steps(self.store.redis, self.store.keys, run, window) if instance is None else []
         decision, promoted = gate.decide(pending, current, shadow, found, self.limits, summary.step, canaries)
         decided = msgspec.structs.replace(pending, decision=decision)
-        if not await self.store.decide(decided, promoted):
+        if not await self.candidates.decide(decided, promoted):
             raise Conflict(f"rubric set {run}/{instance} moved during the gate's decision")
         records = [rejection_item(decided)] if any(not c.passed for c in decision.checks) or not promoted else []
         await self.memory.put(records)

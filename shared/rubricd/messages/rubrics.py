@@ -6,6 +6,7 @@ Anchors never change; adaptive rubrics are what the updater evolves.
 """
 
 import enum
+from collections.abc import Collection
 from typing import Annotated, Literal
 
 import msgspec
@@ -203,3 +204,10 @@ class Candidate(Message, tag="candidate", frozen=True, kw_only=True):
             for m in self.modifications
             if m.action in (Action.ADD, Action.MODIFY) and m.rubric_id is not None
         }
+
+    def shadows(self, beside: Collection[str] = ()) -> list[Rubric]:
+        """The changed rubrics as the shadow judges them, after rubrics whose ids are `beside`: under their ids in
+        `changed`, one of those taken there under it with another `~c` (a canary item's own rubrics)."""
+        changed = self.changed()
+        ids = {i: f"{i}~c" if i in beside else i for i in changed.values()}
+        return [msgspec.structs.replace(r, id=ids[changed[r.id]]) for r in self.rubrics.rubrics if r.id in changed]

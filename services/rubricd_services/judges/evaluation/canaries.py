@@ -99,14 +99,8 @@ def baseline(earlier: Sequence[CanaryStep], steps: int) -> float | None:
 def beside(item: Item, candidate: Candidate) -> Item:
     """The item with the candidate's changed rubrics after its own, as a scorer judges a rollout in shadow, under ids
     its own rubrics do not use; its labels (its own rubrics') unchanged."""
-    own = {r.id for r in item.rubrics}
-    changed = candidate.changed()
-    shadows = [
-        msgspec.structs.replace(r, id=changed[r.id] if changed[r.id] not in own else f"{changed[r.id]}~c")
-        for r in candidate.rubrics.rubrics
-        if r.id in changed
-    ]
-    return msgspec.structs.replace(item, rubrics=[*item.rubrics, *shadows])
+    own = [*item.rubrics, *candidate.shadows(beside={r.id for r in item.rubrics})]
+    return msgspec.structs.replace(item, rubrics=own)
 
 
 @dataclass(frozen=True)
