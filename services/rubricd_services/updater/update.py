@@ -86,16 +86,8 @@ class RubricUpdater:
         """Propose, validate and publish (or, under `plan` gated, put in shadow); decide a candidate whose shadow
         steps are over. The caller holds the run's update lock."""
         current = await current_set(self.store, summary.run_id, instance_key, self.seeds)
-        shadowing = await self.candidates.shadowing(summary.run_id, instance_key, summary.step)
-        if shadowing.decided is not None:  # a redelivered summary, its candidate decided
-            return await self.decided(shadowing.decided, current)
-        done = await self.store.made_from(summary.run_id, instance_key, summary.step)  # a redelivered summary
-        if done is not None:
-            return Outcome(EventKind.RUBRICS_REANNOUNCED, current, update=await self.recorded(done))
-        if shadowing.proposed is not None:  # a redelivered summary, its candidate in shadow
-            return Outcome(EventKind.RUBRICS_PROPOSED, current, candidate=shadowing.proposed)
-        if (pending := shadowing.pending) is not None:
-            return await self.shadowed(pending, current, summary)
+        if (settled := await self.settled(summary, instance_key, current)) is not None:
+            return settled
         started = time.monotonic()
         static = await static_memory(self.memory, summary, instance_key, self.budget)
         recent_s = time.monotonic() - started
@@ -169,6 +161,22 @@ class RubricUpdater:
         await self.memory.put([memory_item(update, describe(update, proposal.rationale, consulted, checked.rejected))])
         outcome.kind, outcome.current, outcome.update = EventKind.RUBRICS_UPDATED, new, update
         return outcome
+
+    async def settled(self, summary: StepSummary, instance_key: str | None, current: RubricSet) -> Outcome | None:
+        """The outcome of a summary that makes no proposal: one redelivered after its step made a version or a
+        candidate (announced again), or one that arrives while a candidate is in shadow (the gate's step); None
+        for a summary to propose from."""
+        shadowing = await self.candidates.shadowing(summary.run_id, instance_key, summary.step)
+        if shadowing.decided is not None:
+            return await self.decided(shadowing.decided, current)
+        done = await self.store.made_from(summary.run_id, instance_key, summary.step)
+        if done is not None:
+            return Outcome(EventKind.RUBRICS_REANNOUNCED, current, update=await self.recorded(done))
+        if shadowing.proposed is not None:
+            return Outcome(EventKind.RUBRICS_PROPOSED, current, candidate=shadowing.proposed)
+        if shadowing.pending is not None:
+            return await self.shadowed(shadowing.pending, current, summary)
+        return None
 
     async def rejected(self, run_id: str, instance_key: str | None) -> list[Refused]:
         """The changes of the run's last REJECTIONS_SHOWN candidates that the gate refused."""
