@@ -103,32 +103,13 @@ class Comparer(Answering[Comparison, Preference]):
         tally = Tally(pairwise.PAIRWISE)
         preference = await self.judge(comparison, tally)
         spent = tally.usage(self.judging.llm.model)
-        return Answered(preference, spent, effects.values(self.keys, comparison, preference))
-
-    def event(self, comparison: Comparison, p: Preference) -> Event:
-        kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
-        if p.status is not JudgeStatus.OK:
-            detail = p.error or ""
-        elif p.consistent is False:
-            detail = p.justification
-        else:
-            detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
-        return self.event_of(
-            comparison,
-            kind,
-            detail,
-            winner=p.winner,
-            consistent=p.consistent,
-            label=p.label,
-            correct=p.correct,
-            gatekeeper=p.gatekeeper,
-            rubric_version=p.rubric_version,
-            judge_ms=p.judge_ms,
+        return Answered(
+            preference, event(comparison, preference), spent, effects.values(self.keys, comparison, preference)
         )
 
     def rejected(self, sender: Sender, reason: str, comparison: Comparison | None = None) -> Preference:
         """The answer to a comparison that can never be judged as sent (its ids are the sender's)."""
-        return self.rejection(Preference, sender, reason, judged_at=time.time())
+        return COMPARISONS.rejection(Preference, sender, reason, judged_at=time.time())
 
     async def observe(self, comparison: Comparison, preference: Preference) -> None:
         self.metrics.observe(preference)
@@ -187,3 +168,26 @@ class Comparer(Answering[Comparison, Preference]):
             await self.publish(event)
         except Exception:
             log.exception("reporting the judge accuracy of run %s failed", p.run_id)
+
+
+def event(comparison: Comparison, p: Preference) -> Event:
+    """The event of a new Preference."""
+    kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
+    if p.status is not JudgeStatus.OK:
+        detail = p.error or ""
+    elif p.consistent is False:
+        detail = p.justification
+    else:
+        detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
+    return COMPARISONS.event(
+        comparison,
+        kind,
+        detail,
+        winner=p.winner,
+        consistent=p.consistent,
+        label=p.label,
+        correct=p.correct,
+        gatekeeper=p.gatekeeper,
+        rubric_version=p.rubric_version,
+        judge_ms=p.judge_ms,
+    )
