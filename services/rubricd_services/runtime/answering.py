@@ -239,8 +239,9 @@ class Answering(Generic[M, A]):
     # What a service supplies.
 
     async def answer(self, request: M) -> Answered[A]:
-        """The service's answer to a request not answered before; Rejected (`intake.refuse`) if it can never be
-        answered as sent. Any other error leaves the entry pending, for a reclaim to retry."""
+        """The service's answer to a request not answered before, as data: with its event, usage and script values;
+        Rejected (`intake.refuse`) if it can never be answered as sent. Any other error leaves the entry pending,
+        for a reclaim to retry."""
         raise NotImplementedError
 
     async def prepare(self, request: M) -> Prepared[A]:
