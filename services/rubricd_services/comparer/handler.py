@@ -154,7 +154,7 @@ class Comparer(Answering[Comparison, Preference]):
                 self.metrics.accuracy.labels(*labels).set(counts.accuracy)
             if counts.consistency is not None:
                 self.metrics.consistency.labels(*labels).set(counts.consistency)
-            event = events.event(
+            reported = events.event(
                 SERVICE,
                 EventKind.JUDGE_ACCURACY,
                 run_id=p.run_id,
@@ -165,7 +165,7 @@ class Comparer(Answering[Comparison, Preference]):
                 labelled=counts.labelled,
                 consistency=counts.consistency,
             )
-            await self.publish(event)
+            await self.publish(reported)
         except Exception:
             log.exception("reporting the judge accuracy of run %s failed", p.run_id)
 
