@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from rubricd.keys import SCORERS
-from rubricd.messages import Event, EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
+from rubricd.messages import EventKind, JudgeStatus, Rollout, Rubric, RubricSet, Score
 from rubricd_services.judges import cache, rollouts, verdicts
 from rubricd_services.judges.cache import JudgeCache, VerdictCache, digest
 from rubricd_services.judges.caller import JudgeFailed
@@ -57,13 +57,6 @@ def test_a_changed_judge_rubric_set_prompt_or_content_changes_the_key():
     assert len({key(), *changed}) == len(changed) + 1
 
 
-class Committing(Answering[Rollout, Score]):
-    """The scorer's commit alone."""
-
-    def event(self, rollout: Rollout, score: Score) -> Event:
-        return self.event_of(rollout, EventKind.ROLLOUT_SCORED, "")
-
-
 async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_read_decodes_it(redis, keys):
     verdict = verdicts.verdict_type(("correct",))
     answer = msgspec.convert({"correct": {"explanation": "right", "met": True}}, verdict)
@@ -72,10 +65,11 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
         **{"max_rollout_bytes": 1_000_000, "schedule_stats_ttl_s": 60, "judge_cache_ttl_s": 1},
         analyze_evaluation=False,
     )
-    scorer = Committing(ROLLOUTS, effects.SCRIPT, settings, redis, keys)
+    scorer = Answering[Rollout, Score](ROLLOUTS, effects.SCRIPT, settings, redis, keys)  # the scorer's commit alone
     await redis.xgroup_create(keys.rollouts, SCORERS, id="0", mkstream=True)
     entry = await redis.xadd(keys.rollouts, {"__data__": b"{}"})
     score = Score(run_id="run", rollout_id="r1", step=0, status=JudgeStatus.OK, reward=1.0, rubric_version=3)
+    event = ROLLOUTS.event(ROLLOUT, EventKind.ROLLOUT_SCORED, "")
     messages = rollouts.messages(rollouts.system_message(TEMPLATE, SET), ROLLOUT)
     asked = []
 
@@ -87,7 +81,7 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
     assert await first(messages, verdict) == answer and not first.answered and asked == [1]
     assert first.keep == (keys.verdict(key()), cache.encode(answer))  # its digest: of the messages it was given
     kept = effects.values(keys, settings, ROLLOUT, score, first.keep)
-    assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, {}, kept))
+    assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, event, {}, kept))
     elsewhere = VerdictCache(redis, keys, 60).judge(
         ask, SET, JUDGE, ROLLOUT, on=True
     )  # another process: reads the kept one
@@ -106,7 +100,7 @@ async def test_the_score_commit_keeps_a_new_verdict_for_the_ttl_and_the_next_rea
     assert await JudgeCache(60).verdict("k", verdict, b'{"other": 1}', call) == (answer, False) and calls == [1, 1]
     assert 0 < await redis.pttl(keys.verdict(key())) <= 1000
     unkept = effects.values(keys, settings, ROLLOUT, score)
-    assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, {}, unkept)) is False  # scored already
+    assert await scorer.commit_answer(entry, ROLLOUT, Answered(score, event, {}, unkept)) is False  # scored already
     assert await redis.exists(keys.verdict("other")) == 0
 
 

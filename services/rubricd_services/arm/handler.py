@@ -56,33 +56,13 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
     async def answer(self, rollout: ArmRollout) -> Answered[ArmReward]:
         tally = Tally(PAIRWISE)
         reward = await self.reward(rollout, tally)
-        return Answered(reward, tally.usage(reward.judge_model or self.judging.llm.model))
-
-    def event(self, rollout: ArmRollout, reward: ArmReward) -> Event:
-        if reward.status is not JudgeStatus.OK:
-            kind, detail = EventKind(reward.status), reward.error or ""
-        elif reward.penalty is not None:
-            kind, detail = EventKind.ARM_REWARDED, f"penalty: {reward.penalty}"
-        elif reward.phase == "generator":
-            kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
-        else:
-            kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
-        return self.event_of(
-            rollout,
-            kind,
-            detail,
-            phase=reward.phase,
-            reward=reward.reward,
-            penalized=reward.penalty is not None,
-            judge_model=reward.judge_model,
-            generator_model=reward.generator_model,
-        )
+        return Answered(reward, event(rollout, reward), tally.usage(reward.judge_model or self.judging.llm.model))
 
     def rejected(self, sender: Sender, reason: str, rollout: ArmRollout | None = None) -> ArmReward:
         """The answer to an arm rollout that can never be rewarded as sent (its ids are the sender's; its phase the
         rollout's, when it was valid)."""
         phase = rollout.phase if rollout is not None else None
-        return self.rejection(ArmReward, sender, reason, phase=phase, rewarded_at=time.time())
+        return ARM_ROLLOUTS.rejection(ArmReward, sender, reason, phase=phase, rewarded_at=time.time())
 
     async def observe(self, rollout: ArmRollout, reward: ArmReward) -> None:
         outcome = "penalized" if reward.penalty else "rewarded" if reward.status is JudgeStatus.OK else reward.status
@@ -186,6 +166,28 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
             reward=rewards.judge_reward(read.judgment, comparison),
             winner=read.judgment.winner,
         )
+
+
+def event(rollout: ArmRollout, reward: ArmReward) -> Event:
+    """The event of a new reward."""
+    if reward.status is not JudgeStatus.OK:
+        kind, detail = EventKind(reward.status), reward.error or ""
+    elif reward.penalty is not None:
+        kind, detail = EventKind.ARM_REWARDED, f"penalty: {reward.penalty}"
+    elif reward.phase == "generator":
+        kind, detail = EventKind.ARM_REWARDED, f"{reward.correct} of {reward.judged} comparisons picked right"
+    else:
+        kind, detail = EventKind.ARM_REWARDED, f"verdict {reward.winner}, label {reward.label}"
+    return ARM_ROLLOUTS.event(
+        rollout,
+        kind,
+        detail,
+        phase=reward.phase,
+        reward=reward.reward,
+        penalized=reward.penalty is not None,
+        judge_model=reward.judge_model,
+        generator_model=reward.generator_model,
+    )
 
 
 def _base(rollout: ArmRollout, **fields: Any) -> dict[str, Any]:

@@ -103,32 +103,13 @@ class Comparer(Answering[Comparison, Preference]):
         tally = Tally(pairwise.PAIRWISE)
         preference = await self.judge(comparison, tally)
         spent = tally.usage(self.judging.llm.model)
-        return Answered(preference, spent, effects.values(self.keys, comparison, preference))
-
-    def event(self, comparison: Comparison, p: Preference) -> Event:
-        kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
-        if p.status is not JudgeStatus.OK:
-            detail = p.error or ""
-        elif p.consistent is False:
-            detail = p.justification
-        else:
-            detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
-        return self.event_of(
-            comparison,
-            kind,
-            detail,
-            winner=p.winner,
-            consistent=p.consistent,
-            label=p.label,
-            correct=p.correct,
-            gatekeeper=p.gatekeeper,
-            rubric_version=p.rubric_version,
-            judge_ms=p.judge_ms,
+        return Answered(
+            preference, event(comparison, preference), spent, effects.values(self.keys, comparison, preference)
         )
 
     def rejected(self, sender: Sender, reason: str, comparison: Comparison | None = None) -> Preference:
         """The answer to a comparison that can never be judged as sent (its ids are the sender's)."""
-        return self.rejection(Preference, sender, reason, judged_at=time.time())
+        return COMPARISONS.rejection(Preference, sender, reason, judged_at=time.time())
 
     async def observe(self, comparison: Comparison, preference: Preference) -> None:
         self.metrics.observe(preference)
@@ -173,7 +154,7 @@ class Comparer(Answering[Comparison, Preference]):
                 self.metrics.accuracy.labels(*labels).set(counts.accuracy)
             if counts.consistency is not None:
                 self.metrics.consistency.labels(*labels).set(counts.consistency)
-            event = events.event(
+            reported = events.event(
                 SERVICE,
                 EventKind.JUDGE_ACCURACY,
                 run_id=p.run_id,
@@ -184,6 +165,29 @@ class Comparer(Answering[Comparison, Preference]):
                 labelled=counts.labelled,
                 consistency=counts.consistency,
             )
-            await self.publish(event)
+            await self.publish(reported)
         except Exception:
             log.exception("reporting the judge accuracy of run %s failed", p.run_id)
+
+
+def event(comparison: Comparison, p: Preference) -> Event:
+    """The event of a new Preference."""
+    kind = EventKind.COMPARISON_JUDGED if p.status is JudgeStatus.OK else EventKind(p.status)
+    if p.status is not JudgeStatus.OK:
+        detail = p.error or ""
+    elif p.consistent is False:
+        detail = p.justification
+    else:
+        detail = f"winner {p.winner}" + (f" (gatekeeper {p.gatekeeper})" if p.gatekeeper else "")
+    return COMPARISONS.event(
+        comparison,
+        kind,
+        detail,
+        winner=p.winner,
+        consistent=p.consistent,
+        label=p.label,
+        correct=p.correct,
+        gatekeeper=p.gatekeeper,
+        rubric_version=p.rubric_version,
+        judge_ms=p.judge_ms,
+    )

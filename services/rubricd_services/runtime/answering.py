@@ -1,12 +1,13 @@
 """The answering worker of the services a publisher waits on (scorer, comparer, arm): one runtime, one commit.
 
 `Answering.handle` takes a request entry in (`intake`: rejected and counted if it can never be answered as sent),
-replies the stored answer's bytes to a request answered before (no judging), else asks the service's `answer`
-and commits it, and logs. A service subclasses it for one `Family` (what it takes and keeps, below) and supplies
-`answer` (or `prepare`, to read keys of its own in the stored answer's round trip), `event` and `rejected` (and,
-optionally, `check`, `observe` and `refused`). Its commit is `script`'s one Lua body: store the answer once (its
-run in the runs index), reply, keep the request with its answer, log the event, add the usage, ack; the service's
-own keys, arguments and maps go beside (`ScriptValues`). How: docs/development.md, "The answering runtime".
+replies the stored answer's bytes to a request answered before (no judging), else asks the service's `answer` and
+commits it, and logs. A service subclasses it for one `Family` (what it takes and keeps, below) and supplies
+`answer` (an `Answered`: the answer with its event, usage and the service's own script values), `rejected`,
+`observe` and `refused`; the scorer also `prepare` (to read keys of its own in the stored answer's round trip) and
+`check`. Its commit is `script`'s one Lua body: store the answer once (its run in the runs index), reply, keep the
+request with its answer, log the event, add the usage, ack; the service's own keys, arguments and maps go beside
+(`ScriptValues`). How: docs/development.md, "The answering runtime".
 """
 
 import logging
@@ -79,6 +80,17 @@ class Family:
     def keep(self, request: Message, answer: Message) -> Message:
         """The request with its answer, as kept."""
         return self.kept_as(**dict(zip(self.kept_as.__struct_fields__, (request, answer), strict=True)))
+
+    def event(self, request: Message, kind: EventKind, detail: str, **fields: Any) -> Event:
+        """The service's event about `request`: its run, step and id, and `fields`."""
+        sent = cast(Addressed, request)
+        ids = {"run_id": sent.run_id, "step": sent.step, self.id_field: getattr(request, self.id_field)}
+        return events.event(self.service, kind, **ids, detail=detail, **fields)
+
+    def rejection(self, answer: type[A], sender: Sender, reason: str, **fields: Any) -> A:
+        """A rejected `answer` to `sender` (its ids), saying why, with `fields`."""
+        ids = {"run_id": sender.run_id, self.id_field: sender.id, "step": sender.step}
+        return answer(**ids, status=JudgeStatus.REJECTED, error=reason, **fields)
 
 
 ROLLOUTS = Family(
@@ -174,10 +186,11 @@ class ScriptValues:
 
 @dataclass(frozen=True)
 class Answered(Generic[A]):
-    """A service's answer to one request, with the judge calls' usage (added to the run's, answer stored or not)
-    and its own part of the commit."""
+    """A service's answer to one request, with its event (logged with the first answer only, `Family.event`), the
+    judge calls' usage (added to the run's, answer stored or not) and its own part of the commit."""
 
     answer: A
+    event: Event
     usage: Mapping[str, int] = field(default_factory=dict)
     values: ScriptValues = ScriptValues()
 
@@ -226,8 +239,9 @@ class Answering(Generic[M, A]):
     # What a service supplies.
 
     async def answer(self, request: M) -> Answered[A]:
-        """The service's answer to a request not answered before; Rejected (`intake.refuse`) if it can never be
-        answered as sent. Any other error leaves the entry pending, for a reclaim to retry."""
+        """The service's answer to a request not answered before, as data: with its event, usage and script values;
+        Rejected (`intake.refuse`) if it can never be answered as sent. Any other error leaves the entry pending,
+        for a reclaim to retry."""
         raise NotImplementedError
 
     async def prepare(self, request: M) -> Prepared[A]:
@@ -235,13 +249,9 @@ class Answering(Generic[M, A]):
         a key the service would read anyway costs no round trip of its own. Raises as `answer` does."""
         return Prepared((), lambda _: self.answer(request))
 
-    def event(self, request: M, answer: A) -> Event:
-        """The event of a new answer (`event_of` fills the ids)."""
-        raise NotImplementedError
-
     def rejected(self, sender: Sender, reason: str, request: M | None) -> Message:
-        """The answer to a request that can never be answered as sent (its ids the sender's; `request` given when
-        it was taken in, then refused)."""
+        """The answer to a request that can never be answered as sent (`Family.rejection`: its ids the sender's;
+        `request` given when it was taken in, then refused)."""
         raise NotImplementedError
 
     def check(self, request: M) -> None:
@@ -289,7 +299,7 @@ class Answering(Generic[M, A]):
         written: dict[str, Value] = {
             "answer": wire.encode(answer),
             "kept": wire.encode(self.family.keep(request, answer)),
-            "event": wire.encode(self.event(request, answer)),
+            "event": wire.encode(answered.event),
             "replay": "",
         }
         if await self._run(entry_id, request, written, answered.usage, answered.values) is not None:
@@ -336,17 +346,6 @@ class Answering(Generic[M, A]):
     def stored(self, request: M) -> str:
         """The key of the request's answer."""
         return self.family.stored(self.keys, cast(Addressed, request).run_id, getattr(request, self.family.id_field))
-
-    def event_of(self, request: M, kind: EventKind, detail: str, **fields: Any) -> Event:
-        """The service's event about `request`: its run, step and id, and `fields`."""
-        sent, id_field = cast(Addressed, request), self.family.id_field
-        ids = {"run_id": sent.run_id, "step": sent.step, id_field: getattr(request, id_field)}
-        return events.event(self.family.service, kind, **ids, detail=detail, **fields)
-
-    def rejection(self, answer: type[A], sender: Sender, reason: str, **fields: Any) -> A:
-        """A rejected `answer` to `sender` (its ids), saying why, with `fields`."""
-        ids = {"run_id": sender.run_id, self.family.id_field: sender.id, "step": sender.step}
-        return answer(**ids, status=JudgeStatus.REJECTED, error=reason, **fields)
 
     async def publish(self, event: Event) -> None:
         """Log an event of the service's own (a reloaded rubric set, a judge's accuracy)."""

@@ -115,17 +115,18 @@ class Scorer(Answering[Rollout, Score]):
 
         return Prepared(reads, answer)
 
-    async def scoring(self, rollout: Rollout, config: RunConfig, rubrics: ReadySet) -> Scoring:
-        """How the rollout's verdicts become its Score: its policy, and the step's meta-class under `alternating`."""
-        policy = config.reward_policy
-        active = await self.active_class(rollout, rubrics) if policy == "alternating" else None
-        return Scoring(rubrics, policy, active, self.settings.undefined_meta_class_reward)
-
     def answered(
         self, rollout: Rollout, score: Score, spent: dict[str, int], verdict: tuple[str, bytes] | None = None
     ) -> Answered[Score]:
-        """The score with its usage and the scorer's own effects (`verdict`: a new one, for the judge cache)."""
-        return Answered(score, spent, effects.values(self.keys, self.settings, rollout, score, verdict))
+        """The score with its event, usage and the scorer's own effects (`verdict`: a new one, for the judge
+        cache)."""
+        return Answered(
+            score, event(rollout, score), spent, effects.values(self.keys, self.settings, rollout, score, verdict)
+        )
+
+    def rejected(self, sender: Sender, reason: str, rollout: Rollout | None = None) -> Score:
+        """The answer to a rollout that can never be scored as sent (its ids are the sender's)."""
+        return ROLLOUTS.rejection(Score, sender, reason, reward=None, rubric_version=0, scored_at=time.time())
 
     async def observe(self, rollout: Rollout, score: Score) -> None:
         self.metrics.observe(score)
@@ -138,20 +139,15 @@ class Scorer(Answering[Rollout, Score]):
     def refused(self, rollout: Rollout | None) -> None:
         self.metrics.scores.labels(JudgeStatus.REJECTED).inc()
 
-    def event(self, rollout: Rollout, score: Score) -> Event:
-        kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
-        fields = {"reward": score.reward, "rubric_version": score.rubric_version, "judge_ms": score.judge_ms}
-        return self.event_of(
-            rollout, kind, score.error or "", **fields, **({"evaluation": True} if score.evaluation else {})
-        )
-
-    def rejected(self, sender: Sender, reason: str, rollout: Rollout | None = None) -> Score:
-        """The answer to a rollout that can never be scored as sent (its ids are the sender's)."""
-        return self.rejection(Score, sender, reason, reward=None, rubric_version=0, scored_at=time.time())
-
     def check(self, rollout: Rollout) -> None:
         if rollout.reward_policy is not None and rollout.reward_policy not in POLICIES:
             raise Rejected(f"unknown reward_policy {rollout.reward_policy!r}; known: {sorted(POLICIES)}")
+
+    async def scoring(self, rollout: Rollout, config: RunConfig, rubrics: ReadySet) -> Scoring:
+        """How the rollout's verdicts become its Score: its policy, and the step's meta-class under `alternating`."""
+        policy = config.reward_policy
+        active = await self.active_class(rollout, rubrics) if policy == "alternating" else None
+        return Scoring(rubrics, policy, active, self.settings.undefined_meta_class_reward)
 
     async def judge_due_groups(self) -> None:
         """Judge the groups due (at their deadline, or whose claim ran out), in this process."""
@@ -192,6 +188,15 @@ class Scorer(Answering[Rollout, Score]):
         update: RubricsUpdated | Candidate = wire.decode(msg.body, RELOADS)
         if (reloaded := self.rubrics.reload(update, SERVICE, "rollout")) is not None:
             await self.publish(reloaded)
+
+
+def event(rollout: Rollout, score: Score) -> Event:
+    """The event of a new score."""
+    kind = EventKind.ROLLOUT_SCORED if score.status is JudgeStatus.OK else EventKind(score.status)
+    fields = {"reward": score.reward, "rubric_version": score.rubric_version, "judge_ms": score.judge_ms}
+    return ROLLOUTS.event(
+        rollout, kind, score.error or "", **fields, **({"evaluation": True} if score.evaluation else {})
+    )
 
 
 def failed(rollout: Rollout, scoring: Scoring, error: str) -> Score:
