@@ -233,7 +233,7 @@ chaos: install weaviate
 	for seed in $$(seq 1 $(SEEDS)); do \
 	  RUBRICD_CHAOS_SEED=$$seed $(PY) -m pytest -q -s tests/system/test_chaos.py || failed=1; \
 	done; \
-	$(PY) tests/system/test_chaos.py; exit $$failed
+	$(PY) -m tests.system.test_chaos || failed=1; exit $$failed
 
 # Its own Redis and simulator (.stack/bench); prints throughput, latency, ratio, RSS, Redis memory; then where a
 # rollout's cost goes (CPU per process, wall by stage, the scorer's flame graph in reports/bench-<time>/); then two
