@@ -21,7 +21,7 @@ import art
 from calc import CALC  # beside this script
 from openai.types.chat.chat_completion import Choice
 
-from rubricd import SyncRubricdClient
+from rubricd import RubricdClient
 from rubricd.adapters import ArtReward, NotScored
 
 UNTOUCHED = {"question": "What is 6 + 6?", "answers": ["It is 12.", "It is 13."]}
@@ -49,7 +49,7 @@ async def rollout(question: str, answer: str) -> art.Trajectory:
 
 
 async def main(out: str, scenarios: list[dict]) -> None:
-    client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
+    client = RubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
     reward = ArtReward(client, os.environ["RUN_ID"], timeout=120)
     groups = await art.gather_trajectory_groups(
         (art.TrajectoryGroup(rollout(s["question"], a) for a in s["answers"]) for s in scenarios),
@@ -66,8 +66,8 @@ async def main(out: str, scenarios: list[dict]) -> None:
     got = await reward.score_group(given, step=0)
     untouched = all(not t.logs and "rubricd_reward" not in t.metrics and t.reward == 0.5 for t in given.trajectories)
     untouched = untouched and all("rubricd_reward" in t.metrics for t in got.trajectories)
-    reward.finish()
-    client.close()
+    await reward.finish()
+    await client.close()
     kept = [
         [{"reward": t.reward, "metrics": t.metrics, "logs": t.logs, "answer": t.messages()[-1]["content"]} for t in g]
         for g in groups

@@ -68,8 +68,8 @@ async def main(out: str, rows: list[dict]) -> None:
     async with env.serving():
         slots = [slot for task in env.taskset for slot in env.slots(task, n)]
         episodes = await asyncio.gather(*(env.run_slot(slot, ctx) for slot in slots))
-    vf_rubricd_env.reward.finish()
-    vf_rubricd_env.client.close()
+    await vf_rubricd_env.reward.finish()
+    await vf_rubricd_env.client.close()
     await runner.cleanup()
     traces = [
         {

@@ -7,7 +7,7 @@ from typing import Any
 from ..chat import text
 from ..client import SyncRubricdClient
 from ..messages import JudgeStatus, Score
-from .reward import Reward, Sample, group_id, optional_str
+from .reward import RewardOptions, Sample, SyncReward, group_id, optional_str
 
 
 class VerlReward:
@@ -62,7 +62,7 @@ class VerlReward:
         prompt_field = options.pop("prompt_key", prompt_field)
         step_field = options.pop("step_key", step_field)
         instance_key_field = options.pop("instance_key", instance_key_field)
-        self.reward = Reward(client, run_id, **options)
+        self.reward = SyncReward(client, run_id, RewardOptions(**options))
         self.prompt_field, self.step_field, self.instance_key_field = prompt_field, step_field, instance_key_field
         self.messages_field, self.tools_field = messages_field, tools_field
         self.group_field, self.group_size = group_field, group_size
