@@ -36,6 +36,7 @@ class VerlReward:
     The rollout's sample group is extra_info[group_field] (verl's `uid`, one per prompt, shared by its
     rollout.n responses; an agent loop puts it there, and `score_agent_loop` reads it from the dataset
     fields), of `group_size` (rollout.n; None: unknown, a group is then judged at its deadline).
+    The other keywords are the run's options (RewardOptions).
 
         reward = VerlReward(SyncRubricdClient(url), run_id="ppo-1")
         compute_score = reward.compute_score   # custom_reward_function.name=compute_score
