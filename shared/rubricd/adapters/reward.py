@@ -124,25 +124,16 @@ class Sample(NamedTuple):
 class Steps:
     """The trainer's open steps and the rollout ids published for each; closed when a later step begins."""
 
-    def __init__(
-        self,
-        client: RubricdClient,
-        run_id: str,
-        *,
-        wait_for_rubrics: bool,
-        timeout: float | None,
-        rank: int = 0,
-        world_size: int = 1,
-        closer: str | None = None,
-    ) -> None:
-        """`rank` of `world_size`: this process's part of every step (each process closes its own part); `closer`:
-        this process's id where it knows neither (its closures add up with the other closers')."""
+    def __init__(self, client: RubricdClient, run_id: str, options: RewardOptions) -> None:
+        """Each process of several closes its own part of every step (its rank of the world size); one that knows
+        neither closes as a closer of its own (its closures add up with the other closers')."""
         self.client, self.run_id = client, run_id
-        self.wait_for_rubrics, self.timeout = wait_for_rubrics, timeout
+        self.wait_for_rubrics, self.timeout = options.wait_for_rubrics, options.timeout
+        rank, world_size = options.place()
         several = world_size > 1
         self.part: int | None = rank if several else None
         self.parts: int | None = world_size if several else None
-        self.closer = None if several else closer
+        self.closer = None if several or options.placed() else uuid.uuid4().hex[:16]
         self.open: dict[int, list[str]] = {}
         self.closed_through = -1  # rollouts of a step already closed are scored, not counted again
         self._lock = asyncio.Lock()
@@ -177,16 +168,8 @@ class Reward:
 
     def __init__(self, client: RubricdClient, run_id: str, options: RewardOptions) -> None:
         self.client, self.run_id, self.options = client, run_id, options
-        self.rank, world_size = options.place()
-        self.steps = Steps(
-            client,
-            run_id,
-            wait_for_rubrics=options.wait_for_rubrics,
-            timeout=options.timeout,
-            rank=self.rank,
-            world_size=world_size,
-            closer=None if options.placed() else uuid.uuid4().hex[:16],
-        )
+        self.rank = options.place()[0]
+        self.steps = Steps(client, run_id, options)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is awaited on, from its first call
 
     async def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
