@@ -9,19 +9,21 @@ each scored by `ArtReward.score_group` as its `after_each`, exceptions swallowed
 is dropped, as with RULER). The last scenario, the one that fails, is then scored again without swallowing, and
 a group of its own (UNTOUCHED) scored directly. OUT.json holds what ART returned: each kept group's trajectories
 (reward, metrics, logs), the error the unswallowed call raised, and whether the direct call left the group it was
-given as it was, and the row ART's own `Model.log` wrote of the kept groups (history.jsonl).
+given as it was, the row ART's own `Model.log` wrote of the kept groups (history.jsonl), and the threads running
+once the groups were scored.
 """
 
 import asyncio
 import json
 import os
 import sys
+import threading
 
 import art
 from calc import CALC  # beside this script
 from openai.types.chat.chat_completion import Choice
 
-from rubricd import SyncRubricdClient
+from rubricd import RubricdClient
 from rubricd.adapters import ArtReward, NotScored
 
 UNTOUCHED = {"question": "What is 6 + 6?", "answers": ["It is 12.", "It is 13."]}
@@ -49,7 +51,7 @@ async def rollout(question: str, answer: str) -> art.Trajectory:
 
 
 async def main(out: str, scenarios: list[dict]) -> None:
-    client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
+    client = RubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
     reward = ArtReward(client, os.environ["RUN_ID"], timeout=120)
     groups = await art.gather_trajectory_groups(
         (art.TrajectoryGroup(rollout(s["question"], a) for a in s["answers"]) for s in scenarios),
@@ -66,8 +68,9 @@ async def main(out: str, scenarios: list[dict]) -> None:
     got = await reward.score_group(given, step=0)
     untouched = all(not t.logs and "rubricd_reward" not in t.metrics and t.reward == 0.5 for t in given.trajectories)
     untouched = untouched and all("rubricd_reward" in t.metrics for t in got.trajectories)
-    reward.finish()
-    client.close()
+    threads = sorted(t.name for t in threading.enumerate())
+    await reward.finish()
+    await client.close()
     kept = [
         [{"reward": t.reward, "metrics": t.metrics, "logs": t.logs, "answer": t.messages()[-1]["content"]} for t in g]
         for g in groups
@@ -78,7 +81,7 @@ async def main(out: str, scenarios: list[dict]) -> None:
     with open(os.path.join(model.base_path, "groups", "models", "rubricd", "history.jsonl")) as f:
         history = [json.loads(line) for line in f]
     with open(out, "w") as f:
-        json.dump({"groups": kept, "raised": raised, "untouched": untouched, "history": history}, f)
+        json.dump({"groups": kept, "raised": raised, "untouched": untouched, "history": history, "threads": threads}, f)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import litellm
 from art.rewards.ruler import ruler_score_group
 from art_groups import rollout  # beside this script
 
-from rubricd import SyncRubricdClient
+from rubricd import RubricdClient
 from rubricd.adapters import ArtReward
 
 calls: list[dict[str, int]] = []
@@ -41,13 +41,12 @@ async def main(judge_url: str, out: str, scenario: dict[str, Any]) -> None:
     sys.modules["art.rewards.ruler"].acompletion = counted  # RULER calls the acompletion it imported
     judge = {"api_base": judge_url, "api_key": "unused"}
     by_ruler = await ruler_score_group(group, "openai/judge", extra_litellm_params=judge, swallow_exceptions=True)
-    client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
     by_rubricd = {}
-    for run_id, mode in ((os.environ["RUN_ID"], "group"), (os.environ["RUN_ID"] + "-single", "single")):
-        reward = ArtReward(client, run_id, judge_mode=mode, timeout=120)
-        by_rubricd[run_id] = returned(await reward.score_group(group, step=0))
-        reward.finish()
-    client.close()
+    async with RubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"]) as client:
+        for run_id, mode in ((os.environ["RUN_ID"], "group"), (os.environ["RUN_ID"] + "-single", "single")):
+            reward = ArtReward(client, run_id, judge_mode=mode, timeout=120)
+            by_rubricd[run_id] = returned(await reward.score_group(group, step=0))
+            await reward.finish()
     with open(out, "w") as f:
         json.dump({"ruler": {"calls": calls, "returned": returned(by_ruler)}, "rubricd": by_rubricd}, f)
 

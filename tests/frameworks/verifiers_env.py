@@ -5,14 +5,15 @@ a scripted policy and scoring every trace with rubricd's reward (vf_rubricd_env.
 
 Each row is sampled once per response, as a trainer samples an example's group (GROUP_SIZE): the
 policy, an OpenAI-compatible endpoint served here, answers the row's prompt with its responses in turn.
-OUT.json holds each trace as verifiers recorded it: its task's prompt, its answer, `ok`, `reward`, its rewards
-and metrics, and its last error.
+OUT.json holds each trace as verifiers recorded it (`traces`: its task's prompt, its answer, `ok`, `reward`, its
+rewards and metrics, and its last error) and the threads running once every trace was scored (`threads`).
 """
 
 import asyncio
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import verifiers.v1 as vf
@@ -68,8 +69,9 @@ async def main(out: str, rows: list[dict]) -> None:
     async with env.serving():
         slots = [slot for task in env.taskset for slot in env.slots(task, n)]
         episodes = await asyncio.gather(*(env.run_slot(slot, ctx) for slot in slots))
-    vf_rubricd_env.reward.finish()
-    vf_rubricd_env.client.close()
+        threads = sorted(t.name for t in threading.enumerate())
+    await vf_rubricd_env.reward.finish()
+    await vf_rubricd_env.client.close()
     await runner.cleanup()
     traces = [
         {
@@ -86,7 +88,7 @@ async def main(out: str, rows: list[dict]) -> None:
         for episode in episodes
         for trace in episode.traces
     ]
-    Path(out).write_text(json.dumps(traces))
+    Path(out).write_text(json.dumps({"traces": traces, "threads": threads}))
 
 
 if __name__ == "__main__":

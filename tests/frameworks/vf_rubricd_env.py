@@ -15,13 +15,14 @@ import verifiers.v1 as vf
 from calc import CALC  # beside this script
 from verifiers.v1.dialects.chat import message_to_wire
 
-from rubricd import SyncRubricdClient
+from rubricd import RubricdClient
 from rubricd.adapters.verifiers import VerifiersReward
 
 __all__ = ["ArithmeticTaskset", "ArithmeticTasksetConfig", "AskHarness", "AskHarnessConfig"]
 
 
-client = SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
+# Made at import, outside any event loop: it connects on first use, in the loop verifiers scores on.
+client = RubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"])
 group_size = int(os.environ["GROUP_SIZE"])
 reward = VerifiersReward(client, os.environ["RUN_ID"], group_size=group_size, judge_mode="group", timeout=120)
 

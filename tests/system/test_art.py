@@ -67,6 +67,7 @@ async def test_art_gathers_groups_rewarded_by_rubricd_with_verdicts_and_drops_a_
     # Without swallowing, the failure is ART's exception, never a reward of 0.
     assert out["raised"] is not None and "judge_failed" in out["raised"] and "2 of 2" in out["raised"]
     assert out["untouched"]  # the group given is left as it was; the one returned carries the rewards
+    assert "rubricd-client" not in out["threads"]  # scored on ART's own loop: no second loop's thread
 
 
 @pytest.mark.timeout(600)

@@ -38,7 +38,9 @@ async def test_verifiers_env_scores_its_traces_through_rubricd_and_a_failed_judg
         GROUP_SIZE=str(GROUP),
         NO_PROXY="127.0.0.1,localhost",
     )
-    traces = json.loads((tmp_path / "out.json").read_text())
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert "rubricd-client" not in out["threads"]  # scored on verifiers' own loop: no second loop's thread
+    traces = out["traces"]
     kept = [wire.decode(wire.payload(f), ScoredRollout) for _, f in await redis.xrange(keys.kept_rollouts(RUN))]
     assert len(traces) == len(kept) == GROUP * len(ROWS)
     judged = [t for t in traces if t["prompt"] == ROWS[0]["prompt"]]

@@ -4,12 +4,13 @@ Details: docs/integrators/art.md."""
 
 import logging
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 from ..chat import text
-from ..client import SyncRubricdClient
+from ..client import RubricdClient, SyncRubricdClient
 from ..messages import JudgeMode, Score
-from .reward import NotScored, Reward, Sample, sample_metrics, unscored
+from .reward import AsyncReward, NotScored, RewardOptions, Sample, sample_metrics, unscored
 
 log = logging.getLogger("rubricd.adapters")
 
@@ -25,21 +26,28 @@ class ArtReward:
     rubricd gave no reward (its judge failed, it was refused, or the `alternating` policy masked it) raises
     NotScored, or, with `swallow_exceptions`, is None, with a warning:
     `gather_trajectory_groups` then drops the whole group, as it does a group RULER failed. Never a reward of 0
-    that looks earned. Like RULER, it refuses trajectories with additional histories.
+    that looks earned. Like RULER, it refuses trajectories with additional histories. It scores on ART's own
+    event loop (the client connects on first use there).
 
-        reward = ArtReward(SyncRubricdClient(url), run_id="art-1")
+        reward = ArtReward(RubricdClient(url), run_id="art-1")
         groups = await art.gather_trajectory_groups(
             (art.TrajectoryGroup(rollout(model, s) for _ in range(4)) for s in scenarios),
             after_each=lambda g: reward.score_group(g, step, swallow_exceptions=True),
         )
+        await reward.finish()
     """
 
     def __init__(
-        self, client: SyncRubricdClient, run_id: str, *, judge_mode: JudgeMode | None = "group", **options: Any
+        self,
+        client: RubricdClient | SyncRubricdClient,
+        run_id: str,
+        *,
+        judge_mode: JudgeMode | None = "group",
+        **options: Any,
     ) -> None:
-        """`options`: as every adapter's (rubricd.adapters.reward.Reward: the run's policy, votes, analysis
-        sample, synchronous mode, timeout)."""
-        self.reward = Reward(client, run_id, judge_mode=judge_mode, **options)
+        """`options`: the run's (RewardOptions: its policy, votes, analysis sample, synchronous mode, timeout). A
+        SyncRubricdClient still works (deprecated: a second event loop)."""
+        self.reward = AsyncReward(client, run_id, RewardOptions(judge_mode=judge_mode, **options), "ArtReward")
 
     async def score_group(self, group: Any, step: int, *, swallow_exceptions: bool = False) -> Any:
         """The group with rubricd's rewards (a new TrajectoryGroup; the given one is left as it was)."""
@@ -48,7 +56,7 @@ class ArtReward:
             raise ValueError("trajectories with additional histories are not judged (as with RULER)")
         group_id = f"art-{uuid.uuid4().hex[:16]}"  # one sample group per call
         try:
-            scores = await self.reward.score_async(step, [sample(t, group_id, len(trajectories)) for t in trajectories])
+            scores = await self.reward.score(step, [sample(t, group_id, len(trajectories)) for t in trajectories])
             if any(unscored(s) for s in scores):
                 raise NotScored(scores)
         except Exception as e:
@@ -59,9 +67,9 @@ class ArtReward:
         copies = [scored(t, s) for t, s in zip(trajectories, scores, strict=True)]
         return type(group)(copies, metadata=dict(group.metadata), metrics=dict(group.metrics), logs=list(group.logs))
 
-    def finish(self) -> None:
-        """Close every open step (call it when training ends)."""
-        self.reward.finish()
+    def finish(self) -> Awaitable[None]:
+        """Close every open step: `await reward.finish()` when training ends."""
+        return self.reward.finish()
 
 
 def sample(trajectory: Any, group: str, group_size: int) -> Sample:

@@ -1,5 +1,6 @@
-"""What every adapter shares: a run's open steps (`Steps`), the samples of one call made rollouts and scored
-(`Reward`), and the failure of a sample rubricd gave no reward (`NotScored`)."""
+"""What every adapter shares: the run's options (`RewardOptions`), its open steps (`Steps`), the samples of one call
+made rollouts and scored (`Reward`, on the async client; `SyncReward` for trainers that call synchronously,
+`AsyncReward` for async frameworks), and the failure of a sample rubricd gave no reward (`NotScored`)."""
 
 import asyncio
 import hashlib
@@ -7,7 +8,8 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Sequence
+import warnings
+from collections.abc import Awaitable, Generator, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -66,6 +68,41 @@ def batch_metrics(scores: Sequence[Score], prefix: str = "rubricd/") -> dict[str
     return metrics
 
 
+class RewardOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's reward options, as every adapter takes them (its keywords), checked once."""
+
+    context: TrainingContext = msgspec.field(default_factory=TrainingContext)  # set on every rollout
+    timeout: float | None = None  # how long a call waits for its scores (and the rubrics); None: the client's
+    wait_for_rubrics: bool = False  # synchronous mode: a step begins once the earlier step's rubrics are in place
+    reward_policy: str | None = None  # this run's policy (e.g. "alternating"); None: the deployment's
+    # This run's judging and analysis (docs/researchers/groups.md): "single" or "group", 1-9 votes, "all",
+    # "extremes" or k per group; None: the deployment's.
+    judge_mode: JudgeMode | None = None
+    judge_votes: int | None = None
+    analysis_sample: AnalysisSample | None = None
+    # This process's place in a job of several; None: the RANK and WORLD_SIZE that torchrun and accelerate set.
+    rank: int | None = None
+    world_size: int | None = None
+    evaluation: bool = False  # every rollout is an evaluation rollout (a reward used only to evaluate)
+
+    def __post_init__(self) -> None:
+        rank, world_size = self.place()
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+
+    def place(self) -> tuple[int, int]:
+        """This process's rank and world size: as given, else from the environment (0 of 1 where unset)."""
+        rank = int(os.environ.get("RANK", 0)) if self.rank is None else self.rank
+        world_size = int(os.environ.get("WORLD_SIZE", 1)) if self.world_size is None else self.world_size
+        return rank, world_size
+
+    def placed(self) -> bool:
+        """Whether the process knows its place (given, or WORLD_SIZE set). A process that does not (a framework's
+        reward workers that do not know each other: verl's) closes its steps as a closer of its own, and the
+        closers' closures add up (StepClosed.closer)."""
+        return self.rank is not None or self.world_size is not None or "WORLD_SIZE" in os.environ
+
+
 class Sample(NamedTuple):
     """One sample of a trainer's call, as its rollout carries it: its text, and, where the trainer gave chat
     messages, the whole conversation (`messages`, prompt first: `prompt_turns` of them) and the `tools` offered
@@ -87,25 +124,16 @@ class Sample(NamedTuple):
 class Steps:
     """The trainer's open steps and the rollout ids published for each; closed when a later step begins."""
 
-    def __init__(
-        self,
-        client: RubricdClient,
-        run_id: str,
-        *,
-        wait_for_rubrics: bool,
-        timeout: float | None,
-        rank: int = 0,
-        world_size: int = 1,
-        closer: str | None = None,
-    ) -> None:
-        """`rank` of `world_size`: this process's part of every step (each process closes its own part); `closer`:
-        this process's id where it knows neither (its closures add up with the other closers')."""
+    def __init__(self, client: RubricdClient, run_id: str, options: RewardOptions) -> None:
+        """Each process of several closes its own part of every step (its rank of the world size); one that knows
+        neither closes as a closer of its own (its closures add up with the other closers')."""
         self.client, self.run_id = client, run_id
-        self.wait_for_rubrics, self.timeout = wait_for_rubrics, timeout
+        self.wait_for_rubrics, self.timeout = options.wait_for_rubrics, options.timeout
+        rank, world_size = options.place()
         several = world_size > 1
         self.part: int | None = rank if several else None
         self.parts: int | None = world_size if several else None
-        self.closer = None if several else closer
+        self.closer = None if several or options.placed() else uuid.uuid4().hex[:16]
         self.open: dict[int, list[str]] = {}
         self.closed_through = -1  # rollouts of a step already closed are scored, not counted again
         self._lock = asyncio.Lock()
@@ -135,65 +163,43 @@ class Steps:
 
 
 class Reward:
-    """What every adapter does: turn samples into rollouts of one run, count them in their step, score them."""
+    """What every adapter does, on the async client: turn samples into rollouts of one run, count them in their
+    step, score them. Await it on one event loop, the one its client is used on."""
 
-    def __init__(
-        self,
-        client: SyncRubricdClient,
-        run_id: str,
-        *,
-        context: TrainingContext = TrainingContext(),
-        timeout: float | None = None,
-        wait_for_rubrics: bool = False,
-        reward_policy: str | None = None,
-        judge_mode: JudgeMode | None = None,
-        judge_votes: int | None = None,
-        analysis_sample: AnalysisSample | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        evaluation: bool = False,
-    ) -> None:
-        """`reward_policy`: this run's policy (e.g. "alternating"), set on every rollout; None: the deployment's.
-        `judge_mode` ("single", "group"), `judge_votes` (1-9) and `analysis_sample` ("all", "extremes", or k per
-        group): this run's choices, set on every rollout like `reward_policy` (docs/researchers/groups.md).
-        `evaluation`: every rollout is an evaluation rollout (a reward used only to evaluate).
-        `rank`, `world_size`: this process's place in a job of several (default: the RANK and WORLD_SIZE
-        environment variables that torchrun and accelerate set). Where neither is given nor set (a framework's
-        reward workers that do not know each other: verl's), each process closes its steps as a closer of its own,
-        and the closers' closures add up (StepClosed.closer)."""
-        self.client, self.run_id, self.context, self.timeout = client, run_id, context, timeout
-        self.reward_policy, self.evaluation = reward_policy, evaluation
-        self.judge_mode, self.judge_votes, self.analysis_sample = judge_mode, judge_votes, analysis_sample
-        known = rank is not None or world_size is not None or "WORLD_SIZE" in os.environ
-        rank = int(os.environ.get("RANK", 0)) if rank is None else rank
-        world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-        self.rank = rank
-        self.steps = Steps(
-            client.aio,
-            run_id,
-            wait_for_rubrics=wait_for_rubrics,
-            timeout=timeout,
-            rank=rank,
-            world_size=world_size,
-            closer=None if known else uuid.uuid4().hex[:16],
-        )
+    def __init__(self, client: RubricdClient, run_id: str, options: RewardOptions) -> None:
+        self.client, self.run_id, self.options = client, run_id, options
+        self.rank = options.place()[0]
+        self.steps = Steps(client, run_id, options)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is awaited on, from its first call
 
-    def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
-        """Score `samples` of `step`; `evaluation` (or the reward's own): as evaluation rollouts, not counted."""
-        return self.client.submit(self._score(step, samples, evaluation or self.evaluation)).result()
+    async def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
+        """Score `samples` of `step`; `evaluation` (or the options'): as evaluation rollouts, not counted."""
+        self._bind()
+        evaluation = evaluation or self.options.evaluation
+        rollouts = self._rollouts(step, samples, evaluation)
+        if not evaluation:
+            await self.steps.begin(step, [r.rollout_id for r in rollouts])
+        return await self.client.score(rollouts, timeout=self.options.timeout)
 
-    async def score_async(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
-        return await asyncio.wrap_future(self.client.submit(self._score(step, samples, evaluation or self.evaluation)))
+    async def finish(self) -> None:
+        """Close every open step (when training ends)."""
+        self._bind()
+        await self.steps.finish()
 
-    def finish(self) -> None:
-        """Close every open step (call it when training ends)."""
-        self.client.submit(self.steps.finish()).result()
+    def _bind(self) -> None:
+        """Keep to one event loop: the client's connections and reply reader live on the first it was awaited on."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise RuntimeError(
+                f"the reward of run {self.run_id!r} is awaited on another event loop than its client's; "
+                "give each loop its own RubricdClient and reward"
+            )
 
-    async def _score(self, step: int, samples: Sequence[Sample], evaluation: bool) -> list[Score]:
-        nonce = uuid.uuid4().hex[:10]
-        rollouts = [
+    def _rollouts(self, step: int, samples: Sequence[Sample], evaluation: bool) -> list[Rollout]:
+        nonce, o = uuid.uuid4().hex[:10], self.options
+        return [
             Rollout(
                 run_id=self.run_id,
                 rollout_id=f"{step}-{nonce}-{i}",
@@ -202,24 +208,84 @@ class Reward:
                 response="" if trajectory else s.response,  # a trajectory's: its turns' text (tool calls shown)
                 reference=s.reference,
                 instance_key=s.instance_key,
-                context=self.context,
+                context=o.context,
                 metadata=s.metadata,
-                reward_policy=self.reward_policy,
+                reward_policy=o.reward_policy,
                 evaluation=evaluation,
                 trajectory=trajectory,
                 tools=tools,
                 prompt_turns=s.prompt_turns if trajectory else 0,
                 group=s.group,
                 group_size=s.group_size if s.group is not None else None,
-                judge_mode=self.judge_mode,
-                judge_votes=self.judge_votes,
-                analysis_sample=self.analysis_sample,
+                judge_mode=o.judge_mode,
+                judge_votes=o.judge_votes,
+                analysis_sample=o.analysis_sample,
             )
             for i, (s, (trajectory, tools)) in enumerate(zip(samples, trajectories(samples)))
         ]
-        if not evaluation:
-            await self.steps.begin(step, [r.rollout_id for r in rollouts])
-        return await self.client.aio.score(rollouts, timeout=self.timeout)
+
+
+class SyncReward:
+    """A Reward for trainers that call synchronously (TRL, verl): run on the SyncRubricdClient's own event loop, so
+    it may be called from many threads, and `score_async` awaited from any loop."""
+
+    def __init__(self, client: SyncRubricdClient, run_id: str, options: RewardOptions) -> None:
+        self.client = client
+        self.reward = Reward(client.aio, run_id, options)
+        self.rank = self.reward.rank
+
+    def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
+        """Score `samples` of `step` (Reward.score), waiting here."""
+        return self.client.submit(self.reward.score(step, samples, evaluation=evaluation)).result()
+
+    async def score_async(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
+        """Score `samples` of `step` (Reward.score) on the client's loop, awaited from the caller's."""
+        return await asyncio.wrap_future(self.client.submit(self.reward.score(step, samples, evaluation=evaluation)))
+
+    def finish(self) -> None:
+        """Close every open step (call it when training ends)."""
+        self.client.submit(self.reward.finish()).result()
+
+
+class AsyncReward:
+    """An async framework's reward (verifiers', ART's): a Reward on its RubricdClient, awaited on the framework's
+    own event loop, with no second loop or thread. The client connects on first use, in the loop that awaits it.
+    A SyncRubricdClient, the old form, is still taken, with a DeprecationWarning: the calls then run on its loop."""
+
+    def __init__(self, client: RubricdClient | SyncRubricdClient, run_id: str, options: RewardOptions, adapter: str):
+        self.sync: SyncReward | None = None
+        if isinstance(client, SyncRubricdClient):
+            warnings.warn(
+                f"{adapter} on a SyncRubricdClient runs rubricd's calls on a second event loop; give it a "
+                f"RubricdClient and `await {adapter}.finish()`",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            self.sync = SyncReward(client, run_id, options)
+            self.reward = self.sync.reward
+        else:
+            self.reward = Reward(client, run_id, options)
+
+    async def score(self, step: int, samples: Sequence[Sample]) -> list[Score]:
+        if self.sync is not None:
+            return await self.sync.score_async(step, samples)
+        return await self.reward.score(step, samples)
+
+    def finish(self) -> Awaitable[None]:
+        """Close every open step: `await` it when training ends (on a SyncRubricdClient they are closed on return,
+        as before)."""
+        if self.sync is None:
+            return self.reward.finish()
+        self.sync.finish()
+        return _Closed()
+
+
+class _Closed:
+    """An awaitable with nothing left to do (what the old form's `finish()` returns)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield
 
 
 def trajectories(samples: Sequence[Sample]) -> list[tuple[list[Turn], list[Tool]]]:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from ..chat import text
 from ..client import SyncRubricdClient
 from ..messages import Score
-from .reward import Reward, Sample, batch_metrics, optional_str
+from .reward import RewardOptions, Sample, SyncReward, batch_metrics, optional_str
 
 log = logging.getLogger("rubricd.adapters")
 
@@ -39,11 +39,11 @@ def trl_reward(
     Rollouts of TRL's evaluation are evaluation rollouts (see `rubricd.adapters`). Each batch's figures go to
     the trainer's log through the `log_metric` TRL passes (`batch_metrics`: `rubricd/judge_failed`,
     `rubricd/rubric_version`, `rubricd/rubric/<id>`, `rubricd/meta/<class>`).
-    `options`: context, timeout, wait_for_rubrics, reward_policy, judge_mode, judge_votes, analysis_sample, rank,
-    world_size, evaluation (see `Reward`).
+    `options`: the run's (RewardOptions: context, timeout, wait_for_rubrics, reward_policy, judge_mode, judge_votes,
+    analysis_sample, rank, world_size, evaluation).
     Call `.finish()` after training.
     """
-    reward = Reward(client, run_id, **options)
+    reward = SyncReward(client, run_id, RewardOptions(**options))
     groups = TrlGroups(num_generations, reward.rank)
 
     def rubricd(
@@ -70,8 +70,9 @@ def async_trl_reward(
     name: str = "rubricd",
     **options: Any,
 ) -> Callable[..., Awaitable[list[float | None]]]:
-    """`trl_reward` as a coroutine function: TRL runs async reward functions concurrently on its own loop."""
-    reward = Reward(client, run_id, **options)
+    """`trl_reward` as a coroutine function: TRL runs async reward functions concurrently on its own loop (the
+    client's calls run on the client's)."""
+    reward = SyncReward(client, run_id, RewardOptions(**options))
     groups = TrlGroups(num_generations, reward.rank)
 
     async def rubricd(
@@ -87,7 +88,7 @@ def async_trl_reward(
     return _named(rubricd, name, reward)
 
 
-def _named(fn: _F, name: str, reward: Reward) -> _F:
+def _named(fn: _F, name: str, reward: SyncReward) -> _F:
     fn.__name__ = fn.__qualname__ = name  # TRL logs each reward function under its __name__
     fn.finish = reward.finish  # type: ignore[attr-defined]
     return fn

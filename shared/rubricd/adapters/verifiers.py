@@ -1,12 +1,12 @@
 """verifiers (0.4, its v1 API): rubricd's reward for a task's traces, as a `@vf.reward` method. Details:
 docs/integrators/verifiers.md."""
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from ..client import SyncRubricdClient
+from ..client import RubricdClient, SyncRubricdClient
 from ..messages import Score
-from .reward import NotScored, Reward, Sample, group_id, sample_metrics, unscored
+from .reward import AsyncReward, NotScored, RewardOptions, Sample, group_id, sample_metrics, unscored
 
 
 class VerifiersReward:
@@ -20,8 +20,9 @@ class VerifiersReward:
     and the environment share a process. When rubricd gives the trace no reward (the judge failed, the rollout
     was refused or masked) it raises NotScored: verifiers records the task error on the trace (`trace.ok`
     false; its `reward`, the sum of the rewards it has, then reads 0.0), and a trainer leaves such traces out.
+    It scores on verifiers' own event loop (the client connects on first use there).
 
-        reward = VerifiersReward(SyncRubricdClient(url), run_id="vf-1", group_size=8)
+        reward = VerifiersReward(RubricdClient(url), run_id="vf-1", group_size=8)
 
         class MathTask(vf.Task[MathData, vf.State, vf.TaskConfig]):
             @vf.reward
@@ -29,26 +30,28 @@ class VerifiersReward:
                 return await reward.score(trace)
     """
 
-    def __init__(self, client: SyncRubricdClient, run_id: str, *, group_size: int | None = None, **options: Any):
+    def __init__(
+        self, client: RubricdClient | SyncRubricdClient, run_id: str, *, group_size: int | None = None, **options: Any
+    ) -> None:
         """`group_size`: the rollouts of one example a step samples (None: a group is judged at its deadline);
-        `options`: as every adapter's (rubricd.adapters.reward.Reward)."""
-        self.reward = Reward(client, run_id, **options)
+        `options`: the run's (RewardOptions). A SyncRubricdClient still works (deprecated: a second event loop)."""
+        self.reward = AsyncReward(client, run_id, RewardOptions(**options), "VerifiersReward")
         self.group_size = group_size
         self.step = 0
 
     async def score(self, trace: Any, step: int | None = None) -> float:
         """The trace's reward from rubricd at `step` (None: `self.step`); NotScored when it has none."""
         step = self.step if step is None else step
-        [score] = await self.reward.score_async(step, [sample(trace, step, self.group_size)])
+        [score] = await self.reward.score(step, [sample(trace, step, self.group_size)])
         if unscored(score):
             raise NotScored([score])
         record(trace, score)
         assert score.reward is not None
         return score.reward
 
-    def finish(self) -> None:
-        """Close every open step (call it when training ends)."""
-        self.reward.finish()
+    def finish(self) -> Awaitable[None]:
+        """Close every open step: `await reward.finish()` when training ends."""
+        return self.reward.finish()
 
 
 def sample(trace: Any, step: int, group_size: int | None) -> Sample:

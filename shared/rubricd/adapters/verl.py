@@ -7,7 +7,7 @@ from typing import Any
 from ..chat import text
 from ..client import SyncRubricdClient
 from ..messages import JudgeStatus, Score
-from .reward import Reward, Sample, group_id, optional_str
+from .reward import RewardOptions, Sample, SyncReward, group_id, optional_str
 
 
 class VerlReward:
@@ -36,6 +36,7 @@ class VerlReward:
     The rollout's sample group is extra_info[group_field] (verl's `uid`, one per prompt, shared by its
     rollout.n responses; an agent loop puts it there, and `score_agent_loop` reads it from the dataset
     fields), of `group_size` (rollout.n; None: unknown, a group is then judged at its deadline).
+    The other keywords are the run's options (RewardOptions).
 
         reward = VerlReward(SyncRubricdClient(url), run_id="ppo-1")
         compute_score = reward.compute_score   # custom_reward_function.name=compute_score
@@ -62,7 +63,7 @@ class VerlReward:
         prompt_field = options.pop("prompt_key", prompt_field)
         step_field = options.pop("step_key", step_field)
         instance_key_field = options.pop("instance_key", instance_key_field)
-        self.reward = Reward(client, run_id, **options)
+        self.reward = SyncReward(client, run_id, RewardOptions(**options))
         self.prompt_field, self.step_field, self.instance_key_field = prompt_field, step_field, instance_key_field
         self.messages_field, self.tools_field = messages_field, tools_field
         self.group_field, self.group_size = group_field, group_size

@@ -1,15 +1,34 @@
-"""What every adapter shares, seen through TRL's: steps closed when a later one begins, each rank's part."""
+"""What every adapter shares, seen through TRL's: the run's options, steps closed when a later one begins, each
+rank's part."""
 
 from types import SimpleNamespace
 
 import pytest
 
 from rubricd.adapters import VerlReward, trl_reward
+from rubricd.adapters.reward import RewardOptions
 
 pytestmark = pytest.mark.integration
 
 PROMPTS = ["What is 17 + 25?", "What is 6 x 7?"]
 ANSWERS = ["42", "42"]
+
+
+def test_the_runs_options_are_frozen_and_checked_once_against_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    options = RewardOptions(judge_mode="group", timeout=30)
+    assert (options.place(), options.placed()) == ((3, 4), True)
+    with pytest.raises(AttributeError):
+        options.judge_mode = "single"  # type: ignore[misc]
+    with pytest.raises(ValueError, match=r"rank 4 is not in \[0, world_size=4\)"):
+        RewardOptions(rank=4)
+    with pytest.raises(TypeError, match="judge_mod"):
+        RewardOptions(judge_mod="group")  # type: ignore[call-arg]
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert (RewardOptions().place(), RewardOptions().placed()) == ((0, 1), False)  # a closer of its own
+    assert RewardOptions(world_size=1).placed()
 
 
 async def test_steps_close_when_a_later_step_begins_and_on_finish(redis, keys, client, published, closed) -> None:
@@ -46,6 +65,8 @@ async def test_each_rank_closes_its_own_part_of_a_step(redis, keys, client, monk
     assert [(c.part, c.parts) for c in await closed(redis, keys) if c.run_id == "single"] == [(None, None)]
     with pytest.raises(ValueError, match="rank 2 is not in"):
         trl_reward(client, "bad", rank=2, world_size=2)
+    with pytest.raises(TypeError, match="judge_mod"):  # a misspelt option is refused, as it always was
+        VerlReward(client, "bad", judge_mod="group")
 
 
 async def test_workers_that_know_neither_rank_nor_count_close_each_as_a_closer_of_its_own(
