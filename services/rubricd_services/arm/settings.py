@@ -1,4 +1,4 @@
-"""The arm service's settings (env prefix RUBRICD_, see settings)."""
+"""The arm service's settings, and what `rubricd arm dataset` reads of them (env prefix RUBRICD_, see settings)."""
 
 from typing import Literal
 
@@ -59,3 +59,8 @@ class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettin
             warm_up_steps=self.arm_warm_up_steps,
             simultaneous=self.arm_simultaneous,
         )
+
+
+class DatasetSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+    """What `rubricd arm dataset` reads of the arm service's settings: the seeds, the generator's and the pairwise
+    judge's."""
