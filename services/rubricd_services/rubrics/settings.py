@@ -5,6 +5,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from rubricd.messages import Promotion, PromotionPlan
 from rubricd_services.runtime.prompts import PromptFile
+from rubricd_services.settings import Share
 
 
 class GeneratorSettings(BaseModel):
@@ -47,16 +48,12 @@ class PromotionSettings(BaseModel):
         "shadow for shadow_steps steps, then promoted or rejected by the gate (docs/researchers/promotion.md)",
     )
     shadow_steps: int = Field(1, ge=1, le=100, description="steps a candidate is judged in shadow (promotion gated)")
-    honest_margin: float = Field(
+    honest_margin: Share = Field(
         0.05,
-        ge=0,
-        le=1,
         description="how far a changed rubric may lower the mean reward of the rollouts analysed as honest (gated)",
     )
-    interference_margin: float = Field(
+    interference_margin: Share = Field(
         0.0,
-        ge=0,
-        le=1,
         description="how far the judge's canaries may agree less with their labels when a candidate's rubrics share "
         "their calls (gated)",
     )
