@@ -60,7 +60,8 @@ class Setting(msgspec.Struct):
 
 
 def settings_classes() -> list[tuple[str, type[BaseModel]]]:
-    """(service, class) for ServiceSettings (the CLI reads it) and every subclass in rubricd_services.*.settings."""
+    """(service, class) for ServiceSettings (the CLI reads it) and every subclass in rubricd_services.*.settings: the
+    service is the class's package, or its `read_by` (the arm package's DatasetSettings: the CLI's)."""
     import rubricd_services
     from rubricd_services.settings import ServiceSettings
 
@@ -74,7 +75,7 @@ def settings_classes() -> list[tuple[str, type[BaseModel]]]:
         cls = todo.pop(0)
         todo += cls.__subclasses__()
         if cls.__module__.startswith("rubricd_services."):
-            found.append((cls.__module__.split(".")[1], cls))
+            found.append((getattr(cls, "read_by", None) or cls.__module__.split(".")[1], cls))
     return found
 
 

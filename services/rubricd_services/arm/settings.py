@@ -1,6 +1,6 @@
 """The arm service's settings, and what `rubricd arm dataset` reads of them (env prefix RUBRICD_, see settings)."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -62,3 +62,5 @@ class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettin
 class DatasetSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
     """What `rubricd arm dataset` reads of the arm service's settings: the seeds, the generator's and the pairwise
     judge's."""
+
+    read_by: ClassVar[str] = "cli"  # the process that reads them (the settings reference's "Read by")
