@@ -1,6 +1,7 @@
 """Rubric generation's and promotion's settings, mixed into the settings of the services that use them (env prefix
 RUBRICD_)."""
 
+import msgspec
 from pydantic import BaseModel, Field, model_validator
 
 from rubricd.messages import Promotion, PromotionPlan
@@ -59,10 +60,5 @@ class PromotionSettings(BaseModel):
     )
 
     def promotion_plan(self) -> PromotionPlan:
-        """The runs' promotion unless a run sets its own."""
-        return PromotionPlan(
-            promotion=self.promotion,
-            shadow_steps=self.shadow_steps,
-            honest_margin=self.honest_margin,
-            interference_margin=self.interference_margin,
-        )
+        """The runs' promotion unless a run sets its own: the settings of the plan's own names."""
+        return msgspec.convert(self, PromotionPlan, from_attributes=True)
