@@ -98,7 +98,15 @@ def _fields(prefix: str, fields: dict[str, FieldInfo]) -> Iterator[tuple[str, st
         if model is not None:  # a nested model: RUBRICD_LLM__BASE_URL
             yield from _fields(f"{env}__", model.model_fields)
         else:
-            yield env, _type(field.annotation) + _bounds(field.metadata), field.description or "", _default(field)
+            yield env, _type(field.annotation) + _bounds(_constraints(field)), field.description or "", _default(field)
+
+
+def _constraints(field: FieldInfo) -> list[Any]:
+    """The field's own constraints, and those of the type an optional one names (`Count | None`)."""
+    args = get_args(field.annotation)
+    optional = get_origin(field.annotation) in (Union, types.UnionType) and len(args) == 2 and type(None) in args
+    named = [a for a in args if optional and get_origin(a) is Annotated]
+    return [*field.metadata, *(m for a in named for info in get_args(a)[1:] for m in getattr(info, "metadata", []))]
 
 
 def _model(annotation: Any) -> type[BaseModel] | None:

@@ -81,12 +81,11 @@ class LLMSettings(BaseModel):
         ge=0,
         description="with replicas, how long one that failed (unreachable, timed out, 429, 502-504) is passed over",
     )
-    rpm: int | None = Field(
-        None, ge=1, description="requests per minute per endpoint, paced across every process through Redis"
+    rpm: Count | None = Field(
+        None, description="requests per minute per endpoint, paced across every process through Redis"
     )
-    tpm: int | None = Field(
+    tpm: Count | None = Field(
         None,
-        ge=1,
         description="tokens per minute per endpoint, across every process through Redis: a call books prompt "
         "characters / 2.5 and its max_tokens, corrected with the usage its reply reports",
     )
@@ -116,8 +115,8 @@ class LLMSettings(BaseModel):
     )
     concurrency: Count = Field(256, description="this agent's LLM calls at once, per process")
     temperature: float = Field(0.0, ge=0, le=2, description="the sampling temperature of every call")
-    max_tokens: int | None = Field(
-        None, ge=1, description="the most tokens one answer may take; unset: the agent's default (see AGENT_DEFAULTS)"
+    max_tokens: Count | None = Field(
+        None, description="the most tokens one answer may take; unset: the agent's default (see AGENT_DEFAULTS)"
     )
     context_tokens: int | None = Field(
         None,
@@ -125,9 +124,8 @@ class LLMSettings(BaseModel):
         description="the model's context window per request (llama-server: -c / --parallel); set, each agent cuts "
         "the rollout text and memory it sends to fit it with max_tokens, with a visible marker where it cut",
     )
-    shared_slots: int | None = Field(
+    shared_slots: Count | None = Field(
         None,
-        ge=1,
         description="requests the endpoint serves at once (llama-server's --parallel, a replica's batch), "
         "shared by every process of the deployment through Redis; unset: not counted",
     )
@@ -263,9 +261,8 @@ class ServiceSettings(BaseSettings):
         ge=100,
         description="an entry its consumer has not touched this long (it died, or its handler failed) is reclaimed",
     )
-    handler_deadline_s: float | None = Field(
+    handler_deadline_s: Duration | None = Field(
         None,
-        gt=0,
         description="how long one handler may work on an entry before it is cancelled, its failure recorded as "
         "the entry's own and the entry retried by a reclaim; unset: per stream, the longest calls of the agents its "
         "handler calls, one after another, plus 60 s (the service_started event names each)",

@@ -10,8 +10,8 @@ from rubricd_services.settings import Count, Duration, InFlight, ReadSize, Servi
 class SummarizerSettings(ServiceSettings):
     max_in_flight: InFlight = 64
     max_records: ReadSize = 32
-    rollouts_per_step: int | None = Field(
-        None, ge=1, description="close a step after this many analyses, without StepClosed"
+    rollouts_per_step: Count | None = Field(
+        None, description="close a step after this many analyses, without StepClosed"
     )
     step_deadline_s: Duration = Field(
         600.0, description="after a step closes, summarize it with what has arrived by then"
