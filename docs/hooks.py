@@ -60,7 +60,8 @@ class Setting(msgspec.Struct):
 
 
 def settings_classes() -> list[tuple[str, type[BaseModel]]]:
-    """(service, class) for ServiceSettings (the CLI reads it) and every subclass in rubricd_services.*.settings."""
+    """(service, class) for ServiceSettings (the CLI reads it) and every subclass in rubricd_services.*.settings: the
+    service is the class's package, or its `read_by` (the arm package's DatasetSettings: the CLI's)."""
     import rubricd_services
     from rubricd_services.settings import ServiceSettings
 
@@ -74,7 +75,7 @@ def settings_classes() -> list[tuple[str, type[BaseModel]]]:
         cls = todo.pop(0)
         todo += cls.__subclasses__()
         if cls.__module__.startswith("rubricd_services."):
-            found.append((cls.__module__.split(".")[1], cls))
+            found.append((getattr(cls, "read_by", None) or cls.__module__.split(".")[1], cls))
     return found
 
 
@@ -97,7 +98,15 @@ def _fields(prefix: str, fields: dict[str, FieldInfo]) -> Iterator[tuple[str, st
         if model is not None:  # a nested model: RUBRICD_LLM__BASE_URL
             yield from _fields(f"{env}__", model.model_fields)
         else:
-            yield env, _type(field.annotation) + _bounds(field.metadata), field.description or "", _default(field)
+            yield env, _type(field.annotation) + _bounds(_constraints(field)), field.description or "", _default(field)
+
+
+def _constraints(field: FieldInfo) -> list[Any]:
+    """The field's own constraints, and those of the type an optional one names (`Count | None`)."""
+    args = get_args(field.annotation)
+    optional = get_origin(field.annotation) in (Union, types.UnionType) and len(args) == 2 and type(None) in args
+    named = [a for a in args if optional and get_origin(a) is Annotated]
+    return [*field.metadata, *(m for a in named for info in get_args(a)[1:] for m in getattr(info, "metadata", []))]
 
 
 def _model(annotation: Any) -> type[BaseModel] | None:

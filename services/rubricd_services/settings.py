@@ -38,6 +38,12 @@ MAX_BACKOFF_S = 30.0  # the longest backoff between two attempts of an LLM call 
 # What a handler's deadline allows beyond its LLM calls: its Redis and Weaviate work, and waiting for a shared slot.
 HANDLER_MARGIN_S = 60.0
 
+# The constraints many settings share: a time in seconds (above zero), a number of things (at least one), a share
+# (0 to 1).
+Duration = Annotated[float, Field(gt=0)]
+Count = Annotated[int, Field(ge=1)]
+Share = Annotated[float, Field(ge=0, le=1)]
+
 # Delivery settings whose defaults a service may change (its settings class re-declares
 # the field with the same type and its own default).
 InFlight = Annotated[int, Field(ge=1, description="stream entries one process handles at once")]
@@ -75,12 +81,11 @@ class LLMSettings(BaseModel):
         ge=0,
         description="with replicas, how long one that failed (unreachable, timed out, 429, 502-504) is passed over",
     )
-    rpm: int | None = Field(
-        None, ge=1, description="requests per minute per endpoint, paced across every process through Redis"
+    rpm: Count | None = Field(
+        None, description="requests per minute per endpoint, paced across every process through Redis"
     )
-    tpm: int | None = Field(
+    tpm: Count | None = Field(
         None,
-        ge=1,
         description="tokens per minute per endpoint, across every process through Redis: a call books prompt "
         "characters / 2.5 and its max_tokens, corrected with the usage its reply reports",
     )
@@ -99,8 +104,8 @@ class LLMSettings(BaseModel):
         "strict mode refuses); false: the whole schema, its bounds included, for servers that enforce every keyword "
         "by grammar (llama-server, vLLM), so a small model cannot run on inside a string",
     )
-    timeout_s: float = Field(
-        60.0, gt=0, description="one attempt's timeout; unless set here, each agent's own default (AGENT_DEFAULTS)"
+    timeout_s: Duration = Field(
+        60.0, description="one attempt's timeout; unless set here, each agent's own default (AGENT_DEFAULTS)"
     )
     max_retries: int = Field(
         3, ge=0, le=10, description="retries of a failed call (429, 5xx, timeout, invalid or truncated output)"
@@ -108,10 +113,10 @@ class LLMSettings(BaseModel):
     backoff_s: float = Field(
         0.5, ge=0, description="the first backoff between attempts, doubled each retry (jittered, at most 30 s)"
     )
-    concurrency: int = Field(256, ge=1, description="this agent's LLM calls at once, per process")
+    concurrency: Count = Field(256, description="this agent's LLM calls at once, per process")
     temperature: float = Field(0.0, ge=0, le=2, description="the sampling temperature of every call")
-    max_tokens: int | None = Field(
-        None, ge=1, description="the most tokens one answer may take; unset: the agent's default (see AGENT_DEFAULTS)"
+    max_tokens: Count | None = Field(
+        None, description="the most tokens one answer may take; unset: the agent's default (see AGENT_DEFAULTS)"
     )
     context_tokens: int | None = Field(
         None,
@@ -119,9 +124,8 @@ class LLMSettings(BaseModel):
         description="the model's context window per request (llama-server: -c / --parallel); set, each agent cuts "
         "the rollout text and memory it sends to fit it with max_tokens, with a visible marker where it cut",
     )
-    shared_slots: int | None = Field(
+    shared_slots: Count | None = Field(
         None,
-        ge=1,
         description="requests the endpoint serves at once (llama-server's --parallel, a replica's batch), "
         "shared by every process of the deployment through Redis; unset: not counted",
     )
@@ -219,9 +223,8 @@ class ServiceSettings(BaseSettings):
         description="the deployment's Redis (rediss:// for TLS; a locked-down service's own user and password in it)",
     )
     redis_max_connections: int = Field(512, ge=8, description="the Redis connection pool's size, per process")
-    graceful_timeout_s: float = Field(
+    graceful_timeout_s: Duration = Field(
         15.0,
-        gt=0,
         description="on SIGTERM, how long the handlers in flight may take to finish and ack before they are "
         "cancelled (their entries then stay pending, and another consumer reclaims them); below the orchestrator's "
         "grace period (compose's stop_grace_period, Kubernetes' terminationGracePeriodSeconds)",
@@ -258,19 +261,17 @@ class ServiceSettings(BaseSettings):
         ge=100,
         description="an entry its consumer has not touched this long (it died, or its handler failed) is reclaimed",
     )
-    handler_deadline_s: float | None = Field(
+    handler_deadline_s: Duration | None = Field(
         None,
-        gt=0,
         description="how long one handler may work on an entry before it is cancelled, its failure recorded as "
         "the entry's own and the entry retried by a reclaim; unset: per stream, the longest calls of the agents its "
         "handler calls, one after another, plus 60 s (the service_started event names each)",
     )
-    max_failures: int = Field(
-        3, ge=1, description="an entry that failed this often for a reason of its own (not an outage) is dead-lettered"
+    max_failures: Count = Field(
+        3, description="an entry that failed this often for a reason of its own (not an outage) is dead-lettered"
     )
-    max_redeliveries: int = Field(
+    max_redeliveries: Count = Field(
         20,
-        ge=1,
         description="an entry taken this often from consumers that died with it (a crash loop) is dead-lettered",
     )
     stream_maxlen: int = Field(100_000, ge=1000, description="cap of the streams this service writes")
@@ -281,7 +282,7 @@ class ServiceSettings(BaseSettings):
         65_536, ge=1024, description="a dead letter keeps this much of its entry (the rest: its size only)"
     )
     dead_letter_maxlen: int = Field(10_000, ge=100, description="cap of the dead-letter stream")
-    trim_interval_s: float = Field(5.0, gt=0, description="how often input streams are trimmed below what is acked")
+    trim_interval_s: Duration = Field(5.0, description="how often input streams are trimmed below what is acked")
     # Health and metrics: with a port, GET /health (204 when the broker answers) and GET /metrics (Prometheus).
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve /health and /metrics here; unset: no HTTP listener"

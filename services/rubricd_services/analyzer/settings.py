@@ -6,7 +6,7 @@ from pydantic import Field
 
 from rubricd.messages import MAX_GROUP
 from rubricd_services.runtime.prompts import PromptFile
-from rubricd_services.settings import ServiceSettings
+from rubricd_services.settings import Duration, ServiceSettings
 
 # Rollout.analysis_sample's values, as a setting: every rollout, each group's best and worst, or k per group.
 AnalysisSample = Literal["all", "extremes"] | Annotated[int, Field(ge=1, le=MAX_GROUP)]
@@ -21,9 +21,8 @@ class AnalyzerSettings(ServiceSettings):
         "all, extremes (each group's best and worst by reward), or k (the first k of each group to arrive); "
         "rollouts without a group are all analyzed",
     )
-    group_deadline_s: float = Field(
+    group_deadline_s: Duration = Field(
         30.0,
-        gt=0,
         description="extremes: a group not complete this long after its first member arrived (no group_size, or "
         "members lost) is decided with the members that did; keep it well under the summarizer's step_deadline_s",
     )

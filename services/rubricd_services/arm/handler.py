@@ -12,12 +12,11 @@ it goes to the dead letters, and the trainer gets a `rejected` reward naming why
 import asyncio
 import logging
 import time
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
-from rubricd import wire
-from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus, RubricSet
+from rubricd.messages import ArmReward, ArmRollout, Event, EventKind, JudgeStatus
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import Tally, caller
 from rubricd_services.judges.pairwise import PAIRWISE
@@ -55,8 +54,9 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
 
     async def answer(self, rollout: ArmRollout) -> Answered[ArmReward]:
         tally = Tally(PAIRWISE)
-        reward = await self.reward(rollout, tally)
-        return Answered(reward, event(rollout, reward), tally.usage(reward.judge_model or self.judging.llm.model))
+        judge_model = rollout.judge_model or self.judging.llm.model  # the frozen judge: the rollout's, else the agent's
+        reward = await self.reward(rollout, tally, judge_model)
+        return Answered(reward, event(rollout, reward), tally.usage(judge_model))
 
     def rejected(self, sender: Sender, reason: str, rollout: ArmRollout | None = None) -> ArmReward:
         """The answer to an arm rollout that can never be rewarded as sent (its ids are the sender's; its phase the
@@ -71,7 +71,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
     def refused(self, rollout: ArmRollout | None) -> None:
         self.rewards.labels(rollout.phase if rollout is not None else "none", "rejected").inc()
 
-    async def reward(self, rollout: ArmRollout, tally: Tally) -> ArmReward:
+    async def reward(self, rollout: ArmRollout, tally: Tally, judge_model: str) -> ArmReward:
         decision = await self.phases.decision(rollout.run_id, rollout.step)
         if not decision.admits(rollout.phase):
             raise self.intake.refuse(
@@ -81,14 +81,15 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
             )
         started = time.perf_counter()
         if rollout.phase == "generator":
-            reward = await self.generator(rollout, tally)
+            reward = await self.generator(rollout, tally, judge_model)
         else:
             reward = await self.judge(rollout)
         ms = round((time.perf_counter() - started) * 1000, 3)
         return msgspec.structs.replace(reward, reward_ms=ms, rewarded_at=time.time())
 
-    async def generator(self, rollout: ArmRollout, tally: Tally) -> ArmReward:
-        """The frozen judge's accuracy on the prompt's labelled pairs with the rubric set the generator wrote."""
+    async def generator(self, rollout: ArmRollout, tally: Tally, judge_model: str) -> ArmReward:
+        """The frozen judge's (`judge_model`) accuracy on the prompt's labelled pairs with the rubric set the
+        generator wrote."""
         s = self.settings
         assert rollout.prompt_id is not None
         found = await arm.read_prompt(self.redis, self.keys, rollout.run_id, rollout.prompt_id)
@@ -96,7 +97,6 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
             raise self.intake.refuse(
                 rollout, f"run has no preference prompt {rollout.prompt_id!r} (rubricd arm import)"
             )
-        judge_model = rollout.judge_model or self.judging.llm.model
         base = _base(rollout, judge_model=judge_model)
         generated = rewards.generated(
             rollout.completion, self.anchors, s.meta_classes, s.generate_max_rubrics, s.generate_max_points
@@ -139,17 +139,14 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
         """The judge's verdict against the label, under the frozen generator's rubrics it was shown."""
         s = self.settings
         assert rollout.comparison_id is not None and rollout.generator_model is not None
-        indexed = cast(bytes | None, await self.redis.hget(self.keys.arm_index(rollout.run_id), rollout.comparison_id))
-        found = (
-            None if indexed is None else await arm.read_prompt(self.redis, self.keys, rollout.run_id, indexed.decode())
-        )
-        comparison = (
-            next((c for c in found.comparisons if c.comparison_id == rollout.comparison_id), None) if found else None
-        )
-        if found is None or comparison is None:
+        indexed = await arm.read_comparison(self.redis, self.keys, rollout.run_id, rollout.comparison_id)
+        if indexed is None:
             raise self.intake.refuse(rollout, f"run has no comparison {rollout.comparison_id!r} (rubricd arm import)")
-        stored = await self.redis.hget(self.keys.arm_rubrics(rollout.run_id, rollout.generator_model), found.prompt_id)
-        if stored is None:
+        found, comparison = indexed
+        shown = await arm.read_frozen_set(
+            self.redis, self.keys, rollout.run_id, rollout.generator_model, found.prompt_id
+        )
+        if shown is None:
             raise self.intake.refuse(
                 rollout,
                 f"no rubrics of generator {rollout.generator_model!r} for prompt {found.prompt_id!r}: `rubricd arm "
@@ -157,7 +154,7 @@ class Rewarder(Answering[ArmRollout, ArmReward]):
                 "judge's prompts",
             )
         base = _base(rollout, prompt_id=found.prompt_id, label=comparison.label)
-        read = rewards.verdict(rollout.completion, wire.decode(stored, RubricSet), rollout.order, ties=s.pairwise_ties)
+        read = rewards.verdict(rollout.completion, shown, rollout.order, ties=s.pairwise_ties)
         if read.judgment is None:
             return ArmReward(**base, status=JudgeStatus.OK, reward=s.arm_invalid_reward, penalty=read.problem)
         return ArmReward(

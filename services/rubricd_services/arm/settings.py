@@ -1,6 +1,6 @@
-"""The arm service's settings (env prefix RUBRICD_, see settings)."""
+"""The arm service's settings, and what `rubricd arm dataset` reads of them (env prefix RUBRICD_, see settings)."""
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -8,7 +8,7 @@ from rubricd.messages import Plan
 from rubricd_services.judges.settings import PairwiseSettings
 from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings
-from rubricd_services.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ServiceSettings
+from rubricd_services.settings import AnswerSettings, Count, InFlight, KeptMaxlen, KeptTTL, ServiceSettings, Share
 
 
 class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
@@ -21,7 +21,7 @@ class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettin
     arm_first_phase: Literal["generator", "judge"] = Field(
         "judge", description="the phase a run starts in (Rubric-ARM trains the judge first)"
     )
-    arm_phase_steps: int = Field(10, ge=1, description="steps of each phase before the other model trains")
+    arm_phase_steps: Count = Field(10, description="steps of each phase before the other model trains")
     arm_warm_up_steps: int = Field(
         0, ge=0, description="steps of the first phase before the alternation starts (added to its first turn)"
     )
@@ -33,10 +33,8 @@ class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettin
         description="the reward of a completion that cannot be used: a generated rubric set that breaks the "
         "generation rules (no valid rubric), or a judge verdict that does not parse",
     )
-    arm_tie_reward: float = Field(
+    arm_tie_reward: Share = Field(
         0.0,
-        ge=0,
-        le=1,
         description="what a comparison judged a tie in both orders adds to the generator's reward (1: a right "
         "pick; 0.5 makes a set that cannot separate a pair worth a coin toss)",
     )
@@ -59,3 +57,10 @@ class ArmSettings(ServiceSettings, AnswerSettings, SeedSettings, GeneratorSettin
             warm_up_steps=self.arm_warm_up_steps,
             simultaneous=self.arm_simultaneous,
         )
+
+
+class DatasetSettings(ServiceSettings, SeedSettings, GeneratorSettings, PairwiseSettings):
+    """What `rubricd arm dataset` reads of the arm service's settings: the seeds, the generator's and the pairwise
+    judge's."""
+
+    read_by: ClassVar[str] = "cli"  # the process that reads them (the settings reference's "Read by")

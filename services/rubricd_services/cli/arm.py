@@ -10,8 +10,6 @@ import msgspec
 
 from rubricd.messages import Plan
 from rubricd_services.llm import LLMClient
-from rubricd_services.rubrics.seeds import Seeds
-from rubricd_services.runtime import prompts
 from rubricd_services.settings import load
 from rubricd_services.state import arm
 from rubricd_services.state.arm import explain
@@ -78,50 +76,26 @@ async def import_pairs(args: argparse.Namespace, ctx: Context) -> int:
 
 
 async def dataset(args: argparse.Namespace, ctx: Context) -> int:
-    # The generator's module loads the clients' wiring (the memory's among them): imported when the command runs,
-    # so that the other commands start without it.
-    from rubricd_services.cli import arm_dataset as rows_of
-    from rubricd_services.cli.settings import DatasetSettings
-    from rubricd_services.judges import pairwise
-    from rubricd_services.rubrics import generation
+    # The arm service's own module (it loads the clients' wiring, the memory's among them): imported when the command
+    # runs, so that the other commands start without it and no CLI module imports a service (tests/cli/test_imports).
+    from rubricd_services.arm.dataset import Dataset
+    from rubricd_services.arm.settings import DatasetSettings
+    from rubricd_services.rubrics.generation import GENERATOR
 
     if args.phase == "judge" and not args.generator:
         raise Failed("--phase judge needs --generator MODEL: the frozen generator whose rubrics the judge is shown")
     settings = load(DatasetSettings)
-    seed = Seeds.load(settings).default
-    generator_template = prompts.load(generation.__package__, generation.GENERATOR, settings.generator_prompt)
+    made = Dataset(settings)
     async with ctx.redis() as redis:
         found = await arm.read_prompts(redis, ctx.keys, args.run_id)
         if not found:
             raise Failed(f"run {args.run_id!r} has no preference pairs (rubricd arm import)")
         if args.phase == "generator":
-            rows = rows_of.generator_rows(
-                found,
-                generator_template,
-                generation.anchors(seed),
-                settings.meta_classes,
-                settings.generate_max_rubrics,
-                settings.generate_max_points,
-            )
+            rows = made.generator_rows(found)
         else:
-            llm = LLMClient.from_settings(settings, [generation.GENERATOR], redis)
-            async with llm:
-                await llm.detect([generation.GENERATOR])
-                sets = await rows_of.frozen_rubrics(
-                    redis,
-                    ctx.keys,
-                    llm,
-                    args.run_id,
-                    found,
-                    args.generator,
-                    template=generator_template,
-                    seed=seed,
-                    meta_classes=settings.meta_classes,
-                    max_rubrics=settings.generate_max_rubrics,
-                    max_points=settings.generate_max_points,
-                )
-            judge_template = prompts.load(pairwise.__package__, pairwise.PAIRWISE, settings.pairwise_prompt)
-            rows = rows_of.judge_rows(found, sets, judge_template, args.generator)
+            async with LLMClient.from_settings(settings, [GENERATOR], redis) as llm:
+                await llm.detect([GENERATOR])
+                rows = await made.judge_rows(redis, ctx.keys, llm, args.run_id, found, args.generator)
     out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     try:
         for row in rows:

@@ -2,7 +2,7 @@
 
 from pydantic import Field, model_validator
 
-from rubricd_services.settings import ServiceSettings
+from rubricd_services.settings import Count, Duration, ServiceSettings
 
 
 class GatewaySettings(ServiceSettings):
@@ -15,20 +15,18 @@ class GatewaySettings(ServiceSettings):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
         description="the run of a request that names none (X-Rubricd-Run header, ?run=, a body field)",
     )
-    deadline_s: float = Field(
+    deadline_s: Duration = Field(
         100.0,
-        gt=0,
         description="how long a request waits for its scores; keep it below the framework's own timeout "
         "(OpenRLHF 180 s, slime 120 s); a request may ask for less or more (X-Rubricd-Deadline, ?deadline=), "
         "up to max_deadline_s. Samples unscored by then get the contract's failure form",
     )
-    max_deadline_s: float = Field(900.0, gt=0, description="the longest deadline a request may ask for")
-    max_rollouts_in_flight: int = Field(
+    max_deadline_s: Duration = Field(900.0, description="the longest deadline a request may ask for")
+    max_rollouts_in_flight: Count = Field(
         4096,
-        ge=1,
         description="rollouts this process waits for at once; a request that would go beyond is answered 429",
     )
-    retry_after_s: int = Field(1, ge=1, description="the Retry-After of a 429")
+    retry_after_s: Count = Field(1, description="the Retry-After of a 429")
     failed_reward: float = Field(
         0.0,
         description="the reward a contract that needs a number gets for a sample without one (judge failed, "

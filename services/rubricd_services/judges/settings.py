@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from rubricd.messages import MAX_VOTES, JudgeMode
 from rubricd_services.runtime.prompts import PromptFile
+from rubricd_services.settings import Count, Share
 
 from .groups import LABELS, MAX_MEMBERS
 from .verdicts import Calls, Style
@@ -78,17 +79,13 @@ class CanarySettings(BaseModel):
         "it; unset: canaries only for runs with their own",
     )
     canary_items: int = Field(4, ge=1, le=100, description="canary items judged per step of a run")
-    canary_floor: float = Field(
-        0.6, ge=0, le=1, description="judge_drift fires when a step's canary agreement falls below this"
-    )
-    canary_margin: float = Field(
+    canary_floor: Share = Field(0.6, description="judge_drift fires when a step's canary agreement falls below this")
+    canary_margin: Share = Field(
         0.15,
-        ge=0,
-        le=1,
         description="judge_drift fires when a step's canary agreement is this far below the run's baseline (the "
         "mean over its first canary_baseline_steps canary steps)",
     )
-    canary_baseline_steps: int = Field(3, ge=1, description="the run's first N canary steps make its baseline")
+    canary_baseline_steps: Count = Field(3, description="the run's first N canary steps make its baseline")
 
     @field_validator("canary_set")
     @classmethod

@@ -1,10 +1,12 @@
 """Rubric generation's and promotion's settings, mixed into the settings of the services that use them (env prefix
 RUBRICD_)."""
 
+import msgspec
 from pydantic import BaseModel, Field, model_validator
 
 from rubricd.messages import Promotion, PromotionPlan
 from rubricd_services.runtime.prompts import PromptFile
+from rubricd_services.settings import Share
 
 
 class GeneratorSettings(BaseModel):
@@ -47,25 +49,16 @@ class PromotionSettings(BaseModel):
         "shadow for shadow_steps steps, then promoted or rejected by the gate (docs/researchers/promotion.md)",
     )
     shadow_steps: int = Field(1, ge=1, le=100, description="steps a candidate is judged in shadow (promotion gated)")
-    honest_margin: float = Field(
+    honest_margin: Share = Field(
         0.05,
-        ge=0,
-        le=1,
         description="how far a changed rubric may lower the mean reward of the rollouts analysed as honest (gated)",
     )
-    interference_margin: float = Field(
+    interference_margin: Share = Field(
         0.0,
-        ge=0,
-        le=1,
         description="how far the judge's canaries may agree less with their labels when a candidate's rubrics share "
         "their calls (gated)",
     )
 
     def promotion_plan(self) -> PromotionPlan:
-        """The runs' promotion unless a run sets its own."""
-        return PromotionPlan(
-            promotion=self.promotion,
-            shadow_steps=self.shadow_steps,
-            honest_margin=self.honest_margin,
-            interference_margin=self.interference_margin,
-        )
+        """The runs' promotion unless a run sets its own: the settings of the plan's own names."""
+        return msgspec.convert(self, PromotionPlan, from_attributes=True)

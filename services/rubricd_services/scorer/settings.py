@@ -6,7 +6,16 @@ from rubricd_services.judges.settings import CanarySettings, JudgeSettings
 from rubricd_services.rubrics.policies import POLICIES, Undefined
 from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import GeneratorSettings, PromotionSettings
-from rubricd_services.settings import AnswerSettings, InFlight, KeptMaxlen, KeptTTL, ReadSize, ServiceSettings
+from rubricd_services.settings import (
+    AnswerSettings,
+    Count,
+    Duration,
+    InFlight,
+    KeptMaxlen,
+    KeptTTL,
+    ReadSize,
+    ServiceSettings,
+)
 from rubricd_services.state.schedule import Rule, Strategy
 
 
@@ -41,10 +50,9 @@ class ScorerSettings(
     warmup_steps: int = Field(
         0, ge=0, description="alternating: the first N decided steps of a run get the weighted total"
     )
-    min_phase_steps: int = Field(1, ge=1, description="alternating: decided steps a meta-class stays active at least")
-    schedule_window_steps: int = Field(
+    min_phase_steps: Count = Field(1, description="alternating: decided steps a meta-class stays active at least")
+    schedule_window_steps: Count = Field(
         3,
-        ge=1,
         description="alternating, most_room and largest_gain: the recent mean is over the last N decided steps "
         "(largest_gain: minus the mean over the N before them)",
     )
@@ -68,14 +76,13 @@ class ScorerSettings(
         description="evaluation rollouts (Rollout.evaluation) go to the analyzers too, into the memory loop; "
         "default: they are scored only",
     )
-    group_deadline_s: float = Field(
+    group_deadline_s: Duration = Field(
         30.0,
-        gt=0,
         description="group judging: a group not complete (Rollout.group_size) this long after its first member "
         "arrived is judged with the members that did",
     )
-    group_sweep_s: float = Field(
-        1.0, gt=0, description="group judging: how often each scorer looks for groups due (at their deadline)"
+    group_sweep_s: Duration = Field(
+        1.0, description="group judging: how often each scorer looks for groups due (at their deadline)"
     )
     judge_cache_ttl_s: int = Field(
         24 * 3600,

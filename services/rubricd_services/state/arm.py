@@ -2,7 +2,8 @@
 
 Shared by the arm service, `rubricd arm`, `rubricd status` and the dashboard: `read_preferences` turns a
 preference set (JSONL: prompt, chosen, rejected, optional reference and id) into labelled comparisons grouped by
-prompt; `Phases` decides once per step, for every arm process, which model the step trains (state.decisions),
+prompt; the frozen generators' rubric sets are kept once per prompt and generator version (`keep_frozen_set`);
+`Phases` decides once per step, for every arm process, which model the step trains (state.decisions),
 following the run's plan (`rubricd arm phases`, rubricd.messages.Plan) or the service's RUBRICD_ARM_* settings;
 the decision whose step trains something else than the step before carries the `arm_phase` event: one event per
 switch. The rules:
@@ -17,8 +18,18 @@ from typing import cast
 import msgspec
 from redis.asyncio import Redis
 
+from rubricd import wire
 from rubricd.keys import Keys
-from rubricd.messages import Comparison, Event, EventKind, InstanceKey, PhaseDecision, Plan, RolloutId
+from rubricd.messages import (
+    Comparison,
+    Event,
+    EventKind,
+    InstanceKey,
+    PhaseDecision,
+    Plan,
+    RolloutId,
+    RubricSet,
+)
 from rubricd_services.runtime import events
 
 from .decisions import StepDecisions
@@ -155,6 +166,41 @@ async def read_prompts(redis: Redis, keys: Keys, run_id: str) -> list[ArmPrompt]
     """The run's imported preference prompts, by prompt id."""
     fields = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_pairs(run_id)))
     return [msgspec.json.decode(fields[k], type=ArmPrompt) for k in sorted(fields)]
+
+
+async def read_comparison(
+    redis: Redis, keys: Keys, run_id: str, comparison_id: str
+) -> tuple[ArmPrompt, Comparison] | None:
+    """The imported comparison and its prompt, or None."""
+    indexed = cast(bytes | None, await redis.hget(keys.arm_index(run_id), comparison_id))
+    found = None if indexed is None else await read_prompt(redis, keys, run_id, indexed.decode())
+    comparison = next((c for c in found.comparisons if c.comparison_id == comparison_id), None) if found else None
+    return None if found is None or comparison is None else (found, comparison)
+
+
+async def read_frozen_sets(redis: Redis, keys: Keys, run_id: str, generator_model: str) -> dict[str, RubricSet]:
+    """The rubric sets kept of the frozen generator `generator_model`, by prompt id (`rubricd arm dataset`)."""
+    stored = cast(dict[bytes, bytes], await redis.hgetall(keys.arm_rubrics(run_id, generator_model)))
+    return {k.decode(): wire.decode(v, RubricSet) for k, v in stored.items()}
+
+
+async def read_frozen_set(
+    redis: Redis, keys: Keys, run_id: str, generator_model: str, prompt_id: str
+) -> RubricSet | None:
+    """The prompt's rubric set kept of the frozen generator `generator_model`, or None: never written."""
+    raw = cast(bytes | None, await redis.hget(keys.arm_rubrics(run_id, generator_model), prompt_id))
+    return None if raw is None else wire.decode(raw, RubricSet)
+
+
+async def keep_frozen_set(
+    redis: Redis, keys: Keys, run_id: str, generator_model: str, prompt_id: str, rubric_set: RubricSet
+) -> RubricSet:
+    """Keep `rubric_set` as the frozen generator's for the prompt unless one is kept already (another command wrote
+    it meanwhile): the one kept, which the judge's rows and rewards all read."""
+    key = keys.arm_rubrics(run_id, generator_model)
+    if await redis.hsetnx(key, prompt_id, wire.encode(rubric_set)):
+        return rubric_set
+    return wire.decode(cast(bytes, await redis.hget(key, prompt_id)), RubricSet)
 
 
 class Phases:

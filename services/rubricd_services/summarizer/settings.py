@@ -4,17 +4,17 @@ from pydantic import Field, field_validator
 
 from rubricd_services.memory.store import MemoryKind
 from rubricd_services.runtime.prompts import PromptFile
-from rubricd_services.settings import InFlight, ReadSize, ServiceSettings
+from rubricd_services.settings import Count, Duration, InFlight, ReadSize, ServiceSettings
 
 
 class SummarizerSettings(ServiceSettings):
     max_in_flight: InFlight = 64
     max_records: ReadSize = 32
-    rollouts_per_step: int | None = Field(
-        None, ge=1, description="close a step after this many analyses, without StepClosed"
+    rollouts_per_step: Count | None = Field(
+        None, description="close a step after this many analyses, without StepClosed"
     )
-    step_deadline_s: float = Field(
-        600.0, gt=0, description="after a step closes, summarize it with what has arrived by then"
+    step_deadline_s: Duration = Field(
+        600.0, description="after a step closes, summarize it with what has arrived by then"
     )
     step_quiet_s: float = Field(
         5.0,
@@ -22,27 +22,23 @@ class SummarizerSettings(ServiceSettings):
         description="a step closed by closers that cannot name their part (StepClosed.closer: a framework's reward "
         "workers that do not know each other) is complete only this long after its last closer's closure",
     )
-    unclosed_step_s: float = Field(
+    unclosed_step_s: Duration = Field(
         600.0,
-        gt=0,
         description="a step that no closure closed (its trainer's processes ended without closing their last step, "
         "as Ray's actors may) is summarized this long after its latest analysis, with what arrived",
     )
-    chunk_size: int = Field(
-        20, ge=1, description="analyses per chunk summary; chunks run in parallel, then a meta-summary"
-    )
-    claim_ttl_s: float = Field(
+    chunk_size: Count = Field(20, description="analyses per chunk summary; chunks run in parallel, then a meta-summary")
+    claim_ttl_s: Duration = Field(
         15.0,
-        gt=0,
         description="a summarizer's claim on a step, renewed while it works, lapses this long after it died",
     )
-    retry_after_s: float = Field(
-        10.0, gt=0, description="a step whose summary failed (LLM down, ...) is retried after this"
+    retry_after_s: Duration = Field(
+        10.0, description="a step whose summary failed (LLM down, ...) is retried after this"
     )
-    sweep_interval_s: float = Field(
-        1.0, gt=0, description="how often open steps are checked for completeness and deadlines"
+    sweep_interval_s: Duration = Field(
+        1.0, description="how often open steps are checked for completeness and deadlines"
     )
-    max_analyses: int = Field(10_000, ge=1, description="most analyses of one step read from memory")
+    max_analyses: Count = Field(10_000, description="most analyses of one step read from memory")
     summarizer_prompt: PromptFile = Field(
         None, description="chunk summary instructions; default: prompts/summarizer.md"
     )

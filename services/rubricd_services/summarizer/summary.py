@@ -104,6 +104,8 @@ class _SampledStepView(_StepView, frozen=True, kw_only=True):
 
 
 class _AnalysisView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the summarizer is shown of an analysis: the fields named here, copied by name (`_view`)."""
+
     rollout_id: str
     reward: float | None
     quality_score: float
@@ -115,6 +117,8 @@ class _AnalysisView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _ChunkView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the meta-summarizer is shown of a chunk: its number and size, and the fields of its summary named here."""
+
     chunk: int
     analyses: int
     executive_summary: str
@@ -142,16 +146,7 @@ def chunked(analyses: list[RolloutAnalysis], size: int, max_chars: int | None = 
 
 def _view(a: RolloutAnalysis, max_chars: int | None = None) -> _AnalysisView:
     """The analysis as the summarizer sees it; with `max_chars`, its prose cut (prompts.fit) to fit that."""
-    view = _AnalysisView(
-        rollout_id=a.rollout_id,
-        reward=a.reward,
-        quality_score=a.quality_score,
-        quality=a.quality,
-        reward_hacking=a.reward_hacking,
-        rubric_findings=a.rubric_findings,
-        advancement=a.advancement,
-        observations=a.observations,
-    )
+    view = msgspec.convert(a, _AnalysisView, from_attributes=True)  # the fields the view names
     over = 0 if max_chars is None else len(prompts.as_data(view)) - max_chars
     if over <= 0:
         return view
@@ -224,16 +219,7 @@ def meta_messages(
     """The meta-summarizer's chat; with `max_chars`, the chunk summaries' prose is cut (prompts.fit) to fit it.
     `hacking`: the step's `hacking_rollouts`."""
     views = [
-        _ChunkView(
-            chunk=i,
-            analyses=n,
-            executive_summary=d.executive_summary,
-            systemic_patterns=d.systemic_patterns,
-            reward_hacking=d.reward_hacking,
-            rubric_evaluation=d.rubric_evaluation,
-            advancement=d.advancement,
-            evolution_plan=d.evolution_plan,
-        )
+        msgspec.convert({**msgspec.structs.asdict(d), "chunk": i, "analyses": n}, _ChunkView)  # the fields it names
         for i, (d, n) in enumerate(zip(drafts, sizes))
     ]
     over = 0 if max_chars is None else len(prompts.as_data(views)) - max_chars

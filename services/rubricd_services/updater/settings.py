@@ -10,15 +10,13 @@ from pydantic import Field, model_validator
 from rubricd_services.rubrics.seeds import SeedSettings
 from rubricd_services.rubrics.settings import PromotionSettings
 from rubricd_services.runtime.prompts import PromptFile
-from rubricd_services.settings import InFlight, ReadSize, ServiceSettings
+from rubricd_services.settings import Count, Duration, InFlight, ReadSize, ServiceSettings
 
 
 class UpdaterSettings(ServiceSettings, SeedSettings, PromotionSettings):
     max_in_flight: InFlight = 1  # updates of one run must not overtake each other
     max_records: ReadSize = 1
-    update_frequency: int = Field(
-        1, ge=1, description="rubrics are updated after every N-th step (steps 0, N, 2N, ...)"
-    )
+    update_frequency: Count = Field(1, description="rubrics are updated after every N-th step (steps 0, N, 2N, ...)")
     # Memory (ablation switches and budgets)
     static_memory: bool = Field(True, description="give the updater the last static_k step summaries")
     dynamic_memory: bool = Field(True, description="let the query writer search the run's memory")
@@ -37,8 +35,8 @@ class UpdaterSettings(ServiceSettings, SeedSettings, PromotionSettings):
         None, description="query writer instructions; default: prompts/query_writer.md"
     )
     updater_prompt: PromptFile = Field(None, description="updater instructions; default: prompts/updater.md")
-    update_lock_s: float = Field(
-        15.0, gt=0, description="a run's update lock, renewed while its holder lives, expires this long after it died"
+    update_lock_s: Duration = Field(
+        15.0, description="a run's update lock, renewed while its holder lives, expires this long after it died"
     )
 
     @model_validator(mode="after")
