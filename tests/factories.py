@@ -1,7 +1,7 @@
 """What tests build again and again: rollouts (text and trajectories), sample groups, scored rollouts and rubric
 sets, with the defaults most tests want and every field open to a keyword override.
 
-`starter` makes the `start_<service>` fixtures (tests/conftest.py).
+`starter` makes the `start_<service>` fixtures (tests/support/services.py).
 
 Import it as `from tests.factories import rollout, rubric_set` (pytest's importlib mode makes `tests` a package).
 The standard rubrics are worded so the simulated judge decides them by their words (rubricd_testbed.simulator:
@@ -177,9 +177,9 @@ def rubric_set(*rubrics: Rubric | str, run_id: str = "run", version: int = 1, **
 
 
 def starter(service: str, *, wait: bool = True, **defaults: object) -> Any:
-    """The fixture `start_<service>(*args, **settings)`: SERVICE as a process in the test's namespace (conftest's
-    start_service), DEFAULTS overridden by SETTINGS; it returns once the process reads, unless WAIT (or a `wait` setting) is false. In a
-    conftest.py: `start_scorer = starter("scorer", llm__max_retries=2)`."""
+    """The fixture `start_<service>(*args, **settings)`: SERVICE as a process in the test's namespace
+    (`start_service`, tests/support/services.py), DEFAULTS overridden by SETTINGS; it returns once the process reads,
+    unless WAIT (or a `wait` setting) is false. In a conftest.py: `start_scorer = starter("scorer", llm__max_retries=2)`."""
 
     @pytest.fixture(name=f"start_{service}")
     def start(start_service: Callable[..., Any]) -> Callable[..., Any]:
