@@ -1,5 +1,5 @@
-"""What tests build again and again: rollouts (text and trajectories), sample groups, scored rollouts and rubric
-sets, with the defaults most tests want and every field open to a keyword override.
+"""What tests build again and again: rollouts (text and trajectories), sample groups, scored rollouts, Rubric-ARM
+rollouts and rubric sets, with the defaults most tests want and every field open to a keyword override.
 
 `starter` makes the `start_<service>` fixtures (tests/support/services.py).
 
@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from rubricd.messages import (
+    ArmRollout,
     Function,
     FunctionSpec,
     JudgeStatus,
@@ -110,6 +111,17 @@ def scored(of: Rollout, reward: float | None = 1.0, **fields: object) -> ScoredR
     score = {"status": JudgeStatus.OK, "reward": reward, "rubric_version": 1, "instance_key": of.instance_key}
     ids = {"run_id": of.run_id, "rollout_id": of.rollout_id, "step": of.step, "group": of.group}
     return ScoredRollout(rollout=of, score=Score(**{**ids, **score, **fields}))  # type: ignore[arg-type]
+
+
+def arm_rollout(
+    phase: str = "generator", i: int = 0, *, run_id: str = "arm", step: int = 0, **fields: object
+) -> ArmRollout:
+    """Rubric-ARM rollout I of STEP in RUN_ID in PHASE (id `g<step>-<i>` or `j<step>-<i>`), its completion `{}`: a
+    generator's for preference prompt `p`, a judge's on comparison `c0` under generator `gen-v1`, unless FIELDS
+    say otherwise."""
+    target = {"prompt_id": "p"} if phase == "generator" else {"comparison_id": "c0", "generator_model": "gen-v1"}
+    default = {"rollout_id": f"{phase[0]}{step}-{i}", "completion": "{}", **target}
+    return ArmRollout(run_id=run_id, step=step, phase=phase, **{**default, **fields})  # type: ignore[arg-type]
 
 
 STANDARD = {
