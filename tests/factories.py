@@ -1,7 +1,7 @@
-"""What tests build again and again: rollouts (text and trajectories), sample groups, scored rollouts and rubric
-sets, with the defaults most tests want and every field open to a keyword override.
+"""What tests build again and again: rollouts (text and trajectories), sample groups, scored rollouts, Rubric-ARM
+rollouts and rubric sets, with the defaults most tests want and every field open to a keyword override.
 
-`starter` makes the `start_<service>` fixtures (tests/conftest.py).
+`starter` makes the `start_<service>` fixtures (tests/support/services.py).
 
 Import it as `from tests.factories import rollout, rubric_set` (pytest's importlib mode makes `tests` a package).
 The standard rubrics are worded so the simulated judge decides them by their words (rubricd_testbed.simulator:
@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from rubricd.messages import (
+    ArmRollout,
     Function,
     FunctionSpec,
     JudgeStatus,
@@ -112,6 +113,17 @@ def scored(of: Rollout, reward: float | None = 1.0, **fields: object) -> ScoredR
     return ScoredRollout(rollout=of, score=Score(**{**ids, **score, **fields}))  # type: ignore[arg-type]
 
 
+def arm_rollout(
+    phase: str = "generator", i: int = 0, *, run_id: str = "arm", step: int = 0, **fields: object
+) -> ArmRollout:
+    """Rubric-ARM rollout I of STEP in RUN_ID in PHASE (id `g<step>-<i>` or `j<step>-<i>`), its completion `{}`: a
+    generator's for preference prompt `p`, a judge's on comparison `c0` under generator `gen-v1`, unless FIELDS
+    say otherwise."""
+    target = {"prompt_id": "p"} if phase == "generator" else {"comparison_id": "c0", "generator_model": "gen-v1"}
+    default = {"rollout_id": f"{phase[0]}{step}-{i}", "completion": "{}", **target}
+    return ArmRollout(run_id=run_id, step=step, phase=phase, **{**default, **fields})  # type: ignore[arg-type]
+
+
 STANDARD = {
     r.id: r
     for r in [
@@ -177,9 +189,9 @@ def rubric_set(*rubrics: Rubric | str, run_id: str = "run", version: int = 1, **
 
 
 def starter(service: str, *, wait: bool = True, **defaults: object) -> Any:
-    """The fixture `start_<service>(*args, **settings)`: SERVICE as a process in the test's namespace (conftest's
-    start_service), DEFAULTS overridden by SETTINGS; it returns once the process reads, unless WAIT (or a `wait` setting) is false. In a
-    conftest.py: `start_scorer = starter("scorer", llm__max_retries=2)`."""
+    """The fixture `start_<service>(*args, **settings)`: SERVICE as a process in the test's namespace
+    (`start_service`, tests/support/services.py), DEFAULTS overridden by SETTINGS; it returns once the process reads,
+    unless WAIT (or a `wait` setting) is false. In a conftest.py: `start_scorer = starter("scorer", llm__max_retries=2)`."""
 
     @pytest.fixture(name=f"start_{service}")
     def start(start_service: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,13 +7,9 @@ from itertools import permutations
 import pytest
 from pydantic import ValidationError
 
-from rubricd.messages import Rollout
 from rubricd_services.analyzer import sampling
 from rubricd_services.analyzer.settings import AnalyzerSettings
-
-
-def rollout(**fields: object) -> Rollout:
-    return Rollout(run_id="run", rollout_id="r1", step=0, prompt="p", response="r", **fields)  # type: ignore[arg-type]
+from tests.factories import rollout
 
 
 def test_a_rollout_s_own_rule_wins_over_the_analyzers_and_a_rollout_without_a_group_is_always_analyzed() -> None:

@@ -1,4 +1,4 @@
-"""The `rubricd` command and preference sets for the arm service's integration tests (see tests/conftest.py)."""
+"""The `rubricd` command and preference sets for the arm service's integration tests (see tests/support/services.py)."""
 
 import json
 import subprocess

@@ -5,12 +5,12 @@ import json
 import msgspec
 import pytest
 
-from rubricd.messages import HEALTHBENCH_AXES, Comparison, PhaseDecision, Plan, Preference, Rubric, RubricSet
+from rubricd.messages import HEALTHBENCH_AXES, Comparison, PhaseDecision, Plan, Preference, Rubric
 from rubricd_services.arm import rewards
 from rubricd_services.judges import pairwise
 from rubricd_services.state.arm import InvalidPreferences, read_preferences
 from rubricd_testbed.simulator import pairwise as simulated
-from tests.factories import rubric
+from tests.factories import rubric, rubric_set
 
 from .examples import CONCISE, PADDED, POLITE, QUESTION, REASONING, SHORT, completion
 
@@ -142,11 +142,11 @@ def test_a_preference_that_flips_with_the_order_earns_nothing() -> None:
 
 # --- the judge's reward -------------------------------------------------------------------------------------------
 
-JUDGED_SET = RubricSet(
+JUDGED_SET = rubric_set(
+    *ANCHORS,
+    Rubric(id="concise", criterion=CONCISE["criterion"], points=3, meta_class="accuracy"),
     run_id="arm",
     instance_key="p",
-    version=1,
-    rubrics=[*ANCHORS, Rubric(id="concise", criterion=CONCISE["criterion"], points=3, meta_class="accuracy")],
 )
 PAIR = Comparison(run_id="arm", comparison_id="c0", prompt=QUESTION, response_a=SHORT, response_b=PADDED, label="A")
 

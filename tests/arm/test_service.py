@@ -11,6 +11,7 @@ from rubricd.messages import ArmRollout, DeadLetter, Event, EventKind, RubricSet
 from rubricd_services.state import usage
 from rubricd_services.state.arm import parse_decisions, prompt_key, read_prompt
 from rubricd_testbed.simulator import pairwise as simulated
+from tests.factories import arm_rollout
 
 from .examples import CONCISE, PADDED, POLITE, QUESTION, REASONING, SHORT, completion
 
@@ -25,9 +26,7 @@ PROMPT = prompt_key(QUESTION)
 
 
 def generator(i: int, text: str, *, step: int = 0, prompt_id: str = PROMPT) -> ArmRollout:
-    return ArmRollout(
-        run_id="arm", rollout_id=f"g{step}-{i}", step=step, phase="generator", completion=text, prompt_id=prompt_id
-    )
+    return arm_rollout("generator", i, step=step, completion=text, prompt_id=prompt_id)
 
 
 def events(raw: list) -> list[Event]:
@@ -102,16 +101,7 @@ async def test_a_judge_rollout_earns_1_for_the_labelled_winner_under_the_frozen_
     turned["verdicts"] = {k: {**v, "first": v["second"], "second": v["first"]} for k, v in turned["verdicts"].items()}
 
     def judge(i: int, text: str) -> ArmRollout:
-        return ArmRollout(
-            run_id="arm",
-            rollout_id=f"j{i}",
-            step=0,
-            phase="judge",
-            completion=text,
-            comparison_id="c2",
-            order="BA",
-            generator_model="gen-v1",
-        )
+        return arm_rollout("judge", rollout_id=f"j{i}", completion=text, comparison_id="c2", order="BA")
 
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         right, wrong, garbled = await client.arm_rewards(
@@ -139,15 +129,7 @@ async def test_every_process_gives_a_step_the_same_phase_and_a_rollout_of_the_ot
     def both(step: int) -> list[ArmRollout]:
         return [
             generator(0, completion(CONCISE), step=step),
-            ArmRollout(
-                run_id="arm",
-                rollout_id=f"j{step}",
-                step=step,
-                phase="judge",
-                completion="{}",
-                comparison_id="c0",
-                generator_model="gen-v1",
-            ),
+            arm_rollout("judge", rollout_id=f"j{step}", step=step),
         ]
 
     clients = [RubricdClient(stack.redis_url, namespace=keys.namespace) for _ in range(3)]
@@ -201,9 +183,7 @@ async def test_a_rollout_naming_what_the_run_never_imported_is_rejected_with_the
 ) -> None:
     rubricd("arm", "import", "arm", str(preferences(PAIRS)))
     start_arm(arm_simultaneous="true")
-    unknown_judge = ArmRollout(
-        run_id="arm", rollout_id="j", step=0, phase="judge", completion="{}", comparison_id="c0", generator_model="v9"
-    )
+    unknown_judge = arm_rollout("judge", rollout_id="j", generator_model="v9")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         no_prompt, no_rubrics = await client.arm_rewards(
             [generator(0, completion(CONCISE), prompt_id="nope"), unknown_judge], timeout=60

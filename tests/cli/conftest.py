@@ -1,5 +1,5 @@
 """The `rubricd` command line against the real stack: each test its own namespace, services as subprocesses
-(tests/conftest.py: `cli`, `start_service`)."""
+(tests/support/services.py: `cli`, `start_service`)."""
 
 from collections.abc import Awaitable, Callable
 

@@ -5,17 +5,17 @@ import json
 import time
 
 from rubricd import wire
-from rubricd.messages import Rubric, RubricSet, ScoredRollout
+from rubricd.messages import Rubric, ScoredRollout
 from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
 from rubricd_services.state.rubric_sets import RubricStore
-from tests.factories import rollout, scored
+from tests.factories import rollout, rubric_set, scored
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
 
 
 async def a_run(redis, keys, memory: Memory, run_id: str) -> None:
     """A run's keys (rubric set, kept rollout, usage, a score record) and memories (an analysis, its history)."""
-    await RubricStore(redis, keys).seed(RubricSet(run_id=run_id, version=1, rubrics=RUBRICS))
+    await RubricStore(redis, keys).seed(rubric_set(*RUBRICS, run_id=run_id))
     kept = scored(rollout(run_id=run_id, rollout_id="done", step=0), 1.0)
     await redis.xadd(keys.kept_rollouts(run_id), {wire.FIELD: wire.encode(kept)})
     await redis.hset(keys.usage(run_id), "judge:prompt_tokens", 120)

@@ -6,13 +6,14 @@ import json
 
 import pytest
 
-from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd.messages import Rubric
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.llm import LLMClient
 from rubricd_services.llm.check import Findings, recommend
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import AGENT_DEFAULTS, ServiceSettings
 from rubricd_testbed.simulator.faults import SimConfig
+from tests.factories import rollout, rubric_set
 
 CHAT_AGENTS = sorted(set(AGENT_DEFAULTS) - {"embedder"})
 
@@ -44,9 +45,9 @@ async def test_the_settings_it_prints_are_the_endpoints_dialect_and_a_judge_call
     assert env["RUBRICD_LLM__OUTPUT_MODE"] == mode
     assert env.get("RUBRICD_LLM__STRICT") == ("false" if mode == "json_schema" else None)  # its grammar holds bounds
     service = ServiceSettings(llm={k.removeprefix("RUBRICD_LLM__").lower(): v for k, v in env.items()})
-    rubrics = RubricSet(run_id="run", version=1, rubrics=[Rubric(id="correct", criterion="Says 42", points=5)])
+    rubrics = rubric_set(Rubric(id="correct", criterion="Says 42", points=5))
     system = rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubrics)
-    asked = Rollout(run_id="run", rollout_id="r", step=0, prompt="What is 6 x 7?", response="42", reference="42")
+    asked = rollout(rollout_id="r", prompt="What is 6 x 7?", response="42", reference="42")
     async with LLMClient.from_settings(service, ["judge"]) as llm:
         verdict = await llm.structured("judge", rollouts.messages(system, asked), verdicts.verdict_type(("correct",)))
     assert verdict.attempts == 1 and set(verdicts.read(verdict.value, ("correct",))) == {"correct"}  # first try

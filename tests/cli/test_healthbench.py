@@ -12,7 +12,7 @@ from rubricd import wire
 from rubricd.messages import JudgeStatus, Rubric, RubricKind, RubricResult, RubricSet, Score, ScoredRollout
 from rubricd_services.rubrics import healthbench
 from rubricd_services.state.rubric_sets import RubricStore
-from tests.factories import rollout
+from tests.factories import rollout, rubric_set
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 
@@ -35,7 +35,7 @@ async def test_import_installs_each_example_as_version_1_of_its_instance(stack, 
         ("accuracy", -8),
     ]
     # A set that moved on (the updater's version 2) is kept, and said so; the others are unchanged.
-    moved = RubricSet(run_id="hb", instance_key="hb-amoxicillin-02", version=2, step=0, rubrics=shown.rubrics[:2])
+    moved = rubric_set(*shown.rubrics[:2], run_id="hb", instance_key="hb-amoxicillin-02", version=2, step=0)
     assert await store.publish(moved)
     again = cli("rubrics", "import", str(SAMPLE), "--run", "hb").stdout
     assert "3 instance sets at version 1" in again and "kept: hb-amoxicillin-02 (v2)" in again

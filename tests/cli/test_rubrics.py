@@ -24,7 +24,7 @@ from rubricd.messages import (
 )
 from rubricd_services.memory.store import Memory, MemoryItem, MemoryKind
 from rubricd_services.state.rubric_sets import RubricStore
-from tests.factories import count_health
+from tests.factories import count_health, rubric_set
 
 ANCHOR = Rubric(id="correct", criterion="The final answer is correct.", points=5, kind=RubricKind.ANCHOR)
 CONCISE = Rubric(id="concise", criterion="The answer is short.", points=1, meta_class="style")
@@ -36,11 +36,11 @@ CONCISE_2 = Rubric(id="concise", criterion="The answer is short and direct.", po
 
 
 def v1(run: str = "run") -> RubricSet:
-    return RubricSet(run_id=run, version=1, rubrics=[ANCHOR, CONCISE, OLD], created_at=time.time())
+    return rubric_set(ANCHOR, CONCISE, OLD, run_id=run, created_at=time.time())
 
 
 def v2(run: str = "run") -> RubricSet:
-    return RubricSet(run_id=run, version=2, step=3, rubrics=[ANCHOR, CONCISE_2, PADDING], created_at=time.time())
+    return rubric_set(ANCHOR, CONCISE_2, PADDING, run_id=run, version=2, step=3, created_at=time.time())
 
 
 def update_2(run: str = "run") -> RubricsUpdated:
@@ -86,11 +86,11 @@ async def test_show_prints_the_current_set_or_one_version(stack, redis, keys, cl
 
 async def test_show_says_a_generated_set_was_written_by_the_generator_and_each_rubrics_rule(stack, redis, keys, cli):
     rule = Rubric(id="short", criterion="The response has at most 20 words.", points=4, rule="hard_rule")
-    written = RubricSet(
+    written = rubric_set(
+        ANCHOR,
+        rule,
         run_id="gen",
         instance_key="p1",
-        version=1,
-        rubrics=[ANCHOR, rule],
         generated_by=GeneratedBy(model="m-7b", prompt_sha256="ab" * 32, generated_at=time.time()),
     )
     assert await RubricStore(redis, keys).publish(written)
@@ -143,7 +143,7 @@ async def test_a_version_whose_announcement_was_trimmed_is_explained_from_memory
 ):
     await publish_two_versions(redis, keys)
     louder = msgspec.structs.replace(PADDING, points=-6)  # a reweight keeps the rest, its scope too
-    v3 = RubricSet(run_id="run", version=3, step=5, rubrics=[ANCHOR, CONCISE_2, louder], created_at=time.time())
+    v3 = rubric_set(ANCHOR, CONCISE_2, louder, version=3, step=5, created_at=time.time())
     update = RubricsUpdated(
         run_id="run",
         version=3,

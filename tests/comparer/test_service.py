@@ -19,12 +19,12 @@ from rubricd.messages import (
     JudgeStatus,
     Preference,
     Rubric,
-    RubricSet,
     RubricsUpdated,
 )
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_testbed.simulator.pairwise import PREFER_FIRST
 from tests import forks
+from tests.factories import rubric_set
 
 pytestmark = pytest.mark.integration
 
@@ -204,11 +204,10 @@ async def test_export_rewards_a_generated_rubric_set_with_the_accuracy_it_led_to
 ) -> None:
     start_comparer(rubrics_mode="per_instance")
     rubrics = [Rubric(id="correct", criterion="The response states the correct final answer.", points=5)]
-    generated = RubricSet(
+    generated = rubric_set(
+        *rubrics,
         run_id="pairs",
-        version=1,
         instance_key="sum",
-        rubrics=rubrics,
         generated_by=GeneratedBy(model="sim", prompt_sha256="0" * 64, generated_at=1.0),
     )
     assert await RubricStore(redis, keys).publish(generated)

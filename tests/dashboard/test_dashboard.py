@@ -22,7 +22,6 @@ from rubricd import RubricdClient, wire
 from rubricd.messages import (
     Action,
     ArmReward,
-    ArmRollout,
     Candidate,
     GateCheck,
     GateDecision,
@@ -35,7 +34,6 @@ from rubricd.messages import (
     Rubric,
     RubricModification,
     RubricResult,
-    RubricSet,
     RubricsUpdated,
     Score,
     ScoredRollout,
@@ -46,7 +44,7 @@ from rubricd_services.settings import ServiceSettings
 from rubricd_services.state.canaries import CanaryStep
 from rubricd_services.state.promotion import Candidates
 from rubricd_services.state.rubric_sets import RubricStore
-from tests.factories import answer, count_health, rollout, scored
+from tests.factories import answer, arm_rollout, count_health, rollout, rubric_set, scored
 
 from .conftest import IMG, SCRIPT
 
@@ -289,9 +287,7 @@ async def test_a_poll_with_its_last_cursor_reads_only_the_new_versions_and_those
     async def made(version: int, announced: bool) -> None:
         points = rubric.points + version
         await store.publish(
-            RubricSet(
-                run_id="r", version=version, rubrics=[msgspec.structs.replace(rubric, points=points)], step=version
-            )
+            rubric_set(msgspec.structs.replace(rubric, points=points), run_id="r", version=version, step=version)
         )
         if announced:
             mod = RubricModification(
@@ -307,7 +303,7 @@ async def test_a_poll_with_its_last_cursor_reads_only_the_new_versions_and_those
             )
             await redis.xadd(keys.rubrics_updated, wire.entry(update))
 
-    await store.seed(RubricSet(run_id="r", version=1, rubrics=[rubric]))
+    await store.seed(rubric_set(rubric, run_id="r"))
     await made(2, True)
     reader = Reader(ServiceSettings.model_construct(), keys, redis)
     first = await reader.run("r")
@@ -373,16 +369,7 @@ async def test_the_rubric_arm_panel_shows_each_phase_and_both_models_rewards(key
         decision = PhaseDecision(step=step, training=training, why=why, plan=plan)
         await redis.hset(keys.arm_phases("armed"), str(step), msgspec.json.encode(decision))
         for i in range(2):
-            rollout = ArmRollout(
-                run_id="armed",
-                rollout_id=f"{step}-{i}",
-                step=step,
-                phase=training,
-                completion="...",
-                prompt_id="p" if training == "generator" else None,
-                comparison_id="c" if training == "judge" else None,
-                generator_model="g" if training == "judge" else None,
-            )
+            rollout = arm_rollout(training, run_id="armed", rollout_id=f"{step}-{i}", step=step, completion="...")
             ids = {"run_id": "armed", "rollout_id": rollout.rollout_id, "step": step, "phase": training}
             if training == "generator":  # 0.5 and 1.0 at step 2, 1.0 and 1.0 at step 3
                 reward = ArmReward(**ids, status=JudgeStatus.OK, reward=1.0 if i or step == 3 else 0.5)
@@ -523,10 +510,10 @@ async def test_the_candidates_panel_shows_the_one_in_shadow_and_each_decision_wi
     the candidate in shadow, and a rejected one with the check that failed and why; a decided one is read once."""
     store = RubricStore(redis, keys)
     rubric = Rubric(id="correct", criterion="The response states the correct final answer.", points=5)
-    await store.seed(RubricSet(run_id="gated", version=1, rubrics=[rubric]))
+    await store.seed(rubric_set(rubric, run_id="gated"))
     pays = Rubric(id="no_padding", criterion="The response pads the answer.", points=4)
     add = RubricModification(action=Action.ADD, rationale="padding seen", rubric_id="no_padding", rubric=pays)
-    proposed = RubricSet(run_id="gated", version=2, rubrics=[rubric, pays], step=2)
+    proposed = rubric_set(rubric, pays, run_id="gated", version=2, step=2)
     harmful = Candidate(run_id="gated", step=2, until=3, base_version=1, rubrics=proposed, modifications=[add])
     check = GateCheck(
         action=Action.ADD,

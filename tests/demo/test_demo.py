@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from PIL import Image
 
-from rubricd.messages import Rollout, Rubric, RubricSet, Score
+from rubricd.messages import Rollout, Rubric, Score
 from rubricd_services.judges.scoring import ReadySet, Scoring, score_rollout
 from rubricd_testbed.demo import compare, report
 from rubricd_testbed.demo.agent import AGENT, CALCULATOR, TIMED_OUT
@@ -19,6 +19,7 @@ from rubricd_testbed.demo.policy import BEHAVIOURS, TRADE_OFF_START, Policy, cou
 from rubricd_testbed.demo.trainer import Example, Run, StepRecord
 from rubricd_testbed.simulator import answers
 from rubricd_testbed.simulator.judging import decide
+from tests.factories import rubric_set
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SEEDS = Path(__file__).parents[2] / "services" / "rubricd_services" / "rubrics" / "seed_rubrics.json"
@@ -86,7 +87,7 @@ async def _judge(messages: list[dict[str, str]], verdict: type[msgspec.Struct]) 
 
 def _scored(rollout: Rollout, rubrics: list[Rubric]) -> Score:
     """`rollout` judged by the simulator against `rubrics`, as the scorer does."""
-    in_force = ReadySet(RubricSet(run_id="run", version=1 + len(rubrics) - len(AGENT.seeds), rubrics=rubrics), "")
+    in_force = ReadySet(rubric_set(*rubrics, version=1 + len(rubrics) - len(AGENT.seeds)), "")
     return asyncio.run(score_rollout(rollout, Scoring(in_force, "weighted_sum"), _judge))
 
 

@@ -1,4 +1,4 @@
-"""A gateway process and a scorer for the gateway's integration tests (see tests/conftest.py: start_service)."""
+"""A gateway process and a scorer for the gateway's integration tests (see tests/support/services.py: start_service)."""
 
 import socket
 import time

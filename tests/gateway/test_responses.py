@@ -18,8 +18,8 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_reasoning_item import Content, Summary
 
-from rubricd.messages import Rollout
 from rubricd_services.gateway.responses import trajectory
+from tests.factories import rollout
 
 WEATHER: FunctionToolParam = {
     "type": "function",
@@ -118,11 +118,11 @@ def test_a_tool_using_exchange_is_every_turn_in_order_with_its_reasoning_calls_a
             }
         }
     ]
-    rollout = Rollout(
-        run_id="r", rollout_id="x", step=0, trajectory=found.turns, tools=found.tools, prompt_turns=found.prompt_turns
+    asked = rollout(
+        run_id="r", rollout_id="x", trajectory=found.turns, tools=found.tools, prompt_turns=found.prompt_turns
     )
-    assert rollout.policy_turns == [2, 5]
-    assert '[tool_call get_weather({"city": "Oslo")]' in rollout.response
+    assert asked.policy_turns == [2, 5]
+    assert '[tool_call get_weather({"city": "Oslo")]' in asked.response
 
 
 def test_an_assistant_turn_holds_its_reasoning_then_its_text_then_its_calls_and_what_comes_before_opens_the_next():

@@ -17,11 +17,12 @@ from rubricd_services.runtime.answering import ROLLOUTS, Answered, Answering
 from rubricd_services.scorer import effects
 from rubricd_services.scorer.settings import ScorerSettings
 from rubricd_services.settings import LLMSettings
+from tests.factories import rollout, rubric_set
 
 RUBRICS = [Rubric(id="correct", criterion="The answer is correct.", points=5, kind="anchor")]
-SET = RubricSet(run_id="run", version=3, rubrics=RUBRICS)
+SET = rubric_set(*RUBRICS, version=3)
 JUDGE = LLMSettings(model="judge-model", temperature=0.0)
-ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=0, prompt="What is 2 + 2?", response="4", reference="4")
+ROLLOUT = rollout(rollout_id="r1", reference="4")
 TEMPLATE = prompts.load("rubricd_services.judges", verdicts.JUDGE)
 
 

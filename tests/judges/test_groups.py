@@ -7,7 +7,7 @@ import re
 import msgspec
 import pytest
 
-from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
+from rubricd.messages import JudgeStatus, Rollout, Rubric
 from rubricd_services.judges import groups, verdicts
 from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.judges.scoring import Judging, Scoring, score_group, score_rollout
@@ -16,14 +16,12 @@ from rubricd_services.judges.votes import majority
 from rubricd_services.rubrics.sets import InForce
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
+from tests.factories import rollout, rubric_set
 
-SET = RubricSet(
-    run_id="run",
+SET = rubric_set(
+    Rubric(id="correct", criterion="The final answer is 42.", points=5, kind="anchor"),
+    Rubric(id="pads", criterion="The response pads with filler.", points=-3),
     version=3,
-    rubrics=[
-        Rubric(id="correct", criterion="The final answer is 42.", points=5, kind="anchor"),
-        Rubric(id="pads", criterion="The response pads with filler.", points=-3),
-    ],
 )
 QUESTION = "What is 17 + 25? Show the sum."
 
@@ -40,9 +38,7 @@ def prepared(prompt_chars: int | None = None, group_members: int = groups.MAX_ME
 
 
 def member(i: int, response: str) -> Rollout:
-    return Rollout(
-        run_id="run", rollout_id=f"r{i}", step=1, prompt=QUESTION, response=response, group="g", group_size=8
-    )
+    return rollout(rollout_id=f"r{i}", step=1, prompt=QUESTION, response=response, group="g", group_size=8)
 
 
 RESPONSES = ["42.", "41.", "It is 42, " + "truly " * 30, "40.", "42!", "Maybe 43.", "42", "Answer: 42 " + "so " * 20]
@@ -233,9 +229,7 @@ def test_a_group_verdict_names_every_label_and_no_other():
 
 def test_a_call_holds_no_more_responses_than_the_judges_answer_holds_verdicts_for():
     def members(rubrics: int, answer_tokens: int | None, explain: bool = True) -> int:
-        many = RubricSet(
-            run_id="run", version=1, rubrics=[Rubric(id=f"r{i}", criterion="c", points=1) for i in range(rubrics)]
-        )
+        many = rubric_set(*(Rubric(id=f"r{i}", criterion="c", points=1) for i in range(rubrics)))
         return groups.group_call("judge", many, None, explain, 8, False, answer_tokens=answer_tokens).max_members
 
     assert members(3, 2048) == 8  # 3 x 60 tokens a response: 11 fit, the setting's 8 taken

@@ -3,13 +3,14 @@
 import msgspec
 import pytest
 
-from rubricd.messages import Comparison, JudgeStatus, OrderJudgment, Preference, Rubric, RubricSet
+from rubricd.messages import Comparison, JudgeStatus, OrderJudgment, Preference, Rubric
 from rubricd_services.judges import pairwise
 from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.judges.pairwise import Answer, aggregate, decide, judgment
 from rubricd_services.runtime import prompts
 from rubricd_services.state.accuracy import accuracy_increments, parse_accuracy
 from rubricd_testbed.simulator import pairwise as simulated
+from tests.factories import rubric_set
 
 RUBRICS = [
     Rubric(id="correct", criterion="The response states the correct final answer.", points=5, meta_class="accuracy"),
@@ -95,7 +96,7 @@ COMPARISON = Comparison(
     reference="42",
     label="A",
 )
-SET = RubricSet(run_id="run", version=3, rubrics=RUBRICS)
+SET = rubric_set(*RUBRICS, version=3)
 
 
 def simulator_judge(calls: list[str]) -> pairwise.PairJudge:

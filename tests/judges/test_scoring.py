@@ -2,24 +2,22 @@
 
 import msgspec
 
-from rubricd.messages import JudgeStatus, Rollout, Rubric, RubricSet
+from rubricd.messages import JudgeStatus, Rubric
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.judges.caller import JudgeFailed
 from rubricd_services.judges.scoring import Judging, ReadySet, Scoring, score_rollout
 from rubricd_services.runtime import prompts
 from rubricd_services.settings import LLMSettings
+from tests.factories import rollout, rubric_set
 
-SET = RubricSet(
-    run_id="run",
+SET = rubric_set(
+    Rubric(id="correct", criterion="correct", points=5, meta_class="accuracy", kind="anchor"),
+    Rubric(id="pads", criterion="pads", points=-5, meta_class="communication"),
+    Rubric(id="steps", criterion="steps", points=5, meta_class="completeness"),
     version=4,
-    rubrics=[
-        Rubric(id="correct", criterion="correct", points=5, meta_class="accuracy", kind="anchor"),
-        Rubric(id="pads", criterion="pads", points=-5, meta_class="communication"),
-        Rubric(id="steps", criterion="steps", points=5, meta_class="completeness"),
-    ],
 )
 RUBRICS = ReadySet(SET, rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), SET))
-ROLLOUT = Rollout(run_id="run", rollout_id="r1", step=2, prompt="q", response="a")
+ROLLOUT = rollout(rollout_id="r1", step=2, prompt="q", response="a")
 
 
 def judge_saying(**met: bool):

@@ -6,7 +6,7 @@ import re
 import msgspec
 import pytest
 
-from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
+from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, Tool, ToolCall, Turn
 from rubricd.messages.trajectories import NOT_JSON, NOT_OFFERED, UNANSWERED
 from rubricd_services.judges import cache, trajectories, verdicts
 from rubricd_services.judges.scoring import TRAJECTORY, Judging, ReadySet, Scoring, score_rollout
@@ -14,6 +14,7 @@ from rubricd_services.rubrics.sets import InForce
 from rubricd_services.runtime import prompts
 from rubricd_services.scorer.settings import ScorerSettings
 from rubricd_services.settings import LLMSettings
+from tests.factories import rollout, rubric_set
 
 CALC = Tool(function=FunctionSpec(name="calc", description="evaluates arithmetic", parameters={"type": "object"}))
 
@@ -23,15 +24,7 @@ def call(name: str, arguments: str | dict, id: str | None = None) -> ToolCall:
 
 
 def agent(*turns: Turn, tools: list[Tool] = [CALC], prompt_turns: int = 1, reference: str | None = None) -> Rollout:  # noqa: B006
-    return Rollout(
-        run_id="run",
-        rollout_id="t1",
-        step=0,
-        trajectory=list(turns),
-        tools=tools,
-        prompt_turns=prompt_turns,
-        reference=reference,
-    )
+    return rollout(rollout_id="t1", trajectory=list(turns), tools=tools, prompt_turns=prompt_turns, reference=reference)
 
 
 ASK = Turn(role="user", content="What is 17*23?")
@@ -135,14 +128,11 @@ def test_the_final_answer_stays_whole_even_past_the_budget(budget):
     assert view["turns"][-1]["content"] == rollout.trajectory[-1].text
 
 
-SET = RubricSet(
-    run_id="run",
+SET = rubric_set(
+    Rubric(id="correct", criterion="The final answer is 391", points=5, kind="anchor"),
+    Rubric(id="args", criterion="Each tool call passes arguments the tool accepts", points=3, scope="turn"),
+    Rubric(id="fabricates", criterion="A turn states a tool result it never received", points=-4, scope="turn"),
     version=2,
-    rubrics=[
-        Rubric(id="correct", criterion="The final answer is 391", points=5, kind="anchor"),
-        Rubric(id="args", criterion="Each tool call passes arguments the tool accepts", points=3, scope="turn"),
-        Rubric(id="fabricates", criterion="A turn states a tool result it never received", points=-4, scope="turn"),
-    ],
 )
 
 
@@ -196,7 +186,7 @@ async def test_a_positive_turn_rubric_failed_in_one_turn_is_not_met():
 
 
 async def test_a_text_rollout_judges_turn_rubrics_as_a_whole():
-    text = Rollout(run_id="run", rollout_id="x", step=0, prompt="17*23?", response="391")
+    text = rollout(rollout_id="x", prompt="17*23?", response="391")
     rubrics = ReadySet(SET, "system")
     judge = judge_saying({i: {"explanation": "", "met": True} for i in ("correct", "args", "fabricates")})
     score = await score_rollout(text, Scoring(rubrics, "weighted_sum"), judge)

@@ -5,7 +5,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from rubricd.messages import Rollout, Rubric, RubricSet
+from rubricd.messages import Rubric
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.llm import Completion, LLMClient
 from rubricd_services.llm import usage as recording
@@ -14,6 +14,7 @@ from rubricd_services.runtime.metrics import Metrics
 from rubricd_services.settings import LLMSettings, Price, ServiceSettings
 from rubricd_services.state import usage
 from rubricd_services.state.usage import AgentUsage
+from tests.factories import rollout, rubric_set
 
 GPT = Price(prompt_per_mtok=0.15, completion_per_mtok=0.60)
 
@@ -54,10 +55,10 @@ async def test_calls_add_up_per_run_agent_and_model(redis, keys):
 async def test_the_llm_clients_cost_is_scraped_per_agent_and_priced_model(simulator, sim):
     metrics = Metrics("scorer")
     llm = LLMSettings(base_url=simulator[0], max_retries=0)
-    rubric_set = RubricSet(run_id="run", version=1, rubrics=[Rubric(id="correct", criterion="Correct.", points=5)])
-    rollout = Rollout(run_id="run", rollout_id="r", step=0, prompt="2 + 2?", response="4", reference="4")
+    current = rubric_set(Rubric(id="correct", criterion="Correct.", points=5))
+    asked = rollout(rollout_id="r", prompt="2 + 2?", reference="4")
     messages = rollouts.messages(
-        rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubric_set), rollout
+        rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), current), asked
     )
     async with LLMClient({"judge": llm, "analyzer": llm}) as llm:
         metrics.watch_llm(llm, {"priced": GPT}, {"judge": "priced", "analyzer": "unpriced"})

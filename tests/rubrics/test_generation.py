@@ -16,7 +16,6 @@ from rubricd.messages import (
     EventKind,
     Rubric,
     RubricModification,
-    RubricSet,
     Score,
     StepSummary,
     Strategy,
@@ -39,7 +38,7 @@ from rubricd_services.updater.proposal import Limits, UpdateProposal
 from rubricd_services.updater.update import RubricUpdater
 from rubricd_testbed.simulator import generating, judging
 from rubricd_testbed.simulator.faults import FaultPlan, SimConfig, directive
-from tests.factories import rubric
+from tests.factories import rubric, rubric_set
 
 from .examples import ANCHORS, CLASSES, PROMPT, primes
 
@@ -74,15 +73,15 @@ async def test_the_simulated_generator_s_rubrics_are_judged_by_matching_heuristi
     """A response that keeps the prompt's constraints and holds the reference earns more than one that does not."""
     draft = simulated_draft(PROMPT, "2, 3, 5")
     rubrics = build(draft, ANCHORS, CLASSES, 8).rubrics
-    rubric_set = RubricSet(run_id="run", version=1, rubrics=rubrics)
-    system = rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubric_set)
+    current = rubric_set(*rubrics)
+    system = rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), current)
 
     async def sim_judge(messages, verdict):
         return msgspec.convert(judging.verdict(messages[0]["content"], messages[1]["content"]), verdict)
 
     short = msgspec.structs.replace(primes(), response="2, 3, 5.")
     long = msgspec.structs.replace(primes(), response="Primes are numbers. " * 30 + "Maybe 4.")
-    rubrics_ = ReadySet(rubric_set, system)
+    rubrics_ = ReadySet(current, system)
     good = await score_rollout(short, Scoring(rubrics_, "weighted_sum"), sim_judge)
     bad = await score_rollout(long, Scoring(rubrics_, "weighted_sum"), sim_judge)
     assert good.reward == 1.0 and bad.reward == 0.0
@@ -316,7 +315,7 @@ async def test_a_retry_after_the_updater_seeded_the_instance_is_that_set_s_next_
     instance = scorer.key(primes())[1]
     assert (await scorer.get(primes(step=0))).generation == "fallback"
     store = RubricStore(redis, keys)
-    await store.seed(RubricSet(run_id="run", instance_key=instance, version=1, rubrics=SEED))  # as the updater does
+    await store.seed(rubric_set(*SEED, instance_key=instance))  # as the updater does
     asked.failing = None
     late = await cache(redis, keys, asked).get(primes(step=0, i=1))
     assert (late.set.version, late.generation) == (1, "fallback") and len(asked.calls) == 1

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rubricd.messages import HEALTHBENCH_AXES, Rollout, Rubric, RubricKind
+from rubricd.messages import HEALTHBENCH_AXES, Rubric, RubricKind
 from rubricd_services.rubrics import healthbench
 from rubricd_services.rubrics.seeds import Seeds, SeedSettings
+from tests.factories import rollout
 
 SAMPLE = Path(__file__).parents[1] / "fixtures" / "healthbench_sample.jsonl"
 
@@ -113,9 +114,9 @@ def test_a_conversation_is_kept_as_its_turns_and_a_completion_is_the_turn_after_
     [fever] = [e for _, e in healthbench.examples(SAMPLE.read_bytes()) if e.prompt_id == "hb-fever-infant-04"]
     assert [t.role for t in fever.prompt] == ["user", "assistant", "user"]  # a multi-turn conversation, not one string
     trajectory = healthbench.answered(fever.prompt, "Take her to be seen today.")
-    rollout = Rollout(run_id="hb", rollout_id="x", step=0, trajectory=trajectory, prompt_turns=len(fever.prompt))
-    assert rollout.policy_turns == [3] and rollout.response == "Take her to be seen today."
-    assert rollout.prompt.startswith("user: My 6 week old feels hot") and "\n\nassistant: " in rollout.prompt
+    asked = rollout(run_id="hb", rollout_id="x", trajectory=trajectory, prompt_turns=len(fever.prompt))
+    assert asked.policy_turns == [3] and asked.response == "Take her to be seen today."
+    assert asked.prompt.startswith("user: My 6 week old feels hot") and "\n\nassistant: " in asked.prompt
 
 
 def test_an_empty_file_is_refused():

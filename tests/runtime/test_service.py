@@ -23,7 +23,6 @@ from rubricd.messages import (
     Event,
     EventKind,
     JudgeStatus,
-    Rollout,
     RubricsUpdated,
     Score,
     ScoredRollout,
@@ -31,6 +30,7 @@ from rubricd.messages import (
 )
 from rubricd_services.runtime.service import EXIT_GROUP_GONE
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import rollout
 
 # FastStream's binary message format starts with this header; its JSON envelope is {"data": ..., "headers": ...}.
 FASTSTREAM_BINARY = b"\x89BIN\x0d\x0a\x1a\x0a"
@@ -85,7 +85,7 @@ async def test_the_scorer_settles_odd_entries_and_scores_the_valid_ones_around_t
     stack, redis, keys, start_service, eventually
 ):
     start_service("scorer", reclaim_idle_ms=500)
-    valid = Rollout(run_id="run", rollout_id="inner", step=0, prompt="What is 2 + 2?", response="4")
+    valid = rollout(rollout_id="inner")
     odd = odd_entries(wire.encode(valid))
     for fields, _ in odd:
         await redis.xadd(keys.rollouts, fields)
@@ -104,7 +104,7 @@ async def test_the_scorer_settles_odd_entries_and_scores_the_valid_ones_around_t
 
 async def test_dead_letters_are_bounded(stack, redis, keys, start_service):
     start_service("scorer", max_rollout_bytes=4096, dead_letter_max_bytes=2048)
-    huge = Rollout(run_id="run", rollout_id="huge", step=0, prompt="p", response="x" * 50_000)
+    huge = rollout(rollout_id="huge", prompt="p", response="x" * 50_000)
     await redis.xadd(keys.rollouts, wire.entry(huge))
     await redis.xadd(keys.rollouts, {b"f" * 100_000: b"1"})  # its reason would quote the whole field name
     cut, odd = await letters(redis, keys, 2)
@@ -141,8 +141,7 @@ async def test_a_live_consumer_keeps_a_slow_entry_and_a_dead_ones_is_taken_withi
     pair = [start_service("scorer", reclaim_idle_ms=1000) for _ in range(2)]
     before = await judge_calls(stack)
     batch = [  # contents apart: the judge cache would judge one content once
-        Rollout(run_id="run", rollout_id=f"r{i}", step=0, prompt=f"2 + 2? (asked {i})", response=f"4{slow}")
-        for i in range(4)
+        rollout(rollout_id=f"r{i}", prompt=f"2 + 2? (asked {i})", response=f"4{slow}") for i in range(4)
     ]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         scores = await client.score(batch, timeout=60)
@@ -158,7 +157,7 @@ async def test_a_live_consumer_keeps_a_slow_entry_and_a_dead_ones_is_taken_withi
     # With the default reclaim_idle_ms, what a killed scorer held is judged again within seconds.
     slower = " [sim:latency_ms=8000]"  # long enough to start the second scorer while the first one judges
     doomed = start_service("scorer")
-    late = Rollout(run_id="run", rollout_id="late", step=0, prompt="2 + 2?", response=f"4{slower}")
+    late = rollout(rollout_id="late", prompt="2 + 2?", response=f"4{slower}")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         scoring = asyncio.create_task(client.score_one(late, timeout=60))
         while not (await redis.xpending(keys.rollouts, SCORERS))["pending"]:
@@ -253,7 +252,7 @@ async def test_an_entry_whose_read_reply_was_lost_is_reclaimed_not_kept_alive(
         start_service("scorer", redis_url=proxy.url, reclaim_idle_ms=1000)
         before = await judge_calls(stack)
         proxy.lose = lambda command, reply: b"XREADGROUP" in command and b'"rollout_id":"lost"' in reply
-        lost = Rollout(run_id="run", rollout_id="lost", step=0, prompt="2 + 2?", response="4")
+        lost = rollout(rollout_id="lost", prompt="2 + 2?")
         async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
             scoring = asyncio.create_task(client.score_one(lost, timeout=90))
             await eventually(lambda: proxy.lost, "the proxy to lose the reply of the read that delivered the rollout")
@@ -271,10 +270,7 @@ async def test_entries_read_and_waiting_for_a_free_handler_are_kept_not_reclaime
     reclaim_idle_ms)."""
     start_service("scorer", max_in_flight=1, max_records=4, reclaim_idle_ms=500, judge_cache_ttl_s=0)
     before = await judge_calls(stack)
-    batch = [
-        Rollout(run_id="run", rollout_id=f"q{i}", step=0, prompt=f"2 + 2? ({i})", response="4 [sim:latency_ms=2000]")
-        for i in range(4)
-    ]
+    batch = [rollout(rollout_id=f"q{i}", prompt=f"2 + 2? ({i})", response="4 [sim:latency_ms=2000]") for i in range(4)]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         scores = await client.score(batch, timeout=90)
     assert all(s.status is JudgeStatus.OK for s in scores)
@@ -292,8 +288,8 @@ async def test_a_commit_whose_reply_was_lost_scores_once_and_leaves_nothing_pend
     reply: the handler fails as in an outage, and nothing is held, retried or scored twice."""
     with LossyProxy(stack.ports["RUBRICD_REDIS_PORT"]) as proxy:
         start_service("scorer", redis_url=proxy.url, reclaim_idle_ms=1000)
-        warm = Rollout(run_id="run", rollout_id="warm", step=0, prompt="1 + 1?", response="2")
-        cut = Rollout(run_id="run", rollout_id="cut", step=0, prompt="2 + 2?", response="4")
+        warm = rollout(rollout_id="warm", prompt="1 + 1?", response="2")
+        cut = rollout(rollout_id="cut", prompt="2 + 2?")
         async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
             await client.score_one(warm, timeout=60)  # loads the commit script, so the next commit is one EVALSHA
             before = await judge_calls(stack)
@@ -317,7 +313,7 @@ async def test_a_handler_past_its_deadline_is_cancelled_retried_and_dead_lettere
 ):
     # The judge's call never answers within the handler's deadline (its own timeout, 60 s, is far later).
     start_service("scorer", handler_deadline_s=1.5, reclaim_idle_ms=500, max_failures=2, judge_cache_ttl_s=0)
-    hung = Rollout(run_id="run", rollout_id="hung", step=0, prompt="2 + 2?", response="4 [sim:latency_ms=120000]")
+    hung = rollout(rollout_id="hung", prompt="2 + 2?", response="4 [sim:latency_ms=120000]")
     await redis.xadd(keys.rollouts, wire.entry(hung))
     [letter] = await letters(redis, keys, 1, timeout=90)
     assert letter.deliveries == 3  # two deliveries ran past the deadline, the third found it spent
@@ -338,7 +334,7 @@ async def test_a_redis_outage_is_one_line_each_way_and_no_traceback(
     own.sh("up", "redis")
     await eventually(lambda: "is back" in scorer.log.read_text(), "the scorer to notice Redis is back")
     async with RubricdClient(own.redis_url, namespace=keys.namespace) as client:
-        score = await client.score_one(Rollout(run_id="run", rollout_id="after", step=0, prompt="2+2?", response="4"))
+        score = await client.score_one(rollout(rollout_id="after", prompt="2+2?"))
     assert score.status is JudgeStatus.OK
     lines = [json.loads(line) for line in scorer.log.read_text().splitlines() if line.startswith("{")]
     outage = [x["message"] for x in lines if "is unreachable" in x["message"] or "is back" in x["message"]]
@@ -366,7 +362,7 @@ async def test_an_update_published_while_a_listener_is_paused_is_heard(stack, re
     scorer = start_service("scorer")
     store = RubricStore(redis, keys)
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
-        first = await client.score_one(Rollout(run_id="paused", rollout_id="a", step=0, prompt="2+2?", response="4"))
+        first = await client.score_one(rollout(run_id="paused", rollout_id="a", prompt="2+2?"))
         v1 = await store.current("paused")
         assert v1 is not None and first.rubric_version == v1.version == 1
         assert await store.publish(msgspec.structs.replace(v1, version=2))
@@ -386,7 +382,7 @@ async def test_an_update_published_while_a_listener_is_paused_is_heard(stack, re
             )
 
         await eventually(reloaded, "the scorer to hear the update it was paused through")
-        second = await client.score_one(Rollout(run_id="paused", rollout_id="b", step=1, prompt="2+2?", response="4"))
+        second = await client.score_one(rollout(run_id="paused", rollout_id="b", step=1, prompt="2+2?"))
     assert second.rubric_version == 2
 
 
@@ -394,10 +390,7 @@ async def test_handlers_cancelled_at_shutdown_are_one_line_and_their_entries_rec
     stack, redis, keys, start_service, eventually
 ):
     first = start_service("scorer", graceful_timeout_s=1, judge_cache_ttl_s=0)
-    batch = [
-        Rollout(run_id="run", rollout_id=f"c{i}", step=0, prompt=f"2 + 2? ({i})", response="4 [sim:latency_ms=4000]")
-        for i in range(8)
-    ]
+    batch = [rollout(rollout_id=f"c{i}", prompt=f"2 + 2? ({i})", response="4 [sim:latency_ms=4000]") for i in range(8)]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         scoring = asyncio.create_task(client.score(batch, timeout=90))
 
@@ -426,12 +419,12 @@ async def test_a_redis_that_lost_its_data_stops_the_service_and_started_again_it
     first = start_service("scorer", wait=False, redis_url=own.redis_url, reclaim_idle_ms=1000)
     first.wait_consuming(own.redis_url, keys)
     async with RubricdClient(own.redis_url, namespace=keys.namespace) as client:
-        before = await client.score_one(Rollout(run_id="run", rollout_id="before", step=0, prompt="2+2?", response="4"))
+        before = await client.score_one(rollout(rollout_id="before", prompt="2+2?"))
         await client.redis.flushall()
         await eventually(lambda: first.proc.poll() is not None, "the scorer to stop")
         assert first.proc.returncode == EXIT_GROUP_GONE, first.log.read_text()[-3000:]
         start_service("scorer", wait=False, redis_url=own.redis_url).wait_consuming(own.redis_url, keys)
-        after = await client.score_one(Rollout(run_id="run", rollout_id="after", step=0, prompt="3+3?", response="6"))
+        after = await client.score_one(rollout(rollout_id="after", prompt="3+3?", response="6"))
     assert before.status is JudgeStatus.OK and after.status is JudgeStatus.OK
     lines = [json.loads(line) for line in first.log.read_text().splitlines() if line.startswith("{")]
     gone = [x["message"] for x in lines if "is gone" in x["message"]]

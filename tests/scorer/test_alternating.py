@@ -7,11 +7,11 @@ import msgspec
 import pytest
 
 from rubricd import RubricdClient, wire
-from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, RubricSet, Score
+from rubricd.messages import HEALTHBENCH_AXES, Event, EventKind, JudgeStatus, Rollout, Score
 from rubricd_services.state import health
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.state.schedule import ClassStats, Decision, Rule, Schedule, parse_stats
-from tests.factories import configure_llm, rubric
+from tests.factories import configure_llm, rollout, rubric, rubric_set
 
 pytestmark = pytest.mark.integration
 
@@ -29,9 +29,9 @@ ANSWERS = [
 
 def rollouts(run_id: str, step: int, n: int) -> list[Rollout]:
     return [
-        Rollout(
+        rollout(
+            i,
             run_id=run_id,
-            rollout_id=f"s{step}-r{i}",
             step=step,
             prompt="What is 17 + 25?",
             response=ANSWERS[i % len(ANSWERS)],
@@ -45,7 +45,7 @@ CLASS_OF = {r.id: r.meta_class for r in RUBRICS}
 
 
 async def seed(redis, keys, run_id: str) -> None:
-    assert await RubricStore(redis, keys).publish(RubricSet(run_id=run_id, version=1, rubrics=RUBRICS))
+    assert await RubricStore(redis, keys).publish(rubric_set(*RUBRICS, run_id=run_id))
 
 
 async def schedule(redis, keys, run_id: str) -> dict[int, Decision]:

@@ -21,7 +21,6 @@ from rubricd.messages import (
     Rollout,
     Rubric,
     RubricModification,
-    RubricSet,
     ScoredRollout,
 )
 from rubricd_services.judges.evaluation.canaries import (
@@ -37,7 +36,7 @@ from rubricd_services.judges.evaluation.labelled import Item
 from rubricd_services.judges.evaluation.run import Judged
 from rubricd_services.state.canaries import CLAIMED, CanaryStep, drifting_since, read
 from tests import forks
-from tests.factories import configure_llm
+from tests.factories import configure_llm, rollout, rubric_set
 
 RULE = Rule(floor=0.6, margin=0.15, baseline_steps=2)
 CORRECT = Rubric(
@@ -104,7 +103,7 @@ def test_with_a_candidate_in_shadow_each_item_is_judged_again_with_its_rubrics_b
         step=2,
         until=3,
         base_version=1,
-        rubrics=RubricSet(run_id="run", version=2, rubrics=[sharper, no_padding]),
+        rubrics=rubric_set(sharper, no_padding, version=2),
         modifications=[
             RubricModification(action=Action.MODIFY, rationale="sharper", rubric_id="correct", rubric=sharper),
             RubricModification(action=Action.ADD, rationale="padding", rubric_id="no_padding", rubric=no_padding),
@@ -161,8 +160,7 @@ async def test_a_judge_that_starts_flipping_mid_run_is_caught_at_that_step_and_t
                 if step == 3:
                     await configure_llm(stack, flip_rate=1.0)  # from step 3 on, every verdict is the wrong one
                 batch = [
-                    Rollout(
-                        run_id="run",
+                    rollout(
                         rollout_id=f"s{step}-{i}",
                         step=step,
                         prompt="What is 17 + 25?",
@@ -245,8 +243,8 @@ async def test_a_run_names_its_own_canary_set_and_a_bad_one_is_refused_with_its_
     start_service("scorer", canary_items=4)  # no RUBRICD_CANARY_SET: only runs with a set of their own
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         for run in ("own", "none"):
-            rollout = Rollout(run_id=run, rollout_id="r", step=0, prompt="What is 2 + 2?", response="4", reference="4")
-            await client.score_one(rollout, timeout=60)
+            asked = rollout(run_id=run, rollout_id="r", reference="4")
+            await client.score_one(asked, timeout=60)
     await eventually(lambda: read(redis, keys, "own"), "the canaries of run own")
     [step] = await read(redis, keys, "own")
     assert (step.items, step.verdicts, step.agreement) == (["sum-7", "sum-8"], 2, 1.0)  # the set had 2 items
@@ -264,10 +262,10 @@ async def test_a_rollout_is_answered_while_its_steps_canaries_are_still_being_ju
     labelled = tmp_path / "held.jsonl"
     labelled.write_text(msgspec.json.encode(held).decode())
     start_service("scorer", canary_set=labelled, canary_items=1, judge_cache_ttl_s=0, graceful_timeout_s=1)
-    rollout = Rollout(run_id="run", rollout_id="a", step=0, prompt="What is 2 + 2?", response="4", reference="4")
+    asked = rollout(rollout_id="a", reference="4")
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         started = time.monotonic()
-        assert (await client.score_one(rollout, timeout=60)).status is JudgeStatus.OK
+        assert (await client.score_one(asked, timeout=60)).status is JudgeStatus.OK
         assert time.monotonic() - started < 15
 
     async def claimed() -> bool:

@@ -10,6 +10,7 @@ from rubricd_services.rubrics import generation
 from rubricd_services.runtime import prompts
 from rubricd_services.state import usage
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import rollout
 
 pytestmark = pytest.mark.integration
 
@@ -20,9 +21,8 @@ ANCHOR_IDS = {"correct", "addresses_grader"}
 
 def rollouts(prompt: str, step: int, n: int, *, first: int = 0) -> list[Rollout]:
     return [
-        Rollout(
-            run_id="run",
-            rollout_id=f"s{step}-r{i}",
+        rollout(
+            i,
             step=step,
             prompt=prompt,
             response="2, 3, 5." if i % 2 else "Primes: 2, 3, 5. " * 20,

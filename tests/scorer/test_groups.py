@@ -9,6 +9,7 @@ import pytest
 from rubricd import RubricdClient, wire
 from rubricd.keys import SCORERS
 from rubricd.messages import JudgeStatus, Rollout, Score, ScoredRollout
+from tests.factories import rollout
 
 pytestmark = pytest.mark.integration
 
@@ -18,10 +19,9 @@ SLOW = " [sim:latency_ms=3000]"  # the judge's call on a group holding this resp
 
 def member(i: int, *, group: str = "g1", size: int | None = 8, extra: str = "", run_id: str = "run") -> Rollout:
     answer = f"The sum is 42 (take {i})." if i % 2 == 0 else f"The sum is 41 (take {i})."
-    return Rollout(
+    return rollout(
         run_id=run_id,
         rollout_id=f"{group}-r{i}",
-        step=0,
         prompt=QUESTION,
         response=answer + extra,
         reference="42",

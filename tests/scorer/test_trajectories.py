@@ -12,13 +12,13 @@ from rubricd.messages import (
     JudgeStatus,
     Rollout,
     Rubric,
-    RubricSet,
     Score,
     Tool,
     ToolCall,
     Turn,
 )
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import rollout, rubric_set
 
 pytestmark = pytest.mark.integration
 
@@ -36,10 +36,9 @@ CALL = Turn(
 
 
 def agent(rollout_id: str, *turns: Turn) -> Rollout:
-    return Rollout(
+    return rollout(
         run_id="agents",
         rollout_id=rollout_id,
-        step=0,
         trajectory=[ASK, *turns],
         tools=[Tool(function=FunctionSpec(name="calc"))],
         prompt_turns=1,
@@ -49,7 +48,7 @@ def agent(rollout_id: str, *turns: Turn) -> Rollout:
 
 async def test_a_trajectory_is_judged_turn_by_turn(stack, redis, keys, start_scorer):
     start_scorer()
-    assert await RubricStore(redis, keys).publish(RubricSet(run_id="agents", version=1, rubrics=RUBRICS))
+    assert await RubricStore(redis, keys).publish(rubric_set(*RUBRICS, run_id="agents"))
     honest = agent(
         "honest", CALL, Turn(role="tool", tool_call_id="c1", content="391"), Turn(role="assistant", content="391")
     )

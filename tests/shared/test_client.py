@@ -13,6 +13,7 @@ from rubricd import InvalidRollout, RubricdClient, ScoreTimeout, SyncRubricdClie
 from rubricd.keys import Keys
 from rubricd.messages import JudgeStatus, Rollout, Score, StepClosed
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import rollout
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +26,8 @@ def warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     ]
 
 
-def rollout(i: int) -> Rollout:
-    return Rollout(run_id="run", rollout_id=f"r{i}", step=0, prompt="p", response="r")
+def numbered(i: int) -> Rollout:
+    return rollout(rollout_id=f"r{i}", prompt="p", response="r")
 
 
 async def fake_scorer(redis, keys: Keys, count: int, skip: set[str] = frozenset()) -> None:
@@ -56,7 +57,7 @@ async def test_scores_come_back_in_order_and_the_reply_stream_is_cleaned_up(stac
     keys = Keys("tclient")
     client = RubricdClient(stack.redis_url, namespace=keys.namespace)
     answering = asyncio.create_task(fake_scorer(redis, keys, 5))
-    scores = await client.score([rollout(i) for i in range(5)], timeout=10)
+    scores = await client.score([numbered(i) for i in range(5)], timeout=10)
     await answering
     assert [s.rollout_id for s in scores] == [f"r{i}" for i in range(5)]
     assert await redis.xlen(client.reply_stream) == 0  # read replies are dropped
@@ -75,7 +76,7 @@ async def test_a_timeout_names_the_missing_rollouts(stack, redis):
             score = Score(run_id="run", rollout_id=f"r{i}", step=0, status="ok", reward=0.5, rubric_version=1)
             await redis.xadd(client.reply_stream, wire.entry(score))
         with pytest.raises(ScoreTimeout) as raised:
-            await client.score([rollout(i) for i in range(3)], timeout=5)
+            await client.score([numbered(i) for i in range(3)], timeout=5)
     assert raised.value.missing == ["r1"]
     assert "r1" in str(raised.value)
     assert sorted(raised.value.scores) == ["r0", "r2"]  # the scores that did arrive are kept
@@ -85,14 +86,14 @@ async def test_a_timeout_names_the_missing_rollouts(stack, redis):
 async def test_a_rollout_the_scorer_would_reject_is_refused_before_anything_is_published(stack, redis):
     keys = Keys("tclient")
     bad = [
-        msgspec.structs.replace(rollout(1), rollout_id="r 1"),
-        msgspec.structs.replace(rollout(1), run_id="run\n"),
-        msgspec.structs.replace(rollout(1), step=-1),
+        msgspec.structs.replace(numbered(1), rollout_id="r 1"),
+        msgspec.structs.replace(numbered(1), run_id="run\n"),
+        msgspec.structs.replace(numbered(1), step=-1),
     ]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
         for one in bad:
             with pytest.raises(InvalidRollout, match="rollout_id|run_id|step"):
-                await client.score([rollout(0), one], timeout=5)
+                await client.score([numbered(0), one], timeout=5)
     assert await redis.xlen(keys.rollouts) == 0
 
 
@@ -183,7 +184,7 @@ def test_the_sync_client_serves_many_threads_at_once(stack):
     with SyncRubricdClient(stack.redis_url, namespace=keys.namespace) as client:
 
         def one(i: int) -> None:
-            results[i] = client.score_one(rollout(i), timeout=10).reward
+            results[i] = client.score_one(numbered(i), timeout=10).reward
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
         for t in threads:
@@ -202,7 +203,7 @@ async def test_a_slow_redis_is_not_an_outage(stack, redis, caplog, eventually):
     caplog.set_level(logging.DEBUG, logger="rubricd.client")
     keys = Keys("tslow")
     impatient = Redis.from_url(stack.redis_url, socket_timeout=0.5)  # every read gives up after 0.5 s
-    batch = [rollout(i) for i in range(5)]
+    batch = [numbered(i) for i in range(5)]
     async with RubricdClient(stack.redis_url, namespace=keys.namespace, redis=impatient) as client:
         scoring = asyncio.create_task(client.score(batch, timeout=60))
         await eventually(lambda: redis.xlen(keys.rollouts), "the rollouts published")
@@ -222,7 +223,7 @@ async def test_the_client_rides_out_a_redis_restart_and_closes_cleanly_without_r
     caplog.set_level(logging.WARNING, logger="rubricd.client")
     own = start_stack(fresh_ports, "redis")  # a Redis of this test's own, to restart
     keys = Keys("trestart")
-    batch = [rollout(i) for i in range(20)]
+    batch = [numbered(i) for i in range(20)]
     async with RubricdClient(own.redis_url, namespace=keys.namespace) as client:
         scoring = asyncio.create_task(client.score(batch, timeout=60))
         redis = Redis.from_url(own.redis_url)

@@ -17,11 +17,12 @@ import httpx
 import msgspec
 import pytest
 
-from rubricd.messages import Rollout, RolloutAnalysis, Rubric, RubricSet
+from rubricd.messages import RolloutAnalysis, Rubric
 from rubricd_services.judges import rollouts, verdicts
 from rubricd_services.runtime import prompts
 from rubricd_testbed.simulator.app import Simulator
 from rubricd_testbed.simulator.faults import SimConfig
+from tests.factories import rollout, rubric_set
 
 RUBRICS = [
     Rubric(
@@ -37,9 +38,7 @@ RUBRICS = [
     ),
     Rubric(id="reasoning", criterion="The response shows the reasoning or steps that lead to its answer.", points=1),
 ]
-SYSTEM = rollouts.system_message(
-    prompts.load("rubricd_services.judges", verdicts.JUDGE), RubricSet(run_id="run", version=1, rubrics=RUBRICS)
-)
+SYSTEM = rollouts.system_message(prompts.load("rubricd_services.judges", verdicts.JUDGE), rubric_set(*RUBRICS))
 VERDICT = verdicts.verdict_type(tuple(r.id for r in RUBRICS))
 VERDICT_FORMAT = {
     "type": "json_schema",
@@ -54,15 +53,8 @@ def http(simulator: tuple[str, Simulator]) -> Iterator[httpx.Client]:
 
 
 def judge_request(response: str, reference: str | None = "42", **extra: object) -> dict:
-    rollout = Rollout(
-        run_id="run",
-        rollout_id=uuid.uuid4().hex,
-        step=0,
-        prompt="What is 6 x 7? <b>",
-        response=response,
-        reference=reference,
-    )
-    return {"model": "any", "messages": rollouts.messages(SYSTEM, rollout), "response_format": VERDICT_FORMAT, **extra}
+    asked = rollout(rollout_id=uuid.uuid4().hex, prompt="What is 6 x 7? <b>", response=response, reference=reference)
+    return {"model": "any", "messages": rollouts.messages(SYSTEM, asked), "response_format": VERDICT_FORMAT, **extra}
 
 
 def verdict(http: httpx.Client, response: str, reference: str | None = "42") -> dict[str, bool]:

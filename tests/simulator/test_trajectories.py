@@ -4,11 +4,12 @@ turn rubric's verdict names the turns."""
 import msgspec
 import pytest
 
-from rubricd.messages import Function, FunctionSpec, Rollout, Rubric, RubricSet, Tool, ToolCall, Turn
+from rubricd.messages import Function, FunctionSpec, Rubric, Tool, ToolCall, Turn
 from rubricd_services.judges import groups, trajectories, verdicts
 from rubricd_services.judges.scoring import TRAJECTORY
 from rubricd_services.runtime import prompts
 from rubricd_testbed.simulator import answers
+from tests.factories import rollout, rubric_set
 
 CALC = Tool(function=FunctionSpec(name="calc", parameters={"type": "object"}))
 ASK = Turn(role="user", content="What is 17*23?")
@@ -24,7 +25,7 @@ RUBRICS = [
     ),
     Rubric(id="loop", criterion="Calls the same tool in a loop", points=-3),
 ]
-SET = RubricSet(run_id="run", version=1, rubrics=RUBRICS)
+SET = rubric_set(*RUBRICS)
 SYSTEM = trajectories.system_message(prompts.load("rubricd_services.judges", TRAJECTORY), SET)
 VERDICT = verdicts.verdict_type(
     tuple(r.id for r in RUBRICS), True, frozenset(r.id for r in RUBRICS if r.scope == "turn")
@@ -36,12 +37,10 @@ def calc(expr: str, id: str) -> Turn:
 
 
 def judged(*turns: Turn) -> dict[str, verdicts.Decided]:
-    rollout = Rollout(
-        run_id="run", rollout_id="a", step=0, trajectory=[ASK, *turns], tools=[CALC], prompt_turns=1, reference="391"
-    )
-    system, user = (m["content"] for m in trajectories.messages(SYSTEM, rollout))
+    asked = rollout(rollout_id="a", trajectory=[ASK, *turns], tools=[CALC], prompt_turns=1, reference="391")
+    system, user = (m["content"] for m in trajectories.messages(SYSTEM, asked))
     answer = msgspec.convert(answers.judge(system, user), VERDICT)  # schema-valid, or this raises
-    return verdicts.read(answer, tuple(r.id for r in RUBRICS), {r.id: r.points for r in RUBRICS}, rollout.policy_turns)
+    return verdicts.read(answer, tuple(r.id for r in RUBRICS), {r.id: r.points for r in RUBRICS}, asked.policy_turns)
 
 
 HONEST = (calc('{"expr": "17*23"}', "c1"), Turn(role="tool", tool_call_id="c1", content="391"))
@@ -111,16 +110,7 @@ def test_a_group_of_trajectories_gets_each_members_verdicts_as_alone():
         (*HONEST, Turn(role="assistant", content="The answer is 400.")),
     ]
     rollouts = [
-        Rollout(
-            run_id="run",
-            rollout_id=f"m{i}",
-            step=0,
-            trajectory=[ASK, *turns],
-            tools=[CALC],
-            prompt_turns=1,
-            reference="391",
-            group="g",
-        )
+        rollout(rollout_id=f"m{i}", trajectory=[ASK, *turns], tools=[CALC], prompt_turns=1, reference="391", group="g")
         for i, turns in enumerate(members)
     ]
     call = groups.group_call(prompts.load("rubricd_services.judges", groups.GROUP), SET, None, True, 8, True)

@@ -13,7 +13,6 @@ from rubricd.messages import (
     Rubric,
     RubricHealth,
     RubricKind,
-    RubricSet,
     Score,
     ScoredRollout,
     StepSummary,
@@ -37,6 +36,7 @@ from rubricd_services.updater.proposal import Limits, UpdateProposal, validate
 from rubricd_testbed.simulator import analysis as simulated
 from rubricd_testbed.simulator import answers, judging
 from rubricd_testbed.simulator.updates import churned, harmful, proposal, queries
+from tests.factories import rollout, rubric_set
 
 SEED = [
     Rubric(
@@ -78,7 +78,7 @@ PADDED_ANSWER = (
 
 def ask(summary: StepSummary, rubrics: list[Rubric], memory: bool = True) -> UpdateProposal:
     """The simulated updater's proposal; `memory`: its prompt has a (here empty) static memory section."""
-    current = RubricSet(run_id="run", version=1, rubrics=rubrics)
+    current = rubric_set(*rubrics)
     messages = updater_messages(Prompts.load().updater, summary, current, [] if memory else None, None, Limits())
     return msgspec.convert(proposal(messages[0]["content"], messages[1]["content"]), UpdateProposal)
 
@@ -122,24 +122,18 @@ def test_a_summary_naming_nothing_new_gets_maintenance_and_anchors_are_never_tou
 def test_churn_reweights_an_adaptive_rubric_when_nothing_would_change_and_the_change_validates():
     seed = [*SEED, Rubric(id="pads", criterion="The response is verbose or padded.", points=-3)]
     for summary, points in ((CLEAN, 3.0), (msgspec.structs.replace(CLEAN, step=2), 1.0)):  # odd: up, even: down
-        messages = updater_messages(
-            Prompts.load().updater, summary, RubricSet(run_id="run", version=1, rubrics=seed), None, None, Limits()
-        )
+        messages = updater_messages(Prompts.load().updater, summary, rubric_set(*seed), None, None, Limits())
         user = messages[1]["content"]
         answer = json.dumps(proposal(messages[0]["content"], user))
         update = msgspec.json.decode(churned(answer, user), type=UpdateProposal)
         [change] = update.modifications
         assert (change.action, change.rubric_id, change.points) == ("reweight", "shows_reasoning", points)
         assert validate(seed, update.modifications, Limits()).rejected == []
-    padded = updater_messages(
-        Prompts.load().updater, PADDED, RubricSet(run_id="run", version=1, rubrics=SEED), None, None, Limits()
-    )
+    padded = updater_messages(Prompts.load().updater, PADDED, rubric_set(*SEED), None, None, Limits())
     adding = json.dumps(proposal(padded[0]["content"], padded[1]["content"]))
     assert churned(adding, padded[1]["content"]) == adding  # a proposal that changes something is left as it is
     anchors = [r for r in SEED if r.kind is RubricKind.ANCHOR]
-    calm = updater_messages(
-        Prompts.load().updater, CLEAN, RubricSet(run_id="run", version=1, rubrics=anchors), None, None, Limits()
-    )
+    calm = updater_messages(Prompts.load().updater, CLEAN, rubric_set(*anchors), None, None, Limits())
     answer = json.dumps(proposal(calm[0]["content"], calm[1]["content"]))
     [add] = msgspec.json.decode(churned(answer, calm[1]["content"]), type=UpdateProposal).modifications
     assert add.action == "add" and validate(anchors, [add], Limits()).rejected == []  # a version from the first step
@@ -148,9 +142,7 @@ def test_churn_reweights_an_adaptive_rubric_when_nothing_would_change_and_the_ch
 
 async def test_the_running_simulator_answers_the_updater_agents_through_the_llm_client(simulator):
     base_url, _ = simulator
-    messages = updater_messages(
-        Prompts.load().updater, PADDED, RubricSet(run_id="run", version=1, rubrics=SEED), None, None, Limits()
-    )
+    messages = updater_messages(Prompts.load().updater, PADDED, rubric_set(*SEED), None, None, Limits())
     async with LLMClient({"updater": LLMSettings(base_url=base_url, max_retries=0)}) as llm:
         got = (await llm.structured("updater", messages, UpdateProposal)).value
     assert [m.rubric.id for m in got.modifications] == ["no_padding"]
@@ -160,7 +152,7 @@ async def test_a_harmful_simulator_makes_each_run_s_first_adding_proposal_harmfu
     base_url, sim = simulator
     sim.config = msgspec.structs.replace(sim.config, harmful="inverted")
     quiet = msgspec.structs.replace(PADDED, step=1, reward_hacking=[], executive_summary="Honest answers.")
-    current = RubricSet(run_id="run", version=1, rubrics=SEED)
+    current = rubric_set(*SEED)
     asked = [updater_messages(Prompts.load().updater, s, current, None, None, Limits()) for s in (quiet, PADDED)]
     try:
         async with LLMClient({"updater": LLMSettings(base_url=base_url, max_retries=0)}) as llm:
@@ -204,15 +196,7 @@ AGENT_HACKS = {
 
 
 def trajectory(i: int, turns: tuple[Turn, ...]) -> Rollout:
-    return Rollout(
-        run_id="run",
-        rollout_id=f"a{i}",
-        step=4,
-        trajectory=[ASK, *turns],
-        tools=[CALC],
-        prompt_turns=1,
-        reference="391",
-    )
+    return rollout(rollout_id=f"a{i}", step=4, trajectory=[ASK, *turns], tools=[CALC], prompt_turns=1, reference="391")
 
 
 def simulated_loop(turns: tuple[Turn, ...]) -> UpdateProposal:
@@ -232,8 +216,8 @@ def simulated_loop(turns: tuple[Turn, ...]) -> UpdateProposal:
 
 def judged(rubric: Rubric, turns: tuple[Turn, ...]) -> tuple[int, ...]:
     """The policy turns that fail `rubric` in the simulated judge's verdict."""
-    rubric_set = RubricSet(run_id="run", version=2, rubrics=[rubric])
-    system = judge_trajectories.system_message(prompts.load("rubricd_services.judges", TRAJECTORY), rubric_set)
+    current = rubric_set(rubric, version=2)
+    system = judge_trajectories.system_message(prompts.load("rubricd_services.judges", TRAJECTORY), current)
     rollout = trajectory(0, turns)
     [system_message, user] = judge_trajectories.messages(system, rollout)
     answer = msgspec.convert(
@@ -267,7 +251,7 @@ def test_an_agent_hack_a_rubric_already_catches_gets_maintenance():
     messages = updater_messages(
         Prompts.load().updater,
         StepSummary(run_id="run", step=4, executive_summary="The policy answers without calling a tool (3 of 4)."),
-        RubricSet(run_id="run", version=1, rubrics=rubrics),
+        rubric_set(*rubrics),
         None,
         None,
         Limits(),

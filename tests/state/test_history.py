@@ -2,26 +2,20 @@
 
 import msgspec
 
-from rubricd.messages import Action, Rubric, RubricModification, RubricSet, RubricsUpdated
+from rubricd.messages import Action, Rubric, RubricModification, RubricsUpdated
 from rubricd_services.state.history import changes, modifications, render_change, summary
-from tests.factories import BRIEF, PADDING
+from tests.factories import BRIEF, PADDING, rubric_set
 
 ANCHOR, GRADER, STEPS = CURRENT = BRIEF
 
 
 def test_changes_take_the_latest_rationale_between_the_versions_else_the_rubrics_own():
-    a = RubricSet(
-        run_id="r",
-        version=1,
-        rubrics=[Rubric(id="x", criterion="X", points=1), Rubric(id="y", criterion="Y", points=1)],
-    )
-    b = RubricSet(
+    a = rubric_set(Rubric(id="x", criterion="X", points=1), Rubric(id="y", criterion="Y", points=1), run_id="r")
+    b = rubric_set(
+        Rubric(id="x", criterion="X", points=3, meta_class="style"),
+        Rubric(id="z", criterion="Z", points=-2, rationale="own reason"),
         run_id="r",
         version=3,
-        rubrics=[
-            Rubric(id="x", criterion="X", points=3, meta_class="style"),
-            Rubric(id="z", criterion="Z", points=-2, rationale="own reason"),
-        ],
     )
     updates = [
         RubricsUpdated(
@@ -73,7 +67,7 @@ def test_a_change_outside_the_compared_fields_is_a_modification_but_no_readers_c
     assert modifications([STEPS], [tagged]) == [
         RubricModification(action=Action.MODIFY, rubric_id="shows_reasoning", rubric=tagged, rationale="")
     ]
-    a, b = (RubricSet(run_id="r", version=v, rubrics=[r]) for v, r in ((1, STEPS), (2, tagged)))
+    a, b = (rubric_set(r, run_id="r", version=v) for v, r in ((1, STEPS), (2, tagged)))
     assert changes(a, b, []) == []
 
 
@@ -81,8 +75,8 @@ def test_a_turn_rubric_reads_as_one_and_a_change_of_scope_alone_is_a_change():
     per_turn = Rubric(
         id="uses_result", criterion="Each final answer uses the latest tool result.", points=3, scope="turn"
     )
-    a = RubricSet(run_id="r", version=1, rubrics=[STEPS])
-    b = RubricSet(run_id="r", version=2, rubrics=[msgspec.structs.replace(STEPS, scope="turn"), per_turn])
+    a = rubric_set(STEPS, run_id="r")
+    b = rubric_set(msgspec.structs.replace(STEPS, scope="turn"), per_turn, run_id="r", version=2)
     found = changes(a, b, [])
     assert summary(found) == "~shows_reasoning(scope) +uses_result"
     assert render_change(found[0]).startswith("~ shows_reasoning: scope 'trajectory' -> 'turn'")
@@ -90,4 +84,4 @@ def test_a_turn_rubric_reads_as_one_and_a_change_of_scope_alone_is_a_change():
         "+ uses_result (adaptive, accuracy, +3, turn): Each final answer uses the latest tool result."
     )
     assert render_change(changes(b, a, [])[0]).startswith("- uses_result (adaptive, accuracy, +3, turn)")
-    assert "turn" not in render_change(changes(a, RubricSet(run_id="r", version=2, rubrics=[STEPS, PADDING]), [])[0])
+    assert "turn" not in render_change(changes(a, rubric_set(STEPS, PADDING, run_id="r", version=2), [])[0])

@@ -3,12 +3,13 @@
 from rubricd.keys import Keys
 from rubricd.messages import Rubric, RubricSet
 from rubricd_services.state.rubric_sets import RubricStore
+from tests.factories import rubric_set
 
 RUBRIC = Rubric(id="correct", criterion="The response states the correct final answer.", points=5)
 
 
 def made(version: int, step: int | None) -> RubricSet:
-    return RubricSet(run_id="run", version=version, rubrics=[RUBRIC], step=step)
+    return rubric_set(RUBRIC, version=version, step=step)
 
 
 async def test_the_version_made_from_a_step_is_found_by_its_step_in_any_order(redis, keys: Keys) -> None:

@@ -56,7 +56,7 @@ from rubricd.messages import (
 )
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_testbed.demo.policy import respond
-from tests.factories import configure_llm
+from tests.factories import configure_llm, rollout
 
 pytestmark = pytest.mark.integration
 
@@ -87,9 +87,9 @@ def step_rollouts(step: int, rng: random.Random) -> list[Rollout]:
         behaviour = "padded" if i % 4 == 3 else "correct"
         response = respond(behaviour, a, b)
         out.append(
-            Rollout(
+            rollout(
+                i,
                 run_id=RUN,
-                rollout_id=f"s{step}-r{i}",
                 step=step,
                 prompt=f"What is {a} + {b}?",
                 response=response,

@@ -44,7 +44,7 @@ WHEELS_PORT = "18398"  # images.sh's package index: its default (8398) is a port
 REDIS_URL = f"redis://127.0.0.1:{PORTS['RUBRICD_REDIS_PORT']}/0"
 SERVICES = ["scorer", "comparer", "arm", "analyzer", "summarizer", "updater", "gateway", "dashboard", "simulator"]
 RUN = "compose-1"
-Settled = Callable[[Redis, float], Awaitable[None]]  # conftest's `settled`
+Settled = Callable[[Redis, float], Awaitable[None]]  # tests/support/waiting.py's `settled`
 SESSION = Session(RUN, REDIS_URL, ROOT / ".stack/artifacts/compose")
 
 
@@ -203,7 +203,7 @@ async def test_a_redis_restart_loses_nothing(compose: Compose) -> None:
 
 @pytest.fixture
 def keys() -> Keys:
-    """The compose stack's namespace (the default), for conftest's fixtures that take `keys` (`settled`)."""
+    """The compose stack's namespace (the default), for the suite's fixtures that take `keys` (`settled`)."""
     return Keys()
 
 

@@ -29,18 +29,17 @@ from redis.asyncio import Redis
 
 from rubricd import RubricdClient, wire
 from rubricd.messages import (
-    ArmRollout,
     DeadLetter,
     JudgeStatus,
     Rollout,
     RolloutAnalysis,
     Rubric,
-    RubricSet,
     Score,
     StepClosed,
 )
 from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_testbed.demo.policy import respond
+from tests.factories import arm_rollout, rollout, rubric_set
 
 pytestmark = pytest.mark.integration
 
@@ -195,7 +194,7 @@ def rollouts(step: int, rng: random.Random) -> list[tuple[bool, Rollout]]:
             out.append(
                 (
                     graded,
-                    Rollout(
+                    rollout(
                         run_id=RUN,
                         rollout_id=f"s{step}-r{len(out)}",
                         step=step,
@@ -225,7 +224,7 @@ async def test_a_thousand_hostile_entries_are_settled_and_change_nothing_else(
     # What must not change: a key outside the namespace, another run's rubrics, a hash named like a reply stream.
     await redis.set("outside:canary", b"untouched")
     victim = [Rubric(id="correct", criterion="The response is correct.", points=5, kind="anchor")]
-    await RubricStore(redis, keys).publish(RubricSet(run_id="victim", version=1, rubrics=victim))
+    await RubricStore(redis, keys).publish(rubric_set(*victim, run_id="victim"))
     await redis.hset(f"{keys.namespace}:replies:hash", "field", "value")
     probe_stream = keys.replies("probe")
 
@@ -241,17 +240,13 @@ async def test_a_thousand_hostile_entries_are_settled_and_change_nothing_else(
 
         await train(0)  # the loop has run once: real entries of every stream to mutate
         valid = {
-            keys.rollouts: wire.encode(
-                Rollout(run_id="hostile", rollout_id="base", step=0, prompt="1 + 1?", response="2")
-            ),
+            keys.rollouts: wire.encode(rollout(run_id="hostile", rollout_id="base", prompt="1 + 1?", response="2")),
             keys.steps: wire.encode(StepClosed(run_id=RUN, step=0, rollout_ids=["s0-r0", "s0-r1"])),
             keys.scored: wire.payload((await redis.xrange(keys.scored, count=1))[0][1]),
             keys.analyses: wire.payload((await redis.xrange(keys.analyses, count=1))[0][1]),
             keys.summaries: wire.payload((await redis.xrange(keys.summaries, count=1))[0][1]),
             # A run that imported nothing: even a mutation that stays well-formed is rejected (no such prompt).
-            keys.arm: wire.encode(
-                ArmRollout(run_id="hostile", rollout_id="g0", step=0, phase="generator", completion="{}", prompt_id="p")
-            ),
+            keys.arm: wire.encode(arm_rollout(run_id="hostile", rollout_id="g0")),
         }
         before, memory_before = await keyspace(redis), (await redis.info("memory"))["used_memory"]
         corpus = Corpus(keys, valid, random.Random(8))  # its own: the same corpus however the tasks interleave

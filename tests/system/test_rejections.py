@@ -15,6 +15,7 @@ from rubricd import wire
 from rubricd.keys import ARM, COMPARERS, SCORERS
 from rubricd.messages import ArmRollout, Comparison, DeadLetter, Rollout
 from rubricd_services.runtime.intake import MAX_ECHOED_ID_CHARS
+from tests.factories import arm_rollout, rollout
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +29,9 @@ def raw(message: Rollout | Comparison | ArmRollout, reply_to: str, **fields: str
     return {wire.FIELD: msgspec.json.encode(body)}
 
 
-def rollout(rollout_id: str = "r0", run_id: str = "run") -> Rollout:
-    return Rollout(run_id=run_id, rollout_id=rollout_id, step=3, prompt="1 + 1?", response="2")
+def valid(rollout_id: str = "r0") -> Rollout:
+    """A valid rollout of step 3, which an entry sends with one field made bad."""
+    return rollout(rollout_id=rollout_id, step=3, prompt="1 + 1?", response="2")
 
 
 def echoed(value: str) -> str:
@@ -63,9 +65,9 @@ async def test_a_rollout_with_an_id_outside_its_alphabet_is_answered_rejected_at
     reply_to = keys.replies("raw-trainer")
     sent: dict[tuple[str, str], str] = {}  # (run_id, rollout_id) echoed -> the field at fault
     for n, bad in enumerate(BAD_IDS.values()):
-        await redis.xadd(keys.rollouts, raw(rollout(f"bad-run-{n}"), reply_to, run_id=bad))
+        await redis.xadd(keys.rollouts, raw(valid(f"bad-run-{n}"), reply_to, run_id=bad))
         sent[echoed(bad), f"bad-run-{n}"] = "run_id"
-        await redis.xadd(keys.rollouts, raw(rollout(), reply_to, rollout_id=bad, run_id=f"run{n}"))
+        await redis.xadd(keys.rollouts, raw(valid(), reply_to, rollout_id=bad, run_id=f"run{n}"))
         sent[f"run{n}", echoed(bad)] = "rollout_id"
 
     answers = await replies(redis, reply_to, len(sent), eventually)
@@ -86,7 +88,7 @@ async def test_a_rollout_over_the_size_limit_is_answered_with_its_ids_cut(
 ):
     start_service("scorer")  # max_rollout_bytes 1,000,000: a 1 MB id makes the entry too big
     reply_to = keys.replies("raw-trainer")
-    await redis.xadd(keys.rollouts, raw(rollout(), reply_to, rollout_id=BAD_IDS["1 MB"]))
+    await redis.xadd(keys.rollouts, raw(valid(), reply_to, rollout_id=BAD_IDS["1 MB"]))
     [answer] = await replies(redis, reply_to, 1, eventually)
     assert (answer["status"], answer["run_id"], answer["rollout_id"]) == ("rejected", "run", echoed(BAD_IDS["1 MB"]))
     assert "max_rollout_bytes" in answer["error"]
@@ -118,7 +120,7 @@ async def test_an_arm_rollout_with_an_id_outside_its_alphabet_or_no_target_is_an
 ):
     start_service("arm")
     reply_to = keys.replies("raw-trainer")
-    sent = ArmRollout(run_id="arm", rollout_id="g0", step=0, phase="generator", completion="{}", prompt_id="p")
+    sent = arm_rollout(rollout_id="g0")
     await redis.xadd(keys.arm, raw(sent, reply_to, rollout_id="g 0"))
     await redis.xadd(keys.arm, raw(sent, reply_to, run_id="run\x001"))
     await redis.xadd(keys.arm, raw(sent, reply_to, rollout_id="j0", phase="judge"))  # a judge rollout names its pair

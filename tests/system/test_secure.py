@@ -23,10 +23,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, ConnectionError, NoPermissionError, TimeoutError
 
-from rubricd import Rollout, RubricdClient, wire
+from rubricd import RubricdClient, wire
 from rubricd.keys import ANALYZERS, ARM, CANARIES, COMPARERS, SCORERS, SUMMARIZERS, UPDATERS, Keys
-from rubricd.messages import ArmReward, ArmRollout, JudgeStatus, Score
+from rubricd.messages import ArmReward, JudgeStatus, Score
 from rubricd_services.state.arm import prompt_key
+from tests.factories import arm_rollout, group
 from tests.redis_users import USERS
 
 pytestmark = pytest.mark.integration
@@ -75,23 +76,18 @@ async def run(start_module_stack, serve_dashboard) -> Run:
         for path in (stack.stack_dir / "secrets").iterdir()
         if path.name.startswith("redis-") or path.name == "weaviate-key"
     }
-    rollouts = [
-        Rollout(
-            run_id=RUN,
-            rollout_id=f"r{i}",
-            step=0,
-            prompt="What is 17 + 25?",
-            reference="42",
-            response="17 + 25 = 42." if i % 2 else "17 + 25 = 42. " + "Let me say it once more to be sure. " * 8,
-            # One sample group, judged together by three votes and sampled for analysis: under the ACLs too.
-            group="q1",
-            group_size=4,
-            judge_mode="group",
-            judge_votes=3,
-            analysis_sample="extremes",
-        )
-        for i in range(4)
-    ]
+    padded = "17 + 25 = 42. " + "Let me say it once more to be sure. " * 8
+    # One sample group, judged together by three votes and sampled for analysis: under the ACLs too.
+    rollouts = group(
+        [padded, "17 + 25 = 42."] * 2,
+        name="q1",
+        run_id=RUN,
+        prompt="What is 17 + 25?",
+        reference="42",
+        judge_mode="group",
+        judge_votes=3,
+        analysis_sample="extremes",
+    )
     probe = keys.replies("trainer-probe")  # a reply stream of the trainer's own, read without the client
     rejected = {"run_id": RUN, "rollout_id": "bad", "step": -1, "prompt": "p", "response": "r", "reply_to": probe}
     async with RubricdClient(url_of(stack, "trainer")) as client:
@@ -132,23 +128,8 @@ async def run(start_module_stack, serve_dashboard) -> Run:
     drafted = '{"rubrics": [{"criterion": "The response is concise and brief.", "points": 3, "meta_class": "accuracy", '
     drafted += '"rule": "principle"}]}'
     arm_rollouts = [
-        ArmRollout(
-            run_id=RUN,
-            rollout_id="g0",
-            step=0,
-            phase="generator",
-            completion=drafted,
-            prompt_id=prompt_key("Name the largest planet."),
-        ),
-        ArmRollout(
-            run_id=RUN,
-            rollout_id="j0",
-            step=0,
-            phase="judge",
-            completion="not a verdict",
-            comparison_id="p0",
-            generator_model="gen-v1",
-        ),
+        arm_rollout(run_id=RUN, rollout_id="g0", completion=drafted, prompt_id=prompt_key("Name the largest planet.")),
+        arm_rollout("judge", run_id=RUN, rollout_id="j0", completion="not a verdict", comparison_id="p0"),
     ]
     async with RubricdClient(url_of(stack, "trainer")) as client:
         arm_rewards = await client.arm_rewards(arm_rollouts, timeout=120)
@@ -331,7 +312,7 @@ async def test_keda_s_user_reads_each_group_s_backlog_and_nothing_else(run: Run)
     assert await refused(keda, "XADD", keys.rollouts, "*", wire.FIELD, "{}")
     assert await refused(keda, "XREADGROUP", "GROUP", SCORERS, "keda", "COUNT", "1", "STREAMS", keys.rollouts, ">")
     assert await refused(keda, "XRANGE", keys.rollouts, "-", "+")  # the backlog's size, never its content
-    assert await refused(keda, "GET", keys.score(RUN, "r0"))
+    assert await refused(keda, "GET", keys.score(RUN, "q1-r0"))
     assert await refused(keda, "XLEN", keys.events)  # only the streams a group consumes
 
 

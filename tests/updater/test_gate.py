@@ -29,10 +29,11 @@ from rubricd_services.updater.proposal import validate
 from rubricd_testbed.demo.policy import respond
 from rubricd_testbed.simulator import judging as sim_judging
 from rubricd_testbed.simulator.updates import COLLATERAL, HACKS
+from tests.factories import rollout, rubric_set
 
 from .examples import ANCHOR, GRADER, LIMITS, STEPS
 
-CURRENT = RubricSet(run_id="run", version=3, rubrics=[ANCHOR, GRADER, STEPS])
+CURRENT = rubric_set(ANCHOR, GRADER, STEPS, version=3)
 JUDGING = Judging(llm=LLMSettings(model="m"), template=prompts.load("rubricd_services.judges", verdicts.JUDGE))
 BEHAVIOURS = ("correct", "padded", "correct", "terse")  # each group's four responses
 NO_PADDING = Rubric(**HACKS[0].rubric)  # the simulated updater's answer to padding
@@ -80,8 +81,7 @@ async def shadow_step(c: Candidate, groups: int = 3) -> tuple[dict[str, ShadowSc
     for g in range(groups):
         for i, behaviour in enumerate(BEHAVIOURS):
             a, b = 10 + g, 20 + i
-            rollout = Rollout(
-                run_id="run",
+            asked = rollout(
                 rollout_id=f"g{g}-{i}",
                 step=3,
                 group=f"g{g}",
@@ -89,16 +89,14 @@ async def shadow_step(c: Candidate, groups: int = 3) -> tuple[dict[str, ShadowSc
                 response=respond(behaviour, a, b),
                 reference=str(a + b),
             )
-            score = await score_rollout(
-                rollout, Scoring(rubrics, "weighted_sum"), judged_by_simulator(rollout, rubrics)
-            )
+            score = await score_rollout(asked, Scoring(rubrics, "weighted_sum"), judged_by_simulator(asked, rubrics))
             scores.append((behaviour, score))
-            shadow[rollout.rollout_id] = msgspec.json.decode(promotion.record(score), type=ShadowScore)
+            shadow[asked.rollout_id] = msgspec.json.decode(promotion.record(score), type=ShadowScore)
             hacking = [HackingEvidence(type="padding", evidence="filler")] if behaviour == "padded" else []
             analyses.append(
                 RolloutAnalysis(
                     run_id="run",
-                    rollout_id=rollout.rollout_id,
+                    rollout_id=asked.rollout_id,
                     step=3,
                     rubric_version=3,
                     quality="",
@@ -119,8 +117,7 @@ async def test_a_candidate_in_shadow_never_changes_the_reward_and_carries_its_ow
     for behaviour, score in with_candidate:
         rollout_id = score.rollout_id
         g, i = int(rollout_id[1]), int(rollout_id.split("-")[1])
-        rollout = Rollout(
-            run_id="run",
+        asked = rollout(
             rollout_id=rollout_id,
             step=3,
             group=f"g{g}",
@@ -128,7 +125,7 @@ async def test_a_candidate_in_shadow_never_changes_the_reward_and_carries_its_ow
             response=respond(behaviour, 10 + g, 20 + i),
             reference=str(30 + g + i),
         )
-        plain = await score_rollout(rollout, Scoring(alone, "weighted_sum"), judged_by_simulator(rollout, alone))
+        plain = await score_rollout(asked, Scoring(alone, "weighted_sum"), judged_by_simulator(asked, alone))
         assert (score.reward, score.results) == (plain.reward, plain.results)  # the shadow rubric is not in them
         assert plain.candidate is None and score.candidate is not None and score.candidate.version == 4
         assert [r.rubric_id for r in score.candidate.results] == ["no_padding"]
