@@ -20,6 +20,7 @@ from rubricd.messages import (
     PromotionPlan,
     RolloutAnalysis,
     RubricKind,
+    RubricModification,
     RubricSet,
     RubricsUpdated,
     StepSummary,
@@ -220,15 +221,9 @@ class RubricUpdater:
         version = candidate.decision.version
         if candidate.decision.outcome == "rejected" or version is None:
             return Outcome(EventKind.RUBRICS_REJECTED, current, candidate=candidate)
-        update = RubricsUpdated(
-            run_id=candidate.run_id,
-            version=version,
-            previous_version=candidate.base_version,
-            instance_key=candidate.instance_key,
-            step=candidate.step,
-            strategy=candidate.strategy,
-            modifications=gate.promoted_modifications(candidate),
-            updated_at=candidate.decision.decided_at,
+        promoted = msgspec.structs.replace(candidate.rubrics, version=version, step=candidate.step)
+        update = announcement(
+            promoted, candidate.strategy, gate.promoted_modifications(candidate), candidate.decision.decided_at
         )
         if record:
             await self.memory.put([memory_item(update, describe(update, candidate.rationale))])
@@ -252,20 +247,28 @@ class RubricUpdater:
             if item.ref == str(done.version) and item.message:
                 return wire.decode(item.message, RubricsUpdated)
         previous = await self.store.version(done.run_id, done.instance_key, done.version - 1)
-        update = RubricsUpdated(
-            run_id=done.run_id,
-            version=done.version,
-            previous_version=done.version - 1,
-            instance_key=done.instance_key,
-            step=done.step,
-            strategy=Strategy.CORRECTIVE,
-            modifications=modifications(previous.rubrics if previous else [], done.rubrics),
-            updated_at=done.created_at,
-        )
+        changed = modifications(previous.rubrics if previous else [], done.rubrics)
+        update = announcement(done, Strategy.CORRECTIVE, changed, done.created_at)
         await self.memory.put(
             [memory_item(update, describe(update, "recorded after a restart; the proposal's rationale was lost"))]
         )
         return update
+
+
+def announcement(
+    made: RubricSet, strategy: Strategy, changes: list[RubricModification], at: float | None
+) -> RubricsUpdated:
+    """The announcement of the version `made` (it follows the one before it), made by `changes` at `at`."""
+    return RubricsUpdated(
+        run_id=made.run_id,
+        version=made.version,
+        previous_version=made.version - 1,
+        instance_key=made.instance_key,
+        step=made.step,
+        strategy=strategy,
+        modifications=changes,
+        updated_at=at,
+    )
 
 
 class Conflict(Exception):
