@@ -82,7 +82,7 @@ async def test_verl_s_two_reward_workers_each_close_their_share_and_every_step_i
     assert await RubricStore(redis, keys).publish(rubric_set(run_id=run))
     for service in ("scorer", "analyzer"):
         start_service(service)
-    start_service("summarizer", unclosed_step_s=5)
+    start_service("summarizer", unclosed_step_s=5, step_quiet_s=30)  # a worker may start its next step late here
     cases = [
         {"prompt": f"What is {a} + {i} ?", "response": f"The sum is {a + i} .", "label": str(a + i), "step": step}
         for step, a in enumerate((17, 23, 31))
@@ -126,7 +126,7 @@ async def test_verl_s_two_agent_loop_workers_each_close_their_share_and_every_st
     assert await RubricStore(redis, keys).publish(rubric_set(run_id=run))
     for service in ("scorer", "analyzer"):
         start_service(service)
-    start_service("summarizer", unclosed_step_s=5)
+    start_service("summarizer", unclosed_step_s=5, step_quiet_s=30)  # a worker may start its next step late here
     out = run_framework(
         frameworks_python, "verl_agent_workers.py", tmp_path, 3, 6, run=run, RAY_USAGE_STATS_ENABLED="0"
     )
