@@ -1,6 +1,5 @@
 """A gateway process and a scorer for the gateway's integration tests (see tests/support/services.py: start_service)."""
 
-import socket
 import time
 
 import httpx
@@ -8,14 +7,9 @@ import pytest
 
 from rubricd_services.state.rubric_sets import RubricStore
 from tests.factories import rubric_set, starter
+from tests.support.ports import free_port_block
 
 RUN = "gw-run"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -23,7 +17,7 @@ def start_gateway(start_service):
     """start_gateway(**settings) -> its base URL, once it answers /health."""
 
     def start(**settings: object) -> str:
-        port = free_port()
+        port = free_port_block(1)  # below the ephemeral range, where no client's port lands
         process = start_service("gateway", gateway_port=port, **settings)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
