@@ -22,6 +22,7 @@ from rubricd import wire
 from rubricd.keys import Keys
 from rubricd.messages import Candidate, JudgeStatus, PromotionPlan, RubricSet, Score
 from rubricd_services.runtime.commit import Script
+from rubricd_services.state.rubric_sets import VERSIONS
 
 
 class ShadowScore(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,9 +43,9 @@ _decoder = msgspec.json.Decoder(ShadowScore)
 _PROPOSE = Script(
     keys="rubric_set candidates",
     args="base_version candidate step",
-    body="""
-local cur = redis.call('HGET', k_rubric_set, 'current')
-if not cur or cjson.decode(cur)['version'] ~= tonumber(a_base_version) then return 0 end
+    body=VERSIONS
+    + """
+if current_version() ~= tonumber(a_base_version) then return 0 end
 if redis.call('HEXISTS', k_rubric_set, 'candidate') == 1 then return 0 end
 redis.call('HSET', k_rubric_set, 'candidate', a_candidate)
 redis.call('HSET', k_candidates, 'p' .. a_step, a_candidate)
@@ -56,15 +57,13 @@ return 1
 _DECIDE = Script(
     keys="rubric_set runs instances shadow_scores candidates",
     args="step candidate decided_at promoted version run instance",
-    body="""
+    body=VERSIONS
+    + """
 local pending = redis.call('HGET', k_rubric_set, 'candidate')
 if not pending or cjson.decode(pending)['step'] ~= tonumber(a_step) then return 0 end
 if a_promoted ~= '' then
-  local cur = redis.call('HGET', k_rubric_set, 'current')
-  if not cur or cjson.decode(cur)['version'] ~= tonumber(a_version) - 1 then return 0 end
-  redis.call('HSET', k_rubric_set, 'v' .. a_version, a_promoted, 'current', a_promoted, 's' .. a_step, a_version)
-  redis.call('ZADD', k_runs, redis.call('TIME')[1], a_run)
-  if a_instance ~= '' then redis.call('HSET', k_instances, a_instance, a_version) end
+  if current_version() ~= tonumber(a_version) - 1 then return 0 end
+  write_version(a_version, a_promoted, a_step, a_run, a_instance)
 end
 redis.call('HDEL', k_rubric_set, 'candidate')
 redis.call('DEL', k_shadow_scores)

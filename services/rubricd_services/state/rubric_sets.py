@@ -20,22 +20,30 @@ from rubricd.messages import Candidate, RubricSet
 from rubricd.views import RubricView
 from rubricd_services.runtime.commit import Script
 
-# `instance` and `step` are '' for none (the run's own set; a seed, made from no step's evidence).
+# The Lua that reads the current version and writes a new one, so the hash's layout is written here only: the
+# scripts that make a version (`_PUBLISH`, a promotion's decision in state.promotion) run it, with the keys
+# `rubric_set`, `runs` and `instances` among theirs. `instance` and `step` are '' for none (the run's own set; a
+# seed, made from no step's evidence).
+VERSIONS = """
+local function current_version()
+  local cur = redis.call('HGET', k_rubric_set, 'current')
+  return cur and cjson.decode(cur)['version']
+end
+local function write_version(version, rubric_set, step, run, instance)
+  redis.call('HSET', k_rubric_set, 'v' .. version, rubric_set, 'current', rubric_set)
+  if step ~= '' then redis.call('HSET', k_rubric_set, 's' .. step, version) end
+  redis.call('ZADD', k_runs, redis.call('TIME')[1], run)
+  if instance ~= '' then redis.call('HSET', k_instances, instance, version) end
+end
+"""
+
 _PUBLISH = Script(
     keys="rubric_set runs instances",
     args="expected version rubric_set run instance step",
-    body="""
-local cur = redis.call('HGET', k_rubric_set, 'current')
-local expected = tonumber(a_expected)
-if cur then
-  if cjson.decode(cur)['version'] ~= expected then return 0 end
-elseif expected ~= 0 then
-  return 0
-end
-redis.call('HSET', k_rubric_set, 'v' .. a_version, a_rubric_set, 'current', a_rubric_set)
-if a_step ~= '' then redis.call('HSET', k_rubric_set, 's' .. a_step, a_version) end
-redis.call('ZADD', k_runs, redis.call('TIME')[1], a_run)
-if a_instance ~= '' then redis.call('HSET', k_instances, a_instance, a_version) end
+    body=VERSIONS
+    + """
+if (current_version() or 0) ~= tonumber(a_expected) then return 0 end
+write_version(a_version, a_rubric_set, a_step, a_run, a_instance)
 return 1
 """,
 )
