@@ -261,6 +261,7 @@ class Reader:
 
     def __init__(self, settings: ServiceSettings, keys: Keys, redis: Redis) -> None:
         self.settings, self.keys, self.redis = settings, keys, redis
+        self.store, self.promotion = RubricStore(redis, keys), Candidates(redis, keys)  # their scripts loaded once
         self.tallies: dict[str, RunTally] = {}
         self.arm: dict[str, ArmTally] = {}
         self.updates: dict[str, dict[int, RubricsUpdated]] = {}
@@ -401,9 +402,9 @@ class Reader:
     async def candidates(self, run_id: str) -> list[dict[str, Any]]:
         """The global set's newest candidates (promotion gated), oldest first: in shadow, or decided with the gate's
         figures. A decided one is read once (it never changes); each poll reads the field names."""
-        candidates, decided = Candidates(self.redis, self.keys), self.decided.setdefault(run_id, {})
-        steps = (await candidates.steps(run_id))[-CANDIDATES_LISTED:]
-        found = {c.step: c for c in await candidates.proposed(run_id, None, [s for s in steps if s not in decided])}
+        decided = self.decided.setdefault(run_id, {})
+        steps = (await self.promotion.steps(run_id))[-CANDIDATES_LISTED:]
+        found = {c.step: c for c in await self.promotion.proposed(run_id, None, [s for s in steps if s not in decided])}
         decided.update({step: c for step, c in found.items() if c.decision is not None})
         return [_candidate(c) for c in (decided.get(s) or found.get(s) for s in steps) if c is not None]
 
@@ -419,11 +420,10 @@ class Reader:
         """The global set's versions after `after`, each with the update that made it (step, strategy, changes and
         why), and up to which version they are complete (every update found: a page keeps those). Only versions
         not read before are read (a version never changes)."""
-        store = RubricStore(self.redis, self.keys)
         history = self.sets.setdefault(run_id, [])
-        current = await store.current(run_id)
+        current = await self.store.current(run_id)
         if current is not None and current.version > len(history):
-            read = await store.versions(run_id, None, range(len(history) + 1, current.version + 1))
+            read = await self.store.versions(run_id, None, range(len(history) + 1, current.version + 1))
             history += [v for v in read if v.version > len(history)]  # another poll may have read them meanwhile
         known = self.updates.setdefault(run_id, {})
         missing = [v.version for v in history[1:] if v.version not in known]

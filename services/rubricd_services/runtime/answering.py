@@ -78,8 +78,9 @@ class Family:
     taken_as: type[Message] | None = None
 
     def keep(self, request: Message, answer: Message) -> Message:
-        """The request with its answer, as kept."""
-        return self.kept_as(**dict(zip(self.kept_as.__struct_fields__, (request, answer), strict=True)))
+        """The request with its answer, as kept (the kept Struct's two fields, in that order)."""
+        request_field, answer_field = self.kept_as.__struct_fields__
+        return self.kept_as(**{request_field: request, answer_field: answer})
 
     def event(self, request: Message, kind: EventKind, detail: str, **fields: Any) -> Event:
         """The service's event about `request`: its run, step and id, and `fields`."""
