@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from rubricd import RubricdClient
-from rubricd.messages import ArmReward, ArmRollout, Plan
+from rubricd.messages import ArmReward, ArmRollout, Phase, Plan
 from rubricd_services.state.arm import prompt_key, read_prompts
 
 from .policy import respond
@@ -198,43 +198,43 @@ async def train(
     rng = random.Random(run.seed)
     generator, judge = Mix(GENERATOR_START), Mix(JUDGE_START)
     frozen = judge_accuracy(judge.shares())  # the judge as it was when last trained
+
+    def shown(phase: Phase, name: str, judge_model: str) -> dict[str, Any]:
+        """What a rollout of `phase` answering `name` shows: a generator's rubric, or a judge's verdict."""
+        if phase == "generator":
+            prompt_id = rng.choice(prompt_ids)
+            return {
+                "completion": CANDIDATES[name],
+                "prompt_id": prompt_id,
+                "judge_model": judge_model,
+                "generator_model": "sim-gen",
+            }
+        row = rng.choice(judge_rows)
+        shows = {k: row[k] for k in ("comparison_id", "order", "generator_model")}
+        return {"completion": verdict(name, row, str(labels[row["comparison_id"]]))} | shows
+
     for step in range(run.steps):
         training = run.plan.training(step)[0]
         sent: list[ArmRollout] = []
         tried: list[tuple[str, str]] = []  # (model, answer) per rollout
         quality = judge_accuracy(judge.shares()) if run.simultaneous else frozen
         judge_model = f"sim-judge@{quality:.2f}"
-        if training in ("generator", "both"):
-            for i, name in enumerate(generator.sample(rng, run.rollouts)):
+        models: tuple[tuple[Phase, Mix], ...] = (("generator", generator), ("judge", judge))
+        for phase, mix in models:
+            if training not in (phase, "both"):
+                continue
+            for i, name in enumerate(mix.sample(rng, run.rollouts)):
+                rollout_id = f"s{step}-{phase[0]}{i}"
                 sent.append(
                     ArmRollout(
                         run_id=run.run_id,
-                        rollout_id=f"s{step}-g{i}",
+                        rollout_id=rollout_id,
                         step=step,
-                        phase="generator",
-                        completion=CANDIDATES[name],
-                        prompt_id=rng.choice(prompt_ids),
-                        judge_model=judge_model,
-                        generator_model="sim-gen",
+                        phase=phase,
+                        **shown(phase, name, judge_model),
                     )
                 )
-                tried.append(("generator", name))
-        if training in ("judge", "both"):
-            for i, name in enumerate(judge.sample(rng, run.rollouts)):
-                row = rng.choice(judge_rows)
-                sent.append(
-                    ArmRollout(
-                        run_id=run.run_id,
-                        rollout_id=f"s{step}-j{i}",
-                        step=step,
-                        phase="judge",
-                        completion=verdict(name, row, str(labels[row["comparison_id"]])),
-                        comparison_id=row["comparison_id"],
-                        order=row["order"],
-                        generator_model=row["generator_model"],
-                    )
-                )
-                tried.append(("judge", name))
+                tried.append((phase, name))
         rewards = await client.arm_rewards(sent, timeout=300)
         run.records.append(learn(step, training, tried, rewards, generator, judge, judge_model))
         if training in ("judge", "both"):
