@@ -1,17 +1,21 @@
 """GRPO with a tool on CPU: TRL's GRPOTrainer (its tool loop: `tools=`, `parse_response`, `_tool_call_loop`) with a
 tiny model built here whose sampling is steered, by transformers' `sequence_bias`, to call the tool and then answer
-from its result; rewarded by rubricd through the TRL adapter, the trainer's tools read by the adapter itself.
+from its result; rewarded by rubricd through the TRL adapter, the trainer's tools read by the adapter itself: `trl_reward` on a
+SyncRubricdClient (run RUN) and `async_trl_reward` on a RubricdClient, awaited on TRL's own loop (run RUN-async).
 
     python tests/frameworks/train_grpo_tools.py RUN OUT_DIR
 
 RUBRICD_REDIS_URL and RUBRICD_NAMESPACE say where rubricd is. It trains 2 steps and writes the completions TRL
-handed the reward function to OUT_DIR/completions.json. The tokenizer and its chat template are word_level's (one
+handed the reward function, the threads the async one ran on and those running at the end to
+OUT_DIR/completions.json. The tokenizer and its chat template are word_level's (one
 token per word, no download); the model is random: only the bias makes it call the tool.
 """
 
+import asyncio
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -21,8 +25,8 @@ from transformers import LlamaForCausalLM
 from trl import GRPOTrainer
 from word_level import chat_tokenizer
 
-from rubricd import SyncRubricdClient
-from rubricd.adapters import trl_reward
+from rubricd import RubricdClient, SyncRubricdClient
+from rubricd.adapters import async_trl_reward, trl_reward
 
 # How TRL parses a completion into a message (transformers' response template, as TRL's own for Qwen3).
 RESPONSE_TEMPLATE = {
@@ -84,26 +88,42 @@ def main(run_id: str, out: Path) -> None:
     )
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": QUESTION}], "answer": "42"}] * 8)
     handed: list = []
-    with SyncRubricdClient(os.environ["RUBRICD_REDIS_URL"], namespace=os.environ["RUBRICD_NAMESPACE"]) as client:
+    awaited_on: set[str] = set()  # the threads the async reward function ran on
+    url, namespace = os.environ["RUBRICD_REDIS_URL"], os.environ["RUBRICD_NAMESPACE"]
+    aio = RubricdClient(url, namespace=namespace)  # connects on TRL's loop, at the first call
+    with SyncRubricdClient(url, namespace=namespace) as client:
         reward = trl_reward(client, run_id, reference_column="answer")
+        on_trls_loop = async_trl_reward(aio, f"{run_id}-async", reference_column="answer")
 
         def rubricd(prompts, completions, **columns):  # records what TRL handed the adapter
             handed.extend(completions)
             return reward(prompts=prompts, completions=completions, **columns)
 
+        async def rubricd_async(prompts, completions, **columns):
+            awaited_on.add(threading.current_thread().name)
+            return await on_trls_loop(prompts=prompts, completions=completions, **columns)
+
         trainer = GRPOTrainer(
             model=LlamaForCausalLM(config),
             processing_class=tok,
-            reward_funcs=[rubricd],
+            reward_funcs=[rubricd, rubricd_async],
             args=args,
             train_dataset=dataset,
             tools=[add],
         )
+
+        async def finish() -> None:  # on TRL's loop, where the async client scored
+            await on_trls_loop.finish()  # type: ignore[attr-defined]
+            await aio.close()
+
         try:
             trainer.train()
         finally:
             reward.finish()  # type: ignore[attr-defined]
-    (out / "completions.json").write_text(json.dumps({"completions": handed, "log": trainer.state.log_history}))
+            asyncio.run_coroutine_threadsafe(finish(), trainer.async_loop).result()
+        threads = sorted(t.name for t in threading.enumerate())
+    found = {"completions": handed, "log": trainer.state.log_history, "awaited_on": sorted(awaited_on)}
+    (out / "completions.json").write_text(json.dumps(found | {"threads": threads}))
 
 
 if __name__ == "__main__":

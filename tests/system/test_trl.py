@@ -14,7 +14,7 @@ import pytest
 import redis as redis_sync
 
 from rubricd import wire
-from rubricd.messages import Event, EventKind, RewardedArmRollout, ScoredRollout, StepSummary, Turn
+from rubricd.messages import Event, EventKind, RewardedArmRollout, ScoredRollout, StepClosed, StepSummary, Turn
 from tests import forks
 from tests.threads import one_thread
 
@@ -134,10 +134,17 @@ def test_grpo_with_a_tool_sends_each_completion_as_the_trajectory_trl_built_with
         * 4
     )  # 2 steps of 2 generations
     assert all(entry.get("tools/call_frequency") == 1.0 for entry in handed["log"] if "loss" in entry)
+    # async_trl_reward ran on TRL's own loop: no loop thread of its own beside the sync client's one.
+    assert handed["awaited_on"] == ["GRPOTrainer-AsyncLoop"] and handed["threads"].count("rubricd-client") == 1
+    assert all("rewards/rubricd_async/mean" in entry for entry in handed["log"] if "loss" in entry)
     client = redis_sync.Redis.from_url(stack.redis_url)
     kept = [s.rollout for s in entries(client, keys.kept_rollouts("grpo-tools"), ScoredRollout)]
+    on_trls_loop = [s.rollout for s in entries(client, keys.kept_rollouts("grpo-tools-async"), ScoredRollout)]
+    closed = [c for c in entries(client, keys.steps, StepClosed) if c.run_id == "grpo-tools-async"]
     client.close()
     assert len(kept) == 4
+    assert [r.trajectory for r in on_trls_loop] == [r.trajectory for r in kept]  # the same completions, both ways
+    assert sorted((c.step, c.rollouts) for c in closed) == [(0, 2), (1, 2)]  # finish() closed the last step
     for rollout, completion in zip(kept, handed["completions"]):
         assert rollout.trajectory[0] == Turn(role="user", content="What is 17 + 25 ?") and rollout.prompt_turns == 1
         assert rollout.trajectory[1:] == msgspec.convert(completion, list[Turn])  # each message, call and result

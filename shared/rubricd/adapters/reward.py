@@ -248,7 +248,7 @@ class SyncReward:
 
 
 class AsyncReward:
-    """An async framework's reward (verifiers', ART's): a Reward on its RubricdClient, awaited on the framework's
+    """An async framework's reward (verifiers', ART's, TRL's async reward functions): a Reward on its RubricdClient, awaited on the framework's
     own event loop, with no second loop or thread. The client connects on first use, in the loop that awaits it.
     A SyncRubricdClient, the old form, is still taken, with a DeprecationWarning: the calls then run on its loop."""
 
@@ -266,10 +266,10 @@ class AsyncReward:
         else:
             self.reward = Reward(client, run_id, options)
 
-    async def score(self, step: int, samples: Sequence[Sample]) -> list[Score]:
+    async def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
         if self.sync is not None:
-            return await self.sync.score_async(step, samples)
-        return await self.reward.score(step, samples)
+            return await self.sync.score_async(step, samples, evaluation=evaluation)
+        return await self.reward.score(step, samples, evaluation=evaluation)
 
     def finish(self) -> Awaitable[None]:
         """Close every open step: `await` it when training ends (on a SyncRubricdClient they are closed on return,

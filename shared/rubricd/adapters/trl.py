@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ..chat import text
-from ..client import SyncRubricdClient
+from ..client import RubricdClient, SyncRubricdClient
 from ..messages import Score
-from .reward import RewardOptions, Sample, SyncReward, batch_metrics, optional_str
+from .reward import AsyncReward, RewardOptions, Sample, SyncReward, batch_metrics, optional_str
 
 log = logging.getLogger("rubricd.adapters")
 
@@ -56,11 +56,11 @@ def trl_reward(
         _log(columns, scores)
         return [s.reward for s in scores]
 
-    return _named(rubricd, name, reward)
+    return _named(rubricd, name, reward.finish)
 
 
 def async_trl_reward(
-    client: SyncRubricdClient,
+    client: RubricdClient | SyncRubricdClient,
     run_id: str,
     *,
     reference_column: str | None = "reference",
@@ -70,10 +70,12 @@ def async_trl_reward(
     name: str = "rubricd",
     **options: Any,
 ) -> Callable[..., Awaitable[list[float | None]]]:
-    """`trl_reward` as a coroutine function: TRL runs async reward functions concurrently on its own loop (the
-    client's calls run on the client's)."""
-    reward = SyncReward(client, run_id, RewardOptions(**options))
-    groups = TrlGroups(num_generations, reward.rank)
+    """`trl_reward` as a coroutine function, on a RubricdClient: TRL awaits its async reward functions on one
+    event loop of its own (`trainer.async_loop`), where the client connects at the first call. `.finish()` is
+    then awaited on that loop after training (docs/integrators/trl.md). A SyncRubricdClient, the old form, is
+    still taken, with a DeprecationWarning."""
+    reward = AsyncReward(client, run_id, RewardOptions(**options), "async_trl_reward")
+    groups = TrlGroups(num_generations, reward.reward.rank)
 
     async def rubricd(
         prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
@@ -81,16 +83,16 @@ def async_trl_reward(
         step, evaluating = trl_step(trainer_state), _trl_evaluating(columns)
         samples = _trl_samples(prompts, completions, columns, reference_column, instance_column, tools)
         samples = groups.place(samples, step, evaluating, _trainer(columns))
-        scores = await reward.score_async(step, samples, evaluation=evaluating)
+        scores = await reward.score(step, samples, evaluation=evaluating)
         _log(columns, scores)
         return [s.reward for s in scores]
 
-    return _named(rubricd, name, reward)
+    return _named(rubricd, name, reward.finish)
 
 
-def _named(fn: _F, name: str, reward: SyncReward) -> _F:
+def _named(fn: _F, name: str, finish: Callable[[], Any]) -> _F:
     fn.__name__ = fn.__qualname__ = name  # TRL logs each reward function under its __name__
-    fn.finish = reward.finish  # type: ignore[attr-defined]
+    fn.finish = finish  # type: ignore[attr-defined]
     return fn
 
 

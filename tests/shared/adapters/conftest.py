@@ -4,7 +4,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from rubricd import SyncRubricdClient, wire
+from rubricd import RubricdClient, SyncRubricdClient, wire
 from rubricd.messages import Rollout, StepClosed
 
 
@@ -14,6 +14,14 @@ def client(stack, keys, start_service):
     client = SyncRubricdClient(stack.redis_url, namespace=keys.namespace)
     yield client
     client.close()
+
+
+@pytest.fixture
+async def aio(stack, keys, start_service):
+    """A RubricdClient on the test's event loop, with a scorer to answer it."""
+    start_service("scorer", llm__max_retries=1)
+    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from typing import Any
 import pydantic
 import pytest
 
-from rubricd import RubricdClient
 from rubricd.adapters import ArtReward
 
 pytestmark = pytest.mark.integration
@@ -44,13 +43,6 @@ def group(*answers: str) -> TrajectoryGroup:
     return TrajectoryGroup(
         [Trajectory(messages_and_choices=[question, {"role": "assistant", "content": a}]) for a in answers]
     )
-
-
-@pytest.fixture
-async def aio(stack, keys, start_service):
-    start_service("scorer", llm__max_retries=1)
-    async with RubricdClient(stack.redis_url, namespace=keys.namespace) as client:
-        yield client
 
 
 async def test_an_async_adapter_scores_on_the_callers_loop_with_no_thread_of_its_own(

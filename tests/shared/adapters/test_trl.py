@@ -1,6 +1,7 @@
 """TRL's reward functions, called the way TRL calls them, against a real scorer, Redis and the LLM simulator."""
 
 import asyncio
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -69,9 +70,10 @@ async def test_trl_evaluation_rollouts_are_flagged_and_never_counted_in_a_step(
 
 
 async def test_async_trl_reward_is_a_coroutine_function_awaited_on_the_trainers_loop(
-    redis, keys, client, published
+    redis, keys, aio, published, closed
 ) -> None:
-    reward = async_trl_reward(client, "grpo-async", reference_column="answer", name="rubric_reward")
+    before = set(threading.enumerate())
+    reward = async_trl_reward(aio, "grpo-async", reference_column="answer", name="rubric_reward")
     assert (
         asyncio.iscoroutinefunction(reward) and reward.__name__ == "rubric_reward"
     )  # how TRL tells async reward functions
@@ -80,8 +82,20 @@ async def test_async_trl_reward_is_a_coroutine_function_awaited_on_the_trainers_
     rewards = await reward(
         prompts=prompts, completions=completions, trainer_state=SimpleNamespace(global_step=2), answer=ANSWERS
     )
+    await reward.finish()  # type: ignore[attr-defined]
+    assert set(threading.enumerate()) == before  # on this loop: no "rubricd-client" thread, none else
     assert rewards[0] > rewards[1]
     assert [r.prompt for r in await published(redis, keys)] == [f"user: {p}" for p in PROMPTS]
+    assert [(c.run_id, c.step, c.rollouts) for c in await closed(redis, keys)] == [("grpo-async", 2, 2)]
+
+
+async def test_async_trl_reward_on_a_sync_client_still_scores_with_a_warning(redis, keys, client, closed) -> None:
+    with pytest.warns(DeprecationWarning, match="async_trl_reward on a SyncRubricdClient runs rubricd's calls"):
+        reward = async_trl_reward(client, "grpo-async-old", reference_column="answer")
+    rewards = await reward(prompts=PROMPTS, completions=["42", "40"], trainer_state=None, answer=ANSWERS)
+    assert rewards[0] > rewards[1]
+    reward.finish()  # type: ignore[attr-defined]  # as the old form was called: the step is closed on return
+    assert [(c.run_id, c.step, c.rollouts) for c in await closed(redis, keys)] == [("grpo-async-old", 0, 2)]
 
 
 ADD = {
