@@ -7,8 +7,8 @@ RULER) and a verifiers task's `@vf.reward` (`VerifiersReward`). One module per f
     GRPOTrainer(..., reward_funcs=[reward]).train()
     reward.finish()  # close the last step
 
-TRL's and verl's take a SyncRubricdClient (they call synchronously), ART's and verifiers' a RubricdClient, used on
-the framework's own event loop; the run's options are every adapter's keywords (`reward.RewardOptions`).
+TRL's and verl's take a SyncRubricdClient (they call synchronously); ART's, verifiers' and `async_trl_reward` a
+RubricdClient, used on the framework's own event loop; the run's options are every adapter's keywords (`reward.RewardOptions`).
 A batch is published in one round trip; per-sample calls wait concurrently on the client's one reply reader.
 Rollout ids are fresh per call; the first rollout of a later step closes the earlier ones (`finish()` the
 last), each rank closing its own part (`RANK`, `WORLD_SIZE`, or `rank=`, `world_size=`); evaluation calls are
