@@ -3,8 +3,9 @@
 Two processes of each service run the loop on the suite's Redis, Weaviate and
 simulator (every LLM call 100-300 ms, so kills land mid-call). A trainer in
 synchronous mode scores each step, closes it with its rollout ids and waits for
-its rubrics, while the chaos kills a random service every few seconds (SIGKILL:
-no cleanup, no ack) and starts a fresh one, and stops Redis REDIS_STOPS times,
+its rubrics, while the chaos kills a random service in every faulty step (a
+moment after its rollouts are published) and every few seconds (SIGKILL: no
+cleanup, no ack), each time starting a fresh one, and stops Redis REDIS_STOPS times,
 at least once with SHUTDOWN (it fsyncs its append-only file) and once with
 SIGKILL (a crash: appendfsync everysec, no last fsync). A stop lands a random
 0-3 s after a step's rollouts are published: scorers and analyzers are waking
@@ -68,6 +69,7 @@ RUN, STEPS, PER_STEP = "chaos", 8, 16
 SERVICES = ("scorer", "analyzer", "summarizer", "updater")
 FAULTY_STEPS = 6  # faults during steps 0..5; steps 6 and 7 run on a healed stack
 KILL_EVERY_S = (2.0, 5.0)
+KILL_IN_STEP_S = (0.1, 1.5)  # each faulty step's own kill, after its rollouts are published (however fast it runs)
 REDIS_STOPS = 3  # in distinct faulty steps: a SHUTDOWN, a SIGKILL, and one of either
 REDIS_STOP_AFTER_S = (0.0, 3.0)  # after the step's rollouts are published
 REDIS_DOWN_S = (1.0, 4.0)
@@ -163,6 +165,7 @@ class Chaos:
     def __init__(self, stack, keys: Keys, start_service, processes: list, seed: int) -> None:
         self.stack, self.keys, self.start_service, self.processes = stack, keys, start_service, processes
         self.kill_rng = random.Random(f"{seed}-kills")
+        self.step_kill_rng = random.Random(f"{seed}-step-kills")
         self.stops = plan_redis_stops(random.Random(f"{seed}-redis"))
         self.published = {step: asyncio.Event() for step in range(STEPS)}
         self.published_at: dict[int, float] = {}
@@ -173,7 +176,8 @@ class Chaos:
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._kill_services()), asyncio.create_task(self._stop_redis())]
+        kills = [self._kill_services(), self._kill_in_each_step()]
+        self._tasks = [asyncio.create_task(c) for c in (*kills, self._stop_redis())]
         if LOSE_S:
             self._tasks.append(asyncio.create_task(self._watch_aof()))
 
@@ -182,7 +186,7 @@ class Chaos:
         self.published[step].set()
 
     async def heal(self) -> None:
-        """No more kills; the planned Redis stops (all in earlier steps) finish."""
+        """No more kills but each faulty step's own; the planned Redis stops (all in earlier steps) finish."""
         self._healing.set()
         await asyncio.gather(*self._tasks)
 
@@ -200,15 +204,27 @@ class Chaos:
                 return
             except TimeoutError:
                 pass
-            async with self._one_at_a_time:
-                victim = self.kill_rng.choice(self.processes)
-                victim.kill()
-                self.kills[victim.service] += 1
-                self.last_fault = time.monotonic()
-                self.processes.remove(victim)
-                fresh = self.start_service(victim.service, wait=False)
-                self.processes.append(fresh)
-                await asyncio.to_thread(fresh.wait_consuming, self.stack.redis_url, self.keys)
+            await self._kill(self.kill_rng)
+
+    async def _kill_in_each_step(self) -> None:
+        """One kill in every faulty step, so a quick run is as faulty as a slow one (the timed kills alone come
+        fewer the faster the steps go)."""
+        for step in range(FAULTY_STEPS):
+            await self.published[step].wait()
+            await asyncio.sleep(self.step_kill_rng.uniform(*KILL_IN_STEP_S))
+            await self._kill(self.step_kill_rng)
+
+    async def _kill(self, rng: random.Random) -> None:
+        """SIGKILL a random service process, start a fresh one and wait until it reads."""
+        async with self._one_at_a_time:
+            victim = rng.choice(self.processes)
+            victim.kill()
+            self.kills[victim.service] += 1
+            self.last_fault = time.monotonic()
+            self.processes.remove(victim)
+            fresh = self.start_service(victim.service, wait=False)
+            self.processes.append(fresh)
+            await asyncio.to_thread(fresh.wait_consuming, self.stack.redis_url, self.keys)
 
     async def _stop_redis(self) -> None:
         for stop in self.stops:
@@ -302,7 +318,7 @@ async def test_a_run_under_random_kills_and_redis_stops_drains_and_loses_nothing
         await check_outcome(fresh, keys, got)
         dead = [p for p in chaos.processes if p.proc.poll() is not None]
         assert not dead, "\n".join(f"{p.consumer} exited:\n{p.log.read_text()[-2000:]}" for p in dead)
-        assert sum(chaos.kills.values()) >= 5
+        assert sum(chaos.kills.values()) >= FAULTY_STEPS
         hows = {s.how for s in chaos.stops if s.at_s is not None}
         assert len([s for s in chaos.stops if s.at_s is not None]) == REDIS_STOPS and hows == {"shutdown", "sigkill"}
         figures.passed = True
