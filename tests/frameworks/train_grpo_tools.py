@@ -1,14 +1,15 @@
 """GRPO with a tool on CPU: TRL's GRPOTrainer (its tool loop: `tools=`, `parse_response`, `_tool_call_loop`) with a
 tiny model built here whose sampling is steered, by transformers' `sequence_bias`, to call the tool and then answer
-from its result; rewarded by rubricd through the TRL adapter, the trainer's tools read by the adapter itself: `trl_reward` on a
-SyncRubricdClient (run RUN) and `async_trl_reward` on a RubricdClient, awaited on TRL's own loop (run RUN-async).
+from its result; rewarded by rubricd through the TRL adapter, the trainer's tools read by the adapter itself:
+`trl_reward` on a SyncRubricdClient (run RUN) and `async_trl_reward` on a RubricdClient, awaited on TRL's own loop
+(run RUN-async).
 
     python tests/frameworks/train_grpo_tools.py RUN OUT_DIR
 
 RUBRICD_REDIS_URL and RUBRICD_NAMESPACE say where rubricd is. It trains 2 steps and writes the completions TRL
-handed the reward function, the threads the async one ran on and those running at the end to
-OUT_DIR/completions.json. The tokenizer and its chat template are word_level's (one
-token per word, no download); the model is random: only the bias makes it call the tool.
+handed the reward function, whether the async one was awaited on TRL's loop, the threads started while training and
+each client's reply stream to OUT_DIR/completions.json. The tokenizer and its chat template are word_level's (one token per word, no download);
+the model is random: only the bias makes it call the tool.
 """
 
 import asyncio
@@ -88,7 +89,7 @@ def main(run_id: str, out: Path) -> None:
     )
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": QUESTION}], "answer": "42"}] * 8)
     handed: list = []
-    awaited_on: set[str] = set()  # the threads the async reward function ran on
+    loops: set[int] = set()  # the event loops the async reward function was awaited on
     url, namespace = os.environ["RUBRICD_REDIS_URL"], os.environ["RUBRICD_NAMESPACE"]
     aio = RubricdClient(url, namespace=namespace)  # connects on TRL's loop, at the first call
     with SyncRubricdClient(url, namespace=namespace) as client:
@@ -100,7 +101,7 @@ def main(run_id: str, out: Path) -> None:
             return reward(prompts=prompts, completions=completions, **columns)
 
         async def rubricd_async(prompts, completions, **columns):
-            awaited_on.add(threading.current_thread().name)
+            loops.add(id(asyncio.get_running_loop()))
             return await on_trls_loop(prompts=prompts, completions=completions, **columns)
 
         trainer = GRPOTrainer(
@@ -111,6 +112,7 @@ def main(run_id: str, out: Path) -> None:
             train_dataset=dataset,
             tools=[add],
         )
+        before = {t.name for t in threading.enumerate()}  # TRL's loop thread among them
 
         async def finish() -> None:  # on TRL's loop, where the async client scored
             await on_trls_loop.finish()  # type: ignore[attr-defined]
@@ -121,9 +123,11 @@ def main(run_id: str, out: Path) -> None:
         finally:
             reward.finish()  # type: ignore[attr-defined]
             asyncio.run_coroutine_threadsafe(finish(), trainer.async_loop).result()
-        threads = sorted(t.name for t in threading.enumerate())
-    found = {"completions": handed, "log": trainer.state.log_history, "awaited_on": sorted(awaited_on)}
-    (out / "completions.json").write_text(json.dumps(found | {"threads": threads}))
+        started = sorted({t.name for t in threading.enumerate()} - before)
+    on_trls = loops == {id(trainer.async_loop)}
+    found = {"completions": handed, "log": trainer.state.log_history, "on_trls_loop": on_trls, "started": started}
+    found |= {"replies": {"sync": client.aio.reply_stream, "async": aio.reply_stream}}  # which client scored which
+    (out / "completions.json").write_text(json.dumps(found))
 
 
 if __name__ == "__main__":

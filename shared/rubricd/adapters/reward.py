@@ -257,7 +257,7 @@ class AsyncReward:
         if isinstance(client, SyncRubricdClient):
             warnings.warn(
                 f"{adapter} on a SyncRubricdClient runs rubricd's calls on a second event loop; give it a "
-                f"RubricdClient and `await {adapter}.finish()`",
+                f"RubricdClient and `await reward.finish()` on the loop that scored",
                 DeprecationWarning,
                 stacklevel=3,
             )
