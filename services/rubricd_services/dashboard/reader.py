@@ -27,6 +27,7 @@ from rubricd.messages import (
     RubricsUpdated,
     ScoredRollout,
 )
+from rubricd.views import RubricView
 from rubricd.wire import StreamEntry
 from rubricd_services.runtime.status import stream_status, streams
 from rubricd_services.settings import ServiceSettings
@@ -35,7 +36,6 @@ from rubricd_services.state.announcements import announcements
 from rubricd_services.state.events import matches
 from rubricd_services.state.history import changes, render_change, rubric_versions
 from rubricd_services.state.promotion import Candidates
-from rubricd_services.state.rubric_sets import RubricStore
 from rubricd_services.state.schedule import parse_history
 from rubricd_services.state.usage import run_usage
 
@@ -261,7 +261,7 @@ class Reader:
 
     def __init__(self, settings: ServiceSettings, keys: Keys, redis: Redis) -> None:
         self.settings, self.keys, self.redis = settings, keys, redis
-        self.store, self.promotion = RubricStore(redis, keys), Candidates(redis, keys)  # their scripts loaded once
+        self.store, self.promotion = RubricView(redis, keys), Candidates(redis, keys)  # made once, not per poll
         self.tallies: dict[str, RunTally] = {}
         self.arm: dict[str, ArmTally] = {}
         self.updates: dict[str, dict[int, RubricsUpdated]] = {}

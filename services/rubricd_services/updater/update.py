@@ -149,16 +149,7 @@ class RubricUpdater:
             raise Conflict(
                 f"rubric set {summary.run_id}/{instance_key} moved past version {current.version} during the update"
             )
-        update = RubricsUpdated(
-            run_id=new.run_id,
-            version=new.version,
-            previous_version=current.version,
-            instance_key=instance_key,
-            step=new.step,
-            strategy=proposal.strategy,
-            modifications=checked.accepted,
-            updated_at=new.created_at,
-        )
+        update = announcement(new, proposal.strategy, checked.accepted, new.created_at)  # new follows current
         await self.memory.put([memory_item(update, describe(update, proposal.rationale, consulted, checked.rejected))])
         outcome.kind, outcome.current, outcome.update = EventKind.RUBRICS_UPDATED, new, update
         return outcome
