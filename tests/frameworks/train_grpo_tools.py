@@ -126,7 +126,7 @@ def main(run_id: str, out: Path) -> None:
         started = sorted({t.name for t in threading.enumerate()} - before)
     on_trls = loops == {id(trainer.async_loop)}
     found = {"completions": handed, "log": trainer.state.log_history, "on_trls_loop": on_trls, "started": started}
-    found |= {"replies": {"sync": client.aio.reply_stream, "async": aio.reply_stream}}  # which client scored which
+    found |= {"replies": {"sync": client.reply_stream, "async": aio.reply_stream}}  # which client scored which
     (out / "completions.json").write_text(json.dumps(found))
 
 

@@ -56,8 +56,7 @@ from rubricd.messages import (
     StepSummary,
 )
 from rubricd_services.state.rubric_sets import RubricStore
-from rubricd_testbed.demo.policy import respond
-from tests.factories import configure_llm, rollout
+from tests.factories import answer, configure_llm
 
 pytestmark = pytest.mark.integration
 
@@ -86,18 +85,7 @@ def step_rollouts(step: int, rng: random.Random) -> list[Rollout]:
     out = []
     for i in range(PER_STEP):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
-        behaviour = "padded" if i % 4 == 3 else "correct"
-        response = respond(behaviour, a, b)
-        out.append(
-            rollout(
-                i,
-                run_id=RUN,
-                step=step,
-                prompt=f"What is {a} + {b}?",
-                response=response,
-                reference=str(a + b),
-            )
-        )
+        out.append(answer(a, b, "padded" if i % 4 == 3 else "correct", i, run_id=RUN, step=step))
     return out
 
 

@@ -129,9 +129,9 @@ class Steps:
         neither closes as a closer of its own (its closures add up with the other closers')."""
         self.client, self.run_id = client, run_id
         self.wait_for_rubrics, self.timeout = options.wait_for_rubrics, options.timeout
-        rank, world_size = options.place()
+        self.rank, world_size = options.place()
         several = world_size > 1
-        self.part: int | None = rank if several else None
+        self.part: int | None = self.rank if several else None
         self.parts: int | None = world_size if several else None
         self.closer = None if several or options.placed() else uuid.uuid4().hex[:16]
         self.open: dict[int, list[str]] = {}
@@ -168,8 +168,8 @@ class Reward:
 
     def __init__(self, client: RubricdClient, run_id: str, options: RewardOptions) -> None:
         self.client, self.run_id, self.options = client, run_id, options
-        self.rank = options.place()[0]
         self.steps = Steps(client, run_id, options)
+        self.rank = self.steps.rank
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it is awaited on, from its first call
 
     async def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
@@ -232,7 +232,6 @@ class SyncReward:
     def __init__(self, client: SyncRubricdClient, run_id: str, options: RewardOptions) -> None:
         self.client = client
         self.reward = Reward(client.aio, run_id, options)
-        self.rank = self.reward.rank
 
     def score(self, step: int, samples: Sequence[Sample], *, evaluation: bool = False) -> list[Score]:
         """Score `samples` of `step` (Reward.score), waiting here."""

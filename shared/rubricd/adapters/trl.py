@@ -44,7 +44,7 @@ def trl_reward(
     Call `.finish()` after training.
     """
     reward = SyncReward(client, run_id, RewardOptions(**options))
-    groups = TrlGroups(num_generations, reward.rank)
+    groups = TrlGroups(num_generations, reward.reward.rank)
 
     def rubricd(
         prompts: list[Any], completions: list[Any], trainer_state: Any = None, **columns: Any
